@@ -1,0 +1,181 @@
+//! Safe layout arithmetic: the checks every foreign DLTensor goes through.
+//!
+//! Nothing here dereferences a pointer: addresses are plain integers, so the
+//! property tests can throw any shape, stride, offset and dtype at
+//! [`check_layout`] and it answers `Ok` or an [`Error`], never a panic.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+
+/// The most dimensions a tensor may have here. DLPack sets no limit; a
+/// bound keeps a corrupt `ndim` from making us read gigabytes of "shape".
+pub const MAX_NDIM: usize = 64;
+
+/// What [`check_layout`] learned about a tensor's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    /// Number of logical elements (product of the shape).
+    pub numel: usize,
+    /// First byte the tensor touches, relative to `data + byte_offset` (<= 0 with negative strides).
+    pub byte_lo: isize,
+    /// One past the last byte the tensor touches, relative to `data + byte_offset`.
+    /// `byte_lo == byte_hi == 0` for zero-size tensors.
+    pub byte_hi: isize,
+}
+
+impl Extent {
+    /// Bytes spanned by the tensor, from its lowest to its highest touched byte.
+    pub fn span(&self) -> usize {
+        (self.byte_hi - self.byte_lo) as usize
+    }
+}
+
+/// Compact row-major strides for `shape` (in elements), or an overflow error.
+pub fn contiguous_strides(shape: &[i64]) -> Result<smallvec::SmallVec<[i64; 6]>> {
+    let mut strides = smallvec::SmallVec::<[i64; 6]>::from_elem(0, shape.len());
+    let mut acc: i64 = 1;
+    for (d, &n) in shape.iter().enumerate().rev() {
+        strides[d] = acc;
+        acc = acc.checked_mul(n.max(1)).ok_or_else(|| Error::overflow("contiguous stride"))?;
+    }
+    Ok(strides)
+}
+
+/// Validates a tensor's shape, strides, dtype and data address.
+///
+/// * every dim is `>= 0`; the element count and the byte extent are computed
+///   without overflow;
+/// * `strides == None` means compact row-major; any stride (zero, negative,
+///   huge) is accepted when the resulting byte range is representable;
+/// * `data_addr == 0` only for zero-size tensors; `data_addr + byte_offset`
+///   must be aligned to the dtype's scalar width;
+/// * the touched byte range must fit in the address space without wrapping.
+pub fn check_layout(
+    shape: &[i64],
+    strides: Option<&[i64]>,
+    dtype: DType,
+    data_addr: usize,
+    byte_offset: u64,
+    subbyte_padded: bool,
+) -> Result<Extent> {
+    if shape.len() > MAX_NDIM {
+        return Err(Error::field("ndim", shape.len(), format!("more than dlbridge's limit of {MAX_NDIM} dims")));
+    }
+    if let Some(s) = strides
+        && s.len() != shape.len()
+    {
+        return Err(Error::field("strides", format!("{} entries", s.len()), format!("ndim is {}", shape.len())));
+    }
+    let mut numel: u128 = 1;
+    for (d, &n) in shape.iter().enumerate() {
+        if n < 0 {
+            return Err(Error::field(format!("shape[{d}]"), n, "dims must not be negative"));
+        }
+        numel = numel.saturating_mul(n as u128);
+    }
+    // Element offsets (relative to element [0, .., 0]) of the lowest and highest element.
+    let (mut lo, mut hi): (i128, i128) = (0, 0);
+    if numel > 0 {
+        for (d, &n) in shape.iter().enumerate() {
+            let stride = match strides {
+                Some(s) => s[d],
+                None => continue, // compact strides: span computed from numel below
+            };
+            let reach = (n as i128 - 1) * stride as i128; // |n| < 2^63, |stride| <= 2^63: fits i128
+            let acc = if reach < 0 { &mut lo } else { &mut hi };
+            *acc = acc.checked_add(reach).ok_or_else(|| Error::overflow(format!("byte extent of shape {shape:?} strides {strides:?}")))?;
+        }
+        if strides.is_none() {
+            hi = numel as i128 - 1;
+        }
+    }
+    let numel: usize = usize::try_from(numel)
+        .ok()
+        .filter(|&n| n <= isize::MAX as usize)
+        .ok_or_else(|| Error::overflow(format!("element count of shape {shape:?}")))?;
+    let sbits = dtype.storage_bits(subbyte_padded) as i128;
+    let extent_overflow = || Error::overflow(format!("byte extent of shape {shape:?} strides {strides:?}"));
+    let (byte_lo, byte_hi) = if numel == 0 {
+        (0i128, 0i128)
+    } else {
+        let lo_bits = lo.checked_mul(sbits).ok_or_else(extent_overflow)?;
+        let hi_bits = hi
+            .checked_add(1)
+            .and_then(|h| h.checked_mul(sbits))
+            .and_then(|b| b.checked_add(7))
+            .ok_or_else(extent_overflow)?;
+        (lo_bits.div_euclid(8), hi_bits.div_euclid(8))
+    };
+    let span = byte_hi - byte_lo;
+    if byte_lo < isize::MIN as i128 || byte_hi > isize::MAX as i128 || span > isize::MAX as i128 {
+        return Err(extent_overflow());
+    }
+    if numel > 0 {
+        if data_addr == 0 {
+            return Err(Error::field("data", "NULL", format!("only zero-size tensors may have NULL data; this one has {numel} elements")));
+        }
+        let start = data_addr as u128 + byte_offset as u128;
+        let first = start as i128 + byte_lo;
+        let end = start as i128 + byte_hi;
+        if first < 0 || end > usize::MAX as i128 {
+            return Err(Error::field(
+                "byte_offset",
+                byte_offset,
+                format!("data {data_addr:#x} + byte_offset with strides {strides:?} reaches outside the address space"),
+            ));
+        }
+        let align = dtype.alignment();
+        if !start.is_multiple_of(align as u128) {
+            return Err(Error::field(
+                "data",
+                format!("{data_addr:#x} + byte_offset {byte_offset}"),
+                format!("not aligned to {align} bytes as {dtype} requires"),
+            ));
+        }
+    }
+    Ok(Extent { numel, byte_lo: byte_lo as isize, byte_hi: byte_hi as isize })
+}
+
+/// Whether `strides` describe compact row-major memory for `shape`.
+/// Size-1 dims may carry any stride; zero-size tensors are contiguous.
+pub fn is_contiguous(shape: &[i64], strides: &[i64]) -> bool {
+    if shape.contains(&0) {
+        return true;
+    }
+    let mut expected: i64 = 1;
+    for (&n, &s) in shape.iter().zip(strides).rev() {
+        if n != 1 {
+            if s != expected {
+                return false;
+            }
+            expected = match expected.checked_mul(n) {
+                Some(e) => e,
+                None => return false,
+            };
+        }
+    }
+    true
+}
+
+/// Whether no two logical elements share memory (a sufficient test: after
+/// sorting the dims by |stride|, each stride clears the span of the smaller ones).
+pub fn is_non_overlapping(shape: &[i64], strides: &[i64]) -> bool {
+    if shape.contains(&0) {
+        return true;
+    }
+    let mut dims: smallvec::SmallVec<[(i64, i64); 6]> = shape
+        .iter()
+        .zip(strides)
+        .filter(|(n, _)| **n > 1)
+        .map(|(&n, &s)| (n, s.unsigned_abs().min(i64::MAX as u64) as i64))
+        .collect();
+    dims.sort_unstable_by_key(|&(_, s)| s);
+    let mut span: i128 = 0; // max element offset reached by the dims seen so far
+    for (n, s) in dims {
+        if (s as i128) <= span {
+            return false;
+        }
+        span += (n as i128 - 1) * s as i128;
+    }
+    true
+}
