@@ -179,3 +179,61 @@ pub fn is_non_overlapping(shape: &[i64], strides: &[i64]) -> bool {
     }
     true
 }
+
+/// The element offsets of a strided layout, in row-major logical order.
+///
+/// Safe arithmetic only (wrapping): for a layout `check_layout` accepted,
+/// every offset it yields lies inside the validated extent.
+#[derive(Debug, Clone)]
+pub struct Offsets {
+    shape: smallvec::SmallVec<[i64; 6]>,
+    strides: smallvec::SmallVec<[i64; 6]>,
+    index: smallvec::SmallVec<[i64; 6]>,
+    offset: isize,
+    remaining: usize,
+}
+
+impl Offsets {
+    /// Offsets for `shape` and `strides` (same length; extra entries are ignored).
+    pub fn new(shape: &[i64], strides: &[i64]) -> Offsets {
+        let numel = if shape.iter().any(|&n| n <= 0) {
+            0
+        } else {
+            shape.iter().try_fold(1usize, |a, &n| a.checked_mul(n as usize)).unwrap_or(usize::MAX)
+        };
+        let ndim = shape.len().min(strides.len());
+        Offsets {
+            shape: shape[..ndim].into(),
+            strides: strides[..ndim].into(),
+            index: smallvec::SmallVec::from_elem(0, ndim),
+            offset: 0,
+            remaining: if ndim == shape.len() { numel } else { 0 },
+        }
+    }
+}
+
+impl Iterator for Offsets {
+    type Item = isize;
+    fn next(&mut self) -> Option<isize> {
+        if self.remaining == 0 {
+            return None;
+        }
+        self.remaining -= 1;
+        let current = self.offset;
+        for d in (0..self.shape.len()).rev() {
+            self.index[d] += 1;
+            self.offset = self.offset.wrapping_add(self.strides[d] as isize);
+            if self.index[d] < self.shape[d] {
+                break;
+            }
+            self.offset = self.offset.wrapping_sub((self.strides[d] as isize).wrapping_mul(self.index[d] as isize));
+            self.index[d] = 0;
+        }
+        Some(current)
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.remaining, Some(self.remaining))
+    }
+}
+
+impl ExactSizeIterator for Offsets {}

@@ -22,7 +22,7 @@ use crate::Flags;
 use crate::device::Device;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::layout::{Extent, check_layout, contiguous_strides, is_contiguous, is_non_overlapping};
+use crate::layout::{Extent, Offsets, check_layout, contiguous_strides, is_contiguous, is_non_overlapping};
 
 /// Strides of a view: borrowed from the producer, or computed (compact
 /// row-major) when the producer gave NULL.
@@ -281,7 +281,7 @@ impl<'a> TensorView<'a> {
     /// Iterates the elements in row-major logical order, whatever the strides.
     pub fn iter<T: Element>(&self) -> Result<Iter<'a, T>> {
         self.check_typed::<T>("iter")?;
-        Ok(Iter { walk: Walk::new(self.shape, &self.strides, self.extent.numel), data: self.data.cast(), _life: PhantomData })
+        Ok(Iter { walk: Offsets::new(self.shape, &self.strides), data: self.data.cast(), _life: PhantomData })
     }
 
     /// Copies the elements out in row-major logical order.
@@ -293,72 +293,30 @@ impl<'a> TensorView<'a> {
     }
 }
 
-/// Walks the element offsets of a strided layout in row-major logical order.
-#[derive(Clone)]
-struct Walk {
-    shape: SmallVec<[i64; 6]>,
-    strides: SmallVec<[i64; 6]>,
-    index: SmallVec<[i64; 6]>,
-    offset: isize,
-    remaining: usize,
-}
-
-impl Walk {
-    fn new(shape: &[i64], strides: &[i64], numel: usize) -> Walk {
-        Walk {
-            shape: shape.into(),
-            strides: strides.into(),
-            index: SmallVec::from_elem(0, shape.len()),
-            offset: 0,
-            remaining: numel,
-        }
-    }
-
-    /// The element offset of the next element. Offsets stay inside the validated
-    /// extent because every index stays below its dim.
-    fn next_offset(&mut self) -> Option<isize> {
-        if self.remaining == 0 {
-            return None;
-        }
-        self.remaining -= 1;
-        let current = self.offset;
-        for d in (0..self.shape.len()).rev() {
-            self.index[d] += 1;
-            self.offset = self.offset.wrapping_add(self.strides[d] as isize);
-            if self.index[d] < self.shape[d] {
-                break;
-            }
-            self.offset = self.offset.wrapping_sub((self.strides[d] as isize).wrapping_mul(self.index[d] as isize));
-            self.index[d] = 0;
-        }
-        Some(current)
-    }
-}
-
 /// Row-major iterator over the elements of a [`TensorView`].
 pub struct Iter<'a, T> {
-    walk: Walk,
+    walk: Offsets,
     data: *const T,
     _life: PhantomData<&'a [T]>,
 }
 
 impl<T> fmt::Debug for Iter<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Iter").field("remaining", &self.walk.remaining).finish()
+        f.debug_struct("Iter").field("remaining", &self.walk.len()).finish()
     }
 }
 
 impl<T: Element> Iterator for Iter<'_, T> {
     type Item = T;
     fn next(&mut self) -> Option<T> {
-        let off = self.walk.next_offset()?;
+        let off = self.walk.next()?;
         // SAFETY: `off` addresses a logical element, inside the validated extent
         // of host memory readable for 'a; dtype checked; read_unaligned needs no
         // alignment and every bit pattern is a valid T (Element contract).
         Some(unsafe { self.data.wrapping_offset(off).read_unaligned() })
     }
     fn size_hint(&self) -> (usize, Option<usize>) {
-        (self.walk.remaining, Some(self.walk.remaining))
+        (self.walk.len(), Some(self.walk.len()))
     }
 }
 impl<T: Element> ExactSizeIterator for Iter<'_, T> {}
@@ -471,7 +429,7 @@ impl<'a> TensorViewMut<'a> {
     pub fn iter_mut<T: Element>(&mut self) -> Result<IterMut<'_, T>> {
         self.view.check_typed::<T>("iter_mut")?;
         Ok(IterMut {
-            walk: Walk::new(self.view.shape, &self.view.strides, self.view.extent.numel),
+            walk: Offsets::new(self.view.shape, &self.view.strides),
             data: self.view.data.cast::<T>().cast_mut(),
             _life: PhantomData,
         })
@@ -480,21 +438,21 @@ impl<'a> TensorViewMut<'a> {
 
 /// Row-major iterator over mutable references to the elements of a [`TensorViewMut`].
 pub struct IterMut<'a, T> {
-    walk: Walk,
+    walk: Offsets,
     data: *mut T,
     _life: PhantomData<&'a mut [T]>,
 }
 
 impl<T> fmt::Debug for IterMut<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("IterMut").field("remaining", &self.walk.remaining).finish()
+        f.debug_struct("IterMut").field("remaining", &self.walk.len()).finish()
     }
 }
 
 impl<'a, T: Element> Iterator for IterMut<'a, T> {
     type Item = &'a mut T;
     fn next(&mut self) -> Option<&'a mut T> {
-        let off = self.walk.next_offset()?;
+        let off = self.walk.next()?;
         // SAFETY: `off` addresses a logical element inside the validated extent;
         // alignment and dtype were checked in iter_mut; the layout is
         // non-overlapping (TensorViewMut invariant), so each element is yielded
@@ -502,7 +460,7 @@ impl<'a, T: Element> Iterator for IterMut<'a, T> {
         Some(unsafe { &mut *self.data.wrapping_offset(off) })
     }
     fn size_hint(&self) -> (usize, Option<usize>) {
-        (self.walk.remaining, Some(self.walk.remaining))
+        (self.walk.len(), Some(self.walk.len()))
     }
 }
 impl<T: Element> ExactSizeIterator for IterMut<'_, T> {}
