@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# dlbridge developer entry point. Usage: ./dev.sh {demo|test|setup}
+#
+#   setup  create .venv (torch==2.13.0, numpy, maturin, pytest); idempotent and
+#          fast when already done (a stamp keyed on python/requirements-dev.txt)
+#   demo   set up, then run the main demo
+#   test   set up, then run every test: the Rust workspace, clippy with the
+#          workspace lints as errors, and the Python suite when there is one
+set -euo pipefail
+cd "$(dirname "$0")"
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+find_python() {
+    for py in python3.11 python3; do
+        if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import sys; sys.exit(sys.version_info[:2] < (3, 10))'; then
+            echo "$py"
+            return
+        fi
+    done
+    echo "dev.sh: need Python >= 3.10 (3.11 recommended) on PATH" >&2
+    exit 1
+}
+
+setup() {
+    command -v cargo >/dev/null || { echo "dev.sh: cargo not found: install Rust first (https://rustup.rs)" >&2; exit 1; }
+    local req=python/requirements-dev.txt
+    local stamp
+    stamp=".venv/.dlbridge-setup-$(sha256sum "$req" | cut -c1-16)"
+    if [ -f "$stamp" ] && [ -x .venv/bin/python ]; then
+        return
+    fi
+    local py
+    py=$(find_python)
+    if [ ! -x .venv/bin/python ]; then
+        log "creating .venv with $($py --version)"
+        "$py" -m venv .venv
+    fi
+    log "installing Python dependencies into .venv (torch is large: this takes a few minutes once)"
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$req"
+    rm -f .venv/.dlbridge-setup-*
+    touch "$stamp"
+}
+
+run_tests() {
+    log "cargo test --workspace"
+    cargo test --workspace --quiet
+    log "cargo clippy --workspace --all-targets (warnings are errors)"
+    cargo clippy --workspace --all-targets --quiet -- -D warnings
+    if compgen -G "python/tests/test_*.py" >/dev/null; then
+        log "pytest python/tests"
+        .venv/bin/python -m pytest python/tests -q
+    fi
+}
+
+case "${1:-}" in
+    setup) setup ;;
+    demo) setup; cargo run --release --quiet -p dlbridge -- demo ;;
+    test) setup; run_tests ;;
+    *) echo "usage: ./dev.sh {demo|test|setup}" >&2; exit 2 ;;
+esac
