@@ -105,6 +105,19 @@ pub enum Error {
     /// A plain invalid argument.
     #[error("{0}")]
     InvalidArgument(String),
+    /// A tensor's rank or dims do not match a kernel signature (the text names both sides).
+    #[error("{0}")]
+    Mismatch(String),
+    /// A kernel signature that does not parse or type-check.
+    #[error("signature error at column {column}: {message}\n  {signature}\n  {caret}^", caret = " ".repeat(column.saturating_sub(1)))]
+    Signature {
+        /// The signature text.
+        signature: String,
+        /// 1-based column of the offending character.
+        column: usize,
+        /// What is wrong there.
+        message: String,
+    },
 
     // ---- types ---------------------------------------------------------------
     /// A dtype code/bits/lanes triple that DLPack does not define or we cannot interpret.
@@ -201,6 +214,8 @@ impl Error {
             | Error::NotContiguous { .. }
             | Error::Shape(_)
             | Error::InvalidArgument(_)
+            | Error::Mismatch(_)
+            | Error::Signature { .. }
             | Error::NullPointer(_) => ErrorKind::Value,
             Error::UnknownDType { .. } | Error::DTypeParse(_) | Error::DTypeMismatch { .. } => {
                 ErrorKind::Type

@@ -1,0 +1,375 @@
+//! Kernels: a checked signature plus one implementation per device.
+
+use std::ffi::c_void;
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use dlbridge_core::{DType, DeviceType, Error, Result, TensorViewMut};
+use smallvec::SmallVec;
+
+use crate::call::{Arg, Bindings, OutputSpec, bind, check_outputs, output_specs};
+use crate::signature::Signature;
+
+/// A kernel implementation compiled into the binary.
+pub type KernelFn = fn(&mut Call<'_, '_>) -> Result<()>;
+
+/// A kernel implementation registered at run time (plugins, CUDA kernels).
+pub type DynKernelFn = Arc<dyn Fn(&mut Call<'_, '_>) -> Result<()> + Send + Sync>;
+
+/// How a kernel is implemented on one device.
+#[derive(Clone)]
+pub enum Impl {
+    /// One function for every dtype; it reads the bound dtypes from the [`Call`].
+    Generic(KernelFn),
+    /// One function per dtype of the first type variable.
+    PerDType(&'static [(DType, KernelFn)]),
+    /// A run-time registered implementation (e.g. a plugin entry point).
+    Dyn(DynKernelFn),
+}
+
+impl fmt::Debug for Impl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Impl::Generic(_) => f.write_str("Generic"),
+            Impl::PerDType(list) => f.debug_list().entries(list.iter().map(|(d, _)| d)).finish(),
+            Impl::Dyn(_) => f.write_str("Dyn"),
+        }
+    }
+}
+
+/// Per-kernel options beyond the signature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KernelOpts {
+    /// An output may be exactly an input (same memory, shape and strides): the
+    /// kernel then works in place. Any other overlap is always refused.
+    pub alias_outputs: bool,
+    /// Every tensor must be contiguous; a strided one is refused (not copied).
+    pub contiguous: bool,
+}
+
+impl KernelOpts {
+    /// No aliasing, any strides.
+    pub const DEFAULT: KernelOpts = KernelOpts { alias_outputs: false, contiguous: false };
+    /// Outputs may be exactly an input (elementwise kernels).
+    pub const ELEMENTWISE: KernelOpts = KernelOpts { alias_outputs: true, contiguous: false };
+}
+
+/// The context a kernel implementation runs in: its checked arguments,
+/// outputs, bound dtypes and stream.
+pub struct Call<'c, 'a> {
+    args: &'c mut [Arg<'a>],
+    outs: &'c mut [TensorViewMut<'a>],
+    bindings: &'c Bindings,
+    stream: *mut c_void,
+    kernel: &'c str,
+}
+
+impl fmt::Debug for Call<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Call").field("kernel", &self.kernel).field("args", &self.args.len()).field("outs", &self.outs.len()).finish()
+    }
+}
+
+impl<'c, 'a> Call<'c, 'a> {
+    /// Arguments (signature order) and outputs, for destructuring:
+    /// `let ([Arg::Tensor(a), Arg::Tensor(b)], [c]) = call.split() else { .. }`.
+    pub fn split(&mut self) -> (&mut [Arg<'a>], &mut [TensorViewMut<'a>]) {
+        (self.args, self.outs)
+    }
+    /// The arguments.
+    pub fn args(&self) -> &[Arg<'a>] {
+        self.args
+    }
+    /// The dtype type variable `i` was bound to.
+    pub fn dtype(&self, i: usize) -> Option<DType> {
+        self.bindings.dtype(i)
+    }
+    /// The stream handle the caller wants the kernel on (NULL on CPU).
+    pub fn stream(&self) -> *mut c_void {
+        self.stream
+    }
+    /// The kernel's name.
+    pub fn kernel_name(&self) -> &str {
+        self.kernel
+    }
+    /// The error a kernel returns when its arguments do not have the shape its
+    /// signature promised (a registration bug, never the caller's fault).
+    pub fn layout_bug(&self) -> Error {
+        Error::Runtime(format!("{}: implementation does not match its signature (a bug in the kernel registration)", self.kernel))
+    }
+}
+
+/// A registered kernel: its signature, options and implementations per device.
+pub struct Kernel {
+    sig: Signature,
+    text: String,
+    opts: KernelOpts,
+    impls: SmallVec<[(DeviceType, Impl, String); 1]>,
+    doc: String,
+}
+
+impl fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Kernel").field("signature", &self.text).field("devices", &self.devices().collect::<Vec<_>>()).finish()
+    }
+}
+
+impl fmt::Display for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// Everything needed to register a kernel at run time.
+#[derive(Debug, Clone)]
+pub struct KernelDef {
+    /// The signature text.
+    pub signature: String,
+    /// The device the implementation runs on.
+    pub device: DeviceType,
+    /// The implementation.
+    pub imp: Impl,
+    /// Options.
+    pub opts: KernelOpts,
+    /// Where it comes from (`built-in (file:line)`, a plugin path, ...).
+    pub origin: String,
+    /// One-line description.
+    pub doc: String,
+}
+
+impl Kernel {
+    pub(crate) fn new(def: KernelDef) -> Result<Kernel> {
+        let sig = Signature::parse(&def.signature)?;
+        let text = sig.to_string();
+        if let Impl::PerDType(list) = &def.imp {
+            check_per_dtype(&sig, list)?;
+        }
+        Ok(Kernel { sig, text, opts: def.opts, impls: smallvec::smallvec![(def.device, def.imp, def.origin)], doc: def.doc })
+    }
+
+    pub(crate) fn with_impl(&self, def: KernelDef) -> Result<Kernel> {
+        let sig = Signature::parse(&def.signature)?;
+        if sig != self.sig || def.opts != self.opts {
+            return Err(Error::InvalidArgument(format!(
+                "kernel {} is already registered with signature `{}` by {}; {} declares `{}`",
+                self.sig.name, self.text, self.impls[0].2, def.origin, sig
+            )));
+        }
+        if let Some((_, _, origin)) = self.impls.iter().find(|(d, _, _)| *d == def.device) {
+            return Err(Error::InvalidArgument(format!(
+                "kernel {} on {} is registered twice: by {origin} and by {}",
+                self.sig.name, def.device, def.origin
+            )));
+        }
+        if let Impl::PerDType(list) = &def.imp {
+            check_per_dtype(&sig, list)?;
+        }
+        let mut impls = self.impls.clone();
+        impls.push((def.device, def.imp, def.origin));
+        Ok(Kernel { sig: self.sig.clone(), text: self.text.clone(), opts: self.opts, impls, doc: self.doc.clone() })
+    }
+
+    /// The kernel's name.
+    pub fn name(&self) -> &str {
+        &self.sig.name
+    }
+    /// The parsed signature.
+    pub fn signature(&self) -> &Signature {
+        &self.sig
+    }
+    /// The canonical signature text.
+    pub fn signature_text(&self) -> &str {
+        &self.text
+    }
+    /// Options.
+    pub fn opts(&self) -> KernelOpts {
+        self.opts
+    }
+    /// One-line description.
+    pub fn doc(&self) -> &str {
+        &self.doc
+    }
+    /// The devices it runs on.
+    pub fn devices(&self) -> impl Iterator<Item = DeviceType> + '_ {
+        self.impls.iter().map(|(d, _, _)| *d)
+    }
+    /// Where each implementation comes from.
+    pub fn origins(&self) -> impl Iterator<Item = (DeviceType, &str)> + '_ {
+        self.impls.iter().map(|(d, _, o)| (*d, o.as_str()))
+    }
+
+    /// Shapes, dtypes and devices of the outputs for these inputs: what an
+    /// adapter needs to allocate them with its own framework.
+    pub fn prepare_outputs(&self, args: &[Arg<'_>]) -> Result<SmallVec<[OutputSpec; 2]>> {
+        let b = bind(&self.sig, args)?;
+        output_specs(&self.sig, &b)
+    }
+
+    /// Checks every argument and output against the signature, then runs the
+    /// implementation for the tensors' device. Nothing is written when a check fails.
+    pub fn call<'a>(&self, args: &mut [Arg<'a>], outs: &mut [TensorViewMut<'a>]) -> Result<()> {
+        self.call_on_stream(args, outs, std::ptr::null_mut())
+    }
+
+    /// [`Kernel::call`] with a stream handle for device kernels.
+    pub fn call_on_stream<'a>(&self, args: &mut [Arg<'a>], outs: &mut [TensorViewMut<'a>], stream: *mut c_void) -> Result<()> {
+        let mut b = bind(&self.sig, args)?;
+        check_outputs(&self.sig, &mut b, outs)?;
+        self.check_layouts(args, outs)?;
+        let device = b.device().map_or(DeviceType::CPU, |d| d.kind);
+        let Some((_, imp, _)) = self.impls.iter().find(|(d, _, _)| *d == device) else {
+            let served: Vec<String> = self.devices().map(|d| d.to_string()).collect();
+            return Err(Error::UnsupportedDevice {
+                got: b.device().unwrap_or(dlbridge_core::Device::CPU),
+                what: format!("{} runs on {}", self.sig.name, served.join(", ")),
+            });
+        };
+        let mut call = Call { args, outs, bindings: &b, stream, kernel: &self.sig.name };
+        let run = match imp {
+            Impl::Generic(f) => *f,
+            Impl::PerDType(list) => {
+                let d = b.dtype(0).ok_or_else(|| call.layout_bug())?;
+                match list.iter().find(|(ld, _)| *ld == d) {
+                    Some((_, f)) => *f,
+                    None => {
+                        return Err(Error::DTypeMismatch { expected: format!("a dtype {} implements", self.sig.name), got: d }
+                            .context(self.sig.name.clone()));
+                    }
+                }
+            }
+            Impl::Dyn(f) => {
+                return guard(&self.sig.name, || f(&mut call));
+            }
+        };
+        guard(&self.sig.name, || run(&mut call))
+    }
+
+    /// Contiguity (when required) and aliasing between writable tensors and the rest.
+    fn check_layouts(&self, args: &[Arg<'_>], outs: &[TensorViewMut<'_>]) -> Result<()> {
+        let name = &self.sig.name;
+        let n = self.sig.params.len();
+        let pname = |i: usize| {
+            if i < n { format!("argument {}", self.sig.params[i].name) } else { format!("output {}", self.sig.outputs[i - n].name) }
+        };
+        let mut slots: SmallVec<[Slot; 8]> = SmallVec::new();
+        for (i, a) in args.iter().enumerate() {
+            match a {
+                Arg::Tensor(v) => slots.push(Slot::new(i, false, v)),
+                Arg::TensorMut(v) => {
+                    let mutable = self.sig.params[i].tensor().is_some_and(|t| t.mutable);
+                    slots.push(Slot::new(i, mutable, &v.as_view()));
+                }
+                _ => {}
+            }
+        }
+        for (j, o) in outs.iter().enumerate() {
+            slots.push(Slot::new(n + j, true, &o.as_view()));
+        }
+        if self.opts.contiguous {
+            for s in &slots {
+                if !s.contiguous {
+                    return Err(Error::NotContiguous {
+                        what: format!("{name}: {} (this kernel needs contiguous tensors; copy it first)", pname(s.index)),
+                        shape: s.shape.to_vec(),
+                        strides: s.strides.to_vec(),
+                    });
+                }
+            }
+        }
+        for (x, w) in slots.iter().enumerate() {
+            if !w.writable {
+                continue;
+            }
+            for (y, other) in slots.iter().enumerate() {
+                if x == y || !w.overlaps(other) {
+                    continue;
+                }
+                let exact = w.ptr == other.ptr && w.shape == other.shape && w.strides == other.strides;
+                if !(exact && self.opts.alias_outputs && w.index >= n && !other.writable) {
+                    return Err(Error::InvalidArgument(format!(
+                        "{name}: {} overlaps {} in memory{}",
+                        pname(w.index),
+                        pname(other.index),
+                        if self.opts.alias_outputs {
+                            " (only an output that is exactly an input is allowed)"
+                        } else {
+                            " (this kernel does not allow aliasing)"
+                        }
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One tensor of a call, as the layout checks see it.
+struct Slot {
+    index: usize,
+    writable: bool,
+    ptr: usize,
+    lo: isize,
+    hi: isize,
+    shape: SmallVec<[i64; 6]>,
+    strides: SmallVec<[i64; 6]>,
+    contiguous: bool,
+}
+
+impl Slot {
+    fn new(index: usize, writable: bool, v: &dlbridge_core::TensorView<'_>) -> Slot {
+        let e = v.extent();
+        Slot {
+            index,
+            writable,
+            ptr: v.data_ptr() as usize,
+            lo: e.byte_lo,
+            hi: e.byte_hi,
+            shape: v.shape().into(),
+            strides: v.strides().into(),
+            contiguous: v.is_contiguous(),
+        }
+    }
+
+    fn overlaps(&self, o: &Slot) -> bool {
+        if self.hi == self.lo || o.hi == o.lo {
+            return false;
+        }
+        let (a0, a1) = (self.ptr as i128 + self.lo as i128, self.ptr as i128 + self.hi as i128);
+        let (b0, b1) = (o.ptr as i128 + o.lo as i128, o.ptr as i128 + o.hi as i128);
+        a0 < b1 && b0 < a1
+    }
+}
+
+fn guard(name: &str, f: impl FnOnce() -> Result<()>) -> Result<()> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e @ Error::Context { .. })) => Err(e),
+        Ok(Err(e)) => Err(e.context(name.to_owned())),
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(Error::Runtime(format!("{name}: kernel panicked: {msg}")))
+        }
+    }
+}
+
+fn check_per_dtype(sig: &Signature, list: &[(DType, KernelFn)]) -> Result<()> {
+    let Some(tv) = sig.type_vars.first() else {
+        return Err(Error::InvalidArgument(format!("{}: per-dtype implementations need a type variable in the signature", sig.name)));
+    };
+    for d in &tv.allowed {
+        if !list.iter().any(|(ld, _)| ld == d) {
+            return Err(Error::InvalidArgument(format!("{}: no implementation for {} = {d}", sig.name, tv.name)));
+        }
+    }
+    for (d, _) in list {
+        if !tv.allowed.contains(d) {
+            return Err(Error::InvalidArgument(format!("{}: implementation for {d}, which {} does not allow", sig.name, tv.name)));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,26 @@
+//! # dlbridge-registry
+//!
+//! Typed kernels for DLPack tensors: the signature language
+//! ([`signature`]), checked calls with output preparation ([`call`],
+//! [`Kernel`]), and the [`Registry`] of kernels compiled in with
+//! [`register_kernel!`] (collected by `inventory`) or registered at run time.
+//!
+//! A call is checked against its signature before the kernel runs — dtypes,
+//! ranks, dims, devices, read-only tensors in `mut` slots, aliasing and (when
+//! the kernel asks) contiguity — and nothing is written when a check fails.
+//! The hot path (bind, check, dispatch) does no heap allocation.
+#![deny(unsafe_code)]
+
+pub mod call;
+pub mod kernel;
+pub mod registry;
+pub mod signature;
+
+pub use call::{Arg, Bindings, OutputSpec};
+pub use dlbridge_core::DType;
+pub use kernel::{Call, DynKernelFn, Impl, Kernel, KernelDef, KernelFn, KernelOpts};
+pub use registry::{KernelEntry, Registry, StaticImpl};
+pub use signature::Signature;
+
+#[doc(hidden)]
+pub use inventory;

@@ -1,0 +1,534 @@
+//! The signature language: one declaration per kernel drives validation,
+//! output allocation, error text and the text users see.
+//!
+//! ```text
+//! signature := NAME generics? '(' params? ')' ( '->' '(' outputs ')' )?
+//! generics  := '<' tvar ( ',' tvar )* '>'
+//! tvar      := NAME ':' DTYPE ( '|' DTYPE )*
+//! param     := NAME ':' ( SCALAR | tensor )        SCALAR := f64 | i64 | bool
+//! tensor    := 'mut'? ( DTYPE | TVAR ) '[' ( dim ( ',' dim )* )? ']'
+//! dim       := INT | NAME | '...' NAME
+//! outputs   := NAME ':' ( DTYPE | TVAR ) '[' dims ']' ( ',' ... )*
+//! ```
+//!
+//! Example: `matmul<T: f32|f64>(a: T[M, K], b: T[K, N]) -> (c: T[M, N])`.
+//! A dim symbol is bound on first sight and checked after; `...S` binds any
+//! number of dims as a whole; `mut` marks an input the kernel writes in place.
+//! Parsing also type-checks: every type variable and every output dim must be
+//! bound by some input.
+
+use std::fmt;
+
+use dlbridge_core::{DType, Error, Result};
+
+/// At most this many type variables per signature (bindings live inline).
+pub const MAX_TYPE_VARS: usize = 4;
+/// At most this many dim symbols per signature.
+pub const MAX_SYMBOLS: usize = 16;
+/// At most this many `...NAME` groups per signature.
+pub const MAX_RESTS: usize = 4;
+/// At most this many parameters plus outputs.
+pub const MAX_PARAMS: usize = 16;
+
+/// A type variable with the dtypes it may take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypeVar {
+    /// Its name (`T`).
+    pub name: String,
+    /// The dtypes it may be bound to, in declaration order.
+    pub allowed: Vec<DType>,
+}
+
+/// A tensor's dtype in a signature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DTypeRef {
+    /// A fixed dtype.
+    Concrete(DType),
+    /// Type variable number `i`.
+    Var(usize),
+}
+
+/// One dim of a tensor type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dim {
+    /// A fixed size.
+    Fixed(i64),
+    /// Dim symbol number `i`.
+    Sym(usize),
+    /// `...NAME` group number `i`: any number of dims.
+    Rest(usize),
+}
+
+/// A tensor parameter's type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorType {
+    /// Its dtype.
+    pub dtype: DTypeRef,
+    /// Its dims (at most one `Rest`).
+    pub dims: Vec<Dim>,
+    /// Whether the kernel writes it in place.
+    pub mutable: bool,
+}
+
+impl TensorType {
+    /// Position of the `...NAME` group, if any.
+    pub fn rest_position(&self) -> Option<usize> {
+        self.dims.iter().position(|d| matches!(d, Dim::Rest(_)))
+    }
+}
+
+/// Scalar parameter types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScalarKind {
+    /// `f64`
+    F64,
+    /// `i64`
+    I64,
+    /// `bool`
+    Bool,
+}
+
+impl fmt::Display for ScalarKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ScalarKind::F64 => "f64",
+            ScalarKind::I64 => "i64",
+            ScalarKind::Bool => "bool",
+        })
+    }
+}
+
+/// What a parameter is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParamKind {
+    /// A scalar.
+    Scalar(ScalarKind),
+    /// A tensor.
+    Tensor(TensorType),
+}
+
+/// A named parameter or output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Param {
+    /// Its name.
+    pub name: String,
+    /// Its type.
+    pub kind: ParamKind,
+}
+
+impl Param {
+    /// The tensor type, if this is a tensor.
+    pub fn tensor(&self) -> Option<&TensorType> {
+        match &self.kind {
+            ParamKind::Tensor(t) => Some(t),
+            ParamKind::Scalar(_) => None,
+        }
+    }
+}
+
+/// A parsed, type-checked kernel signature.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signature {
+    /// Kernel name.
+    pub name: String,
+    /// Type variables.
+    pub type_vars: Vec<TypeVar>,
+    /// Inputs (scalars, tensors, `mut` tensors) in call order.
+    pub params: Vec<Param>,
+    /// Outputs, allocated by the caller's framework when not given.
+    pub outputs: Vec<Param>,
+    /// Dim symbol names, indexed by [`Dim::Sym`].
+    pub symbols: Vec<String>,
+    /// `...NAME` group names, indexed by [`Dim::Rest`].
+    pub rests: Vec<String>,
+}
+
+impl Signature {
+    /// Parses and type-checks a signature.
+    pub fn parse(text: &str) -> Result<Signature> {
+        Parser::new(text).signature()
+    }
+
+    /// Number of tensor parameters (inputs, mut or not).
+    pub fn tensor_params(&self) -> impl Iterator<Item = (usize, &Param, &TensorType)> {
+        self.params.iter().enumerate().filter_map(|(i, p)| p.tensor().map(|t| (i, p, t)))
+    }
+
+    fn fmt_dtype(&self, d: DTypeRef) -> String {
+        match d {
+            DTypeRef::Concrete(d) => d.to_string(),
+            DTypeRef::Var(i) => self.type_vars[i].name.clone(),
+        }
+    }
+
+    /// Text of one dims list, e.g. `[M, K]` or `[...B, N]`.
+    pub fn fmt_dims(&self, dims: &[Dim]) -> String {
+        let parts: Vec<String> = dims
+            .iter()
+            .map(|d| match *d {
+                Dim::Fixed(n) => n.to_string(),
+                Dim::Sym(i) => self.symbols[i].clone(),
+                Dim::Rest(i) => format!("...{}", self.rests[i]),
+            })
+            .collect();
+        format!("[{}]", parts.join(", "))
+    }
+
+    fn fmt_param(&self, p: &Param) -> String {
+        match &p.kind {
+            ParamKind::Scalar(s) => format!("{}: {s}", p.name),
+            ParamKind::Tensor(t) => format!(
+                "{}: {}{}{}",
+                p.name,
+                if t.mutable { "mut " } else { "" },
+                self.fmt_dtype(t.dtype),
+                self.fmt_dims(&t.dims)
+            ),
+        }
+    }
+
+    /// Text of the allowed dtypes of a tensor, e.g. `T (one of f32, f64)` or `f32`.
+    pub fn describe_dtype(&self, d: DTypeRef) -> String {
+        match d {
+            DTypeRef::Concrete(d) => d.to_string(),
+            DTypeRef::Var(i) => {
+                let tv = &self.type_vars[i];
+                let names: Vec<String> = tv.allowed.iter().map(|d| d.to_string()).collect();
+                format!("{} (one of {})", tv.name, names.join(", "))
+            }
+        }
+    }
+}
+
+impl fmt::Display for Signature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)?;
+        if !self.type_vars.is_empty() {
+            let tvs: Vec<String> = self
+                .type_vars
+                .iter()
+                .map(|tv| {
+                    let ds: Vec<String> = tv.allowed.iter().map(|d| d.to_string()).collect();
+                    format!("{}: {}", tv.name, ds.join("|"))
+                })
+                .collect();
+            write!(f, "<{}>", tvs.join(", "))?;
+        }
+        let ps: Vec<String> = self.params.iter().map(|p| self.fmt_param(p)).collect();
+        write!(f, "({})", ps.join(", "))?;
+        if !self.outputs.is_empty() {
+            let os: Vec<String> = self.outputs.iter().map(|p| self.fmt_param(p)).collect();
+            write!(f, " -> ({})", os.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Ident(String),
+    Int(i64),
+    Punct(&'static str),
+    End,
+}
+
+impl fmt::Display for Tok {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Tok::Ident(s) => write!(f, "`{s}`"),
+            Tok::Int(n) => write!(f, "`{n}`"),
+            Tok::Punct(p) => write!(f, "`{p}`"),
+            Tok::End => f.write_str("end of signature"),
+        }
+    }
+}
+
+struct Parser<'s> {
+    text: &'s str,
+    toks: Vec<(Tok, usize)>,
+    pos: usize,
+    lex_error: Option<(usize, String)>,
+}
+
+const PUNCTS: [&str; 12] = ["...", "->", "<", ">", "(", ")", "[", "]", ",", ":", "|", "-"];
+
+impl<'s> Parser<'s> {
+    fn new(text: &'s str) -> Parser<'s> {
+        let mut toks = Vec::new();
+        let mut lex_error = None;
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let c = bytes[i];
+            if c.is_ascii_whitespace() {
+                i += 1;
+            } else if c.is_ascii_alphabetic() || c == b'_' {
+                let start = i;
+                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                    i += 1;
+                }
+                toks.push((Tok::Ident(text[start..i].to_owned()), start + 1));
+            } else if c.is_ascii_digit() {
+                let start = i;
+                while i < bytes.len() && bytes[i].is_ascii_digit() {
+                    i += 1;
+                }
+                match text[start..i].parse::<i64>() {
+                    Ok(n) => toks.push((Tok::Int(n), start + 1)),
+                    Err(_) => {
+                        lex_error.get_or_insert((start + 1, format!("integer `{}` is too large", &text[start..i])));
+                    }
+                }
+            } else if let Some(p) = PUNCTS.iter().find(|p| text[i..].starts_with(**p)) {
+                toks.push((Tok::Punct(p), i + 1));
+                i += p.len();
+            } else {
+                let ch = text[i..].chars().next().unwrap_or('?');
+                lex_error.get_or_insert((i + 1, format!("unexpected character `{ch}`")));
+                i += ch.len_utf8();
+            }
+        }
+        toks.push((Tok::End, text.len() + 1));
+        Parser { text, toks, pos: 0, lex_error }
+    }
+
+    fn err(&self, column: usize, message: impl Into<String>) -> Error {
+        Error::Signature { signature: self.text.to_owned(), column, message: message.into() }
+    }
+
+    fn peek(&self) -> &Tok {
+        &self.toks[self.pos].0
+    }
+    fn col(&self) -> usize {
+        self.toks[self.pos].1
+    }
+    fn bump(&mut self) -> (Tok, usize) {
+        let t = self.toks[self.pos].clone();
+        if self.pos + 1 < self.toks.len() {
+            self.pos += 1;
+        }
+        t
+    }
+    fn eat(&mut self, p: &str) -> bool {
+        if *self.peek() == Tok::Punct(PUNCTS.iter().find(|q| **q == p).copied().unwrap_or("")) {
+            self.bump();
+            true
+        } else {
+            false
+        }
+    }
+    fn expect(&mut self, p: &str, what: &str) -> Result<()> {
+        if self.eat(p) {
+            Ok(())
+        } else {
+            Err(self.err(self.col(), format!("expected `{p}` {what}, found {}", self.peek())))
+        }
+    }
+    fn ident(&mut self, what: &str) -> Result<(String, usize)> {
+        match self.bump() {
+            (Tok::Ident(s), col) => Ok((s, col)),
+            (other, col) => Err(self.err(col, format!("expected {what}, found {other}"))),
+        }
+    }
+
+    fn signature(mut self) -> Result<Signature> {
+        if let Some((col, msg)) = self.lex_error.take() {
+            return Err(self.err(col, msg));
+        }
+        let (name, _) = self.ident("the kernel name")?;
+        let mut sig = Signature {
+            name,
+            type_vars: Vec::new(),
+            params: Vec::new(),
+            outputs: Vec::new(),
+            symbols: Vec::new(),
+            rests: Vec::new(),
+        };
+        if self.eat("<") {
+            loop {
+                let (tv, col) = self.ident("a type variable name")?;
+                if sig.type_vars.iter().any(|t| t.name == tv) {
+                    return Err(self.err(col, format!("type variable `{tv}` declared twice")));
+                }
+                if tv.parse::<DType>().is_ok() || matches!(tv.as_str(), "mut") {
+                    return Err(self.err(col, format!("type variable `{tv}` would shadow a dtype or keyword")));
+                }
+                self.expect(":", "after a type variable")?;
+                let mut allowed = Vec::new();
+                loop {
+                    let (d, col) = self.ident("a dtype")?;
+                    let dtype = d.parse::<DType>().map_err(|_| self.err(col, format!("unknown dtype `{d}`")))?;
+                    if allowed.contains(&dtype) {
+                        return Err(self.err(col, format!("dtype `{d}` listed twice")));
+                    }
+                    allowed.push(dtype);
+                    if !self.eat("|") {
+                        break;
+                    }
+                }
+                if sig.type_vars.len() == MAX_TYPE_VARS {
+                    return Err(self.err(col, format!("more than {MAX_TYPE_VARS} type variables")));
+                }
+                sig.type_vars.push(TypeVar { name: tv, allowed });
+                if !self.eat(",") {
+                    break;
+                }
+            }
+            self.expect(">", "to close the type variables")?;
+        }
+        self.expect("(", "to open the parameters")?;
+        let mut input_syms = vec![false; 0];
+        let mut input_rests = vec![false; 0];
+        let mut tv_bound = vec![false; sig.type_vars.len()];
+        if !self.eat(")") {
+            loop {
+                let p = self.param(&mut sig, false)?;
+                if let Some(t) = p.tensor() {
+                    if let DTypeRef::Var(i) = t.dtype {
+                        tv_bound[i] = true;
+                    }
+                    for d in &t.dims {
+                        match *d {
+                            Dim::Sym(i) => set(&mut input_syms, i),
+                            Dim::Rest(i) => set(&mut input_rests, i),
+                            Dim::Fixed(_) => {}
+                        }
+                    }
+                }
+                sig.params.push(p);
+                if !self.eat(",") {
+                    break;
+                }
+            }
+            self.expect(")", "to close the parameters")?;
+        }
+        if self.eat("->") {
+            self.expect("(", "to open the outputs")?;
+            loop {
+                let col = self.col();
+                let p = self.param(&mut sig, true)?;
+                let t = p.tensor().ok_or_else(|| self.err(col, format!("output `{}` must be a tensor", p.name)))?;
+                if let DTypeRef::Var(i) = t.dtype
+                    && !tv_bound[i]
+                {
+                    return Err(self.err(col, format!("output `{}`: type variable `{}` is not bound by any input", p.name, sig.type_vars[i].name)));
+                }
+                for d in &t.dims {
+                    match *d {
+                        Dim::Sym(i) if !input_syms.get(i).copied().unwrap_or(false) => {
+                            return Err(self.err(col, format!("output `{}`: dim `{}` is not bound by any input", p.name, sig.symbols[i])));
+                        }
+                        Dim::Rest(i) if !input_rests.get(i).copied().unwrap_or(false) => {
+                            return Err(self.err(col, format!("output `{}`: `...{}` is not bound by any input", p.name, sig.rests[i])));
+                        }
+                        _ => {}
+                    }
+                }
+                sig.outputs.push(p);
+                if !self.eat(",") {
+                    break;
+                }
+            }
+            self.expect(")", "to close the outputs")?;
+        }
+        if *self.peek() != Tok::End {
+            return Err(self.err(self.col(), format!("unexpected {} after the signature", self.peek())));
+        }
+        if let Some(i) = tv_bound.iter().position(|b| !b) {
+            return Err(self.err(1, format!("type variable `{}` is not used by any input tensor", sig.type_vars[i].name)));
+        }
+        if sig.params.len() + sig.outputs.len() > MAX_PARAMS {
+            return Err(self.err(1, format!("more than {MAX_PARAMS} parameters and outputs")));
+        }
+        Ok(sig)
+    }
+
+    fn param(&mut self, sig: &mut Signature, output: bool) -> Result<Param> {
+        let (name, col) = self.ident("a parameter name")?;
+        if sig.params.iter().chain(&sig.outputs).any(|p| p.name == name) {
+            return Err(self.err(col, format!("parameter `{name}` declared twice")));
+        }
+        self.expect(":", "after a parameter name")?;
+        let mutable = matches!(self.peek(), Tok::Ident(s) if s == "mut");
+        if mutable {
+            let col = self.col();
+            self.bump();
+            if output {
+                return Err(self.err(col, "outputs are always written: `mut` is for inputs"));
+            }
+        }
+        let (ty, ty_col) = self.ident("a dtype, type variable or scalar type")?;
+        if !matches!(self.peek(), Tok::Punct("[")) {
+            if mutable {
+                return Err(self.err(ty_col, "`mut` needs a tensor type like `mut T[N]`"));
+            }
+            let kind = match ty.as_str() {
+                "f64" => ScalarKind::F64,
+                "i64" => ScalarKind::I64,
+                "bool" => ScalarKind::Bool,
+                other => {
+                    return Err(self.err(ty_col, format!("scalars are f64, i64 or bool; for a tensor write `{other}[dims]`")));
+                }
+            };
+            return Ok(Param { name, kind: ParamKind::Scalar(kind) });
+        }
+        let dtype = match sig.type_vars.iter().position(|t| t.name == ty) {
+            Some(i) => DTypeRef::Var(i),
+            None => DTypeRef::Concrete(
+                ty.parse::<DType>().map_err(|_| self.err(ty_col, format!("`{ty}` is neither a dtype nor a declared type variable")))?,
+            ),
+        };
+        self.expect("[", "to open the dims")?;
+        let mut dims = Vec::new();
+        if !self.eat("]") {
+            loop {
+                let col = self.col();
+                let dim = match self.bump() {
+                    (Tok::Int(n), _) => Dim::Fixed(n),
+                    (Tok::Ident(s), _) => {
+                        if sig.rests.contains(&s) {
+                            return Err(self.err(col, format!("`{s}` is already a `...{s}` group")));
+                        }
+                        Dim::Sym(index_of(&mut sig.symbols, &s, MAX_SYMBOLS).map_err(|m| self.err(col, m))?)
+                    }
+                    (Tok::Punct("..."), _) => {
+                        let (s, c) = self.ident("a name after `...`")?;
+                        if sig.symbols.contains(&s) {
+                            return Err(self.err(c, format!("`{s}` is already a single dim")));
+                        }
+                        if dims.iter().any(|d| matches!(d, Dim::Rest(_))) {
+                            return Err(self.err(col, "at most one `...` group per tensor"));
+                        }
+                        Dim::Rest(index_of(&mut sig.rests, &s, MAX_RESTS).map_err(|m| self.err(c, m))?)
+                    }
+                    (Tok::Punct("-"), _) => return Err(self.err(col, "dims must not be negative")),
+                    (other, _) => return Err(self.err(col, format!("expected a dim (integer, name or `...NAME`), found {other}"))),
+                };
+                dims.push(dim);
+                if !self.eat(",") {
+                    break;
+                }
+            }
+            self.expect("]", "to close the dims")?;
+        }
+        Ok(Param { name, kind: ParamKind::Tensor(TensorType { dtype, dims, mutable }) })
+    }
+}
+
+fn set(flags: &mut Vec<bool>, i: usize) {
+    if flags.len() <= i {
+        flags.resize(i + 1, false);
+    }
+    flags[i] = true;
+}
+
+fn index_of(names: &mut Vec<String>, name: &str, max: usize) -> std::result::Result<usize, String> {
+    if let Some(i) = names.iter().position(|n| n == name) {
+        return Ok(i);
+    }
+    if names.len() == max {
+        return Err(format!("more than {max} distinct names of this kind"));
+    }
+    names.push(name.to_owned());
+    Ok(names.len() - 1)
+}
