@@ -25,7 +25,7 @@ mod raw;
 use std::fmt;
 use std::sync::Arc;
 
-use dlbridge_core::layout::{Offsets, check_layout, contiguous_strides, is_contiguous};
+use dlbridge_core::layout::{check_layout, contiguous_strides, is_contiguous};
 use dlbridge_core::{
     DType, DTypeCode, Device, Element, Error, Flags, ManagedTensor, Result, TensorDesc, TensorView, TensorViewMut,
 };
@@ -324,36 +324,8 @@ impl Array {
     pub fn contiguous(&self) -> Result<Array> {
         let mut out = Array::zeros(self.dtype, &self.shape)?;
         out.flags = self.flags & Flags::IS_SUBBYTE_TYPE_PADDED;
-        let src = self.view();
-        if self.is_contiguous() {
-            let bytes = src.as_bytes()?;
-            let dst = out.raw_bytes_mut()?;
-            dst[..bytes.len()].copy_from_slice(bytes);
-            return Ok(out);
-        }
-        let item = self.dtype.itemsize().ok_or_else(|| {
-            Error::InvalidArgument(format!("contiguous: strided {} (sub-byte) arrays cannot be copied", self.dtype))
-        })?;
-        let dst = out.raw_bytes_mut()?;
-        // SAFETY: every offset from Offsets addresses an element of a validated layout
-        // inside this array's storage, which lives for &self.
-        let src_bytes = |off: isize| unsafe { std::slice::from_raw_parts(self.data.wrapping_offset(off * item as isize), item) };
-        for (i, off) in Offsets::new(&self.shape, &self.strides).enumerate() {
-            dst[i * item..(i + 1) * item].copy_from_slice(src_bytes(off));
-        }
+        out.view_mut()?.copy_from(&self.view())?;
         Ok(out)
-    }
-
-    /// The whole storage of a fresh, unshared, contiguous array as bytes.
-    fn raw_bytes_mut(&mut self) -> Result<&mut [u8]> {
-        let len = storage_bytes(self.dtype, self.numel())?;
-        match Arc::get_mut(&mut self.storage) {
-            Some(Storage::Owned(buf)) if buf.len() >= len && self.data == buf.as_ptr() => {
-                // SAFETY: a uniquely owned buffer of at least `len` bytes starting at data.
-                Ok(unsafe { std::slice::from_raw_parts_mut(buf.as_ptr(), len) })
-            }
-            _ => Err(Error::Buffer("raw_bytes_mut needs a fresh, unshared array".into())),
-        }
     }
 
     /// Exports the array as a DLPack tensor with zero copies. The memory lives

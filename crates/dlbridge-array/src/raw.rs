@@ -39,10 +39,6 @@ impl AlignedBuf {
     pub(crate) fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
-
-    pub(crate) fn len(&self) -> usize {
-        self.layout.size()
-    }
 }
 
 impl Drop for AlignedBuf {
@@ -55,8 +51,8 @@ impl Drop for AlignedBuf {
 /// What keeps an Array's bytes alive.
 #[derive(Debug)]
 pub(crate) enum Storage {
-    /// Memory this crate allocated.
-    Owned(AlignedBuf),
+    /// Memory this crate allocated (never read: Array keeps its own data pointer).
+    Owned(#[allow(dead_code)] AlignedBuf),
     /// A foreign tensor imported with zero copies; its deleter runs when the last Array using it drops.
     /// Never read: held so the producer's deleter runs only when the last Array drops.
     Foreign(#[allow(dead_code)] ManagedTensor),

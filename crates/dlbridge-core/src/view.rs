@@ -425,6 +425,42 @@ impl<'a> TensorViewMut<'a> {
         Ok(unsafe { std::slice::from_raw_parts_mut(s.as_ptr().cast_mut(), s.len()) })
     }
 
+    /// Copies every element of `src` into this view (same dtype and shape, any
+    /// strides on either side, host memory, whole-byte elements). Both contiguous:
+    /// one `memmove`; otherwise element by element in row-major order.
+    pub fn copy_from(&mut self, src: &TensorView<'_>) -> Result<()> {
+        if src.dtype != self.view.dtype {
+            return Err(Error::DTypeMismatch { expected: self.view.dtype.to_string(), got: src.dtype }.context("copy_from"));
+        }
+        if src.shape != self.view.shape {
+            return Err(Error::Shape(format!("copy_from: source shape {:?}, destination shape {:?}", src.shape, self.view.shape)));
+        }
+        for d in [src.device, self.view.device] {
+            if !d.is_host_accessible() {
+                return Err(Error::UnsupportedDevice { got: d, what: "copy_from copies host memory".into() });
+            }
+        }
+        let item = src.dtype.itemsize().filter(|_| !src.flags.contains(Flags::IS_SUBBYTE_TYPE_PADDED) || src.dtype.is_byte_sized());
+        if src.is_contiguous() && self.view.is_contiguous() {
+            let bytes = src.extent.byte_hi as usize;
+            if src.extent.numel > 0 {
+                // SAFETY: both ranges are validated host memory of `bytes` bytes (contiguous,
+                // same dtype and shape); the destination is writable and exclusively ours;
+                // `copy` tolerates overlap.
+                unsafe { std::ptr::copy(src.data, self.view.data.cast_mut(), bytes) };
+            }
+            return Ok(());
+        }
+        let item = item.ok_or_else(|| Error::InvalidArgument(format!("copy_from: strided {} (sub-byte) tensors cannot be copied", src.dtype)))?;
+        let (s, d) = (src.data, self.view.data.cast_mut());
+        for (so, dof) in Offsets::new(src.shape, &src.strides).zip(Offsets::new(self.view.shape, &self.view.strides)) {
+            // SAFETY: both offsets address elements of validated host layouts; the
+            // destination is writable and exclusive; `copy` tolerates overlap.
+            unsafe { std::ptr::copy(s.wrapping_offset(so * item as isize), d.wrapping_offset(dof * item as isize), item) };
+        }
+        Ok(())
+    }
+
     /// Iterates mutable references to the elements in row-major logical order.
     pub fn iter_mut<T: Element>(&mut self) -> Result<IterMut<'_, T>> {
         self.view.check_typed::<T>("iter_mut")?;
