@@ -10,4 +10,20 @@ pub use dlbridge_core::{
     TensorView, TensorViewMut,
 };
 
+pub use dlbridge_registry::{self as registry_crate, Arg, Kernel, KernelDef, KernelOpts, OutputSpec, Registry, Signature};
+
+pub mod arrays;
 pub mod demo;
+
+pub use arrays::{ArrayArg, call, call_into};
+
+/// The process-wide kernel registry, with every built-in CPU kernel.
+pub fn registry() -> &'static Registry {
+    dlbridge_kernels_cpu::link();
+    Registry::global()
+}
+
+/// Looks up a kernel in the process-wide registry.
+pub fn get_kernel(name: &str) -> Result<std::sync::Arc<Kernel>> {
+    registry().get(name)
+}

@@ -16,12 +16,35 @@ struct Cli {
 enum Command {
     /// Build an Array, export it as DLPack, re-import it and show that no byte was copied.
     Demo,
+    /// List every registered kernel with its signature and device.
+    List,
+}
+
+fn list() -> dlbridge::Result<()> {
+    let reg = dlbridge::registry();
+    let kernels = reg.list();
+    let width = kernels.iter().map(|k| k.signature_text().len()).max().unwrap_or(0);
+    for k in &kernels {
+        let devices: Vec<String> = k.devices().map(|d| d.to_string()).collect();
+        println!("{:<width$}  [{}]  {}", k.signature_text(), devices.join(", "), k.doc());
+    }
+    println!("{} kernels", kernels.len());
+    let problems = reg.problems();
+    for p in &problems {
+        eprintln!("problem: {p}");
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(dlbridge::Error::Runtime(format!("{} kernel registrations were rejected", problems.len())))
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo => dlbridge::demo::array_round_trip().map(|report| print!("{report}")),
+        Command::List => list(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

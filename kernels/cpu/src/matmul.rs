@@ -1,0 +1,86 @@
+//! matmul through the `gemm` crate (packed, SIMD, multi-threaded), on any strides.
+//!
+//! Invariants: the registry has checked the signature (`a: T[M, K]`,
+//! `b: T[K, N]`, `c: T[M, N]`, same dtype T, host memory), that `c` is a
+//! writable, non-overlapping view that does not overlap `a` or `b` (matmul
+//! allows no aliasing), and every view's layout was validated, so every
+//! element address gemm forms from the pointers and strides below lies in
+//! memory the views cover.
+
+use dlbridge_core::{Element, Result};
+use dlbridge_registry::{Arg, Call, register_kernel};
+
+/// Above this many multiply-adds gemm may use every rayon thread.
+const PAR_FLOPS: usize = 1 << 18;
+
+fn matmul<T: Element + GemmScalar>(call: &mut Call<'_, '_>) -> Result<()> {
+    let bug = call.layout_bug();
+    let (args, outs) = call.split();
+    let ([Arg::Tensor(a), Arg::Tensor(b)], [c]) = (&*args, outs) else {
+        return Err(bug);
+    };
+    let (m, k, n) = (a.shape()[0] as usize, a.shape()[1] as usize, b.shape()[1] as usize);
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        c.iter_mut::<T>()?.for_each(|v| *v = T::ZERO);
+        return Ok(());
+    }
+    // Typed checks (dtype, host memory, alignment) before any raw pointer use.
+    a.iter::<T>()?;
+    b.iter::<T>()?;
+    c.iter_mut::<T>()?;
+    let (a_rs, a_cs) = (a.strides()[0] as isize, a.strides()[1] as isize);
+    let (b_rs, b_cs) = (b.strides()[0] as isize, b.strides()[1] as isize);
+    let (c_rs, c_cs) = (c.strides()[0] as isize, c.strides()[1] as isize);
+    let parallelism = if m * n * k >= PAR_FLOPS { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
+    // SAFETY: see the module invariants: shapes match the signature, every address
+    // base + i*rs + j*cs for in-range i, j lies in validated host memory of the
+    // right dtype, c is writable, exclusive and disjoint from a and b. T is f32 or
+    // f64 (GemmScalar is only implemented for those), which gemm supports.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.data_ptr_mut().cast::<T>(),
+            c_cs,
+            c_rs,
+            false,
+            a.data_ptr().cast::<T>(),
+            a_cs,
+            a_rs,
+            b.data_ptr().cast::<T>(),
+            b_cs,
+            b_rs,
+            T::ZERO,
+            T::ONE,
+            false,
+            false,
+            false,
+            parallelism,
+        )
+    };
+    Ok(())
+}
+
+/// The dtypes gemm multiplies here.
+pub trait GemmScalar: Copy + 'static {
+    /// 0
+    const ZERO: Self;
+    /// 1
+    const ONE: Self;
+}
+impl GemmScalar for f32 {
+    const ZERO: f32 = 0.0;
+    const ONE: f32 = 1.0;
+}
+impl GemmScalar for f64 {
+    const ZERO: f64 = 0.0;
+    const ONE: f64 = 1.0;
+}
+
+register_kernel!("matmul<T: f32|f64>(a: T[M, K], b: T[K, N]) -> (c: T[M, N])",
+    dispatch { F32 => matmul::<f32>, F64 => matmul::<f64> },
+    doc = "c = a @ b (gemm crate: packed SIMD micro-kernels, rayon above 2^18 multiply-adds; any strides)");

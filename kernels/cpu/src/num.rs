@@ -1,0 +1,204 @@
+//! Numeric traits the kernels are generic over.
+
+use dlbridge_core::Element;
+use dlbridge_core::half::{bf16, f16};
+
+/// Elements the arithmetic kernels handle. Integer ops wrap (never panic).
+pub trait Scalar: Element + PartialOrd + Default {
+    /// Whether this is an integer type (division by zero must be refused).
+    const IS_INT: bool;
+    /// Zero.
+    fn zero() -> Self;
+    /// `a + b`
+    fn add(self, b: Self) -> Self;
+    /// `a - b`
+    fn sub(self, b: Self) -> Self;
+    /// `a * b`
+    fn mul(self, b: Self) -> Self;
+    /// `a / b` (callers refuse integer division by zero first).
+    fn div(self, b: Self) -> Self;
+    /// `max(a, b)`, propagating NaN like torch.maximum.
+    fn maximum(self, b: Self) -> Self;
+    /// To f64 (for scalar arguments and accumulation).
+    fn to_f64(self) -> f64;
+    /// From f64 (rounding; integers truncate, saturating).
+    fn from_f64(x: f64) -> Self;
+}
+
+macro_rules! int_scalar {
+    ($($t:ty),*) => {$(
+        impl Scalar for $t {
+            const IS_INT: bool = true;
+            fn zero() -> Self { 0 }
+            #[inline(always)] fn add(self, b: Self) -> Self { self.wrapping_add(b) }
+            #[inline(always)] fn sub(self, b: Self) -> Self { self.wrapping_sub(b) }
+            #[inline(always)] fn mul(self, b: Self) -> Self { self.wrapping_mul(b) }
+            #[inline(always)] fn div(self, b: Self) -> Self { if b == 0 { 0 } else { self.wrapping_div(b) } }
+            #[inline(always)] fn maximum(self, b: Self) -> Self { if self > b { self } else { b } }
+            #[inline(always)] fn to_f64(self) -> f64 { self as f64 }
+            #[inline(always)] fn from_f64(x: f64) -> Self { x as $t }
+        }
+    )*};
+}
+int_scalar!(i32, i64);
+
+macro_rules! float_scalar {
+    ($($t:ty),*) => {$(
+        impl Scalar for $t {
+            const IS_INT: bool = false;
+            fn zero() -> Self { 0.0 }
+            #[inline(always)] fn add(self, b: Self) -> Self { self + b }
+            #[inline(always)] fn sub(self, b: Self) -> Self { self - b }
+            #[inline(always)] fn mul(self, b: Self) -> Self { self * b }
+            #[inline(always)] fn div(self, b: Self) -> Self { self / b }
+            #[inline(always)] fn maximum(self, b: Self) -> Self { if self.is_nan() || self > b { self } else { b } }
+            #[inline(always)] fn to_f64(self) -> f64 { self as f64 }
+            #[inline(always)] fn from_f64(x: f64) -> Self { x as $t }
+        }
+    )*};
+}
+float_scalar!(f32, f64);
+
+macro_rules! half_scalar {
+    ($($t:ty),*) => {$(
+        impl Scalar for $t {
+            const IS_INT: bool = false;
+            fn zero() -> Self { <$t>::ZERO }
+            #[inline(always)] fn add(self, b: Self) -> Self { <$t>::from_f32(self.to_f32() + b.to_f32()) }
+            #[inline(always)] fn sub(self, b: Self) -> Self { <$t>::from_f32(self.to_f32() - b.to_f32()) }
+            #[inline(always)] fn mul(self, b: Self) -> Self { <$t>::from_f32(self.to_f32() * b.to_f32()) }
+            #[inline(always)] fn div(self, b: Self) -> Self { <$t>::from_f32(self.to_f32() / b.to_f32()) }
+            #[inline(always)] fn maximum(self, b: Self) -> Self { if self.is_nan() || self > b { self } else { b } }
+            #[inline(always)] fn to_f64(self) -> f64 { self.to_f64() }
+            #[inline(always)] fn from_f64(x: f64) -> Self { <$t>::from_f64(x) }
+        }
+    )*};
+}
+half_scalar!(f16, bf16);
+
+/// Floating-point elements: computed in `C` (f32 for f32/f16/bf16, f64 for f64).
+pub trait Real: Scalar {
+    /// The type the math runs in.
+    type C: Compute;
+    /// Widen.
+    fn up(self) -> Self::C;
+    /// Narrow (round to nearest).
+    fn down(c: Self::C) -> Self;
+}
+
+/// The math the float kernels need, on f32 and f64.
+pub trait Compute:
+    Copy
+    + Send
+    + Sync
+    + PartialOrd
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::Div<Output = Self>
+    + std::iter::Sum
+{
+    /// 0
+    const ZERO: Self;
+    /// 1
+    const ONE: Self;
+    /// -inf
+    const NEG_INF: Self;
+    /// e^x
+    fn exp(self) -> Self;
+    /// The error function.
+    fn erf(self) -> Self;
+    /// From f64.
+    fn of(x: f64) -> Self;
+    /// NaN check.
+    fn is_nan(self) -> bool;
+}
+
+impl Compute for f32 {
+    const ZERO: f32 = 0.0;
+    const ONE: f32 = 1.0;
+    const NEG_INF: f32 = f32::NEG_INFINITY;
+    #[inline(always)]
+    fn exp(self) -> f32 {
+        f32::exp(self)
+    }
+    #[inline(always)]
+    fn erf(self) -> f32 {
+        libm::erff(self)
+    }
+    #[inline(always)]
+    fn of(x: f64) -> f32 {
+        x as f32
+    }
+    #[inline(always)]
+    fn is_nan(self) -> bool {
+        f32::is_nan(self)
+    }
+}
+
+impl Compute for f64 {
+    const ZERO: f64 = 0.0;
+    const ONE: f64 = 1.0;
+    const NEG_INF: f64 = f64::NEG_INFINITY;
+    #[inline(always)]
+    fn exp(self) -> f64 {
+        f64::exp(self)
+    }
+    #[inline(always)]
+    fn erf(self) -> f64 {
+        libm::erf(self)
+    }
+    #[inline(always)]
+    fn of(x: f64) -> f64 {
+        x
+    }
+    #[inline(always)]
+    fn is_nan(self) -> bool {
+        f64::is_nan(self)
+    }
+}
+
+impl Real for f32 {
+    type C = f32;
+    #[inline(always)]
+    fn up(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn down(c: f32) -> f32 {
+        c
+    }
+}
+impl Real for f64 {
+    type C = f64;
+    #[inline(always)]
+    fn up(self) -> f64 {
+        self
+    }
+    #[inline(always)]
+    fn down(c: f64) -> f64 {
+        c
+    }
+}
+impl Real for f16 {
+    type C = f32;
+    #[inline(always)]
+    fn up(self) -> f32 {
+        self.to_f32()
+    }
+    #[inline(always)]
+    fn down(c: f32) -> f16 {
+        f16::from_f32(c)
+    }
+}
+impl Real for bf16 {
+    type C = f32;
+    #[inline(always)]
+    fn up(self) -> f32 {
+        self.to_f32()
+    }
+    #[inline(always)]
+    fn down(c: f32) -> bf16 {
+        bf16::from_f32(c)
+    }
+}
