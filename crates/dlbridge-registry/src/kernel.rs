@@ -89,15 +89,22 @@ impl<'c, 'a> Call<'c, 'a> {
     pub fn stream(&self) -> *mut c_void {
         self.stream
     }
-    /// The kernel's name.
-    pub fn kernel_name(&self) -> &str {
+    /// The kernel's name (borrowed from the kernel, not from the call, so it
+    /// can be taken before [`Call::split`]).
+    pub fn kernel_name(&self) -> &'c str {
         self.kernel
     }
     /// The error a kernel returns when its arguments do not have the shape its
     /// signature promised (a registration bug, never the caller's fault).
     pub fn layout_bug(&self) -> Error {
-        Error::Runtime(format!("{}: implementation does not match its signature (a bug in the kernel registration)", self.kernel))
+        layout_bug(self.kernel)
     }
+}
+
+/// [`Call::layout_bug`] for a kernel name taken before `split` (builds the
+/// error only when needed: the hot path must not allocate).
+pub fn layout_bug(kernel: &str) -> Error {
+    Error::Runtime(format!("{kernel}: implementation does not match its signature (a bug in the kernel registration)"))
 }
 
 /// A registered kernel: its signature, options and implementations per device.

@@ -4,10 +4,10 @@ use dlbridge_core::Result;
 use dlbridge_registry::{Arg, Call, register_kernel};
 
 fn copy(call: &mut Call<'_, '_>) -> Result<()> {
-    let bug = call.layout_bug();
+    let name = call.kernel_name();
     let (args, outs) = call.split();
     let ([Arg::Tensor(x)], [y]) = (&*args, outs) else {
-        return Err(bug);
+        return Err(dlbridge_registry::kernel::layout_bug(name));
     };
     y.copy_from(x)
 }

@@ -14,10 +14,10 @@ use dlbridge_registry::{Arg, Call, register_kernel};
 const PAR_FLOPS: usize = 1 << 18;
 
 fn matmul<T: Element + GemmScalar>(call: &mut Call<'_, '_>) -> Result<()> {
-    let bug = call.layout_bug();
+    let name = call.kernel_name();
     let (args, outs) = call.split();
     let ([Arg::Tensor(a), Arg::Tensor(b)], [c]) = (&*args, outs) else {
-        return Err(bug);
+        return Err(dlbridge_registry::kernel::layout_bug(name));
     };
     let (m, k, n) = (a.shape()[0] as usize, a.shape()[1] as usize, b.shape()[1] as usize);
     if m == 0 || n == 0 {

@@ -122,11 +122,11 @@ fn per_row<T: Element>(x: &TensorView<'_>, out: &mut TensorViewMut<'_>, f: impl 
 }
 
 fn io<'c, 'a>(call: &'c mut Call<'_, 'a>) -> Result<(&'c TensorView<'a>, &'c mut TensorViewMut<'a>)> {
-    let bug = call.layout_bug();
+    let name = call.kernel_name();
     let (args, outs) = call.split();
     match (&*args, outs) {
         ([Arg::Tensor(x)], [out]) => Ok((x, out)),
-        _ => Err(bug),
+        _ => Err(dlbridge_registry::kernel::layout_bug(name)),
     }
 }
 

@@ -1,0 +1,305 @@
+//! Every call is checked against its signature before the kernel runs; a
+//! mismatch names the kernel, the argument, what was expected and what came,
+//! and nothing is written.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use dlbridge_array::Array;
+use dlbridge_core::testing::{Fields, ForeignTensor};
+use dlbridge_core::{DType, DeviceType, ErrorKind, ManagedTensor, TensorViewMut};
+use dlbridge_registry::{Arg, Call, Impl, KernelDef, KernelOpts, Registry};
+
+/// Registers `sig` with an implementation that counts its runs and writes 1s into every output.
+fn counting(reg: &Registry, sig: &str, opts: KernelOpts) -> Arc<AtomicUsize> {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    reg.register(KernelDef {
+        signature: sig.into(),
+        device: DeviceType::CPU,
+        imp: Impl::Dyn(Arc::new(move |call: &mut Call<'_, '_>| {
+            r.fetch_add(1, Ordering::SeqCst);
+            let (_, outs) = call.split();
+            for o in outs.iter_mut() {
+                if o.dtype() == DType::F32 {
+                    o.iter_mut::<f32>()?.for_each(|v| *v = 1.0);
+                }
+            }
+            Ok(())
+        })),
+        opts,
+        origin: "test".into(),
+        doc: String::new(),
+    })
+    .unwrap();
+    runs
+}
+
+fn zeros(shape: &[i64]) -> Array {
+    Array::zeros(DType::F32, shape).unwrap()
+}
+
+#[test]
+fn dim_mismatch_names_kernel_argument_symbol_and_binder() {
+    let reg = Registry::new();
+    let runs = counting(&reg, "matmul<T: f32|f64>(a: T[M, K], b: T[K, N]) -> (c: T[M, N])", KernelOpts::DEFAULT);
+    let (a, b, mut c) = (zeros(&[2, 3]), zeros(&[4, 5]), zeros(&[2, 5]));
+    let k = reg.get("matmul").unwrap();
+    let e = k.call(&mut [Arg::Tensor(a.view()), Arg::Tensor(b.view())], &mut [c.view_mut().unwrap()]).unwrap_err();
+    assert_eq!(e.to_string(), "matmul: argument b: dim K = 3 (bound by a) but got 4");
+    assert_eq!(e.kind(), ErrorKind::Value);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    assert!(c.to_vec::<f32>().unwrap().iter().all(|&v| v == 0.0), "nothing written");
+}
+
+#[test]
+fn wrong_dtype_is_a_type_error_naming_the_allowed_set() {
+    let reg = Registry::new();
+    counting(&reg, "matmul<T: f32|f64>(a: T[M, K], b: T[K, N]) -> (c: T[M, N])", KernelOpts::DEFAULT);
+    let a = Array::zeros(DType::I32, &[2, 2]).unwrap();
+    let b = zeros(&[2, 2]);
+    let k = reg.get("matmul").unwrap();
+    let e = k.prepare_outputs(&[Arg::Tensor(a.view()), Arg::Tensor(b.view())]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Type);
+    assert_eq!(e.to_string(), "matmul: argument a: dtype mismatch: expected T (one of f32, f64), got i32");
+    let a = Array::zeros(DType::F64, &[2, 2]).unwrap();
+    let e = k.prepare_outputs(&[Arg::Tensor(a.view()), Arg::Tensor(b.view())]).unwrap_err();
+    assert_eq!(e.to_string(), "matmul: argument b: dtype mismatch: expected T = f64 (bound by a), got f32");
+}
+
+#[test]
+fn wrong_rank_and_fixed_dims_are_refused() {
+    let reg = Registry::new();
+    counting(&reg, "rgb(img: u8[H, W, 3]) -> (gray: u8[H, W])", KernelOpts::DEFAULT);
+    let k = reg.get("rgb").unwrap();
+    let a = Array::zeros(DType::U8, &[4, 4]).unwrap();
+    let e = k.prepare_outputs(&[Arg::Tensor(a.view())]).unwrap_err();
+    assert_eq!(e.to_string(), "rgb: argument img: expected 3 dims [H, W, 3] but got 2 dims [4, 4]");
+    let a = Array::zeros(DType::U8, &[4, 4, 4]).unwrap();
+    let e = k.prepare_outputs(&[Arg::Tensor(a.view())]).unwrap_err();
+    assert_eq!(e.to_string(), "rgb: argument img: dim 2 must be 3 but got 4");
+}
+
+#[test]
+fn rest_groups_bind_as_a_whole() {
+    let reg = Registry::new();
+    counting(&reg, "add<T: f32>(a: T[...S], b: T[...S]) -> (out: T[...S])", KernelOpts::ELEMENTWISE);
+    let k = reg.get("add").unwrap();
+    let (a, b) = (zeros(&[2, 3, 4]), zeros(&[2, 3, 5]));
+    let e = k.prepare_outputs(&[Arg::Tensor(a.view()), Arg::Tensor(b.view())]).unwrap_err();
+    assert_eq!(e.to_string(), "add: argument b: ...S = [2, 3, 4] (bound by a) but got [2, 3, 5]");
+    let specs = k.prepare_outputs(&[Arg::Tensor(a.view()), Arg::Tensor(a.view())]).unwrap();
+    assert_eq!(specs[0].shape.as_slice(), &[2, 3, 4]);
+    let s = zeros(&[]);
+    let specs = k.prepare_outputs(&[Arg::Tensor(s.view()), Arg::Tensor(s.view())]).unwrap();
+    assert!(specs[0].shape.is_empty(), "0-d tensors bind an empty group");
+}
+
+#[test]
+fn prepare_outputs_gives_shape_dtype_and_device() {
+    let reg = Registry::new();
+    counting(&reg, "softmax<T: f32|f64>(x: T[...B, N]) -> (y: T[...B, N], lse: f64[...B])", KernelOpts::DEFAULT);
+    let x = Array::zeros(DType::F32, &[2, 3, 7]).unwrap();
+    let specs = reg.get("softmax").unwrap().prepare_outputs(&[Arg::Tensor(x.view())]).unwrap();
+    assert_eq!(specs.len(), 2);
+    assert_eq!((specs[0].shape.as_slice(), specs[0].dtype), (&[2i64, 3, 7][..], DType::F32));
+    assert_eq!((specs[1].shape.as_slice(), specs[1].dtype), (&[2i64, 3][..], DType::F64));
+    assert_eq!(specs[1].device, dlbridge_core::Device::CPU);
+    assert_eq!(specs[1].to_string(), "lse: f64[2, 3] on cpu");
+    let e = reg.get("softmax").unwrap().prepare_outputs(&[Arg::Tensor(zeros(&[]).view())]).unwrap_err();
+    assert!(e.to_string().contains("expected at least 1 dims"), "{e}");
+}
+
+#[test]
+fn outputs_are_checked_too() {
+    let reg = Registry::new();
+    let runs = counting(&reg, "relu<T: f32>(x: T[...S]) -> (y: T[...S])", KernelOpts::ELEMENTWISE);
+    let x = zeros(&[3]);
+    let mut y = zeros(&[4]);
+    let e = reg.call("relu", &mut [Arg::Tensor(x.view())], &mut [y.view_mut().unwrap()]).unwrap_err();
+    assert_eq!(e.to_string(), "relu: output y: ...S = [3] (bound by x) but got [4]");
+    let mut y64 = Array::zeros(DType::F64, &[3]).unwrap();
+    let e = reg.call("relu", &mut [Arg::Tensor(x.view())], &mut [y64.view_mut().unwrap()]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Type);
+    let e = reg.call("relu", &mut [Arg::Tensor(x.view())], &mut []).unwrap_err();
+    assert_eq!(e.to_string(), "relu: expected 1 outputs (y) but got 0");
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn argument_count_and_kinds_are_checked() {
+    let reg = Registry::new();
+    counting(&reg, "axpy<T: f32>(alpha: f64, x: T[N], y: mut T[N])", KernelOpts::DEFAULT);
+    let k = reg.get("axpy").unwrap();
+    let x = zeros(&[3]);
+    let mut y = zeros(&[3]);
+    let e = k.call(&mut [Arg::F64(1.0), Arg::Tensor(x.view())], &mut []).unwrap_err();
+    assert_eq!(e.to_string(), "axpy: expected 3 arguments (alpha, x, y) but got 2");
+    let e = k.call(&mut [Arg::I64(1), Arg::Tensor(x.view()), Arg::TensorMut(y.view_mut().unwrap())], &mut []).unwrap_err();
+    assert_eq!(e.to_string(), "axpy: argument alpha: expected a f64 scalar but got i64 1");
+    let e = k.call(&mut [Arg::F64(1.0), Arg::F64(2.0), Arg::TensorMut(y.view_mut().unwrap())], &mut []).unwrap_err();
+    assert_eq!(e.to_string(), "axpy: argument x: expected a tensor [N] but got f64 2");
+}
+
+#[test]
+fn read_only_tensor_in_a_mut_slot_is_refused_and_not_written() {
+    let reg = Registry::new();
+    let runs = counting(&reg, "axpy<T: f32>(alpha: f64, x: T[N], y: mut T[N])", KernelOpts::DEFAULT);
+    let k = reg.get("axpy").unwrap();
+    let x = zeros(&[3]);
+    let y = zeros(&[3]);
+    // A read-only view passed where the kernel writes.
+    let e = k.call(&mut [Arg::F64(1.0), Arg::Tensor(x.view()), Arg::Tensor(y.view())], &mut []).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Buffer);
+    assert!(e.to_string().starts_with("axpy: argument y:"), "{e}");
+    assert!(e.to_string().contains("read-only"), "{e}");
+    // A READ_ONLY foreign tensor cannot even become a writable view.
+    let mut foreign = ForeignTensor::new(&Fields { flags: 1, ..Fields::f32(&[3]) });
+    // SAFETY: the ForeignTensor outlives the ManagedTensor.
+    let mut t = unsafe { ManagedTensor::from_raw_versioned(foreign.versioned_ptr()) }.unwrap();
+    assert!(t.view_mut().is_err());
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn overlapping_output_is_refused_unless_exactly_an_input_of_an_elementwise_kernel() {
+    let reg = Registry::new();
+    let runs = counting(&reg, "add<T: f32>(a: T[...S], b: T[...S]) -> (out: T[...S])", KernelOpts::ELEMENTWISE);
+    counting(&reg, "mm<T: f32>(a: T[M, K], b: T[K, N]) -> (c: T[M, N])", KernelOpts::DEFAULT);
+    let mut buf = vec![0f32; 8];
+    let shape = [4i64];
+    let ptr = buf.as_mut_ptr();
+    // Views made by hand over one buffer (as the Python layer would from aliasing tensors).
+    let view = |off: usize| {
+        // SAFETY: `buf` lives for the test; the registry refuses the call before any
+        // write when views overlap, and only the exact-alias case is written.
+        unsafe { dlbridge_core::TensorView::from_raw_parts(ptr.add(off).cast(), 0, &shape, None, DType::F32, dlbridge_core::Device::CPU, dlbridge_core::Flags::empty()) }.unwrap()
+    };
+    let view_mut = |off: usize| {
+        // SAFETY: as above.
+        unsafe { TensorViewMut::from_view(view(off)) }.unwrap()
+    };
+    let add = reg.get("add").unwrap();
+    let e = add.call(&mut [Arg::Tensor(view(0)), Arg::Tensor(view(4))], &mut [view_mut(2)]).unwrap_err();
+    assert_eq!(e.to_string(), "add: output out overlaps argument a in memory (only an output that is exactly an input is allowed)");
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    add.call(&mut [Arg::Tensor(view(0)), Arg::Tensor(view(4))], &mut [view_mut(0)]).unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "exact alias: runs in place");
+    let sq = [2i64, 2];
+    // SAFETY: as above.
+    let m = |off: usize| unsafe { dlbridge_core::TensorView::from_raw_parts(ptr.add(off).cast(), 0, &sq, None, DType::F32, dlbridge_core::Device::CPU, dlbridge_core::Flags::empty()) }.unwrap();
+    // SAFETY: as above.
+    let mm_out = unsafe { TensorViewMut::from_view(m(0)) }.unwrap();
+    let e = reg.get("mm").unwrap().call(&mut [Arg::Tensor(m(0)), Arg::Tensor(m(4))], &mut [mm_out]).unwrap_err();
+    assert!(e.to_string().contains("does not allow aliasing"), "{e}");
+    drop(buf);
+}
+
+#[test]
+fn contiguous_kernels_refuse_strided_tensors_clearly() {
+    let reg = Registry::new();
+    let runs = counting(&reg, "scan(x: f32[N, M]) -> (y: f32[N, M])", KernelOpts { contiguous: true, ..KernelOpts::DEFAULT });
+    let x = zeros(&[3, 2]).t().unwrap();
+    let k = reg.get("scan").unwrap();
+    let mut y = zeros(&[2, 3]);
+    let e = k.call(&mut [Arg::Tensor(x.view())], &mut [y.view_mut().unwrap()]).unwrap_err();
+    assert!(e.to_string().starts_with("scan: argument x (this kernel needs contiguous tensors; copy it first)"), "{e}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    let xc = x.contiguous().unwrap();
+    k.call(&mut [Arg::Tensor(xc.view())], &mut [y.view_mut().unwrap()]).unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn device_the_kernel_does_not_serve_is_refused() {
+    let reg = Registry::new();
+    counting(&reg, "relu(x: f32[N]) -> (y: f32[N])", KernelOpts::DEFAULT);
+    let mut foreign = ForeignTensor::new(&Fields { device: (2, 0), ..Fields::f32(&[3]) });
+    // SAFETY: the ForeignTensor outlives the ManagedTensor; CUDA memory is never read here.
+    let t = unsafe { ManagedTensor::from_raw_versioned(foreign.versioned_ptr()) }.unwrap();
+    let mut f2 = ForeignTensor::new(&Fields { device: (2, 0), ..Fields::f32(&[3]) });
+    // SAFETY: as above.
+    let mut o = unsafe { ManagedTensor::from_raw_versioned(f2.versioned_ptr()) }.unwrap();
+    let e = reg.call("relu", &mut [Arg::Tensor(t.view().clone())], &mut [o.view_mut().unwrap()]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Buffer);
+    assert_eq!(e.to_string(), "unsupported device cuda:0: relu runs on cpu");
+    // Mixed devices are refused at the argument that differs.
+    let cpu = zeros(&[3]);
+    let mut y = zeros(&[3]);
+    let e = reg.call("relu", &mut [Arg::Tensor(t.view().clone())], &mut [y.view_mut().unwrap()]).unwrap_err();
+    assert!(e.to_string().starts_with("relu: output y: unsupported device cpu: x is on cuda:0"), "{e}");
+    drop(cpu);
+}
+
+#[test]
+fn duplicates_are_errors_and_new_devices_extend_a_kernel() {
+    let reg = Registry::new();
+    counting(&reg, "k(x: f32[N]) -> (y: f32[N])", KernelOpts::DEFAULT);
+    let def = |sig: &str, dev: DeviceType| KernelDef {
+        signature: sig.into(),
+        device: dev,
+        imp: Impl::Dyn(Arc::new(|_: &mut Call<'_, '_>| Ok(()))),
+        opts: KernelOpts::DEFAULT,
+        origin: "second".into(),
+        doc: String::new(),
+    };
+    let e = reg.register(def("k(x: f32[N]) -> (y: f32[N])", DeviceType::CPU)).unwrap_err();
+    assert_eq!(e.to_string(), "kernel k on cpu is registered twice: by test and by second");
+    let e = reg.register(def("k(x: f64[N]) -> (y: f64[N])", DeviceType::CUDA)).unwrap_err();
+    assert!(e.to_string().contains("already registered with signature"), "{e}");
+    let k = reg.register(def("k(x: f32[N]) -> (y: f32[N])", DeviceType::CUDA)).unwrap();
+    assert_eq!(k.devices().collect::<Vec<_>>(), vec![DeviceType::CPU, DeviceType::CUDA]);
+    assert_eq!(reg.list().len(), 1);
+}
+
+#[test]
+fn unknown_kernel_is_not_found_with_suggestions() {
+    let reg = Registry::new();
+    counting(&reg, "matmul(a: f32[M, K], b: f32[K, N]) -> (c: f32[M, N])", KernelOpts::DEFAULT);
+    let e = reg.get("matmu").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+    assert!(e.to_string().contains("did you mean matmul"), "{e}");
+}
+
+#[test]
+fn a_panicking_kernel_becomes_an_error() {
+    let reg = Registry::new();
+    reg.register(KernelDef {
+        signature: "boom(x: f32[N])".into(),
+        device: DeviceType::CPU,
+        imp: Impl::Dyn(Arc::new(|_: &mut Call<'_, '_>| panic!("kaboom"))),
+        opts: KernelOpts::DEFAULT,
+        origin: "test".into(),
+        doc: String::new(),
+    })
+    .unwrap();
+    let x = zeros(&[1]);
+    let e = reg.call("boom", &mut [Arg::Tensor(x.view())], &mut []).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Runtime);
+    assert_eq!(e.to_string(), "boom: kernel panicked: kaboom");
+}
+
+#[test]
+fn kernel_errors_carry_the_kernel_name() {
+    let reg = Registry::new();
+    reg.register(KernelDef {
+        signature: "fails(x: f32[N])".into(),
+        device: DeviceType::CPU,
+        imp: Impl::Dyn(Arc::new(|_: &mut Call<'_, '_>| Err(dlbridge_core::Error::Runtime("out of cheese".into())))),
+        opts: KernelOpts::DEFAULT,
+        origin: "test".into(),
+        doc: String::new(),
+    })
+    .unwrap();
+    let x = zeros(&[1]);
+    let e = reg.call("fails", &mut [Arg::Tensor(x.view())], &mut []).unwrap_err();
+    assert_eq!(e.to_string(), "fails: out of cheese");
+}
+
+#[test]
+fn registry_and_kernels_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Registry>();
+    check::<dlbridge_registry::Kernel>();
+    check::<Arc<dlbridge_registry::Kernel>>();
+}
