@@ -5,7 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub use dlbridge_array::{self as array, Array};
-pub use dlbridge_core::{
+pub use dlbridge_core::{half, 
     self as core, DType, Device, DeviceType, Element, Error, ErrorKind, Flags, ManagedTensor, Result, TensorDesc,
     TensorView, TensorViewMut,
 };
