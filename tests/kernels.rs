@@ -39,7 +39,8 @@ fn binary_ops_match_the_reference_small_and_parallel() {
     for n in [7usize, 200_003] {
         let (x, y) = (ramp(n, 0.01), ramp(n, 0.003).iter().map(|v| v + 5.0).collect::<Vec<_>>());
         let (a, b) = (arr(&x, &[n as i64]), arr(&y, &[n as i64]));
-        let cases: [(&str, fn(f32, f32) -> f32); 5] =
+        type Op = fn(f32, f32) -> f32;
+        let cases: [(&str, Op); 5] =
             [("add", |a, b| a + b), ("sub", |a, b| a - b), ("mul", |a, b| a * b), ("div", |a, b| a / b), ("maximum", f32::max)];
         for (name, f) in cases {
             let out = run(name, &mut [ArrayArg::In(&a), ArrayArg::In(&b)]);
