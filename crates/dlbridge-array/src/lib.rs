@@ -118,6 +118,7 @@ impl Array {
     }
 
     /// Like [`Array::from_slice`], from a `Vec` (copied into aligned memory).
+    #[inline]
     pub fn from_vec<T: Element>(values: Vec<T>, shape: &[i64]) -> Result<Array> {
         Array::from_slice(&values, shape)
     }
@@ -153,46 +154,57 @@ impl Array {
     }
 
     /// The dtype.
+    #[inline]
     pub fn dtype(&self) -> DType {
         self.dtype
     }
     /// The device (always host accessible).
+    #[inline]
     pub fn device(&self) -> Device {
         self.device
     }
     /// The shape.
+    #[inline]
     pub fn shape(&self) -> &[i64] {
         &self.shape
     }
     /// The strides, in elements.
+    #[inline]
     pub fn strides(&self) -> &[i64] {
         &self.strides
     }
     /// Number of dimensions.
+    #[inline]
     pub fn ndim(&self) -> usize {
         self.shape.len()
     }
     /// Number of elements.
+    #[inline]
     pub fn numel(&self) -> usize {
         self.shape.iter().map(|&n| n as usize).product()
     }
     /// Address of element `[0, .., 0]`.
+    #[inline]
     pub fn data_ptr(&self) -> *const u8 {
         self.data
     }
     /// Whether the memory is compact row-major.
+    #[inline]
     pub fn is_contiguous(&self) -> bool {
         is_contiguous(&self.shape, &self.strides)
     }
     /// Whether writes are refused (an imported READ_ONLY tensor, or marked so).
+    #[inline]
     pub fn is_read_only(&self) -> bool {
         self.flags.contains(Flags::READ_ONLY)
     }
     /// Marks the array read-only: exports carry READ_ONLY and `view_mut` is refused.
+    #[inline]
     pub fn set_read_only(&mut self) {
         self.flags.insert(Flags::READ_ONLY);
     }
     /// Whether another Array, view or export shares this array's memory.
+    #[inline]
     pub fn is_shared(&self) -> bool {
         Arc::strong_count(&self.storage) > 1
     }
@@ -237,16 +249,19 @@ impl Array {
     }
 
     /// The elements as a slice (dtype of `T`, contiguous).
+    #[inline]
     pub fn as_slice<T: Element>(&self) -> Result<&[T]> {
         self.view().as_slice::<T>()
     }
 
     /// The elements as a mutable slice; see [`Array::view_mut`] for when this is granted.
+    #[inline]
     pub fn as_slice_mut<T: Element>(&mut self) -> Result<&mut [T]> {
         self.view_mut()?.into_slice_mut::<T>()
     }
 
     /// The elements in row-major logical order.
+    #[inline]
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         self.view().to_vec::<T>()
     }
@@ -264,6 +279,7 @@ impl Array {
     }
 
     /// The 2-d transpose (a view).
+    #[inline]
     pub fn t(&self) -> Result<Array> {
         if self.ndim() != 2 {
             return Err(Error::InvalidArgument(format!("t() needs a 2-d array, got {} dims", self.ndim())));
@@ -321,6 +337,7 @@ impl Array {
     }
 
     /// A contiguous copy of the array (always a fresh, unshared allocation).
+    #[inline]
     pub fn contiguous(&self) -> Result<Array> {
         let mut out = Array::zeros(self.dtype, &self.shape)?;
         out.flags = self.flags & Flags::IS_SUBBYTE_TYPE_PADDED;
@@ -351,6 +368,7 @@ impl Array {
     }
 
     /// Exports a handle to the same memory (the array stays usable).
+    #[inline]
     pub fn to_managed(&self) -> Result<ManagedTensor> {
         self.clone().into_managed()
     }
@@ -371,6 +389,7 @@ impl Array {
 
     /// Checks an Array-internal layout (used by tests and debug assertions).
     #[doc(hidden)]
+    #[inline]
     pub fn check(&self) -> Result<()> {
         check_layout(&self.shape, Some(&self.strides), self.dtype, self.data as usize, 0, self.flags.contains(Flags::IS_SUBBYTE_TYPE_PADDED))
             .map(drop)

@@ -46,21 +46,25 @@ impl DeviceType {
     pub const CUDA_MANAGED: DeviceType = DeviceType(13);
 
     /// The lower-case name (`cpu`, `cuda`, ...), or `None` for an unknown code.
+    #[inline]
     pub fn name(self) -> Option<&'static str> {
         NAMES.iter().find(|(c, _)| *c == self.0).map(|(_, n)| *n)
     }
 
     /// Whether DLPack 1.3 defines this code.
+    #[inline]
     pub fn is_known(self) -> bool {
         self.name().is_some()
     }
 
     /// Whether the CPU can read this memory directly (CPU, pinned and managed memory).
+    #[inline]
     pub fn is_host_accessible(self) -> bool {
         matches!(self, DeviceType::CPU | DeviceType::CUDA_HOST | DeviceType::ROCM_HOST | DeviceType::CUDA_MANAGED)
     }
 
     /// Parses a name as printed by `Display`.
+    #[inline]
     pub fn from_name(name: &str) -> Option<DeviceType> {
         NAMES.iter().find(|(_, n)| *n == name).map(|(c, _)| DeviceType(*c))
     }
@@ -89,6 +93,7 @@ impl Device {
     pub const CPU: Device = Device { kind: DeviceType::CPU, id: 0 };
 
     /// A CUDA device.
+    #[inline]
     pub const fn cuda(id: i32) -> Device {
         Device { kind: DeviceType::CUDA, id }
     }
@@ -107,11 +112,13 @@ impl Device {
     }
 
     /// The raw DLPack descriptor.
+    #[inline]
     pub const fn to_dl(self) -> DLDevice {
         DLDevice { device_type: DLDeviceType(self.kind.0), device_id: self.id }
     }
 
     /// Whether the CPU can read this memory directly.
+    #[inline]
     pub fn is_host_accessible(self) -> bool {
         self.kind.is_host_accessible()
     }

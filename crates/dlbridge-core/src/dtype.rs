@@ -193,28 +193,34 @@ impl DType {
     }
 
     /// The type code.
+    #[inline]
     pub const fn code(self) -> DTypeCode {
         self.code
     }
     /// Bits per lane.
+    #[inline]
     pub const fn bits(self) -> u8 {
         self.bits
     }
     /// Number of lanes (1 for scalars).
+    #[inline]
     pub const fn lanes(self) -> u16 {
         self.lanes
     }
     /// The same scalar type with `lanes` lanes.
+    #[inline]
     pub fn with_lanes(self, lanes: u16) -> Result<DType> {
         DType::new(self.code, self.bits, lanes)
     }
 
     /// Bits of one element when packed (`bits * lanes`).
+    #[inline]
     pub const fn element_bits(self) -> u32 {
         self.bits as u32 * self.lanes as u32
     }
 
     /// Whether one element is a whole number of bytes.
+    #[inline]
     pub const fn is_byte_sized(self) -> bool {
         self.element_bits().is_multiple_of(8)
     }
@@ -249,6 +255,7 @@ impl DType {
     }
 
     /// Whether this is a floating-point type (IEEE, bfloat or the float8/6/4 families).
+    #[inline]
     pub const fn is_float(self) -> bool {
         !matches!(
             self.code,
@@ -257,6 +264,7 @@ impl DType {
     }
 
     /// Every scalar (one-lane) dtype DLPack 1.3 defines, in code order.
+    #[inline]
     pub fn all_scalar() -> Vec<DType> {
         ALL_CODES
             .iter()

@@ -11,6 +11,10 @@ use crate::error::{Error, Result};
 /// bound keeps a corrupt `ndim` from making us read gigabytes of "shape".
 pub const MAX_NDIM: usize = 64;
 
+/// Element offsets beyond +-2^100 can never describe addressable memory; bounding
+/// them keeps the i128 arithmetic below free of overflow checks.
+const OFFSET_LIMIT: i128 = 1 << 100;
+
 /// What [`check_layout`] learned about a tensor's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Extent {
@@ -25,6 +29,7 @@ pub struct Extent {
 
 impl Extent {
     /// Bytes spanned by the tensor, from its lowest to its highest touched byte.
+    #[inline]
     pub fn span(&self) -> usize {
         (self.byte_hi - self.byte_lo) as usize
     }
@@ -66,27 +71,35 @@ pub fn check_layout(
     {
         return Err(Error::field("strides", format!("{} entries", s.len()), format!("ndim is {}", shape.len())));
     }
-    let mut numel: u128 = 1;
     for (d, &n) in shape.iter().enumerate() {
         if n < 0 {
             return Err(Error::field(format!("shape[{d}]"), n, "dims must not be negative"));
         }
-        numel = numel.saturating_mul(n as u128);
+    }
+    // A zero dim makes the tensor empty whatever the others are.
+    let empty = shape.contains(&0);
+    let mut numel: u64 = u64::from(!empty);
+    if !empty {
+        for &n in shape {
+            numel = numel.checked_mul(n as u64).ok_or_else(|| Error::overflow(format!("element count of shape {shape:?}")))?;
+        }
     }
     // Element offsets (relative to element [0, .., 0]) of the lowest and highest element.
     let (mut lo, mut hi): (i128, i128) = (0, 0);
     if numel > 0 {
-        for (d, &n) in shape.iter().enumerate() {
-            let stride = match strides {
-                Some(s) => s[d],
-                None => continue, // compact strides: span computed from numel below
-            };
-            let reach = (n as i128 - 1) * stride as i128; // |n| < 2^63, |stride| <= 2^63: fits i128
-            let acc = if reach < 0 { &mut lo } else { &mut hi };
-            *acc = acc.checked_add(reach).ok_or_else(|| Error::overflow(format!("byte extent of shape {shape:?} strides {strides:?}")))?;
-        }
-        if strides.is_none() {
-            hi = numel as i128 - 1;
+        match strides {
+            Some(strides) => {
+                for (&n, &stride) in shape.iter().zip(strides) {
+                    // |n - 1| < 2^63 and |stride| <= 2^63: the product fits i128, and
+                    // the running sums are bounded by OFFSET_LIMIT after every term.
+                    let reach = (n as i128 - 1) * stride as i128;
+                    if reach < 0 { lo += reach } else { hi += reach }
+                    if lo < -OFFSET_LIMIT || hi > OFFSET_LIMIT {
+                        return Err(Error::overflow(format!("byte extent of shape {shape:?} strides {strides:?}")));
+                    }
+                }
+            }
+            None => hi = numel as i128 - 1,
         }
     }
     let numel: usize = usize::try_from(numel)
@@ -98,13 +111,10 @@ pub fn check_layout(
     let (byte_lo, byte_hi) = if numel == 0 {
         (0i128, 0i128)
     } else {
-        let lo_bits = lo.checked_mul(sbits).ok_or_else(extent_overflow)?;
-        let hi_bits = hi
-            .checked_add(1)
-            .and_then(|h| h.checked_mul(sbits))
-            .and_then(|b| b.checked_add(7))
-            .ok_or_else(extent_overflow)?;
-        (lo_bits.div_euclid(8), hi_bits.div_euclid(8))
+        // |lo|, |hi| <= 2^100 and sbits < 2^24: no overflow (and no slow i128 checked multiply).
+        let lo_bits = lo * sbits;
+        let hi_bits = (hi + 1) * sbits + 7;
+        (lo_bits >> 3, hi_bits >> 3) // arithmetic shift: floor division by 8, no i128 divide call
     };
     let span = byte_hi - byte_lo;
     if byte_lo < isize::MIN as i128 || byte_hi > isize::MAX as i128 || span > isize::MAX as i128 {
@@ -125,7 +135,7 @@ pub fn check_layout(
             ));
         }
         let align = dtype.alignment();
-        if !start.is_multiple_of(align as u128) {
+        if start & (align as u128 - 1) != 0 {
             return Err(Error::field(
                 "data",
                 format!("{data_addr:#x} + byte_offset {byte_offset}"),

@@ -145,12 +145,14 @@ impl ManagedTensor {
     }
 
     /// A read-only view, borrowing the tensor.
+    #[inline]
     pub fn view(&self) -> &TensorView<'_> {
         &self.view
     }
 
     /// A writable view. Refused for READ_ONLY tensors and for layouts where
     /// elements share memory.
+    #[inline]
     pub fn view_mut(&mut self) -> Result<TensorViewMut<'_>> {
         // SAFETY: `&mut self` is the only handle to this producer reference; the
         // DLPack contract hands the consumer access to the memory until the
@@ -159,42 +161,52 @@ impl ManagedTensor {
     }
 
     /// The DLPack version, or `None` for a legacy tensor.
+    #[inline]
     pub fn version(&self) -> Option<(u32, u32)> {
         self.version.map(|v| (v.major, v.minor))
     }
     /// Whether this came as a legacy `DLManagedTensor`.
+    #[inline]
     pub fn is_legacy(&self) -> bool {
         self.version.is_none()
     }
     /// The producer's flags (empty for legacy tensors).
+    #[inline]
     pub fn flags(&self) -> Flags {
         self.view.flags()
     }
     /// READ_ONLY: the consumer must not write.
+    #[inline]
     pub fn is_read_only(&self) -> bool {
         self.flags().contains(Flags::READ_ONLY)
     }
     /// IS_COPIED: the producer made a copy the consumer owns alone.
+    #[inline]
     pub fn is_copied(&self) -> bool {
         self.flags().contains(Flags::IS_COPIED)
     }
     /// IS_SUBBYTE_TYPE_PADDED: sub-byte elements each take a whole byte.
+    #[inline]
     pub fn is_subbyte_padded(&self) -> bool {
         self.flags().contains(Flags::IS_SUBBYTE_TYPE_PADDED)
     }
     /// The dtype.
+    #[inline]
     pub fn dtype(&self) -> DType {
         self.view.dtype()
     }
     /// The device.
+    #[inline]
     pub fn device(&self) -> Device {
         self.view.device()
     }
     /// The shape.
+    #[inline]
     pub fn shape(&self) -> &[i64] {
         self.view.shape()
     }
     /// The strides in elements.
+    #[inline]
     pub fn strides(&self) -> &[i64] {
         self.view.strides()
     }
@@ -323,6 +335,7 @@ pub struct TensorDesc<'a> {
 
 impl<'a> TensorDesc<'a> {
     /// A compact row-major CPU tensor, no flags.
+    #[inline]
     pub fn contiguous(dtype: DType, shape: &'a [i64]) -> TensorDesc<'a> {
         TensorDesc { dtype, device: Device::CPU, shape, strides: None, byte_offset: 0, flags: Flags::empty() }
     }

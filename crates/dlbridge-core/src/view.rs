@@ -16,7 +16,6 @@ use std::mem::size_of;
 use std::ops::Deref;
 
 use dlpark::ffi::DLTensor;
-use smallvec::SmallVec;
 
 use crate::Flags;
 use crate::device::Device;
@@ -25,11 +24,12 @@ use crate::error::{Error, Result};
 use crate::layout::{Extent, Offsets, check_layout, contiguous_strides, is_contiguous, is_non_overlapping};
 
 /// Strides of a view: borrowed from the producer, or computed (compact
-/// row-major) when the producer gave NULL.
+/// row-major) when the producer gave NULL (boxed: that legacy case is rare,
+/// and a small `TensorView` keeps every move on the call path cheap).
 #[derive(Clone)]
 pub(crate) enum Strides<'a> {
     Borrowed(&'a [i64]),
-    Owned(SmallVec<[i64; 6]>),
+    Owned(Box<[i64]>),
 }
 
 impl Deref for Strides<'_> {
@@ -108,7 +108,7 @@ impl<'a> TensorView<'a> {
         let extent = check_layout(shape, strides, dtype, data as usize, byte_offset, padded)?;
         let strides = match strides {
             Some(s) => Strides::Borrowed(s),
-            None => Strides::Owned(contiguous_strides(shape)?),
+            None => Strides::Owned(contiguous_strides(shape)?.into_vec().into_boxed_slice()),
         };
         // check_layout proved that data + byte_offset does not wrap when the tensor
         // has elements; for empty tensors the pointer is never dereferenced.
@@ -118,6 +118,7 @@ impl<'a> TensorView<'a> {
     }
 
     /// A contiguous CPU view of a slice with the given shape (its product must equal the length).
+    #[inline]
     pub fn from_slice<T: Element>(data: &'a [T], shape: &'a [i64]) -> Result<TensorView<'a>> {
         Self::from_slice_strided(data, shape, None, 0)
     }
@@ -162,54 +163,67 @@ impl<'a> TensorView<'a> {
     }
 
     /// The shape.
+    #[inline]
     pub fn shape(&self) -> &'a [i64] {
         self.shape
     }
     /// The strides, in elements (computed compact strides when the producer gave NULL).
+    #[inline]
     pub fn strides(&self) -> &[i64] {
         &self.strides
     }
     /// Number of dimensions.
+    #[inline]
     pub fn ndim(&self) -> usize {
         self.shape.len()
     }
     /// The dtype.
+    #[inline]
     pub fn dtype(&self) -> DType {
         self.dtype
     }
     /// The device.
+    #[inline]
     pub fn device(&self) -> Device {
         self.device
     }
     /// The DLPack flags the producer set (or READ_ONLY for shared-slice views).
+    #[inline]
     pub fn flags(&self) -> Flags {
         self.flags
     }
     /// Whether writes are forbidden.
+    #[inline]
     pub fn is_read_only(&self) -> bool {
         self.flags.contains(Flags::READ_ONLY)
     }
     /// Number of elements.
+    #[inline]
     pub fn numel(&self) -> usize {
         self.extent.numel
     }
     /// Whether the tensor has no elements.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.extent.numel == 0
     }
     /// The bytes the tensor touches, relative to [`TensorView::data_ptr`].
+    #[inline]
     pub fn extent(&self) -> Extent {
         self.extent
     }
     /// Address of element `[0, .., 0]` (byte_offset applied). May be NULL for empty tensors.
+    #[inline]
     pub fn data_ptr(&self) -> *const c_void {
         self.data.cast()
     }
     /// Whether the memory is compact row-major.
+    #[inline]
     pub fn is_contiguous(&self) -> bool {
         is_contiguous(self.shape, &self.strides)
     }
     /// Whether no two logical elements share memory.
+    #[inline]
     pub fn is_non_overlapping(&self) -> bool {
         is_non_overlapping(self.shape, &self.strides)
     }
@@ -279,12 +293,14 @@ impl<'a> TensorView<'a> {
     }
 
     /// Iterates the elements in row-major logical order, whatever the strides.
+    #[inline]
     pub fn iter<T: Element>(&self) -> Result<Iter<'a, T>> {
         self.check_typed::<T>("iter")?;
         Ok(Iter { walk: Offsets::new(self.shape, &self.strides), data: self.data.cast(), _life: PhantomData })
     }
 
     /// Copies the elements out in row-major logical order.
+    #[inline]
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         match self.as_slice::<T>() {
             Ok(s) => Ok(s.to_vec()),
@@ -355,6 +371,7 @@ impl<'a> TensorViewMut<'a> {
     }
 
     /// A contiguous writable CPU view of a slice.
+    #[inline]
     pub fn from_slice_mut<T: Element>(data: &'a mut [T], shape: &'a [i64]) -> Result<TensorViewMut<'a>> {
         Self::from_slice_strided_mut(data, shape, None, 0)
     }
@@ -373,44 +390,55 @@ impl<'a> TensorViewMut<'a> {
         unsafe { Self::from_view(view) }
     }
 
-    /// A read-only view, borrowing this one.
-    pub fn as_view(&self) -> TensorView<'_> {
-        self.view.clone()
+    /// A read-only view, borrowing this one. (Sound because `TensorView` is
+    /// covariant: the reference's lifetime also bounds every slice read through it.)
+    #[inline]
+    pub fn as_view(&self) -> &TensorView<'_> {
+        &self.view
     }
     /// The shape.
+    #[inline]
     pub fn shape(&self) -> &[i64] {
         self.view.shape
     }
     /// The strides in elements.
+    #[inline]
     pub fn strides(&self) -> &[i64] {
         &self.view.strides
     }
     /// The dtype.
+    #[inline]
     pub fn dtype(&self) -> DType {
         self.view.dtype
     }
     /// The device.
+    #[inline]
     pub fn device(&self) -> Device {
         self.view.device
     }
     /// Number of elements.
+    #[inline]
     pub fn numel(&self) -> usize {
         self.view.extent.numel
     }
     /// Whether the memory is compact row-major.
+    #[inline]
     pub fn is_contiguous(&self) -> bool {
         self.view.is_contiguous()
     }
     /// Address of element `[0, .., 0]`.
+    #[inline]
     pub fn data_ptr_mut(&mut self) -> *mut c_void {
         self.view.data as *mut c_void
     }
     /// A DLTensor describing this view; see [`TensorView::as_dltensor`].
+    #[inline]
     pub fn as_dltensor(&mut self) -> DLTensor {
         self.view.as_dltensor()
     }
 
     /// The elements as a mutable slice (dtype of `T`, host memory, contiguous).
+    #[inline]
     pub fn as_slice_mut<T: Element>(&mut self) -> Result<&mut [T]> {
         let s = self.view.as_slice::<T>()?;
         // SAFETY: same range as the shared slice just validated; this view holds
@@ -419,6 +447,7 @@ impl<'a> TensorViewMut<'a> {
     }
 
     /// Like [`TensorViewMut::as_slice_mut`], consuming the view for its whole lifetime.
+    #[inline]
     pub fn into_slice_mut<T: Element>(self) -> Result<&'a mut [T]> {
         let s = self.view.as_slice::<T>()?;
         // SAFETY: as in as_slice_mut; `self` is consumed so nothing else can reach the memory.

@@ -62,47 +62,53 @@ pub struct OutputSpec {
     pub device: Device,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
-struct Bound {
-    value: i64,
-    by: u8,
-}
-
-#[derive(Debug, Clone, Default)]
-struct BoundRest {
-    dims: SmallVec<[i64; 8]>,
-    by: u8,
-}
-
-/// What one call bound its signature's variables to.
+/// What one call bound its signature's variables to. Compact and inline:
+/// `...` groups are recorded as (argument, first dim, count) and read back
+/// from the argument's shape.
 #[derive(Debug, Clone, Default)]
 pub struct Bindings {
     dtypes: [Option<(DType, u8)>; MAX_TYPE_VARS],
-    syms: [Option<Bound>; MAX_SYMBOLS],
-    rests: [Option<BoundRest>; MAX_RESTS],
+    syms: [i64; MAX_SYMBOLS],
+    sym_by: [u8; MAX_SYMBOLS],
+    sym_mask: u32,
+    rests: [(u8, u8, u8); MAX_RESTS],
+    rest_mask: u8,
     device: Option<(Device, u8)>,
 }
 
 impl Bindings {
     /// The dtype type variable `i` was bound to.
+    #[inline]
     pub fn dtype(&self, i: usize) -> Option<DType> {
         self.dtypes.get(i).copied().flatten().map(|(d, _)| d)
     }
     /// The value dim symbol `i` was bound to.
+    #[inline]
     pub fn symbol(&self, i: usize) -> Option<i64> {
-        self.syms.get(i).copied().flatten().map(|b| b.value)
+        (i < MAX_SYMBOLS && self.sym_mask & (1 << i) != 0).then(|| self.syms[i])
+    }
+    /// The dims `...` group `i` was bound to (read from the argument that bound it).
+    pub fn rest<'s>(&self, i: usize, args: &'s [Arg<'_>]) -> Option<&'s [i64]> {
+        if i >= MAX_RESTS || self.rest_mask & (1 << i) == 0 {
+            return None;
+        }
+        let (by, start, len) = self.rests[i];
+        let (shape, _, _) = args.get(by as usize)?.tensor_meta()?;
+        shape.get(start as usize..start as usize + len as usize)
     }
     /// The device every tensor argument is on (None if the call has no tensors).
+    #[inline]
     pub fn device(&self) -> Option<Device> {
         self.device.map(|(d, _)| d)
     }
 }
 
-struct Ctx<'s> {
+struct Ctx<'s, 'x> {
     sig: &'s Signature,
+    args: &'s [Arg<'x>],
 }
 
-impl Ctx<'_> {
+impl Ctx<'_, '_> {
     fn arg_err(&self, param: usize, err: Error) -> Error {
         err.context(format!("{}: argument {}", self.sig.name, self.param_name(param)))
     }
@@ -112,107 +118,90 @@ impl Ctx<'_> {
     }
 
     /// Checks one tensor against its type, binding variables on first sight.
+    /// The hot path returns a tiny [`Fail`]; the message is built (cold) by [`Ctx::explain`].
+    #[inline]
     fn tensor(&self, b: &mut Bindings, idx: usize, ty: &TensorType, shape: &[i64], dtype: DType, device: Device) -> Result<()> {
+        match self.check(b, idx, ty, shape, dtype, device) {
+            Ok(()) => Ok(()),
+            Err(fail) => Err(self.explain(b, idx, ty, shape, dtype, device, fail)),
+        }
+    }
+
+    #[inline]
+    fn check(&self, b: &mut Bindings, idx: usize, ty: &TensorType, shape: &[i64], dtype: DType, device: Device) -> Result<(), Fail> {
         let by = idx as u8;
-        // dtype
         match ty.dtype {
-            DTypeRef::Concrete(d) if d != dtype => {
-                return Err(self.arg_err(idx, Error::DTypeMismatch { expected: d.to_string(), got: dtype }));
-            }
-            DTypeRef::Concrete(_) => {}
-            DTypeRef::Var(v) => match b.dtypes[v] {
-                Some((bound, by0)) if bound != dtype => {
-                    return Err(self.arg_err(
-                        idx,
-                        Error::DTypeMismatch {
-                            expected: format!("{} = {bound} (bound by {})", self.sig.type_vars[v].name, self.param_name(by0 as usize)),
-                            got: dtype,
-                        },
-                    ));
+            DTypeRef::Concrete(d) => {
+                if d != dtype {
+                    return Err(Fail::DType);
                 }
-                Some(_) => {}
+            }
+            DTypeRef::Var(v) => match b.dtypes[v] {
+                Some((bound, _)) => {
+                    if bound != dtype {
+                        return Err(Fail::DType);
+                    }
+                }
                 None => {
                     if !self.sig.type_vars[v].allowed.contains(&dtype) {
-                        return Err(self.arg_err(idx, Error::DTypeMismatch { expected: self.sig.describe_dtype(ty.dtype), got: dtype }));
+                        return Err(Fail::DType);
                     }
                     b.dtypes[v] = Some((dtype, by));
                 }
             },
         }
-        // device
         match b.device {
-            Some((d, by0)) if d != device => {
-                return Err(self.arg_err(
-                    idx,
-                    Error::UnsupportedDevice { got: device, what: format!("{} is on {d}; all tensors must share one device", self.param_name(by0 as usize)) },
-                ));
+            Some((d, _)) => {
+                if d != device {
+                    return Err(Fail::Device);
+                }
             }
-            Some(_) => {}
             None => b.device = Some((device, by)),
         }
-        // rank
-        let rest_at = ty.rest_position();
-        let fixed = ty.dims.len() - usize::from(rest_at.is_some());
-        let rank_ok = if rest_at.is_some() { shape.len() >= fixed } else { shape.len() == fixed };
-        if !rank_ok {
-            return Err(self.arg_err(
-                idx,
-                Error::Mismatch(format!(
-                    "expected {}{} dims {} but got {} dims {:?}",
-                    if rest_at.is_some() { "at least " } else { "" },
-                    fixed,
-                    self.sig.fmt_dims(&ty.dims),
-                    shape.len(),
-                    shape
-                )),
-            ));
+        let dims = &ty.dims[..];
+        let fixed = dims.len() - usize::from(ty.has_rest());
+        if if ty.has_rest() { shape.len() < fixed } else { shape.len() != fixed } {
+            return Err(Fail::Rank);
         }
         let rest_len = shape.len() - fixed;
         let mut axis = 0usize;
-        for d in &ty.dims {
+        for d in dims {
             match *d {
                 Dim::Fixed(n) => {
                     if shape[axis] != n {
-                        return Err(self.arg_err(idx, Error::Mismatch(format!("dim {axis} must be {n} but got {}", shape[axis]))));
+                        return Err(Fail::Dim(axis));
                     }
                     axis += 1;
                 }
                 Dim::Sym(s) => {
                     let got = shape[axis];
-                    match b.syms[s] {
-                        Some(bound) if bound.value != got => {
-                            return Err(self.arg_err(
-                                idx,
-                                Error::Mismatch(format!(
-                                    "dim {} = {} (bound by {}) but got {got}",
-                                    self.sig.symbols[s],
-                                    bound.value,
-                                    self.param_name(bound.by as usize)
-                                )),
-                            ));
+                    if b.sym_mask & (1 << s) != 0 {
+                        if b.syms[s] != got {
+                            return Err(Fail::Dim(axis));
                         }
-                        Some(_) => {}
-                        None => b.syms[s] = Some(Bound { value: got, by }),
+                    } else {
+                        b.syms[s] = got;
+                        b.sym_by[s] = by;
+                        b.sym_mask |= 1 << s;
                     }
                     axis += 1;
                 }
                 Dim::Rest(r) => {
                     let got = &shape[axis..axis + rest_len];
-                    match &b.rests[r] {
-                        Some(bound) if bound.dims.as_slice() != got => {
-                            return Err(self.arg_err(
-                                idx,
-                                Error::Mismatch(format!(
-                                    "...{} = {:?} (bound by {}) but got {:?}",
-                                    self.sig.rests[r],
-                                    bound.dims.as_slice(),
-                                    self.param_name(bound.by as usize),
-                                    got
-                                )),
-                            ));
+                    match b.rest(r, self.args) {
+                        Some(bound) => {
+                            if bound != got {
+                                return Err(Fail::Rest(r));
+                            }
                         }
-                        Some(_) => {}
-                        None => b.rests[r] = Some(BoundRest { dims: got.into(), by }),
+                        None => {
+                            if idx >= self.sig.params.len() {
+                                return Err(Fail::Rest(r));
+                            }
+                            // ndim <= MAX_NDIM (64), so positions fit a u8.
+                            b.rests[r] = (by, axis as u8, rest_len as u8);
+                            b.rest_mask |= 1 << r;
+                        }
                     }
                     axis += rest_len;
                 }
@@ -220,6 +209,86 @@ impl Ctx<'_> {
         }
         Ok(())
     }
+
+    /// The error for a failed check, naming the kernel, argument, expectation and value.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn explain(&self, b: &Bindings, idx: usize, ty: &TensorType, shape: &[i64], dtype: DType, device: Device, fail: Fail) -> Error {
+        let err = match fail {
+            Fail::DType => match ty.dtype {
+                DTypeRef::Var(v) => match b.dtypes[v] {
+                    Some((bound, by0)) => Error::DTypeMismatch {
+                        expected: format!("{} = {bound} (bound by {})", self.sig.type_vars[v].name, self.param_name(by0 as usize)),
+                        got: dtype,
+                    },
+                    None => Error::DTypeMismatch { expected: self.sig.describe_dtype(ty.dtype), got: dtype },
+                },
+                DTypeRef::Concrete(d) => Error::DTypeMismatch { expected: d.to_string(), got: dtype },
+            },
+            Fail::Device => {
+                let (d, by0) = b.device.unwrap_or((device, 0));
+                Error::UnsupportedDevice { got: device, what: format!("{} is on {d}; all tensors must share one device", self.param_name(by0 as usize)) }
+            }
+            Fail::Rank => Error::Mismatch(format!(
+                "expected {}{} dims {} but got {} dims {:?}",
+                if ty.has_rest() { "at least " } else { "" },
+                ty.dims.len() - usize::from(ty.has_rest()),
+                self.sig.fmt_dims(&ty.dims),
+                shape.len(),
+                shape
+            )),
+            Fail::Dim(axis) => {
+                // Which dim of the type sits at this axis (before any `...`, or counted from the end).
+                let rest_len = shape.len() + usize::from(ty.has_rest()) - ty.dims.len();
+                let mut a = 0usize;
+                let mut which = None;
+                for d in &ty.dims {
+                    let width = if matches!(d, Dim::Rest(_)) { rest_len } else { 1 };
+                    if axis < a + width {
+                        which = Some(*d);
+                        break;
+                    }
+                    a += width;
+                }
+                match which {
+                    Some(Dim::Sym(s)) => Error::Mismatch(format!(
+                        "dim {} = {} (bound by {}) but got {}",
+                        self.sig.symbols[s],
+                        b.syms[s],
+                        self.param_name(b.sym_by[s] as usize),
+                        shape[axis]
+                    )),
+                    Some(Dim::Fixed(n)) => Error::Mismatch(format!("dim {axis} must be {n} but got {}", shape[axis])),
+                    _ => Error::Mismatch(format!("dim {axis} does not match")),
+                }
+            }
+            Fail::Rest(r) => match b.rest(r, self.args) {
+                Some(bound) => {
+                    let fixed_before = ty.dims.iter().take_while(|d| !matches!(d, Dim::Rest(_))).count();
+                    let rest_len = shape.len() + 1 - ty.dims.len();
+                    Error::Mismatch(format!(
+                        "...{} = {bound:?} (bound by {}) but got {:?}",
+                        self.sig.rests[r],
+                        self.param_name(b.rests[r].0 as usize),
+                        &shape[fixed_before..fixed_before + rest_len]
+                    ))
+                }
+                None => Error::Runtime(format!("{}: ...{} is not bound by any input", self.sig.name, self.sig.rests[r])),
+            },
+        };
+        self.arg_err(idx, err)
+    }
+}
+
+/// What a check found wrong (the text comes later, off the hot path).
+#[derive(Debug, Clone, Copy)]
+enum Fail {
+    DType,
+    Device,
+    Rank,
+    Dim(usize),
+    Rest(usize),
 }
 
 /// Checks the inputs of a call against `sig` and returns the bindings.
@@ -236,7 +305,7 @@ pub fn bind(sig: &Signature, args: &[Arg<'_>]) -> Result<Bindings> {
             args.len()
         )));
     }
-    let ctx = Ctx { sig };
+    let ctx = Ctx { sig, args };
     let mut b = Bindings::default();
     for (i, (param, arg)) in sig.params.iter().zip(args).enumerate() {
         match (&param.kind, arg) {
@@ -265,7 +334,7 @@ pub fn bind(sig: &Signature, args: &[Arg<'_>]) -> Result<Bindings> {
 }
 
 /// Checks caller-given outputs against the bindings (dtype, shape, device).
-pub fn check_outputs(sig: &Signature, b: &mut Bindings, outs: &[TensorViewMut<'_>]) -> Result<()> {
+pub fn check_outputs(sig: &Signature, b: &mut Bindings, args: &[Arg<'_>], outs: &[TensorViewMut<'_>]) -> Result<()> {
     if outs.len() != sig.outputs.len() {
         return Err(Error::InvalidArgument(format!(
             "{}: expected {} outputs ({}) but got {}",
@@ -275,7 +344,7 @@ pub fn check_outputs(sig: &Signature, b: &mut Bindings, outs: &[TensorViewMut<'_
             outs.len()
         )));
     }
-    let ctx = Ctx { sig };
+    let ctx = Ctx { sig, args };
     for (j, (param, out)) in sig.outputs.iter().zip(outs).enumerate() {
         if let Some(t) = param.tensor() {
             ctx.tensor(b, sig.params.len() + j, t, out.shape(), out.dtype(), out.device())
@@ -294,7 +363,7 @@ fn retitle_output(e: Error) -> Error {
 
 /// Shapes, dtypes and devices of every output, from bound inputs alone
 /// (Tensor Comprehensions' prepareOutputs step).
-pub fn output_specs(sig: &Signature, b: &Bindings) -> Result<SmallVec<[OutputSpec; 2]>> {
+pub fn output_specs(sig: &Signature, b: &Bindings, args: &[Arg<'_>]) -> Result<SmallVec<[OutputSpec; 2]>> {
     let device = b.device().unwrap_or(Device::CPU);
     let mut specs = SmallVec::new();
     for p in &sig.outputs {
@@ -308,7 +377,7 @@ pub fn output_specs(sig: &Signature, b: &Bindings) -> Result<SmallVec<[OutputSpe
             match *d {
                 Dim::Fixed(n) => shape.push(n),
                 Dim::Sym(s) => shape.push(b.symbol(s).ok_or_else(|| unbound(sig, &sig.symbols[s]))?),
-                Dim::Rest(r) => shape.extend_from_slice(&b.rests[r].as_ref().ok_or_else(|| unbound(sig, &sig.rests[r]))?.dims),
+                Dim::Rest(r) => shape.extend_from_slice(b.rest(r, args).ok_or_else(|| unbound(sig, &sig.rests[r]))?),
             }
         }
         specs.push(OutputSpec { name: p.name.clone(), shape, dtype, device });

@@ -210,7 +210,7 @@ impl Kernel {
     /// adapter needs to allocate them with its own framework.
     pub fn prepare_outputs(&self, args: &[Arg<'_>]) -> Result<SmallVec<[OutputSpec; 2]>> {
         let b = bind(&self.sig, args)?;
-        output_specs(&self.sig, &b)
+        output_specs(&self.sig, &b, args)
     }
 
     /// Checks every argument and output against the signature, then runs the
@@ -222,7 +222,7 @@ impl Kernel {
     /// [`Kernel::call`] with a stream handle for device kernels.
     pub fn call_on_stream<'a>(&self, args: &mut [Arg<'a>], outs: &mut [TensorViewMut<'a>], stream: *mut c_void) -> Result<()> {
         let mut b = bind(&self.sig, args)?;
-        check_outputs(&self.sig, &mut b, outs)?;
+        check_outputs(&self.sig, &mut b, args, outs)?;
         self.check_layouts(args, outs)?;
         let device = b.device().map_or(DeviceType::CPU, |d| d.kind);
         let Some((_, imp, _)) = self.impls.iter().find(|(d, _, _)| *d == device) else {
@@ -259,27 +259,27 @@ impl Kernel {
         let pname = |i: usize| {
             if i < n { format!("argument {}", self.sig.params[i].name) } else { format!("output {}", self.sig.outputs[i - n].name) }
         };
-        let mut slots: SmallVec<[Slot; 8]> = SmallVec::new();
+        let mut slots: SmallVec<[Slot<'_>; 8]> = SmallVec::new();
         for (i, a) in args.iter().enumerate() {
             match a {
                 Arg::Tensor(v) => slots.push(Slot::new(i, false, v)),
                 Arg::TensorMut(v) => {
                     let mutable = self.sig.params[i].tensor().is_some_and(|t| t.mutable);
-                    slots.push(Slot::new(i, mutable, &v.as_view()));
+                    slots.push(Slot::new(i, mutable, v.as_view()));
                 }
                 _ => {}
             }
         }
         for (j, o) in outs.iter().enumerate() {
-            slots.push(Slot::new(n + j, true, &o.as_view()));
+            slots.push(Slot::new(n + j, true, o.as_view()));
         }
         if self.opts.contiguous {
             for s in &slots {
-                if !s.contiguous {
+                if !s.view.is_contiguous() {
                     return Err(Error::NotContiguous {
                         what: format!("{name}: {} (this kernel needs contiguous tensors; copy it first)", pname(s.index)),
-                        shape: s.shape.to_vec(),
-                        strides: s.strides.to_vec(),
+                        shape: s.view.shape().to_vec(),
+                        strides: s.view.strides().to_vec(),
                     });
                 }
             }
@@ -292,7 +292,7 @@ impl Kernel {
                 if x == y || !w.overlaps(other) {
                     continue;
                 }
-                let exact = w.ptr == other.ptr && w.shape == other.shape && w.strides == other.strides;
+                let exact = w.ptr == other.ptr && w.view.shape() == other.view.shape() && w.view.strides() == other.view.strides();
                 if !(exact && self.opts.alias_outputs && w.index >= n && !other.writable) {
                     return Err(Error::InvalidArgument(format!(
                         "{name}: {} overlaps {} in memory{}",
@@ -312,33 +312,22 @@ impl Kernel {
 }
 
 /// One tensor of a call, as the layout checks see it.
-struct Slot {
+struct Slot<'v> {
     index: usize,
     writable: bool,
     ptr: usize,
     lo: isize,
     hi: isize,
-    shape: SmallVec<[i64; 6]>,
-    strides: SmallVec<[i64; 6]>,
-    contiguous: bool,
+    view: &'v dlbridge_core::TensorView<'v>,
 }
 
-impl Slot {
-    fn new(index: usize, writable: bool, v: &dlbridge_core::TensorView<'_>) -> Slot {
+impl<'v> Slot<'v> {
+    fn new(index: usize, writable: bool, v: &'v dlbridge_core::TensorView<'v>) -> Slot<'v> {
         let e = v.extent();
-        Slot {
-            index,
-            writable,
-            ptr: v.data_ptr() as usize,
-            lo: e.byte_lo,
-            hi: e.byte_hi,
-            shape: v.shape().into(),
-            strides: v.strides().into(),
-            contiguous: v.is_contiguous(),
-        }
+        Slot { index, writable, ptr: v.data_ptr() as usize, lo: e.byte_lo, hi: e.byte_hi, view: v }
     }
 
-    fn overlaps(&self, o: &Slot) -> bool {
+    fn overlaps(&self, o: &Slot<'_>) -> bool {
         if self.hi == self.lo || o.hi == o.lo {
             return false;
         }

@@ -68,12 +68,19 @@ pub struct TensorType {
     pub dims: Vec<Dim>,
     /// Whether the kernel writes it in place.
     pub mutable: bool,
+    /// Whether `dims` holds a `...NAME` group (cached at parse time).
+    pub has_rest: bool,
 }
 
 impl TensorType {
     /// Position of the `...NAME` group, if any.
     pub fn rest_position(&self) -> Option<usize> {
         self.dims.iter().position(|d| matches!(d, Dim::Rest(_)))
+    }
+    /// Whether the dims include a `...NAME` group.
+    #[inline]
+    pub fn has_rest(&self) -> bool {
+        self.has_rest
     }
 }
 
@@ -511,7 +518,8 @@ impl<'s> Parser<'s> {
             }
             self.expect("]", "to close the dims")?;
         }
-        Ok(Param { name, kind: ParamKind::Tensor(TensorType { dtype, dims, mutable }) })
+        let has_rest = dims.iter().any(|d| matches!(d, Dim::Rest(_)));
+        Ok(Param { name, kind: ParamKind::Tensor(TensorType { dtype, dims, mutable, has_rest }) })
     }
 }
 

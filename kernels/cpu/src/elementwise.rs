@@ -67,8 +67,9 @@ fn aliases(v: &TensorView<'_>, out: &TensorViewMut<'_>) -> bool {
     v.numel() > 0 && v.data_ptr() == out.as_view().data_ptr()
 }
 
-/// `out = f(a, b)` over any matching layouts.
-pub(crate) fn map2<T: Scalar>(a: &TensorView<'_>, b: &TensorView<'_>, out: &mut TensorViewMut<'_>, f: impl Fn(T, T) -> T + Sync + Send + Copy) -> Result<()> {
+/// `out = f(a, b)` over any matching layouts (the body of add, sub, mul, ...; public
+/// so benchmarks can call a kernel without the registry).
+pub fn map2<T: Scalar>(a: &TensorView<'_>, b: &TensorView<'_>, out: &mut TensorViewMut<'_>, f: impl Fn(T, T) -> T + Sync + Send + Copy) -> Result<()> {
     let (aa, ba) = (aliases(a, out), aliases(b, out));
     if a.is_contiguous() && b.is_contiguous() && out.is_contiguous() {
         let o = out.as_slice_mut::<T>()?;
@@ -90,7 +91,7 @@ pub(crate) fn map2<T: Scalar>(a: &TensorView<'_>, b: &TensorView<'_>, out: &mut 
 }
 
 /// `out = f(x)` over any matching layouts.
-pub(crate) fn map1<T: Scalar>(x: &TensorView<'_>, out: &mut TensorViewMut<'_>, f: impl Fn(T) -> T + Sync + Send + Copy) -> Result<()> {
+pub fn map1<T: Scalar>(x: &TensorView<'_>, out: &mut TensorViewMut<'_>, f: impl Fn(T) -> T + Sync + Send + Copy) -> Result<()> {
     let alias = aliases(x, out);
     if x.is_contiguous() && out.is_contiguous() {
         let o = out.as_slice_mut::<T>()?;
