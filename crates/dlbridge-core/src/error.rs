@@ -193,6 +193,14 @@ pub enum Error {
     /// A kernel or plugin reported a failure while running.
     #[error("{0}")]
     Runtime(String),
+    /// An error reported through a code (a plugin's return value, a C caller) with its message.
+    #[error("{message}")]
+    Coded {
+        /// The kind the code maps to.
+        kind: ErrorKind,
+        /// The message that came with it.
+        message: String,
+    },
 
     /// Another error with the place it happened (kernel, argument, path).
     #[error("{context}: {source}")]
@@ -227,6 +235,7 @@ impl Error {
             | Error::Buffer(_) => ErrorKind::Buffer,
             Error::NotFound(_) => ErrorKind::NotFound,
             Error::Runtime(_) => ErrorKind::Runtime,
+            Error::Coded { kind, .. } => *kind,
             Error::Context { source, .. } => source.kind(),
         }
     }

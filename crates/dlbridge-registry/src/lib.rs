@@ -9,10 +9,19 @@
 //! ranks, dims, devices, read-only tensors in `mut` slots, aliasing and (when
 //! the kernel asks) contiguity — and nothing is written when a check fails.
 //! The hot path (bind, check, dispatch) does no heap allocation.
+//!
+//! Plugins: shared libraries following the C ABI in `include/dlbridge/plugin.h`
+//! are loaded with [`Registry::load_plugin`]; Rust plugin crates export their
+//! table with [`export_plugin!`]. Unsafe code lives in `plugin` (loading and
+//! calling foreign entry points) and `export` (the plugin side of the ABI).
 #![deny(unsafe_code)]
 
 pub mod call;
+#[allow(unsafe_code)]
+pub mod export;
 pub mod kernel;
+#[allow(unsafe_code)]
+pub mod plugin;
 pub mod registry;
 pub mod signature;
 
@@ -20,6 +29,7 @@ pub use call::{Arg, Bindings, OutputSpec};
 pub use dlbridge_core::DType;
 pub use kernel::{Call, DynKernelFn, Impl, Kernel, KernelDef, KernelFn, KernelOpts};
 pub use registry::{KernelEntry, Registry, StaticImpl};
+pub use plugin::{Plugin, PluginInfo, PluginKernel};
 pub use signature::Signature;
 
 #[doc(hidden)]

@@ -8,6 +8,7 @@ use dlbridge_core::{DType, DeviceType, Error, Result, TensorViewMut};
 
 use crate::call::Arg;
 use crate::kernel::{Impl, Kernel, KernelDef, KernelFn, KernelOpts};
+use crate::plugin::{Plugin, PluginInfo};
 
 /// How a compiled-in kernel is implemented.
 #[derive(Debug, Clone, Copy)]
@@ -111,6 +112,7 @@ macro_rules! register_kernel {
 pub struct Registry {
     kernels: RwLock<BTreeMap<String, Arc<Kernel>>>,
     problems: Mutex<Vec<String>>,
+    plugins: Mutex<BTreeMap<std::path::PathBuf, PluginInfo>>,
 }
 
 impl Registry {
@@ -183,6 +185,44 @@ impl Registry {
     /// [`Kernel::call`] in loops).
     pub fn call<'a>(&self, name: &str, args: &mut [Arg<'a>], outs: &mut [TensorViewMut<'a>]) -> Result<()> {
         self.get(name)?.call(args, outs)
+    }
+
+    /// Loads a plugin library and registers its kernels (all or none).
+    ///
+    /// The ABI version and table size are checked before anything else is read,
+    /// every signature is parsed and type-checked, and the library stays loaded
+    /// while any of its kernels is registered or held. Loading the same file
+    /// again returns the same info and registers nothing new. A kernel name that
+    /// is already registered (built in or by another plugin) is an error naming
+    /// both origins, and the plugin's other kernels are rolled back.
+    pub fn load_plugin(&self, path: impl AsRef<std::path::Path>) -> Result<PluginInfo> {
+        let mut plugins = self.plugins.lock().unwrap_or_else(|p| p.into_inner());
+        if let Ok(canonical) = path.as_ref().canonicalize()
+            && let Some(info) = plugins.get(&canonical)
+        {
+            return Ok(info.clone());
+        }
+        let (info, defs) = Plugin::open(path)?.into_defs();
+        let mut done: Vec<String> = Vec::new();
+        for def in defs {
+            let name = def.signature.clone();
+            match self.register(def) {
+                Ok(k) => done.push(k.name().to_owned()),
+                Err(e) => {
+                    for n in &done {
+                        self.unregister(n);
+                    }
+                    return Err(e.context(format!("plugin {}: kernel `{name}`", info.path.display())));
+                }
+            }
+        }
+        plugins.insert(info.path.clone(), info.clone());
+        Ok(info)
+    }
+
+    /// The plugins loaded so far.
+    pub fn plugins(&self) -> Vec<PluginInfo> {
+        self.plugins.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
     }
 
     /// Problems found while collecting compiled-in kernels (bad signatures, duplicates).

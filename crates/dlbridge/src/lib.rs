@@ -10,7 +10,7 @@ pub use dlbridge_core::{half,
     TensorView, TensorViewMut,
 };
 
-pub use dlbridge_registry::{self as registry_crate, Arg, Kernel, KernelDef, KernelOpts, OutputSpec, Registry, Signature};
+pub use dlbridge_registry::{self as registry_crate, Arg, Kernel, KernelDef, KernelOpts, OutputSpec, Plugin, PluginInfo, Registry, Signature};
 
 pub mod arrays;
 pub mod demo;
@@ -21,6 +21,11 @@ pub use arrays::{ArrayArg, call, call_into};
 pub fn registry() -> &'static Registry {
     dlbridge_kernels_cpu::link();
     Registry::global()
+}
+
+/// Loads a plugin library into the process-wide registry; see [`Registry::load_plugin`].
+pub fn load_plugin(path: impl AsRef<std::path::Path>) -> Result<PluginInfo> {
+    registry().load_plugin(path)
 }
 
 /// Looks up a kernel in the process-wide registry.

@@ -15,3 +15,40 @@ fn unknown_command_fails_with_usage() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("Usage"));
 }
+
+fn dlbridge(args: &[&std::ffi::OsStr]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_dlbridge")).args(args).output().unwrap();
+    (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+#[test]
+fn list_prints_every_builtin_kernel_with_signature_and_device() {
+    let (ok, text, err) = dlbridge(&["list".as_ref()]);
+    assert!(ok, "{err}");
+    assert!(text.contains("matmul<T: f32|f64>(a: T[M, K], b: T[K, N]) -> (c: T[M, N])"), "{text}");
+    assert!(text.contains("[cpu]"));
+    assert!(text.lines().last().unwrap().ends_with("15 kernels"), "{text}");
+}
+
+#[test]
+fn inspect_shows_a_plugin_and_list_shows_it_beside_the_builtins() {
+    let lib = dlbridge_plugin_c::path("example_c");
+    let (ok, text, err) = dlbridge(&["inspect".as_ref(), lib.as_os_str()]);
+    assert!(ok, "{err}");
+    assert!(text.contains("plugin  example-c 1.0.0"), "{text}");
+    assert!(text.contains("abi     1"), "{text}");
+    assert!(text.contains("c_saxpy(alpha: f64, x: f32[N], y: mut f32[N])  [cpu]"), "{text}");
+    let (ok, text, err) = dlbridge(&["list".as_ref(), "--plugin".as_ref(), lib.as_os_str()]);
+    assert!(ok, "{err}");
+    assert!(text.contains("c_dot(a: f64[N], b: f64[N]) -> (out: f64[])") && text.contains("(plugin example-c 1.0.0)"), "{text}");
+    assert!(text.contains("softmax<"), "{text}");
+    assert!(text.lines().last().unwrap().ends_with("18 kernels"), "{text}");
+}
+
+#[test]
+fn inspect_reports_a_broken_plugin_and_fails() {
+    let lib = dlbridge_plugin_c::path("future_abi");
+    let (ok, _, err) = dlbridge(&["inspect".as_ref(), lib.as_os_str()]);
+    assert!(!ok);
+    assert!(err.contains("ABI version 7") && err.contains("libdlbridge_plugin_future_abi.so"), "{err}");
+}

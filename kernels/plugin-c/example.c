@@ -1,0 +1,105 @@
+/*
+ * An example dlbridge plugin in plain C: everything it needs is plugin.h.
+ *
+ * The build script compiles this file several times: once as the real example
+ * plugin, and with BROKEN_* macros into deliberately malformed plugins that the
+ * loader's tests must refuse cleanly.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dlbridge/plugin.h"
+
+static int32_t fail(char* err, size_t err_len, int32_t code, const char* msg) {
+  if (err && err_len) snprintf(err, err_len, "%s", msg);
+  return code;
+}
+
+/* c_saxpy(alpha: f64, x: f32[N], y: mut f32[N]) -- any strides. */
+static int32_t c_saxpy(DLTensor* const* t, int32_t nt, const DLBridgeScalar* s, int32_t ns, void* stream, char* err,
+                       size_t err_len) {
+  (void)stream;
+  if (nt != 2 || ns != 1) return fail(err, err_len, DLBRIDGE_ERR_VALUE, "c_saxpy: wrong arity");
+  const DLTensor* x = t[0];
+  DLTensor* y = t[1];
+  float a = (float)s[0].f64;
+  const float* xd = (const float*)x->data;
+  float* yd = (float*)y->data;
+  for (int64_t i = 0; i < x->shape[0]; i++) yd[i * y->strides[0]] += a * xd[i * x->strides[0]];
+  return DLBRIDGE_OK;
+}
+
+/* c_dot(a: f64[N], b: f64[N]) -> (out: f64[]) */
+static int32_t c_dot(DLTensor* const* t, int32_t nt, const DLBridgeScalar* s, int32_t ns, void* stream, char* err,
+                     size_t err_len) {
+  (void)s; (void)ns; (void)stream;
+  if (nt != 3) return fail(err, err_len, DLBRIDGE_ERR_VALUE, "c_dot: wrong arity");
+  const double* a = (const double*)t[0]->data;
+  const double* b = (const double*)t[1]->data;
+  double acc = 0;
+  for (int64_t i = 0; i < t[0]->shape[0]; i++) acc += a[i * t[0]->strides[0]] * b[i * t[1]->strides[0]];
+  *(double*)t[2]->data = acc;
+  return DLBRIDGE_OK;
+}
+
+/* c_sqrt(x: f32[N]) -> (y: f32[N]): refuses negative input with a message. */
+static int32_t c_sqrt(DLTensor* const* t, int32_t nt, const DLBridgeScalar* s, int32_t ns, void* stream, char* err,
+                      size_t err_len) {
+  (void)s; (void)ns; (void)stream; (void)nt;
+  const float* x = (const float*)t[0]->data;
+  float* y = (float*)t[1]->data;
+  for (int64_t i = 0; i < t[0]->shape[0]; i++) {
+    if (x[i] < 0) {
+      char msg[128];
+      snprintf(msg, sizeof msg, "negative input %g at index %lld", (double)x[i], (long long)i);
+      return fail(err, err_len, DLBRIDGE_ERR_VALUE, msg);
+    }
+    y[i] = sqrtf(x[i]);
+  }
+  return DLBRIDGE_OK;
+}
+
+#ifdef BROKEN_BAD_SIGNATURE
+#define SAXPY_SIG "c_saxpy(alpha: f64, x: f32[N], y: mut f32[N"
+#else
+#define SAXPY_SIG "c_saxpy(alpha: f64, x: f32[N], y: mut f32[N])"
+#endif
+
+#ifndef KERNEL_PREFIX_DOT
+#define KERNEL_PREFIX_DOT "c_dot"
+#endif
+
+static const DLBridgeKernel kernels[] = {
+    {SAXPY_SIG, 1, 0, c_saxpy, "y += alpha * x (C, any strides)"},
+    {KERNEL_PREFIX_DOT "(a: f64[N], b: f64[N]) -> (out: f64[])", 1, 0, c_dot, "dot product (C)"},
+    {"c_sqrt(x: f32[N]) -> (y: f32[N])", 1, DLBRIDGE_KERNEL_CONTIGUOUS, c_sqrt,
+     "elementwise sqrt; negative input is an error (C, contiguous only)"},
+};
+
+#ifdef BROKEN_FUTURE_ABI
+#define ABI (DLBRIDGE_PLUGIN_ABI_VERSION + 6)
+#else
+#define ABI DLBRIDGE_PLUGIN_ABI_VERSION
+#endif
+
+#ifdef BROKEN_SMALL_STRUCT
+#define SIZE 8u
+#else
+#define SIZE ((uint32_t)sizeof(DLBridgePlugin))
+#endif
+
+#ifndef PLUGIN_NAME
+#define PLUGIN_NAME "example-c"
+#endif
+
+static const DLBridgePlugin plugin = {
+    ABI, SIZE, PLUGIN_NAME, "1.0.0", (uint32_t)sizeof(DLBridgeKernel), (uint32_t)(sizeof kernels / sizeof kernels[0]),
+    kernels,
+};
+
+#ifdef BROKEN_NO_SYMBOL
+const DLBridgePlugin* not_the_plugin_symbol(void) { return &plugin; }
+#else
+const DLBridgePlugin* dlbridge_plugin(void) { return &plugin; }
+#endif
