@@ -1,0 +1,222 @@
+//! The DLPack C exchange API (`type(x).__dlpack_c_exchange_api__`), looked up
+//! once per Python type and called directly.
+//!
+//! Invariants: an [`Api`] points at a producer's static `DLPackExchangeAPI`
+//! table (the DLPack spec requires it to live for the whole process) whose
+//! major version is ours — found by walking `prev_api` a bounded number of
+//! steps. The cache holds a strong reference to every type it has seen, so a
+//! type's address is never reused for another while cached. Every call into
+//! the table happens with the GIL held and with objects of the type the table
+//! came from. Borrowed `DLTensor`s from `dltensor_from_py_object_no_sync` are
+//! only used while the GIL is held and the object is alive, and never outlive
+//! the call that borrowed them. Every pointer a producer returns is checked
+//! for NULL and then validated like any foreign tensor.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, c_char, c_void};
+use std::ptr::NonNull;
+use std::sync::Mutex;
+
+use dlbridge_core::ffi::{DLDataType, DLDevice, DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor};
+use dlbridge_core::{Device, ManagedTensor};
+use dlbridge_registry::OutputSpec;
+use pyo3::exceptions::{PyAttributeError, PyBufferError, PyRuntimeError};
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+
+/// A producer's exchange API table.
+#[derive(Debug, Clone, Copy)]
+pub struct Api(NonNull<DLPackExchangeAPI>);
+
+// SAFETY: the table is immutable static data of the producer, valid for the
+// process lifetime; its functions are called with the GIL held.
+unsafe impl Send for Api {}
+// SAFETY: as above.
+unsafe impl Sync for Api {}
+
+struct Entry {
+    _ty: Py<PyType>,
+    api: Option<Api>,
+}
+
+static CACHE: Mutex<Option<HashMap<usize, Entry>>> = Mutex::new(None);
+
+const CAPSULE_NAME: &CStr = c"dlpack_exchange_api";
+
+/// The exchange API of `obj`'s type, if it has one (cached per type).
+pub fn lookup(obj: &Bound<'_, PyAny>) -> PyResult<Option<Api>> {
+    let ty = obj.get_type();
+    let key = ty.as_ptr() as usize;
+    {
+        let cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = cache.as_ref().and_then(|m| m.get(&key)) {
+            return Ok(e.api);
+        }
+    }
+    let api = find(&ty)?;
+    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    cache.get_or_insert_with(HashMap::new).insert(key, Entry { _ty: ty.unbind(), api });
+    Ok(api)
+}
+
+fn find(ty: &Bound<'_, PyType>) -> PyResult<Option<Api>> {
+    let capsule = match ty.getattr(pyo3::intern!(ty.py(), "__dlpack_c_exchange_api__")) {
+        Ok(c) => c,
+        Err(e) if e.is_instance_of::<PyAttributeError>(ty.py()) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    // SAFETY: PyCapsule_GetPointer checks the object is a capsule with this
+    // name; on mismatch it returns NULL with an exception set.
+    let ptr = unsafe { pyo3::ffi::PyCapsule_GetPointer(capsule.as_ptr(), CAPSULE_NAME.as_ptr()) };
+    if ptr.is_null() {
+        let err = PyErr::take(ty.py()).unwrap_or_else(|| PyBufferError::new_err("empty DLPack exchange API capsule"));
+        return Err(err);
+    }
+    // Walk prev_api (bounded) to a table whose major version is ours.
+    let mut header = ptr.cast::<DLPackExchangeAPIHeader>();
+    for _ in 0..16 {
+        let Some(h) = NonNull::new(header) else { return Ok(None) };
+        // SAFETY: the spec makes every table in the chain a static
+        // DLPackExchangeAPI starting with this header.
+        let hd = unsafe { h.as_ref() };
+        if hd.version.major == dlbridge_core::DLPACK_MAJOR {
+            // SAFETY: same-major tables carry every field this build reads.
+            let api = unsafe { h.cast::<DLPackExchangeAPI>().as_ref() };
+            if api.managed_tensor_from_py_object_no_sync.is_none() || api.current_work_stream.is_none() {
+                return Ok(None);
+            }
+            return Ok(Some(Api(h.cast())));
+        }
+        header = hd.prev_api;
+    }
+    Ok(None)
+}
+
+fn fetch_err(py: Python<'_>, what: &str) -> PyErr {
+    PyErr::take(py).unwrap_or_else(|| PyRuntimeError::new_err(format!("{what} failed without setting a Python exception")))
+}
+
+impl Api {
+    fn table(&self) -> &DLPackExchangeAPI {
+        // SAFETY: type invariant: a live static table.
+        unsafe { self.0.as_ref() }
+    }
+
+    /// Whether the producer can lend a DLTensor without allocating.
+    pub fn can_borrow(&self) -> bool {
+        self.table().dltensor_from_py_object_no_sync.is_some()
+    }
+
+    /// Whether the producer can allocate tensors for us (outputs).
+    pub fn can_allocate(&self) -> bool {
+        let t = self.table();
+        t.managed_tensor_allocator.is_some() && t.managed_tensor_to_py_object_no_sync.is_some()
+    }
+
+    /// Borrows `obj`'s DLTensor (valid while the GIL is held, `obj` is alive and
+    /// control has not returned to Python).
+    pub fn borrow(&self, obj: &Bound<'_, PyAny>) -> PyResult<DLTensor> {
+        let f = self.table().dltensor_from_py_object_no_sync.ok_or_else(|| PyRuntimeError::new_err("no dltensor_from_py_object_no_sync"))?;
+        let mut out = DLTensor {
+            data: std::ptr::null_mut(),
+            device: DLDevice { device_type: dlbridge_core::ffi::DLDeviceType(0), device_id: 0 },
+            ndim: 0,
+            dtype: DLDataType { code: dlbridge_core::ffi::DLDataTypeCode(0), bits: 0, lanes: 0 },
+            shape: std::ptr::null_mut(),
+            strides: std::ptr::null_mut(),
+            byte_offset: 0,
+        };
+        // SAFETY: `obj` has the type this table came from; `out` is a valid DLTensor slot.
+        let rc = unsafe { f(obj.as_ptr().cast(), &mut out) };
+        if rc != 0 {
+            return Err(fetch_err(obj.py(), "dltensor_from_py_object_no_sync"));
+        }
+        Ok(out)
+    }
+
+    /// An owning DLPack tensor of `obj`.
+    pub fn managed(&self, obj: &Bound<'_, PyAny>) -> PyResult<ManagedTensor> {
+        let f = self.table().managed_tensor_from_py_object_no_sync.ok_or_else(|| PyRuntimeError::new_err("no managed_tensor_from_py_object_no_sync"))?;
+        let mut out: *mut DLManagedTensorVersioned = std::ptr::null_mut();
+        // SAFETY: `obj` has the type this table came from; `out` receives ownership.
+        let rc = unsafe { f(obj.as_ptr().cast(), &mut out) };
+        if rc != 0 {
+            return Err(fetch_err(obj.py(), "managed_tensor_from_py_object_no_sync"));
+        }
+        // SAFETY: on success the producer handed us ownership of `out` (NULL is an error inside).
+        unsafe { ManagedTensor::from_raw_versioned(out) }.map_err(crate::errors::to_pyerr)
+    }
+
+    /// The producer's current work stream for a device (NULL for CPU).
+    pub fn current_stream(&self, py: Python<'_>, device: Device) -> PyResult<*mut c_void> {
+        if device == Device::CPU {
+            return Ok(std::ptr::null_mut());
+        }
+        let f = self.table().current_work_stream.ok_or_else(|| PyRuntimeError::new_err("no current_work_stream"))?;
+        let mut stream = std::ptr::null_mut();
+        // SAFETY: plain C call with a valid out pointer.
+        let rc = unsafe { f(dlbridge_core::ffi::DLDeviceType(device.kind.0), device.id, &mut stream) };
+        if rc != 0 {
+            return Err(fetch_err(py, "current_work_stream"));
+        }
+        Ok(stream)
+    }
+
+    /// Allocates an output with the producer's own allocator.
+    pub fn allocate(&self, py: Python<'_>, spec: &OutputSpec) -> PyResult<ManagedTensor> {
+        let f = self.table().managed_tensor_allocator.ok_or_else(|| PyRuntimeError::new_err("no managed_tensor_allocator"))?;
+        let mut shape: smallvec::SmallVec<[i64; 6]> = spec.shape.clone();
+        let mut proto = DLTensor {
+            data: std::ptr::null_mut(),
+            device: spec.device.to_dl(),
+            ndim: shape.len() as i32,
+            dtype: spec.dtype.to_dl(),
+            shape: shape.as_mut_ptr(),
+            strides: std::ptr::null_mut(),
+            byte_offset: 0,
+        };
+        let mut out: *mut DLManagedTensorVersioned = std::ptr::null_mut();
+        let mut err: Option<String> = None;
+        // SAFETY: the prototype and its shape live across the call; `set_error`
+        // receives `&mut err` as its context and only writes a String into it.
+        let rc = unsafe { f(&mut proto, &mut out, (&raw mut err).cast(), Some(set_error)) };
+        if rc != 0 || out.is_null() {
+            let msg = err.unwrap_or_else(|| match PyErr::take(py) {
+                Some(e) => e.to_string(),
+                None => "allocation failed".into(),
+            });
+            return Err(PyBufferError::new_err(format!("allocating output {spec}: {msg}")));
+        }
+        // SAFETY: the allocator handed us ownership of `out`.
+        unsafe { ManagedTensor::from_raw_versioned(out) }.map_err(crate::errors::to_pyerr)
+    }
+
+    /// Turns an owning tensor into the producer's Python object (ownership moves).
+    pub fn to_py<'py>(&self, py: Python<'py>, tensor: ManagedTensor) -> PyResult<Bound<'py, PyAny>> {
+        let f = self.table().managed_tensor_to_py_object_no_sync.ok_or_else(|| PyRuntimeError::new_err("no managed_tensor_to_py_object_no_sync"))?;
+        let raw = tensor.into_raw_versioned();
+        let mut out: *mut c_void = std::ptr::null_mut();
+        // SAFETY: ownership of `raw` passes to the producer whatever the outcome
+        // (the exchange API's contract).
+        let rc = unsafe { f(raw, &mut out) };
+        if rc != 0 || out.is_null() {
+            return Err(fetch_err(py, "managed_tensor_to_py_object_no_sync"));
+        }
+        // SAFETY: a new reference to a Python object.
+        Ok(unsafe { Bound::from_owned_ptr(py, out.cast()) })
+    }
+}
+
+unsafe extern "C" fn set_error(ctx: *mut c_void, kind: *const c_char, message: *const c_char) {
+    let text = |p: *const c_char| {
+        if p.is_null() {
+            String::new()
+        } else {
+            // SAFETY: the producer passes NUL-terminated strings.
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        }
+    };
+    let msg = format!("{}: {}", text(kind), text(message));
+    // SAFETY: ctx is the `&mut Option<String>` passed by `allocate`.
+    unsafe { *ctx.cast::<Option<String>>() = Some(msg) };
+}

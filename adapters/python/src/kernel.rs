@@ -1,0 +1,373 @@
+//! `dlbridge.Kernel`: a registry kernel callable on any framework's tensors.
+//!
+//! `kernel(*args, out=None)`: tensors come in by the fastest path each object
+//! offers (see [`crate::import`]); outputs are allocated by the framework of the
+//! first tensor argument (torch through its exchange API allocator, NumPy with
+//! `numpy.empty`, anything else as `dlbridge.Array`), or written into `out=` /
+//! the extra positional tensors (destination-passing style, as TVM). The GIL is
+//! released while the kernel runs when the call moves at least
+//! [`RELEASE_GIL_MIN`] elements; tiny calls keep it (releasing costs more than
+//! they take, and borrowed exchange views need it).
+
+use std::sync::Arc;
+
+use dlbridge_array::Array;
+use dlbridge_core::{DType, Error, ManagedTensor, TensorViewMut};
+use dlbridge_registry::signature::{ParamKind, ScalarKind};
+use dlbridge_registry::{Arg, Kernel, OutputSpec};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyTuple, PyType};
+use smallvec::SmallVec;
+
+use crate::array::PyArray;
+use crate::errors::IntoPy;
+use crate::exchange::Api;
+use crate::import::{Held, Imported, Mode, import};
+
+/// Calls moving at least this many elements release the GIL while the kernel runs.
+pub const RELEASE_GIL_MIN: usize = 1 << 15;
+
+/// A registry kernel, callable from Python.
+#[pyclass(name = "Kernel", module = "dlbridge", frozen)]
+#[derive(Debug)]
+pub struct PyKernel {
+    kernel: Arc<Kernel>,
+}
+
+impl PyKernel {
+    /// Wraps a kernel.
+    pub fn new(kernel: Arc<Kernel>) -> PyKernel {
+        PyKernel { kernel }
+    }
+}
+
+/// How outputs are allocated.
+#[derive(Clone, Copy)]
+enum Alloc {
+    Exchange(Api),
+    Numpy,
+    Array,
+}
+
+/// An output this call allocated.
+enum NewOut {
+    Exchange(Api, ManagedTensor),
+    Numpy(Py<PyAny>, Imported),
+    Array(Array),
+}
+
+static NDARRAY: PyOnceLock<Option<Py<PyType>>> = PyOnceLock::new();
+
+fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
+    let py = obj.py();
+    let ty = NDARRAY.get_or_init(py, || py.import("numpy").and_then(|m| m.getattr("ndarray")).and_then(|t| Ok(t.cast_into::<PyType>()?.unbind())).ok());
+    ty.as_ref().is_some_and(|t| obj.get_type().is(t.bind(py)))
+}
+
+fn numpy_dtype(d: DType) -> Option<&'static str> {
+    Some(match d {
+        DType::F16 => "float16",
+        DType::F32 => "float32",
+        DType::F64 => "float64",
+        DType::I8 => "int8",
+        DType::I16 => "int16",
+        DType::I32 => "int32",
+        DType::I64 => "int64",
+        DType::U8 => "uint8",
+        DType::U16 => "uint16",
+        DType::U32 => "uint32",
+        DType::U64 => "uint64",
+        DType::BOOL => "bool",
+        DType::C64 => "complex64",
+        DType::C128 => "complex128",
+        _ => return None,
+    })
+}
+
+fn arity_error(k: &Kernel, given: usize) -> PyErr {
+    let sig = k.signature();
+    let names: Vec<&str> = sig.params.iter().map(|p| p.name.as_str()).collect();
+    let outs: Vec<&str> = sig.outputs.iter().map(|p| p.name.as_str()).collect();
+    PyTypeError::new_err(format!(
+        "{}() takes {} arguments ({}){} but {given} were given",
+        sig.name,
+        names.len(),
+        names.join(", "),
+        if outs.is_empty() { String::new() } else { format!(", or {} with the outputs ({}) appended", names.len() + outs.len(), outs.join(", ")) }
+    ))
+}
+
+enum In<'py> {
+    Tensor(Bound<'py, PyAny>, Imported, bool),
+    Scalar(Arg<'static>),
+}
+
+impl PyKernel {
+    fn run<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>, out: Option<&Bound<'py, PyAny>>) -> PyResult<Py<PyAny>> {
+        let k = &*self.kernel;
+        let sig = k.signature();
+        let (np, no) = (sig.params.len(), sig.outputs.len());
+        let nargs = args.len();
+        // Which objects are outputs given by the caller?
+        let given_outs: Option<SmallVec<[Bound<'py, PyAny>; 2]>> = match out {
+            Some(o) if !o.is_none() => {
+                if nargs != np {
+                    return Err(arity_error(k, nargs));
+                }
+                if no == 0 {
+                    return Err(PyTypeError::new_err(format!("{}() has no outputs; out= is not accepted", sig.name)));
+                }
+                let list: SmallVec<[Bound<'py, PyAny>; 2]> = match o.cast::<PyTuple>() {
+                    Ok(t) => t.iter().collect(),
+                    Err(_) => smallvec::smallvec![o.clone()],
+                };
+                if list.len() != no {
+                    return Err(PyTypeError::new_err(format!("{}(): out= needs {no} tensors, got {}", sig.name, list.len())));
+                }
+                Some(list)
+            }
+            _ if nargs == np => None,
+            _ if no > 0 && nargs == np + no => Some(args.iter().skip(np).collect()),
+            _ => return Err(arity_error(k, nargs)),
+        };
+
+        let mut mode = Mode::KeepGil;
+        let mut ins = self.import_inputs(py, args, mode)?;
+        let mut outs_imported: SmallVec<[(Bound<'py, PyAny>, Imported); 2]> = SmallVec::new();
+        if let Some(list) = &given_outs {
+            for o in list {
+                outs_imported.push((o.clone(), import(o, true, mode).map_err(|e| arg_context(py, e, &sig.name, &format!("output {}", sig.outputs[outs_imported.len()].name)))?));
+            }
+        }
+        // Large calls release the GIL: replace borrowed views by owning ones.
+        let total: usize = ins.iter().map(|i| if let In::Tensor(_, t, _) = i { t.numel() } else { 0 }).sum::<usize>()
+            + outs_imported.iter().map(|(_, t)| t.numel()).sum::<usize>();
+        if total >= RELEASE_GIL_MIN {
+            mode = Mode::Own;
+            for i in ins.iter_mut() {
+                if let In::Tensor(obj, t, w) = i
+                    && matches!(t.held, Held::Borrowed(_))
+                {
+                    *t = import(obj, *w, mode)?;
+                }
+            }
+            for (obj, t) in outs_imported.iter_mut() {
+                if matches!(t.held, Held::Borrowed(_)) {
+                    *t = import(obj, true, mode)?;
+                }
+            }
+        }
+
+        // Framework of the first tensor argument decides how outputs are allocated.
+        let alloc = ins
+            .iter()
+            .find_map(|i| match i {
+                In::Tensor(obj, t, _) => Some(match t.api {
+                    Some(api) if api.can_allocate() => Alloc::Exchange(api),
+                    _ if is_ndarray(obj) => Alloc::Numpy,
+                    _ => Alloc::Array,
+                }),
+                In::Scalar(_) => None,
+            })
+            .unwrap_or(Alloc::Array);
+
+        // Declared before the views that borrow them.
+        let mut new_outs: SmallVec<[NewOut; 2]> = SmallVec::new();
+        // Views of the inputs.
+        let mut views: SmallVec<[Arg<'_>; 8]> = SmallVec::new();
+        for (idx, i) in ins.iter().enumerate() {
+            views.push(match i {
+                In::Scalar(a) => match a {
+                    Arg::F64(x) => Arg::F64(*x),
+                    Arg::I64(x) => Arg::I64(*x),
+                    Arg::Bool(x) => Arg::Bool(*x),
+                    _ => unreachable!("scalars only"),
+                },
+                In::Tensor(_, t, writable) => {
+                    let v = t.view()?;
+                    if *writable {
+                        // SAFETY: Python tensors are shared-mutable memory; this call is
+                        // the writer, and the registry refuses any overlap between a
+                        // written tensor and every other argument before the kernel runs.
+                        Arg::TensorMut(unsafe { TensorViewMut::from_view(v) }.map_err(|e| arg_context(py, crate::errors::to_pyerr(e), &sig.name, &format!("argument {}", sig.params[idx].name)))?)
+                    } else {
+                        Arg::Tensor(v)
+                    }
+                }
+            });
+        }
+
+        // Outputs: given, or allocated by the first tensor's framework.
+        if given_outs.is_none() && no > 0 {
+            let specs = k.prepare_outputs(&views).py_err()?;
+            for spec in &specs {
+                new_outs.push(allocate(py, alloc, spec, mode)?);
+            }
+        }
+        let mut out_views: SmallVec<[TensorViewMut<'_>; 2]> = SmallVec::new();
+        for (_, t) in outs_imported.iter() {
+            // SAFETY: as for writable inputs: the registry refuses overlaps.
+            out_views.push(unsafe { TensorViewMut::from_view(t.view()?) }.py_err()?);
+        }
+        for n in new_outs.iter_mut() {
+            out_views.push(match n {
+                NewOut::Exchange(_, m) => m.view_mut().py_err()?,
+                // SAFETY: a freshly allocated NumPy array nobody else has seen yet.
+                NewOut::Numpy(_, t) => unsafe { TensorViewMut::from_view(t.view()?) }.py_err()?,
+                NewOut::Array(a) => a.view_mut().py_err()?,
+            });
+        }
+
+        let stream = match (alloc, views.iter().find_map(|a| a.tensor_meta())) {
+            (Alloc::Exchange(api), Some((_, _, dev))) => api.current_stream(py, dev)?,
+            _ => std::ptr::null_mut(),
+        };
+        let stream_addr = stream as usize;
+        let result = if mode == Mode::Own {
+            py.detach(|| k.call_on_stream(&mut views, &mut out_views, stream_addr as *mut std::ffi::c_void))
+        } else {
+            k.call_on_stream(&mut views, &mut out_views, stream)
+        };
+        drop(out_views);
+        drop(views);
+        result.py_err()?;
+        drop(ins);
+
+        // Results.
+        if let Some(list) = given_outs {
+            if let Some(o) = out.filter(|o| !o.is_none()) {
+                return Ok(o.clone().unbind());
+            }
+            return Ok(if list.len() == 1 { list[0].clone().unbind() } else { PyTuple::new(py, list)?.into_any().unbind() });
+        }
+        let mut results: SmallVec<[Bound<'py, PyAny>; 2]> = SmallVec::new();
+        for n in new_outs {
+            results.push(match n {
+                NewOut::Exchange(api, m) => api.to_py(py, m)?,
+                NewOut::Numpy(obj, _) => obj.into_bound(py),
+                NewOut::Array(a) => Bound::new(py, PyArray::new(a))?.into_any(),
+            });
+        }
+        Ok(match results.len() {
+            0 => py.None(),
+            1 => results.pop().map(|r| r.unbind()).unwrap_or_else(|| py.None()),
+            _ => PyTuple::new(py, results)?.into_any().unbind(),
+        })
+    }
+
+    fn import_inputs<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>, mode: Mode) -> PyResult<SmallVec<[In<'py>; 8]>> {
+        let sig = self.kernel.signature();
+        let mut ins: SmallVec<[In<'py>; 8]> = SmallVec::new();
+        for (i, p) in sig.params.iter().enumerate() {
+            let obj = args.get_item(i)?;
+            let ctx = |e: PyErr| arg_context(py, e, &sig.name, &format!("argument {}", p.name));
+            ins.push(match &p.kind {
+                ParamKind::Scalar(kind) => In::Scalar(match kind {
+                    ScalarKind::F64 => Arg::F64(obj.extract::<f64>().map_err(|_| ctx(PyTypeError::new_err(format!("expected a float, got {}", type_name(&obj)))))?),
+                    ScalarKind::I64 => Arg::I64(obj.extract::<i64>().map_err(|_| ctx(PyTypeError::new_err(format!("expected an int, got {}", type_name(&obj)))))?),
+                    ScalarKind::Bool => Arg::Bool(obj.extract::<bool>().map_err(|_| ctx(PyTypeError::new_err(format!("expected a bool, got {}", type_name(&obj)))))?),
+                }),
+                ParamKind::Tensor(t) => {
+                    let imported = import(&obj, t.mutable, mode).map_err(ctx)?;
+                    In::Tensor(obj, imported, t.mutable)
+                }
+            });
+        }
+        Ok(ins)
+    }
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
+}
+
+/// Prefixes an exception's message with the kernel and argument, keeping its type.
+fn arg_context(py: Python<'_>, e: PyErr, kernel: &str, what: &str) -> PyErr {
+    let msg = e.value(py).str().map(|s| s.to_string()).unwrap_or_default();
+    if msg.starts_with(&format!("{kernel}:")) {
+        return e;
+    }
+    let ty = e.get_type(py);
+    match ty.call1((format!("{kernel}: {what}: {msg}"),)) {
+        Ok(v) => PyErr::from_value(v),
+        Err(_) => e,
+    }
+}
+
+fn allocate(py: Python<'_>, alloc: Alloc, spec: &OutputSpec, mode: Mode) -> PyResult<NewOut> {
+    match alloc {
+        Alloc::Exchange(api) => Ok(NewOut::Exchange(api, api.allocate(py, spec)?)),
+        Alloc::Numpy if numpy_dtype(spec.dtype).is_some() && spec.device == dlbridge_core::Device::CPU => {
+            let np = py.import("numpy")?;
+            let shape = PyTuple::new(py, spec.shape.iter())?;
+            let obj = np.call_method1("empty", (shape, numpy_dtype(spec.dtype)))?;
+            let t = import(&obj, true, mode)?;
+            Ok(NewOut::Numpy(obj.unbind(), t))
+        }
+        _ => {
+            if spec.device != dlbridge_core::Device::CPU {
+                return Err(PyValueError::new_err(format!("cannot allocate {spec}: dlbridge.Array lives on the CPU")));
+            }
+            Ok(NewOut::Array(Array::zeros(spec.dtype, &spec.shape).py_err()?))
+        }
+    }
+}
+
+#[pymethods]
+impl PyKernel {
+    /// The kernel's name.
+    #[getter]
+    fn name(&self) -> String {
+        self.kernel.name().to_owned()
+    }
+    /// The signature text.
+    #[getter]
+    fn signature(&self) -> String {
+        self.kernel.signature_text().to_owned()
+    }
+    /// One-line description.
+    #[getter]
+    fn doc(&self) -> String {
+        self.kernel.doc().to_owned()
+    }
+    /// Devices the kernel runs on.
+    #[getter]
+    fn devices(&self) -> Vec<String> {
+        self.kernel.devices().map(|d| d.to_string()).collect()
+    }
+
+    fn __repr__(&self) -> String {
+        let devices: Vec<String> = self.kernel.devices().map(|d| d.to_string()).collect();
+        format!("<dlbridge.Kernel {} [{}]>", self.kernel.signature_text(), devices.join(", "))
+    }
+
+    /// `(shape, dtype, device)` of every output for these inputs (what `__call__` allocates).
+    #[pyo3(signature = (*args))]
+    fn prepare_outputs<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>) -> PyResult<Vec<(Vec<i64>, String, String)>> {
+        let sig = self.kernel.signature();
+        if args.len() != sig.params.len() {
+            return Err(arity_error(&self.kernel, args.len()));
+        }
+        let ins = self.import_inputs(py, args, Mode::KeepGil)?;
+        let mut views: SmallVec<[Arg<'_>; 8]> = SmallVec::new();
+        for i in ins.iter() {
+            views.push(match i {
+                In::Scalar(Arg::F64(x)) => Arg::F64(*x),
+                In::Scalar(Arg::I64(x)) => Arg::I64(*x),
+                In::Scalar(Arg::Bool(x)) => Arg::Bool(*x),
+                In::Scalar(_) => return Err(crate::errors::to_pyerr(Error::Runtime("bad scalar".into()))),
+                In::Tensor(_, t, _) => Arg::Tensor(t.view()?),
+            });
+        }
+        let specs = self.kernel.prepare_outputs(&views).py_err()?;
+        Ok(specs.iter().map(|s| (s.shape.to_vec(), s.dtype.to_string(), s.device.to_string())).collect())
+    }
+
+    /// Runs the kernel; see the module docs.
+    #[pyo3(signature = (*args, out=None))]
+    fn __call__<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>, out: Option<&Bound<'py, PyAny>>) -> PyResult<Py<PyAny>> {
+        self.run(py, args, out)
+    }
+}

@@ -1,0 +1,32 @@
+//! # dlbridge-python
+//!
+//! The pyo3 glue between Python objects and dlbridge, used by the `dlbridge`
+//! extension module (`python/`).
+//!
+//! | path in | zero copy | notes |
+//! |---------|-----------|-------|
+//! | `dlbridge.Array` | yes | its storage directly |
+//! | DLPack C exchange API (torch 2.13) | yes | looked up once per type; borrowed `DLTensor` when the GIL is kept, owning tensor when released |
+//! | `__dlpack__` (versioned, legacy on `TypeError`), capsules | yes | through dlpark's consumer |
+//! | buffer protocol (bytes, bytearray, memoryview, array.array, NumPy) | yes | native byte order only |
+//!
+//! | path out | zero copy |
+//! |----------|-----------|
+//! | `dlbridge.Array.__dlpack__` (stream, max_version, dl_device, copy) | yes unless `copy=True` |
+//! | `dlbridge.Array` buffer protocol | yes |
+//! | kernel outputs: torch via the exchange allocator, NumPy via `numpy.empty`, else `dlbridge.Array` | allocated by the caller's framework |
+//!
+//! Devices: CPU here (the exchange API passes CUDA tensors and streams through
+//! to kernels registered for CUDA). Unsafe code lives in `exchange` (the C
+//! exchange API), `buffer` (the buffer protocol), `array` (buffer export) and
+//! the view construction in `kernel`, each with its invariants written down.
+
+pub mod array;
+pub mod buffer;
+pub mod errors;
+pub mod exchange;
+pub mod import;
+pub mod kernel;
+
+pub use array::PyArray;
+pub use kernel::PyKernel;

@@ -1,0 +1,70 @@
+//! The `dlbridge._dlbridge` extension module.
+#![forbid(unsafe_code)]
+
+use dlbridge_python::errors::IntoPy;
+use dlbridge_python::{PyArray, PyKernel, import};
+use pyo3::prelude::*;
+
+/// Every registered kernel, sorted by name.
+#[pyfunction]
+fn list_kernels() -> Vec<PyKernel> {
+    dlbridge::registry().list().into_iter().map(PyKernel::new).collect()
+}
+
+/// The kernel registered under `name` (KeyError if there is none).
+#[pyfunction]
+fn get_kernel(name: &str) -> PyResult<PyKernel> {
+    dlbridge::get_kernel(name).map(PyKernel::new).py_err()
+}
+
+/// Loads a plugin shared library; returns `(name, version, [signatures])`.
+#[pyfunction]
+fn load_plugin(path: std::path::PathBuf) -> PyResult<(String, String, Vec<String>)> {
+    let info = dlbridge::load_plugin(&path).py_err()?;
+    Ok((info.name, info.version, info.kernels.into_iter().map(|k| k.signature).collect()))
+}
+
+/// Imports any DLPack producer (or capsule) as a `dlbridge.Array`, zero copy.
+#[pyfunction]
+fn from_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<PyArray> {
+    import::to_array(obj).map(PyArray::new)
+}
+
+/// Wraps a buffer-protocol object (bytes, bytearray, memoryview, array.array,
+/// NumPy) as a `dlbridge.Array`, zero copy; read-only buffers stay read-only.
+#[pyfunction]
+fn asarray(obj: &Bound<'_, PyAny>) -> PyResult<PyArray> {
+    import::buffer_to_array(obj).map(PyArray::new)
+}
+
+/// A zero-filled `dlbridge.Array`.
+#[pyfunction]
+#[pyo3(signature = (shape, dtype="f32"))]
+fn zeros(shape: Vec<i64>, dtype: &str) -> PyResult<PyArray> {
+    let dtype: dlbridge::DType = dtype.parse().py_err()?;
+    dlbridge::Array::zeros(dtype, &shape).map(PyArray::new).py_err()
+}
+
+/// `0, 1, .., n-1` as a 1-d `dlbridge.Array`.
+#[pyfunction]
+#[pyo3(signature = (n, dtype="f32"))]
+fn arange(n: i64, dtype: &str) -> PyResult<PyArray> {
+    let dtype: dlbridge::DType = dtype.parse().py_err()?;
+    dlbridge::Array::arange(n, dtype).map(PyArray::new).py_err()
+}
+
+/// The Python module.
+#[pymodule]
+fn _dlbridge(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyArray>()?;
+    m.add_class::<PyKernel>()?;
+    m.add_function(wrap_pyfunction!(list_kernels, m)?)?;
+    m.add_function(wrap_pyfunction!(get_kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(load_plugin, m)?)?;
+    m.add_function(wrap_pyfunction!(from_dlpack, m)?)?;
+    m.add_function(wrap_pyfunction!(asarray, m)?)?;
+    m.add_function(wrap_pyfunction!(zeros, m)?)?;
+    m.add_function(wrap_pyfunction!(arange, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
