@@ -3,9 +3,9 @@
 #
 #   setup  create .venv (torch==2.13.0, numpy, maturin, pytest); idempotent and
 #          fast when already done (a stamp keyed on python/requirements-dev.txt)
-#   demo   set up, then run the main demo
+#   demo   set up, build the Python extension, run the PyTorch demo
 #   test   set up, then run every test: the Rust workspace, clippy with the
-#          workspace lints as errors, and the Python suite when there is one
+#          workspace lints as errors, and the Python suite (pytest)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -42,9 +42,27 @@ setup() {
     touch "$stamp"
 }
 
+# Builds the Python extension into .venv when any Rust or packaging input changed.
+build_python() {
+    local stamp sum
+    sum=$(find Cargo.toml Cargo.lock crates adapters kernels python -type f \
+            \( -name '*.rs' -o -name '*.toml' -o -name '*.c' -o -name '*.h' -o -name Cargo.lock \) \
+            -not -path '*/target/*' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+    stamp=".venv/.dlbridge-ext-$sum"
+    if [ -f "$stamp" ]; then
+        return
+    fi
+    log "building the dlbridge Python extension (release) into .venv"
+    VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --release --quiet -m python/Cargo.toml
+    rm -f .venv/.dlbridge-ext-*
+    touch "$stamp"
+}
+
 run_tests() {
-    log "cargo test --workspace"
-    cargo test --workspace --quiet
+    # pyo3 crates find the interpreter through PYO3_PYTHON.
+    export PYO3_PYTHON="$PWD/.venv/bin/python"
+    log "cargo test --workspace (all crates but the extension module)"
+    cargo test --workspace --exclude dlbridge-py --quiet
     log "cargo clippy --workspace --all-targets (warnings are errors)"
     cargo clippy --workspace --all-targets --quiet -- -D warnings
     if compgen -G "python/tests/test_*.py" >/dev/null; then
@@ -55,7 +73,7 @@ run_tests() {
 
 case "${1:-}" in
     setup) setup ;;
-    demo) setup; cargo run --release --quiet -p dlbridge -- demo ;;
-    test) setup; run_tests ;;
+    demo) setup; build_python; .venv/bin/python examples/pytorch_demo.py ;;
+    test) setup; build_python; run_tests ;;
     *) echo "usage: ./dev.sh {demo|test|setup}" >&2; exit 2 ;;
 esac

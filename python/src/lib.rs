@@ -53,6 +53,13 @@ fn arange(n: i64, dtype: &str) -> PyResult<PyArray> {
     dlbridge::Array::arange(n, dtype).map(PyArray::new).py_err()
 }
 
+/// Reads a DLPack capsule without consuming it: name, version, flags, dtype,
+/// shape, strides, device and data address.
+#[pyfunction]
+fn inspect_capsule<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    dlbridge_python::inspect::inspect(obj)
+}
+
 /// The Python module.
 #[pymodule]
 fn _dlbridge(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -64,6 +71,7 @@ fn _dlbridge(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(asarray, m)?)?;
     m.add_function(wrap_pyfunction!(zeros, m)?)?;
+    m.add_function(wrap_pyfunction!(inspect_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(arange, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

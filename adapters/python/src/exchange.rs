@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_void};
 use std::ptr::NonNull;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use dlbridge_core::ffi::{DLDataType, DLDevice, DLManagedTensorVersioned, DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor};
 use dlbridge_core::{Device, ManagedTensor};
@@ -35,28 +36,43 @@ unsafe impl Send for Api {}
 unsafe impl Sync for Api {}
 
 struct Entry {
+    key: usize,
     _ty: Py<PyType>,
     api: Option<Api>,
 }
 
-static CACHE: Mutex<Option<HashMap<usize, Entry>>> = Mutex::new(None);
+/// Every type seen, with its (possibly absent) API. Entries are leaked on
+/// purpose: a handful of types per process, and `LAST` may point at any of them.
+static CACHE: Mutex<Option<HashMap<usize, &'static Entry>>> = Mutex::new(None);
+/// The most recently looked-up entry: the lock-free fast path.
+static LAST: AtomicPtr<Entry> = AtomicPtr::new(std::ptr::null_mut());
 
 const CAPSULE_NAME: &CStr = c"dlpack_exchange_api";
 
 /// The exchange API of `obj`'s type, if it has one (cached per type).
 pub fn lookup(obj: &Bound<'_, PyAny>) -> PyResult<Option<Api>> {
-    let ty = obj.get_type();
-    let key = ty.as_ptr() as usize;
+    // SAFETY: Py_TYPE of a live object is a valid type pointer (borrowed).
+    let key = unsafe { pyo3::ffi::Py_TYPE(obj.as_ptr()) } as usize;
+    let last = LAST.load(Ordering::Acquire);
+    // SAFETY: LAST only ever holds NULL or a leaked, never-freed Entry.
+    if let Some(e) = unsafe { last.as_ref() }
+        && e.key == key
     {
-        let cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(e) = cache.as_ref().and_then(|m| m.get(&key)) {
-            return Ok(e.api);
-        }
+        return Ok(e.api);
     }
-    let api = find(&ty)?;
-    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
-    cache.get_or_insert_with(HashMap::new).insert(key, Entry { _ty: ty.unbind(), api });
-    Ok(api)
+    let cached = CACHE.lock().unwrap_or_else(|p| p.into_inner()).as_ref().and_then(|m| m.get(&key).copied());
+    let entry: &'static Entry = match cached {
+        Some(e) => e,
+        None => {
+            let ty = obj.get_type();
+            let api = find(&ty)?;
+            let e: &'static Entry = Box::leak(Box::new(Entry { key, _ty: ty.unbind(), api }));
+            CACHE.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(HashMap::new).insert(key, e);
+            e
+        }
+    };
+    LAST.store((entry as *const Entry).cast_mut(), Ordering::Release);
+    Ok(entry.api)
 }
 
 fn find(ty: &Bound<'_, PyType>) -> PyResult<Option<Api>> {

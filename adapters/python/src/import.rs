@@ -28,9 +28,10 @@ use crate::exchange::{self, Api};
 pub enum Held {
     /// A `dlbridge.Array` (a clone shares its storage).
     Array(dlbridge_array::Array),
-    /// A DLTensor lent by the producer's exchange API: valid while the GIL is
-    /// held and the object alive (the caller keeps both).
-    Borrowed(DLTensor),
+    /// A DLTensor lent by the producer's exchange API, validated into a view:
+    /// valid while the GIL is held and the object alive (the caller keeps both),
+    /// so it is never handed out for longer than a borrow of this value.
+    Borrowed(TensorView<'static>),
     /// An owning DLPack tensor.
     Managed(ManagedTensor),
 }
@@ -46,19 +47,21 @@ pub struct Imported {
 
 impl Imported {
     /// A read-only view of the tensor.
-    pub fn view(&self) -> PyResult<TensorView<'_>> {
+    pub fn view(&self) -> TensorView<'_> {
         match &self.held {
-            Held::Array(a) => Ok(a.view()),
-            // SAFETY: the DLTensor was lent by the producer and stays valid while
-            // the GIL is held and the object alive (Held::Borrowed contract).
-            Held::Borrowed(t) => unsafe { view_from_dltensor(t, Flags::empty()) }.py_err(),
-            Held::Managed(m) => Ok(m.view().clone()),
+            Held::Array(a) => a.view(),
+            Held::Borrowed(v) => v.clone(),
+            Held::Managed(m) => m.view().clone(),
         }
     }
 
     /// Number of elements (for the GIL-release decision).
     pub fn numel(&self) -> usize {
-        self.view().map(|v| v.numel()).unwrap_or(0)
+        match &self.held {
+            Held::Array(a) => a.numel(),
+            Held::Borrowed(v) => v.numel(),
+            Held::Managed(m) => m.view().numel(),
+        }
     }
 
     /// Whether the memory is flagged read-only.
@@ -95,7 +98,12 @@ fn import_any(obj: &Bound<'_, PyAny>, writable: bool, mode: Mode) -> PyResult<Im
     }
     if let Some(api) = exchange::lookup(obj)? {
         if mode == Mode::KeepGil && api.can_borrow() {
-            return Ok(Imported { held: Held::Borrowed(api.borrow(obj)?), api: Some(api) });
+            let t: DLTensor = api.borrow(obj)?;
+            // SAFETY: the producer lent `t`; its shape/strides/data stay valid while the
+            // GIL is held and `obj` is alive, which the caller guarantees for as long as
+            // it holds this Imported (Held::Borrowed contract).
+            let view = unsafe { view_from_dltensor::<'static>(&t, Flags::empty()) }.py_err()?;
+            return Ok(Imported { held: Held::Borrowed(view), api: Some(api) });
         }
         return Ok(Imported { held: Held::Managed(api.managed(obj)?), api: Some(api) });
     }

@@ -186,7 +186,7 @@ impl PyKernel {
                     _ => unreachable!("scalars only"),
                 },
                 In::Tensor(_, t, writable) => {
-                    let v = t.view()?;
+                    let v = t.view();
                     if *writable {
                         // SAFETY: Python tensors are shared-mutable memory; this call is
                         // the writer, and the registry refuses any overlap between a
@@ -209,13 +209,13 @@ impl PyKernel {
         let mut out_views: SmallVec<[TensorViewMut<'_>; 2]> = SmallVec::new();
         for (_, t) in outs_imported.iter() {
             // SAFETY: as for writable inputs: the registry refuses overlaps.
-            out_views.push(unsafe { TensorViewMut::from_view(t.view()?) }.py_err()?);
+            out_views.push(unsafe { TensorViewMut::from_view(t.view()) }.py_err()?);
         }
         for n in new_outs.iter_mut() {
             out_views.push(match n {
                 NewOut::Exchange(_, m) => m.view_mut().py_err()?,
                 // SAFETY: a freshly allocated NumPy array nobody else has seen yet.
-                NewOut::Numpy(_, t) => unsafe { TensorViewMut::from_view(t.view()?) }.py_err()?,
+                NewOut::Numpy(_, t) => unsafe { TensorViewMut::from_view(t.view()) }.py_err()?,
                 NewOut::Array(a) => a.view_mut().py_err()?,
             });
         }
@@ -358,7 +358,7 @@ impl PyKernel {
                 In::Scalar(Arg::I64(x)) => Arg::I64(*x),
                 In::Scalar(Arg::Bool(x)) => Arg::Bool(*x),
                 In::Scalar(_) => return Err(crate::errors::to_pyerr(Error::Runtime("bad scalar".into()))),
-                In::Tensor(_, t, _) => Arg::Tensor(t.view()?),
+                In::Tensor(_, t, _) => Arg::Tensor(t.view()),
             });
         }
         let specs = self.kernel.prepare_outputs(&views).py_err()?;

@@ -26,6 +26,7 @@ pub mod buffer;
 pub mod errors;
 pub mod exchange;
 pub mod import;
+pub mod inspect;
 pub mod kernel;
 
 pub use array::PyArray;
