@@ -83,11 +83,21 @@ pub enum Mode {
     Own,
 }
 
-/// Imports `obj` as a tensor. `writable` refuses read-only sources.
+/// Imports `obj` as a tensor. `writable` refuses read-only sources, and
+/// tensors that require grad (writing into them behind autograd's back would
+/// corrupt gradients; read-only inputs that require grad are read, and the
+/// results do not track gradients).
 pub fn import(obj: &Bound<'_, PyAny>, writable: bool, mode: Mode) -> PyResult<Imported> {
     let imported = import_any(obj, writable, mode)?;
-    if writable && imported.read_only() {
-        return Err(PyBufferError::new_err("the tensor is read-only (DLPack READ_ONLY) and this argument is written"));
+    if writable {
+        if imported.read_only() {
+            return Err(PyBufferError::new_err("the tensor is read-only (DLPack READ_ONLY) and this argument is written"));
+        }
+        if imported.api.is_some()
+            && obj.getattr(pyo3::intern!(obj.py(), "requires_grad")).and_then(|r| r.is_truthy()).unwrap_or(false)
+        {
+            return Err(PyBufferError::new_err("the tensor requires grad and this argument is written in place; detach() it first"));
+        }
     }
     Ok(imported)
 }

@@ -1,6 +1,6 @@
 //! The plugin side of the C ABI, for plugins written in Rust.
 //!
-//! ```ignore
+//! ```text
 //! use dlbridge_registry::export::PluginCall;
 //!
 //! fn scale(call: &mut PluginCall<'_>) -> dlbridge_core::Result<()> {

@@ -70,7 +70,7 @@ inventory::collect!(KernelEntry);
 
 /// Registers a Rust function as a kernel, compiled into the binary.
 ///
-/// ```ignore
+/// ```text
 /// register_kernel!("relu<T: f32|f64>(x: T[...S]) -> (y: T[...S])",
 ///     dispatch { F32 => relu::<f32>, F64 => relu::<f64> },
 ///     opts = KernelOpts::ELEMENTWISE, doc = "max(x, 0)");

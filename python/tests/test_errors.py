@@ -1,0 +1,122 @@
+"""Bad input is a Python exception naming the kernel and argument, never a crash."""
+
+import numpy as np
+import pytest
+import torch
+
+import dlbridge
+
+
+def test_dtype_mismatch_is_a_type_error():
+    with pytest.raises(TypeError, match=r"matmul: argument a: dtype mismatch: expected T \(one of f32, f64\), got i32"):
+        dlbridge.get_kernel("matmul")(torch.ones(2, 2, dtype=torch.int32), torch.ones(2, 2))
+
+
+def test_shape_mismatch_is_a_value_error():
+    with pytest.raises(ValueError, match=r"matmul: argument b: dim K = 3 \(bound by a\) but got 4"):
+        dlbridge.get_kernel("matmul")(torch.ones(2, 3), torch.ones(4, 5))
+
+
+def test_wrong_argument_counts_and_keywords_are_type_errors():
+    add = dlbridge.get_kernel("add")
+    with pytest.raises(TypeError, match=r"add\(\) takes 2 arguments \(a, b\), or 3 with the outputs \(out\) appended but 1 were given"):
+        add(torch.ones(2))
+    with pytest.raises(TypeError):
+        add(torch.ones(2), torch.ones(2), bogus=1)
+    with pytest.raises(TypeError, match="out= needs 1 tensors"):
+        add(torch.ones(2), torch.ones(2), out=(torch.ones(2), torch.ones(2)))
+    with pytest.raises(TypeError, match="expected a float"):
+        dlbridge.get_kernel("axpy")("two", torch.ones(2), torch.ones(2))
+
+
+def test_unknown_kernel_is_a_key_error():
+    with pytest.raises(KeyError, match="no kernel named `nope`"):
+        dlbridge.get_kernel("nope")
+
+
+def test_read_only_numpy_array_in_a_mut_slot_is_refused_and_not_written():
+    y = np.ones(3, dtype=np.float32)
+    y.flags.writeable = False
+    with pytest.raises(BufferError, match="axpy: argument y"):
+        dlbridge.get_kernel("axpy")(1.0, np.ones(3, dtype=np.float32), y)
+    np.testing.assert_array_equal(y, 1.0)
+
+
+def test_read_only_buffer_as_out_is_refused():
+    ro = np.zeros(2, dtype=np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(BufferError):
+        dlbridge.get_kernel("add")(np.ones(2, dtype=np.float32), np.ones(2, dtype=np.float32), out=ro)
+    assert not ro.any()
+
+
+def test_bytes_are_read_only_inputs():
+    out = dlbridge.get_kernel("copy")(b"\x01\x02\x03")
+    assert out.tolist() == [1, 2, 3]
+
+
+def test_aliasing_output_is_refused_unless_exactly_an_input():
+    x = torch.arange(8.0)
+    with pytest.raises(ValueError, match="overlaps"):
+        dlbridge.get_kernel("add")(x[:4], x[4:], out=x[2:6])
+    torch.testing.assert_close(x, torch.arange(8.0))
+    dlbridge.get_kernel("add")(x, x, out=x)  # exactly an input: in place
+    torch.testing.assert_close(x, 2 * torch.arange(8.0))
+
+
+def test_consumed_capsule_passed_twice_raises():
+    cap = torch.utils.dlpack.to_dlpack(torch.ones(3))
+    dlbridge.from_dlpack(cap)
+    with pytest.raises((ValueError, BufferError, RuntimeError, TypeError)):
+        dlbridge.from_dlpack(cap)
+
+
+def test_object_with_neither_dlpack_nor_buffer_is_a_type_error():
+    with pytest.raises(TypeError, match="expected a tensor"):
+        dlbridge.get_kernel("relu")(object())
+    with pytest.raises(TypeError):
+        dlbridge.from_dlpack(object())
+
+
+def test_a_dlpack_method_that_raises_propagates():
+    class Broken:
+        def __dlpack__(self, **kwargs):
+            raise RuntimeError("producer exploded")
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    with pytest.raises(RuntimeError, match="producer exploded"):
+        dlbridge.get_kernel("relu")(Broken())
+
+
+def test_non_native_byte_order_is_refused():
+    big_endian = np.arange(4, dtype=">f4")
+    with pytest.raises(BufferError, match="byte order|not in native"):
+        dlbridge.asarray(big_endian)
+    with pytest.raises((BufferError, TypeError, ValueError)):
+        dlbridge.get_kernel("relu")(big_endian)
+
+
+def test_unsupported_device_is_refused():
+    class OnCuda:
+        def __dlpack_device__(self):
+            return (2, 0)
+
+        def __dlpack__(self, **kwargs):
+            raise BufferError("no CUDA here")
+
+    with pytest.raises(BufferError):
+        dlbridge.get_kernel("relu")(OnCuda())
+
+
+def test_tensors_that_require_grad_are_refused_as_outputs():
+    z = torch.zeros(2, requires_grad=True)
+    with pytest.raises((BufferError, ValueError, RuntimeError)):
+        dlbridge.get_kernel("add")(torch.ones(2), torch.ones(2), out=z)
+    assert not z.detach().any()
+
+
+def test_kernel_runtime_errors_are_runtime_or_value_errors():
+    with pytest.raises(ValueError, match="integer division by zero"):
+        dlbridge.get_kernel("div")(torch.tensor([1]), torch.tensor([0]))
