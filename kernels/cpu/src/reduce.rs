@@ -154,20 +154,36 @@ fn mean_all<T: Summable>(call: &mut Call<'_, '_>) -> Result<()> {
 }
 
 /// Numerically stable softmax of one row: subtract the max, exponentiate, normalise.
+/// Four passes, each a plain loop the compiler vectorises (8 independent lanes
+/// for the max and the sum); a NaN anywhere makes the row NaN, like torch.
 #[inline]
 fn softmax_row<T: Real>(x: &[T], y: &mut [T]) {
-    let mut m = <T::C as Compute>::NEG_INF;
-    for &v in x {
-        let c = v.up();
-        if c > m || c.is_nan() {
-            m = c;
+    let neg = <T::C as Compute>::NEG_INF;
+    let mut lanes = [neg; 8];
+    let mut chunks = x.chunks_exact(8);
+    for c in &mut chunks {
+        for i in 0..8 {
+            let v = c[i].up();
+            lanes[i] = if v > lanes[i] { v } else { lanes[i] };
+        }
+    }
+    let mut m = neg;
+    for v in lanes.into_iter().chain(chunks.remainder().iter().map(|v| v.up())) {
+        m = if v > m { v } else { m };
+    }
+    for (o, &v) in y.iter_mut().zip(x) {
+        *o = T::down((v.up() - m).exp());
+    }
+    let mut acc = [<T::C as Compute>::ZERO; 8];
+    let mut chunks = y.chunks_exact(8);
+    for c in &mut chunks {
+        for i in 0..8 {
+            acc[i] = acc[i] + c[i].up();
         }
     }
     let mut s = <T::C as Compute>::ZERO;
-    for (o, &v) in y.iter_mut().zip(x) {
-        let e = (v.up() - m).exp();
-        s = s + e;
-        *o = T::down(e);
+    for v in acc.into_iter().chain(chunks.remainder().iter().map(|v| v.up())) {
+        s = s + v;
     }
     let inv = <T::C as Compute>::ONE / s;
     for o in y.iter_mut() {
