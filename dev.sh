@@ -59,10 +59,15 @@ build_python() {
 }
 
 run_tests() {
-    # pyo3 crates find the interpreter through PYO3_PYTHON.
+    # pyo3 crates find the interpreter through PYO3_PYTHON; tch (torch-sys) links the
+    # torch==2.13.0 of .venv (LIBTORCH_USE_PYTORCH=1 asks `python` on PATH where it is).
     export PYO3_PYTHON="$PWD/.venv/bin/python"
+    export LIBTORCH_USE_PYTORCH=1
+    export PATH="$PWD/.venv/bin:$PATH"
     log "cargo test --workspace (all crates but the extension module)"
     cargo test --workspace --exclude dlbridge-py --quiet
+    log "tch example: a small MLP mixing tch layers with registry kernels"
+    cargo run --release --quiet -p dlbridge-tch --example mlp
     log "cargo clippy --workspace --all-targets (warnings are errors)"
     cargo clippy --workspace --all-targets --quiet -- -D warnings
     if compgen -G "python/tests/test_*.py" >/dev/null; then

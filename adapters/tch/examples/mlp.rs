@@ -1,0 +1,61 @@
+//! A small MLP forward pass in tch where some layers run registry kernels on tch
+//! tensors mid-graph (matmul, add, gelu, softmax), checked against tch's own result.
+//!
+//! `LIBTORCH_USE_PYTORCH=1 cargo run --release -p dlbridge-tch --example mlp`
+
+use std::time::Instant;
+
+use dlbridge_registry::Registry;
+use dlbridge_tch::call;
+use tch::{Device, Kind, Tensor};
+
+fn median_ms(mut f: impl FnMut(), runs: usize) -> f64 {
+    let mut t: Vec<f64> = (0..runs)
+        .map(|_| {
+            let s = Instant::now();
+            f();
+            s.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[runs / 2]
+}
+
+fn main() -> dlbridge_core::Result<()> {
+    dlbridge_kernels_cpu::link();
+    let reg = Registry::global();
+    let (matmul, add, gelu, softmax) = (reg.get("matmul")?, reg.get("add")?, reg.get("gelu")?, reg.get("softmax")?);
+    tch::manual_seed(0);
+    let opts = (Kind::Float, Device::Cpu);
+    let (batch, d_in, hidden, d_out) = (256, 512, 1024, 10);
+    let x = Tensor::randn([batch, d_in], opts);
+    let w1 = Tensor::randn([d_in, hidden], opts) * (1.0 / (d_in as f64).sqrt());
+    let b1 = Tensor::randn([hidden], opts) * 0.1;
+    let w2 = Tensor::randn([hidden, d_out], opts) * (1.0 / (hidden as f64).sqrt());
+    let b2 = Tensor::randn([d_out], opts) * 0.1;
+
+    let reference = || (x.matmul(&w1) + &b1).gelu("none").matmul(&w2).g_add(&b2).softmax(-1, Kind::Float);
+    let mixed = || -> dlbridge_core::Result<Tensor> {
+        // layer 1: dlbridge matmul + dlbridge add (bias broadcast as a zero-stride tch view) + dlbridge gelu
+        let h = call(&matmul, &[&x, &w1], &[])?.remove(0);
+        let h = call(&add, &[&h, &b1.expand([batch, hidden], false)], &[])?.remove(0);
+        let h = call(&gelu, &[&h], &[])?.remove(0);
+        // layer 2: tch itself, mid-graph
+        let logits = h.matmul(&w2) + &b2;
+        // head: dlbridge softmax on the tch tensor
+        Ok(call(&softmax, &[&logits], &[])?.remove(0))
+    };
+
+    let want = reference();
+    let got = mixed()?;
+    let err = (&got - &want).abs().max().double_value(&[]);
+    let t_tch = median_ms(|| drop(reference()), 15);
+    let t_mixed = median_ms(|| drop(mixed().expect("forward")), 15);
+    println!("MLP {batch}x{d_in} -> {hidden} (gelu) -> {d_out} (softmax), f32 on CPU");
+    println!("  tch only           : {t_tch:8.3} ms");
+    println!("  tch + dlbridge     : {t_mixed:8.3} ms  ({:.2}x)", t_mixed / t_tch);
+    println!("  max |error|        : {err:.3e}");
+    println!("  rows sum to 1      : {:.6}", got.sum_dim_intlist([1i64].as_slice(), false, Kind::Float).mean(Kind::Float).double_value(&[]));
+    assert!(err < 1e-5, "mixed forward pass differs from tch by {err}");
+    Ok(())
+}

@@ -1,0 +1,180 @@
+//! # dlbridge-tch
+//!
+//! PyTorch tensors in Rust (`tch`) and dlbridge, both ways with zero copies.
+//!
+//! | what | zero copy | how |
+//! |------|-----------|-----|
+//! | `tch::Tensor` -> [`ManagedTensor`] ([`to_dlpack`]) | yes | `at::toDLPackVersioned`: torch keeps the storage alive until the DLPack deleter runs |
+//! | [`ManagedTensor`] -> `tch::Tensor` ([`from_dlpack`]) | yes | `at::fromDLPackVersioned`: the deleter runs when torch frees the storage |
+//! | kernel arguments ([`call`], [`call_into`]) | yes | `at::toDLPackNonOwning`: a borrowed view, no allocation |
+//! | kernel outputs ([`call`]) | allocated by tch (`Tensor::empty`) on the inputs' device | |
+//!
+//! Dtypes: every tch `Kind` DLPack expresses (f16, bf16, f32, f64, i8, u8,
+//! i16, i32, i64, bool, complex32/64/128, float8 kinds); quantized kinds are
+//! refused. Devices: CPU and CUDA device types (CUDA tensors need a CUDA build
+//! of torch and a kernel registered for CUDA). Tensors that require grad are
+//! refused (call `detach()`: dlbridge kernels do not record gradients); sparse
+//! tensors are refused by torch's DLPack export and reported as errors.
+//!
+//! The C++ shim (`shim.cpp`) is compiled by `build.rs` against the torch that
+//! torch-sys links (`LIBTORCH_USE_PYTORCH=1` with torch==2.13.0), and the
+//! library directory is put on the rpath. Unsafe code lives in `raw`.
+
+mod raw;
+
+use dlbridge_core::{DType, Device, Error, Flags, ManagedTensor, Result, TensorViewMut};
+use dlbridge_registry::signature::{ParamKind, ScalarKind};
+use dlbridge_registry::{Arg, Kernel};
+use smallvec::SmallVec;
+use tch::{Kind, Tensor};
+
+/// The libtorch directory this crate was built against.
+pub const LIBTORCH_DIR: &str = env!("DLBRIDGE_TCH_LIBTORCH");
+
+/// A scalar argument of [`call`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scalar {
+    /// `f64` parameters.
+    F64(f64),
+    /// `i64` parameters.
+    I64(i64),
+    /// `bool` parameters.
+    Bool(bool),
+}
+
+/// The tch kind of a dtype, for allocating outputs.
+pub fn kind_of(dtype: DType) -> Result<Kind> {
+    Ok(match dtype {
+        DType::F16 => Kind::Half,
+        DType::BF16 => Kind::BFloat16,
+        DType::F32 => Kind::Float,
+        DType::F64 => Kind::Double,
+        DType::I8 => Kind::Int8,
+        DType::U8 => Kind::Uint8,
+        DType::I16 => Kind::Int16,
+        DType::I32 => Kind::Int,
+        DType::I64 => Kind::Int64,
+        DType::BOOL => Kind::Bool,
+        DType::C64 => Kind::ComplexFloat,
+        DType::C128 => Kind::ComplexDouble,
+        other => return Err(Error::DTypeMismatch { expected: "a dtype tch can allocate".into(), got: other }),
+    })
+}
+
+fn device_of(d: Device) -> Result<tch::Device> {
+    match d.kind {
+        dlbridge_core::DeviceType::CPU => Ok(tch::Device::Cpu),
+        dlbridge_core::DeviceType::CUDA => Ok(tch::Device::Cuda(d.id as usize)),
+        _ => Err(Error::UnsupportedDevice { got: d, what: "tch allocates on cpu or cuda".into() }),
+    }
+}
+
+fn check_exportable(t: &Tensor, what: &str) -> Result<()> {
+    if t.requires_grad() {
+        return Err(Error::InvalidArgument(format!("{what}: the tensor requires grad; call detach() first (dlbridge kernels do not record gradients)")));
+    }
+    if t.is_sparse() {
+        return Err(Error::Buffer(format!("{what}: sparse tensors have no DLPack form")));
+    }
+    if matches!(t.kind(), Kind::QInt8 | Kind::QUInt8 | Kind::QInt32) {
+        return Err(Error::DTypeMismatch { expected: "a non-quantized kind".into(), got: DType::U8 }.context(format!("{what}: quantized tensor ({:?})", t.kind())));
+    }
+    Ok(())
+}
+
+/// Exports a tch tensor as DLPack with zero copies (torch keeps the storage
+/// alive until the DLPack deleter runs).
+pub fn to_dlpack(t: &Tensor) -> Result<ManagedTensor> {
+    check_exportable(t, "to_dlpack")?;
+    raw::to_managed(t)
+}
+
+/// Imports a DLPack tensor into tch with zero copies; the DLPack deleter runs
+/// when torch frees the storage. A READ_ONLY tensor is refused (tch tensors
+/// are writable).
+pub fn from_dlpack(m: ManagedTensor) -> Result<Tensor> {
+    if m.is_read_only() {
+        return Err(Error::ReadOnly { what: "from_dlpack: tch tensors are writable, so a READ_ONLY DLPack tensor".into() });
+    }
+    raw::from_managed(m)
+}
+
+/// Runs `kernel` on tch tensors: `tensors` are the signature's tensor
+/// parameters in order (`mut` ones are written in place), `scalars` its
+/// scalars in order. Outputs are allocated with tch on the inputs' device from
+/// `prepare_outputs` and returned.
+pub fn call(kernel: &Kernel, tensors: &[&Tensor], scalars: &[Scalar]) -> Result<Vec<Tensor>> {
+    run(kernel, tensors, scalars, None)
+}
+
+/// Like [`call`], writing into the given output tensors instead (destination-passing style).
+pub fn call_into(kernel: &Kernel, tensors: &[&Tensor], scalars: &[Scalar], outputs: &[&Tensor]) -> Result<()> {
+    run(kernel, tensors, scalars, Some(outputs)).map(drop)
+}
+
+fn run(kernel: &Kernel, tensors: &[&Tensor], scalars: &[Scalar], given: Option<&[&Tensor]>) -> Result<Vec<Tensor>> {
+    let sig = kernel.signature();
+    let n_tensors = sig.params.iter().filter(|p| matches!(p.kind, ParamKind::Tensor(_))).count();
+    if tensors.len() != n_tensors || scalars.len() != sig.params.len() - n_tensors {
+        return Err(Error::InvalidArgument(format!(
+            "{}: expected {n_tensors} tensors and {} scalars, got {} and {}",
+            sig.name,
+            sig.params.len() - n_tensors,
+            tensors.len(),
+            scalars.len()
+        )));
+    }
+    // Declared before the views that borrow it.
+    let mut allocated: Vec<Tensor> = Vec::new();
+    let mut args: SmallVec<[Arg<'_>; 8]> = SmallVec::new();
+    let (mut ti, mut si) = (0, 0);
+    for p in &sig.params {
+        let what = || format!("{}: argument {}", sig.name, p.name);
+        args.push(match &p.kind {
+            ParamKind::Tensor(t) => {
+                let tensor = tensors[ti];
+                ti += 1;
+                // The shim refuses grad-requiring, sparse and quantized tensors in the same call.
+                let view = raw::borrow(tensor, Flags::empty()).map_err(|e| e.context(what()))?;
+                if t.mutable {
+                    // SAFETY: the caller hands the tensor to the kernel for writing; the
+                    // registry refuses overlap with every other argument before it runs.
+                    Arg::TensorMut(unsafe { TensorViewMut::from_view(view) }.map_err(|e| e.context(what()))?)
+                } else {
+                    Arg::Tensor(view)
+                }
+            }
+            ParamKind::Scalar(k) => {
+                let s = scalars[si];
+                si += 1;
+                match (k, s) {
+                    (ScalarKind::F64, Scalar::F64(x)) => Arg::F64(x),
+                    (ScalarKind::I64, Scalar::I64(x)) => Arg::I64(x),
+                    (ScalarKind::Bool, Scalar::Bool(x)) => Arg::Bool(x),
+                    (k, s) => return Err(Error::InvalidArgument(format!("{}: expected a {k} scalar, got {s:?}", what()))),
+                }
+            }
+        });
+    }
+    if given.is_none() {
+        for s in kernel.prepare_outputs(&args)?.iter() {
+            let t = Tensor::f_empty(&s.shape[..], (kind_of(s.dtype)?, device_of(s.device)?)).map_err(|e| Error::Runtime(format!("allocating {s}: {e}")))?;
+            allocated.push(t);
+        }
+    }
+    let outs: Vec<&Tensor> = match given {
+        Some(g) => g.to_vec(),
+        None => allocated.iter().collect(),
+    };
+    let mut out_views: SmallVec<[TensorViewMut<'_>; 2]> = SmallVec::new();
+    for (j, o) in outs.iter().enumerate() {
+        let what = format!("{}: output {}", sig.name, sig.outputs.get(j).map_or("?", |p| p.name.as_str()));
+        let view = raw::borrow(o, Flags::empty()).map_err(|e| e.context(what.clone()))?;
+        // SAFETY: outputs are written by the kernel; the registry refuses overlaps.
+        out_views.push(unsafe { TensorViewMut::from_view(view) }.map_err(|e| e.context(what))?);
+    }
+    kernel.call(&mut args, &mut out_views)?;
+    drop(out_views);
+    drop(args);
+    Ok(allocated)
+}

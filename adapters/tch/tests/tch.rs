@@ -1,0 +1,201 @@
+//! tch <-> DLPack with zero copies, deleter timing, and registry kernels on tch tensors.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use dlbridge_array::Array;
+use dlbridge_core::{DType, ErrorKind, ManagedTensor, TensorDesc};
+use dlbridge_registry::{Call, Impl, KernelDef, KernelOpts, Registry};
+use dlbridge_tch::{Scalar, call, call_into, from_dlpack, kind_of, to_dlpack};
+use tch::{Device, Kind, Tensor};
+
+fn registry() -> &'static Registry {
+    dlbridge_kernels_cpu::link();
+    Registry::global()
+}
+
+#[test]
+fn tch_to_dlpack_is_zero_copy_and_outlives_the_tensor() {
+    let t = Tensor::arange(12, (Kind::Float, Device::Cpu)).reshape([3, 4]);
+    let m = to_dlpack(&t).unwrap();
+    assert_eq!(m.view().data_ptr() as usize, t.data_ptr() as usize);
+    assert_eq!(m.shape(), &[3, 4]);
+    assert_eq!(m.strides(), &[4, 1]);
+    drop(t);
+    assert_eq!(m.view().as_slice::<f32>().unwrap()[11], 11.0, "storage kept alive by the DLPack owner");
+}
+
+#[test]
+fn strides_and_storage_offset_survive_the_export() {
+    let base = Tensor::arange(20, (Kind::Double, Device::Cpu)).reshape([4, 5]);
+    let v = base.narrow(1, 1, 3).transpose(0, 1); // [3, 4], strides [1, 5], offset 1
+    let m = to_dlpack(&v).unwrap();
+    assert_eq!(m.shape(), &[3, 4]);
+    assert_eq!(m.strides(), &[1, 5]);
+    assert_eq!(m.view().data_ptr() as usize, base.data_ptr() as usize + 8);
+    let vals: Vec<f64> = m.view().to_vec().unwrap();
+    assert_eq!(vals[..4], [1.0, 6.0, 11.0, 16.0]);
+}
+
+struct CountOnDrop(Arc<AtomicUsize>, #[allow(dead_code)] Vec<f32>);
+impl Drop for CountOnDrop {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn dlpack_to_tch_is_zero_copy_and_the_deleter_runs_when_torch_frees_the_storage() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let mut data = vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+    let ptr = data.as_mut_ptr();
+    let owner = CountOnDrop(drops.clone(), data);
+    // SAFETY: the Vec inside the owner holds 6 f32s and does not move with it.
+    let m = unsafe { ManagedTensor::export_owner(owner, ptr.cast(), &TensorDesc::contiguous(DType::F32, &[2, 3])) }.unwrap();
+    let t = from_dlpack(m).unwrap();
+    assert_eq!(t.data_ptr() as usize, ptr as usize);
+    assert_eq!(t.size(), [2, 3]);
+    let view = t.narrow(1, 0, 2); // shares the storage
+    drop(t);
+    assert_eq!(drops.load(Ordering::SeqCst), 0, "a view still holds the storage");
+    assert_eq!(view.sum(Kind::Float).double_value(&[]), 1.0 + 2.0 + 4.0 + 5.0);
+    drop(view);
+    assert_eq!(drops.load(Ordering::SeqCst), 1, "deleter ran exactly once, when torch freed the storage");
+}
+
+#[test]
+fn arrays_and_tch_tensors_share_memory_both_ways() {
+    let a = Array::from_slice(&[1.0f64, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+    let t = from_dlpack(a.t().unwrap().to_managed().unwrap()).unwrap();
+    assert_eq!(t.data_ptr() as usize, a.data_ptr() as usize);
+    assert_eq!(t.stride(), [1, 2]);
+    assert_eq!(Vec::<f64>::try_from(t.flatten(0, -1)).unwrap(), vec![1.0, 3.0, 2.0, 4.0]);
+    let back = Array::from_managed(to_dlpack(&t).unwrap()).unwrap();
+    assert_eq!(back.data_ptr(), a.data_ptr());
+}
+
+#[test]
+fn every_kind_dlpack_expresses_round_trips() {
+    for (kind, dtype) in [
+        (Kind::Half, DType::F16),
+        (Kind::BFloat16, DType::BF16),
+        (Kind::Float, DType::F32),
+        (Kind::Double, DType::F64),
+        (Kind::Int8, DType::I8),
+        (Kind::Uint8, DType::U8),
+        (Kind::Int16, DType::I16),
+        (Kind::Int, DType::I32),
+        (Kind::Int64, DType::I64),
+        (Kind::Bool, DType::BOOL),
+        (Kind::ComplexFloat, DType::C64),
+        (Kind::ComplexDouble, DType::C128),
+    ] {
+        let t = Tensor::zeros([2, 3], (kind, Device::Cpu));
+        let m = to_dlpack(&t).unwrap();
+        assert_eq!(m.dtype(), dtype, "{kind:?}");
+        assert_eq!(kind_of(dtype).unwrap(), kind);
+        let back = from_dlpack(m).unwrap();
+        assert_eq!(back.kind(), kind);
+        assert_eq!(back.data_ptr(), t.data_ptr());
+    }
+    for (kind, name) in [(Kind::Float8e4m3fn, "f8_e4m3fn"), (Kind::Float8e5m2, "f8_e5m2")] {
+        let t = Tensor::zeros([4], (Kind::Float, Device::Cpu)).to_kind(kind);
+        assert_eq!(to_dlpack(&t).unwrap().dtype().to_string(), name);
+    }
+}
+
+#[test]
+fn kernels_run_on_tch_tensors_with_outputs_allocated_by_tch() {
+    let reg = registry();
+    let a = Tensor::randn([5, 7], (Kind::Float, Device::Cpu));
+    let b = Tensor::randn([7, 3], (Kind::Float, Device::Cpu));
+    let out = call(&reg.get("matmul").unwrap(), &[&a, &b], &[]).unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].size(), [5, 3]);
+    let diff = (&out[0] - a.matmul(&b)).abs().max().double_value(&[]);
+    assert!(diff < 1e-5, "{diff}");
+    // A strided (transposed) input and a zero-stride (expanded) one.
+    let bias = Tensor::from_slice(&[1.0f32, 2.0, 3.0]).expand([5, 3], false);
+    let sum = call(&reg.get("add").unwrap(), &[&out[0], &bias], &[]).unwrap();
+    assert!((&sum[0] - (&out[0] + &bias)).abs().max().double_value(&[]) < 1e-6);
+}
+
+#[test]
+fn mut_params_and_given_outputs_are_written_in_place() {
+    let reg = registry();
+    let x = Tensor::from_slice(&[1.0f64, 2.0, 3.0]);
+    let y = Tensor::from_slice(&[10.0f64, 10.0, 10.0]);
+    let ptr = y.data_ptr();
+    call(&reg.get("axpy").unwrap(), &[&x, &y], &[Scalar::F64(2.0)]).unwrap();
+    assert_eq!(Vec::<f64>::try_from(&y).unwrap(), vec![12.0, 14.0, 16.0]);
+    assert_eq!(y.data_ptr(), ptr);
+    let out = Tensor::zeros([3], (Kind::Double, Device::Cpu));
+    call_into(&reg.get("mul").unwrap(), &[&x, &x], &[], &[&out]).unwrap();
+    assert_eq!(Vec::<f64>::try_from(&out).unwrap(), vec![1.0, 4.0, 9.0]);
+}
+
+#[test]
+fn tensors_that_require_grad_are_refused() {
+    let reg = registry();
+    let a = Tensor::ones([2], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+    let e = call(&reg.get("relu").unwrap(), &[&a], &[]).unwrap_err();
+    assert!(e.to_string().contains("relu: argument x: the tensor requires grad"), "{e}");
+    assert!(to_dlpack(&a).is_err());
+    assert!(call(&reg.get("relu").unwrap(), &[&a.detach()], &[]).is_ok());
+}
+
+#[test]
+fn quantized_and_sparse_tensors_are_refused() {
+    let q = Tensor::ones([4], (Kind::Float, Device::Cpu)).quantize_per_tensor(0.1, 0, Kind::QUInt8);
+    let e = to_dlpack(&q).unwrap_err();
+    assert!(e.to_string().contains("quantized"), "{e}");
+    let s = Tensor::eye(3, (Kind::Float, Device::Cpu)).to_sparse_sparse_dim(2);
+    let e = to_dlpack(&s).unwrap_err();
+    assert!(e.to_string().contains("sparse"), "{e}");
+    assert_eq!(e.kind(), ErrorKind::Buffer);
+}
+
+#[test]
+fn read_only_dlpack_tensors_are_refused_by_tch() {
+    let m = ManagedTensor::from_arc(Arc::from(vec![1.0f32, 2.0]), &[2]).unwrap();
+    let e = from_dlpack(m).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Buffer);
+}
+
+#[test]
+fn a_device_the_kernel_does_not_serve_is_an_error() {
+    let reg = Registry::new();
+    reg.register(KernelDef {
+        signature: "gpu_only(x: f32[N]) -> (y: f32[N])".into(),
+        device: dlbridge_core::DeviceType::CUDA,
+        imp: Impl::Dyn(Arc::new(|_: &mut Call<'_, '_>| Ok(()))),
+        opts: KernelOpts::DEFAULT,
+        origin: "test".into(),
+        doc: String::new(),
+    })
+    .unwrap();
+    let x = Tensor::ones([2], (Kind::Float, Device::Cpu));
+    let e = call(&reg.get("gpu_only").unwrap(), &[&x], &[]).unwrap_err();
+    assert_eq!(e.to_string(), "unsupported device cpu: gpu_only runs on cuda");
+}
+
+#[test]
+fn wrong_argument_counts_are_errors() {
+    let reg = registry();
+    let x = Tensor::ones([2], (Kind::Float, Device::Cpu));
+    let e = call(&reg.get("axpy").unwrap(), &[&x, &x], &[]).unwrap_err();
+    assert_eq!(e.to_string(), "axpy: expected 2 tensors and 1 scalars, got 2 and 0");
+    let e = call(&reg.get("axpy").unwrap(), &[&x, &x], &[Scalar::I64(1)]).unwrap_err();
+    assert!(e.to_string().contains("expected a f64 scalar"), "{e}");
+}
+
+#[test]
+#[cfg_attr(not(feature = "cuda-tests"), ignore = "needs a CUDA device: run with --features cuda-tests on a GPU machine")]
+fn cuda_tensors_round_trip_with_zero_copies() {
+    assert!(tch::Cuda::is_available(), "cuda-tests enabled but torch sees no CUDA device");
+    let t = Tensor::ones([3], (Kind::Float, Device::Cuda(0)));
+    let m = to_dlpack(&t).unwrap();
+    assert_eq!(m.device(), dlbridge_core::Device::cuda(0));
+    let back = from_dlpack(m).unwrap();
+    assert_eq!(back.data_ptr(), t.data_ptr());
+}
