@@ -18,9 +18,9 @@ void write_err(char* err, size_t len, const char* msg) {
 
 extern "C" {
 
-// Takes ownership of `src` (its deleter runs when torch frees the storage, or
-// right away on failure, as at::fromDLPackVersioned does). Returns a new
-// at::Tensor* (tch's C_tensor) or NULL with a message in `err`.
+// Takes ownership of `src` (its deleter runs when torch frees the storage; on
+// failure torch leaks it, so the Rust side pre-checks what torch rejects).
+// Returns a new at::Tensor* (tch's C_tensor) or NULL with a message in `err`.
 void* dlbridge_tch_from_dlpack(DLManagedTensorVersioned* src, char* err, size_t err_len) {
   try {
     return new at::Tensor(at::fromDLPackVersioned(src));

@@ -90,12 +90,31 @@ pub fn to_dlpack(t: &Tensor) -> Result<ManagedTensor> {
 }
 
 /// Imports a DLPack tensor into tch with zero copies; the DLPack deleter runs
-/// when torch frees the storage. A READ_ONLY tensor is refused (tch tensors
-/// are writable).
+/// when torch frees the storage. Refused (cleanly, and the tensor released): a
+/// READ_ONLY tensor (tch tensors are writable) and negative strides (torch
+/// would abort the process on them).
 pub fn from_dlpack(m: ManagedTensor) -> Result<Tensor> {
+    // torch aborts the process (an exception thrown past a noexcept frame inside
+    // at::fromDLPack) on negative strides: refuse them cleanly before it sees them.
+    if let Some(d) = m.shape().iter().zip(m.strides()).position(|(&n, &s)| n > 1 && s < 0) {
+        return Err(Error::InvalidArgument(format!(
+            "from_dlpack: torch tensors cannot have negative strides (dim {d} has stride {}); copy the tensor to a contiguous one first",
+            m.strides()[d]
+        )));
+    }
     if m.is_read_only() {
         return Err(Error::ReadOnly { what: "from_dlpack: tch tensors are writable, so a READ_ONLY DLPack tensor".into() });
     }
+    // Everything torch could throw on is refused here, while we still own the
+    // tensor (its deleter then runs on drop): torch leaks a DLPack tensor it
+    // fails to import.
+    let dtype = m.dtype();
+    let torch_has = kind_of(dtype).is_ok()
+        || ["f8_e4m3fn", "f8_e5m2", "f8_e4m3fnuz", "f8_e5m2fnuz"].contains(&dtype.to_string().as_str());
+    if !torch_has || m.is_subbyte_padded() {
+        return Err(Error::DTypeMismatch { expected: "a dtype torch has".into(), got: dtype }.context("from_dlpack"));
+    }
+    device_of(m.device()).map_err(|e| e.context("from_dlpack"))?;
     raw::from_managed(m)
 }
 

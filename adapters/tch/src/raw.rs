@@ -3,8 +3,10 @@
 //!
 //! Invariants: tch's `C_tensor` is a heap `at::Tensor*`, which is what the shim
 //! takes and returns. `from_dlpack` hands ownership of the DLPack tensor to
-//! torch (its deleter runs when torch frees the storage, or on failure); the
-//! result is a fresh `at::Tensor*` that `Tensor::from_ptr` then owns.
+//! torch (its deleter runs when torch frees the storage); callers pre-check
+//! everything torch can fail on (dtype, device, strides), because a failed
+//! torch import leaks the tensor rather than releasing it. The result is a
+//! fresh `at::Tensor*` that `Tensor::from_ptr` then owns.
 //! `to_dlpack` returns an owning DLPack tensor validated like any foreign one.
 //! A borrowed DLTensor is only turned into a view whose lifetime is bounded by
 //! a borrow of the `Tensor` it came from. No C++ exception crosses into Rust:

@@ -52,3 +52,12 @@ fn inspect_reports_a_broken_plugin_and_fails() {
     assert!(!ok);
     assert!(err.contains("ABI version 7") && err.contains("libdlbridge_plugin_future_abi.so"), "{err}");
 }
+
+#[test]
+fn conformance_prints_the_table_and_passes() {
+    let (ok, text, err) = dlbridge(&["conformance".as_ref()]);
+    assert!(ok, "{err}\n{text}");
+    assert!(text.contains("dlbridge.Array (Rust)"), "{text}");
+    assert!(text.contains("deleter_runs_exactly_once") && text.contains("pass"), "{text}");
+    assert!(text.trim_end().ends_with("1 adapters x 15 cases, 0 failures"), "{text}");
+}

@@ -22,6 +22,8 @@ enum Command {
         #[arg(long = "plugin", value_name = "PATH")]
         plugins: Vec<std::path::PathBuf>,
     },
+    /// Run the DLPack conformance suite and print the table adapter x case.
+    Conformance,
     /// Show a plugin's name, version, ABI version and kernels (without registering them).
     Inspect {
         /// Path of the plugin shared library.
@@ -54,11 +56,37 @@ fn list(plugins: &[std::path::PathBuf]) -> dlbridge::Result<()> {
     }
 }
 
+/// The adapters this binary links: dlbridge's own Array. (tch and the Python paths
+/// run the same suite from their own tests: `cargo test -p dlbridge-tch`, pytest.)
+fn conformance() -> dlbridge::Result<()> {
+    use dlbridge_conformance::{Harness, all_cases, check};
+    let harnesses: Vec<Box<dyn Harness>> = vec![Box::new(dlbridge_conformance::array::ArrayHarness)];
+    let cases = all_cases();
+    let width = cases.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let mut failures = 0;
+    for h in &harnesses {
+        println!("{}", h.name());
+        for (name, case) in &cases {
+            let line = match check(h.as_ref(), name, *case) {
+                Ok(report) => report,
+                Err(e) => {
+                    failures += 1;
+                    format!("FAIL: {e}")
+                }
+            };
+            println!("  {name:<width$}  {line}");
+        }
+    }
+    println!("{} adapters x {} cases, {failures} failures", harnesses.len(), cases.len());
+    if failures == 0 { Ok(()) } else { Err(dlbridge::Error::Runtime(format!("{failures} conformance failures"))) }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo => dlbridge::demo::array_round_trip().map(|report| print!("{report}")),
         Command::List { plugins } => list(&plugins),
+        Command::Conformance => conformance(),
         Command::Inspect { path } => dlbridge::registry_crate::Plugin::open(&path).map(|p| print!("{}", p.info())),
     };
     match result {
