@@ -59,5 +59,6 @@ fn conformance_prints_the_table_and_passes() {
     assert!(ok, "{err}\n{text}");
     assert!(text.contains("dlbridge.Array (Rust)"), "{text}");
     assert!(text.contains("deleter_runs_exactly_once") && text.contains("pass"), "{text}");
-    assert!(text.trim_end().ends_with("1 adapters x 15 cases, 0 failures"), "{text}");
+    assert!(text.contains("1 adapters x 15 cases, 0 failures"), "{text}");
+    assert!(text.contains("python producers: skipped") || text.contains("producers x 12 checks, 0 failures"), "{text}");
 }

@@ -78,6 +78,20 @@ fn conformance() -> dlbridge::Result<()> {
         }
     }
     println!("{} adapters x {} cases, {failures} failures", harnesses.len(), cases.len());
+    // The Python producers (torch, NumPy, dlbridge.Array) run the same rules through
+    // dlbridge.testing, in the interpreter named by DLBRIDGE_PYTHON (default python3).
+    let python = std::env::var("DLBRIDGE_PYTHON").unwrap_or_else(|_| "python3".into());
+    println!();
+    match std::process::Command::new(&python).args(["-m", "dlbridge.testing"]).output() {
+        Ok(out) if out.status.success() || out.status.code() == Some(1) => {
+            print!("{}", String::from_utf8_lossy(&out.stdout));
+            if !out.status.success() {
+                failures += 1;
+            }
+        }
+        Ok(out) => println!("python producers: skipped ({python} cannot import dlbridge: {})", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")),
+        Err(e) => println!("python producers: skipped ({python}: {e})"),
+    }
     if failures == 0 { Ok(()) } else { Err(dlbridge::Error::Runtime(format!("{failures} conformance failures"))) }
 }
 
