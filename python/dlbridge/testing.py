@@ -219,4 +219,4 @@ def _table() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(1 if _table() else 0)
+    raise SystemExit(3 if _table() else 0)  # 3: checks failed (1 is Python's own error code)
