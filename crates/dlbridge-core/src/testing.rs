@@ -166,3 +166,37 @@ impl ForeignTensor {
         unsafe { std::slice::from_raw_parts_mut(self.buffer.as_mut_ptr().cast::<u8>(), len) }
     }
 }
+
+/// A global allocator that counts allocations made on the current thread, for
+/// tests that prove a path does not allocate. Install it in a test binary:
+///
+/// ```text
+/// #[global_allocator]
+/// static ALLOC: dlbridge_core::testing::CountingAllocator = dlbridge_core::testing::CountingAllocator;
+/// ```
+#[derive(Debug)]
+pub struct CountingAllocator;
+
+thread_local! {
+    static ALLOCATIONS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+impl CountingAllocator {
+    /// Allocations made so far on this thread.
+    pub fn count() -> usize {
+        ALLOCATIONS.with(|c| c.get())
+    }
+}
+
+// SAFETY: forwards every request to the system allocator unchanged; only counts.
+unsafe impl std::alloc::GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as ours.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+}

@@ -156,14 +156,7 @@ pub unsafe fn run(
     let (code, message) = match result {
         Ok(Ok(())) => return 0,
         Ok(Err(e)) => (e.kind().code(), e.to_string()),
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            (dlbridge_core::ErrorKind::Runtime.code(), format!("kernel panicked: {what}"))
-        }
+        Err(panic) => (dlbridge_core::ErrorKind::Runtime.code(), format!("kernel panicked: {}", crate::kernel::panic_message(panic.as_ref()))),
     };
     if !err.is_null() && err_len > 0 {
         let bytes = message.as_bytes();

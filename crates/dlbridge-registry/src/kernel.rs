@@ -337,19 +337,21 @@ impl<'v> Slot<'v> {
     }
 }
 
+/// The message of a caught panic (`&str` or `String` payloads; anything else is "unknown panic").
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
 fn guard(name: &str, f: impl FnOnce() -> Result<()>) -> Result<()> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e @ Error::Context { .. })) => Err(e),
         Ok(Err(e)) => Err(e.context(name.to_owned())),
-        Err(panic) => {
-            let msg = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(Error::Runtime(format!("{name}: kernel panicked: {msg}")))
-        }
+        Err(panic) => Err(Error::Runtime(format!("{name}: kernel panicked: {}", panic_message(panic.as_ref())))),
     }
 }
 

@@ -1,36 +1,14 @@
 //! The hot path of a call (bind, check, dispatch) does no heap allocation.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use dlbridge_array::Array;
 use dlbridge_core::{DType, DeviceType, Result};
 use dlbridge_registry::{Arg, Call, Impl, KernelDef, KernelOpts, Registry};
 
-struct Counting;
-
-thread_local! {
-    static COUNT: Cell<usize> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards every request to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = COUNT.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: dlbridge_core::testing::CountingAllocator = dlbridge_core::testing::CountingAllocator;
 
 fn allocations() -> usize {
-    COUNT.with(|c| c.get())
+    dlbridge_core::testing::CountingAllocator::count()
 }
 
 fn add_f32(call: &mut Call<'_, '_>) -> Result<()> {
