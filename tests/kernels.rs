@@ -94,6 +94,7 @@ fn integer_ops_wrap_and_division_by_zero_is_an_error() {
     let e = call(&get_kernel("div").unwrap(), &mut [ArrayArg::In(&a), ArrayArg::In(&b)]).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Value);
     assert!(e.to_string().contains("division by zero"), "{e}");
+    assert_eq!(e.to_string().matches("div:").count(), 1, "the kernel is named once: {e}");
     let m = Array::from_slice(&[i64::MIN], &[1]).unwrap();
     let neg1 = Array::from_slice(&[-1i64], &[1]).unwrap();
     let out = run("div", &mut [ArrayArg::In(&m), ArrayArg::In(&neg1)]);

@@ -68,8 +68,9 @@ def get_kernel(name: str) -> Kernel:
     """Raises KeyError if no kernel has this name."""
 def load_plugin(path: str) -> tuple[str, str, list[str]]:
     """Loads a plugin shared library; returns ``(name, version, signatures)``."""
-def from_dlpack(obj: Any) -> Array:
-    """Any DLPack producer (or capsule) as an Array, zero copy."""
+def from_dlpack(x: Any, /, *, device: Any | None = None, copy: bool | None = None) -> Array:
+    """Any DLPack producer (or capsule) as an Array: zero copy unless ``copy=True``
+    (always a new writable array); ``copy=False`` raises ValueError where only a copy works."""
 def asarray(obj: Any) -> Array:
     """A buffer-protocol object (bytes, bytearray, memoryview, array.array, NumPy) as an Array, zero copy."""
 def zeros(shape: Sequence[int], dtype: str = "f32") -> Array: ...

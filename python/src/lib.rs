@@ -24,10 +24,14 @@ fn load_plugin(path: std::path::PathBuf) -> PyResult<(String, String, Vec<String
     Ok((info.name, info.version, info.kernels.into_iter().map(|k| k.signature).collect()))
 }
 
-/// Imports any DLPack producer (or capsule) as a `dlbridge.Array`, zero copy.
+/// `from_dlpack(x, /, *, device=None, copy=None)`: any DLPack producer (or
+/// capsule) as a `dlbridge.Array`, as the array API standard defines it:
+/// zero copy unless `copy=True` (always a new, writable array); `copy=False`
+/// never copies and raises ValueError where only a copy would work.
 #[pyfunction]
-fn from_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<PyArray> {
-    import::to_array(obj).map(PyArray::new)
+#[pyo3(signature = (x, /, *, device=None, copy=None))]
+fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<&Bound<'_, PyAny>>, copy: Option<bool>) -> PyResult<PyArray> {
+    import::from_dlpack(x, device, copy).map(PyArray::new)
 }
 
 /// Wraps a buffer-protocol object (bytes, bytearray, memoryview, array.array,

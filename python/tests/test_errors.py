@@ -120,3 +120,17 @@ def test_tensors_that_require_grad_are_refused_as_outputs():
 def test_kernel_runtime_errors_are_runtime_or_value_errors():
     with pytest.raises(ValueError, match="integer division by zero"):
         dlbridge.get_kernel("div")(torch.tensor([1]), torch.tensor([0]))
+
+
+@pytest.mark.parametrize("n", [1, 1 << 16])
+def test_every_refusal_names_kernel_and_argument_once(n):
+    with pytest.raises(ValueError) as e:
+        dlbridge.get_kernel("div")(torch.ones(n, dtype=torch.int32), torch.zeros(n, dtype=torch.int32))
+    assert str(e.value).count("div:") == 1, e.value
+    x = torch.ones(n)
+    with pytest.raises(ValueError) as e:
+        dlbridge.get_kernel("add")(x, x, out=torch.ones(1).expand(n))
+    assert str(e.value).startswith("add: output out: ") and str(e.value).count("add:") == 1, e.value
+    with pytest.raises(ValueError) as e:
+        dlbridge.get_kernel("axpy")(1.0, x, torch.ones(1).expand(n))
+    assert str(e.value).startswith("axpy: argument y: ") and str(e.value).count("axpy:") == 1, e.value

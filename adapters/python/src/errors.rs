@@ -7,10 +7,12 @@
 //! | Buffer    | `BufferError` |
 //! | NotFound  | `KeyError` for kernels, `FileNotFoundError`-like `LookupError` otherwise |
 //! | Runtime   | `RuntimeError` |
+//! | Memory    | `MemoryError` |
+//! | FileNotFound | `FileNotFoundError` |
 
 use dlbridge_core::{Error, ErrorKind};
 use pyo3::PyErr;
-use pyo3::exceptions::{PyBufferError, PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyBufferError, PyFileNotFoundError, PyKeyError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
 
 /// Converts a dlbridge error into the Python exception its kind maps to.
 pub fn to_pyerr(e: Error) -> PyErr {
@@ -21,6 +23,8 @@ pub fn to_pyerr(e: Error) -> PyErr {
         ErrorKind::Buffer => PyBufferError::new_err(msg),
         ErrorKind::NotFound => PyKeyError::new_err(msg),
         ErrorKind::Runtime => PyRuntimeError::new_err(msg),
+        ErrorKind::Memory => PyMemoryError::new_err(msg),
+        ErrorKind::FileNotFound => PyFileNotFoundError::new_err(msg),
     }
 }
 

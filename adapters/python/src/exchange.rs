@@ -25,9 +25,21 @@ use pyo3::exceptions::{PyAttributeError, PyBufferError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 
-/// A producer's exchange API table.
+/// A producer's exchange API table, and the type's own checks for tensors
+/// whose memory does not hold their values.
 #[derive(Debug, Clone, Copy)]
-pub struct Api(NonNull<DLPackExchangeAPI>);
+pub struct Api {
+    table: NonNull<DLPackExchangeAPI>,
+    checks: &'static Checks,
+}
+
+/// Methods of the producer's type that say a tensor's memory is not its value
+/// (torch: `is_neg`, `is_conj`), looked up once per type.
+#[derive(Debug, Default)]
+struct Checks {
+    is_neg: Option<Py<PyAny>>,
+    is_conj: Option<Py<PyAny>>,
+}
 
 // SAFETY: the table is immutable static data of the producer, valid for the
 // process lifetime; its functions are called with the GIL held.
@@ -88,6 +100,8 @@ fn find(ty: &Bound<'_, PyType>) -> PyResult<Option<Api>> {
         let err = PyErr::take(ty.py()).unwrap_or_else(|| PyBufferError::new_err("empty DLPack exchange API capsule"));
         return Err(err);
     }
+    let method = |name: &str| ty.getattr(name).ok().filter(|m| m.is_callable()).map(Bound::unbind);
+    let checks: &'static Checks = Box::leak(Box::new(Checks { is_neg: method("is_neg"), is_conj: method("is_conj") }));
     // Walk prev_api (bounded) to a table whose major version is ours.
     let mut header = ptr.cast::<DLPackExchangeAPIHeader>();
     for _ in 0..16 {
@@ -101,7 +115,7 @@ fn find(ty: &Bound<'_, PyType>) -> PyResult<Option<Api>> {
             if api.managed_tensor_from_py_object_no_sync.is_none() || api.current_work_stream.is_none() {
                 return Ok(None);
             }
-            return Ok(Some(Api(h.cast())));
+            return Ok(Some(Api { table: h.cast(), checks }));
         }
         header = hd.prev_api;
     }
@@ -115,7 +129,37 @@ fn fetch_err(py: Python<'_>, what: &str) -> PyErr {
 impl Api {
     fn table(&self) -> &DLPackExchangeAPI {
         // SAFETY: type invariant: a live static table.
-        unsafe { self.0.as_ref() }
+        unsafe { self.table.as_ref() }
+    }
+
+    /// Refuses tensors whose memory does not hold their values — torch's
+    /// negative-bit (`torch._neg_view(x)`, `x.conj().imag`) and conjugate-bit
+    /// (`x.conj()` of a complex tensor) views: DLPack would hand over the raw
+    /// memory, and reading or writing it would silently give wrong results.
+    /// Written arguments that require grad are refused too. `dtype` (when known)
+    /// skips the conjugate check for real dtypes, which never carry the bit.
+    pub fn check_tensor(&self, obj: &Bound<'_, PyAny>, dtype: Option<dlbridge_core::DType>, writable: bool) -> PyResult<()> {
+        let py = obj.py();
+        let flag = |m: &Option<Py<PyAny>>| -> PyResult<bool> {
+            match m {
+                Some(m) => m.bind(py).call1((obj,))?.is_truthy(),
+                None => Ok(false),
+            }
+        };
+        if flag(&self.checks.is_neg)? {
+            return Err(PyBufferError::new_err(
+                "the tensor is a negative-bit view (torch._neg_view, or the imaginary part of a conj() view): its memory holds                  the negated values; call .resolve_neg() (or .clone()) first",
+            ));
+        }
+        if dtype.is_none_or(|d| d.code() == dlbridge_core::DTypeCode::Complex) && flag(&self.checks.is_conj)? {
+            return Err(PyBufferError::new_err(
+                "the tensor is a conjugate-bit view (x.conj()): its memory holds the unconjugated values; call .resolve_conj() first",
+            ));
+        }
+        if writable && obj.getattr(pyo3::intern!(py, "requires_grad")).and_then(|r| r.is_truthy()).unwrap_or(false) {
+            return Err(PyBufferError::new_err("the tensor requires grad and this argument is written in place; detach() it first"));
+        }
+        Ok(())
     }
 
     /// Whether the producer can lend a DLTensor without allocating.

@@ -2,24 +2,28 @@
 //!
 //! 1. `dlbridge.Array`: its memory directly.
 //! 2. the DLPack C exchange API (`type(x).__dlpack_c_exchange_api__`, looked up
-//!    once per type): a borrowed `DLTensor` (no allocation) for calls that keep
-//!    the GIL, an owning tensor for calls that release it;
+//!    once per type): a borrowed `DLTensor` (no allocation) for arguments that
+//!    are only read in calls that keep the GIL; an owning tensor — which
+//!    carries the producer's flags — for every argument that is written, and
+//!    for calls that release the GIL;
 //! 3. `__dlpack__(max_version=(1, 3))`, the legacy call on `TypeError`, or an
-//!    existing capsule (dlpark's consumer does the negotiation and capsule
-//!    renaming);
+//!    existing capsule (see [`crate::capsule`]);
 //! 4. the buffer protocol.
 //!
 //! A read-only source stays read-only: asked for a writable tensor, it is an
-//! error, never a write.
+//! error, never a write. Read-only means flagged READ_ONLY, a read-only buffer,
+//! or a legacy struct from a producer that was offered the versioned one (it
+//! could not have said READ_ONLY). torch tensors whose memory does not hold
+//! their values (conjugate-bit and negative-bit views) are refused outright.
 
 use dlbridge_core::ffi::DLTensor;
 use dlbridge_core::raw::view_from_dltensor;
 use dlbridge_core::{Flags, ManagedTensor, TensorView};
-use dlpark::python::ImportedDlpack;
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
 
 use crate::array::PyArray;
+use crate::capsule::{self, Consumed, Request};
 use crate::errors::IntoPy;
 use crate::exchange::{self, Api};
 
@@ -30,7 +34,8 @@ pub enum Held {
     Array(dlbridge_array::Array),
     /// A DLTensor lent by the producer's exchange API, validated into a view:
     /// valid while the GIL is held and the object alive (the caller keeps both),
-    /// so it is never handed out for longer than a borrow of this value.
+    /// so it is never handed out for longer than a borrow of this value. It
+    /// carries no flags, so it is only ever read.
     Borrowed(TensorView<'static>),
     /// An owning DLPack tensor.
     Managed(ManagedTensor),
@@ -43,6 +48,8 @@ pub struct Imported {
     pub held: Held,
     /// The producer's exchange API, if its type has one.
     pub api: Option<Api>,
+    /// Whether the producer allows writes (see the module docs).
+    pub writable: bool,
 }
 
 impl Imported {
@@ -63,15 +70,6 @@ impl Imported {
             Held::Managed(m) => m.view().numel(),
         }
     }
-
-    /// Whether the memory is flagged read-only.
-    pub fn read_only(&self) -> bool {
-        match &self.held {
-            Held::Array(a) => a.is_read_only(),
-            Held::Borrowed(_) => false,
-            Held::Managed(m) => m.is_read_only(),
-        }
-    }
 }
 
 /// How hard to try: borrowed exchange views are only valid while the GIL is held.
@@ -89,42 +87,55 @@ pub enum Mode {
 /// results do not track gradients).
 pub fn import(obj: &Bound<'_, PyAny>, writable: bool, mode: Mode) -> PyResult<Imported> {
     let imported = import_any(obj, writable, mode)?;
-    if writable {
-        if imported.read_only() {
-            return Err(PyBufferError::new_err("the tensor is read-only (DLPack READ_ONLY) and this argument is written"));
-        }
-        if imported.api.is_some()
-            && obj.getattr(pyo3::intern!(obj.py(), "requires_grad")).and_then(|r| r.is_truthy()).unwrap_or(false)
-        {
-            return Err(PyBufferError::new_err("the tensor requires grad and this argument is written in place; detach() it first"));
-        }
+    if let Some(api) = imported.api {
+        api.check_tensor(obj, Some(imported.view().dtype()), writable)?;
+    }
+    if writable && !imported.writable {
+        return Err(PyBufferError::new_err(match &imported.held {
+            Held::Managed(m) if m.is_legacy() && !m.is_read_only() => format!(
+                "{} answered __dlpack__(max_version=(1, 3)) with a legacy capsule, which cannot say READ_ONLY, so it is \
+                 treated as read-only and this argument is written (pass a capsule you made yourself to allow writes)",
+                capsule::type_name(obj)
+            ),
+            _ => "the tensor is read-only (DLPack READ_ONLY) and this argument is written".to_owned(),
+        }));
     }
     Ok(imported)
 }
 
 fn import_any(obj: &Bound<'_, PyAny>, writable: bool, mode: Mode) -> PyResult<Imported> {
     if let Ok(a) = obj.cast::<PyArray>() {
-        return Ok(Imported { held: Held::Array(a.get().array().clone()), api: None });
+        let array = a.get().array().clone();
+        let writable = !array.is_read_only();
+        return Ok(Imported { held: Held::Array(array), api: None, writable });
     }
     if let Some(api) = exchange::lookup(obj)? {
-        if mode == Mode::KeepGil && api.can_borrow() {
+        // The borrowed DLTensor carries no flags: only arguments that are read take it.
+        if mode == Mode::KeepGil && !writable && api.can_borrow() {
             let t: DLTensor = api.borrow(obj)?;
             // SAFETY: the producer lent `t`; its shape/strides/data stay valid while the
             // GIL is held and `obj` is alive, which the caller guarantees for as long as
             // it holds this Imported (Held::Borrowed contract).
             let view = unsafe { view_from_dltensor::<'static>(&t, Flags::empty()) }.py_err()?;
-            return Ok(Imported { held: Held::Borrowed(view), api: Some(api) });
+            return Ok(Imported { held: Held::Borrowed(view), api: Some(api), writable: false });
         }
-        return Ok(Imported { held: Held::Managed(api.managed(obj)?), api: Some(api) });
+        let m = api.managed(obj)?;
+        let writable = !m.is_read_only();
+        return Ok(Imported { held: Held::Managed(m), api: Some(api), writable });
     }
     if has_dlpack(obj) {
-        return Ok(Imported { held: Held::Managed(from_dlpack_protocol(obj)?), api: None });
+        let c = capsule::consume_object(obj, Request::default())?;
+        let writable = c.writable();
+        return Ok(Imported { held: Held::Managed(c.tensor), api: None, writable });
     }
     match crate::buffer::import(obj, writable) {
-        Ok(t) => Ok(Imported { held: Held::Managed(t), api: None }),
+        Ok(t) => {
+            let writable = !t.is_read_only();
+            Ok(Imported { held: Held::Managed(t), api: None, writable })
+        }
         Err(e) if e.is_instance_of::<PyTypeError>(obj.py()) => Err(PyTypeError::new_err(format!(
             "expected a tensor (an object with __dlpack__ or the buffer protocol), got {}",
-            obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "an unknown type".into())
+            capsule::type_name(obj)
         ))),
         Err(e) => Err(e),
     }
@@ -132,35 +143,106 @@ fn import_any(obj: &Bound<'_, PyAny>, writable: bool, mode: Mode) -> PyResult<Im
 
 fn has_dlpack(obj: &Bound<'_, PyAny>) -> bool {
     let py = obj.py();
-    obj.hasattr(pyo3::intern!(py, "__dlpack__")).unwrap_or(false) || is_capsule(obj)
+    obj.cast::<pyo3::types::PyCapsule>().is_ok() || obj.hasattr(pyo3::intern!(py, "__dlpack__")).unwrap_or(false)
 }
 
-fn is_capsule(obj: &Bound<'_, PyAny>) -> bool {
-    obj.cast::<pyo3::types::PyCapsule>().is_ok()
-}
-
-/// Imports through `__dlpack__` (versioned first, legacy on `TypeError`) or a capsule.
-pub fn from_dlpack_protocol(obj: &Bound<'_, PyAny>) -> PyResult<ManagedTensor> {
-    let imported = dlpark::python::from_dlpack(obj.as_borrowed(), None, None)?;
-    match imported {
-        // SAFETY: dlpark hands over an owned, version-checked pointer.
-        ImportedDlpack::Versioned(m) => unsafe { ManagedTensor::from_raw_versioned(m.into_raw()) }.py_err(),
-        // SAFETY: as above, legacy struct.
-        ImportedDlpack::Legacy(m) => unsafe { ManagedTensor::from_raw_legacy(m.into_raw()) }.py_err(),
-    }
-}
-
-/// `dlbridge.from_dlpack(obj)`: any DLPack producer or capsule, zero copy.
-pub fn to_array(obj: &Bound<'_, PyAny>) -> PyResult<dlbridge_array::Array> {
-    if let Ok(a) = obj.cast::<PyArray>() {
-        return Ok(a.get().array().clone());
-    }
-    let t = match exchange::lookup(obj)? {
-        Some(api) => api.managed(obj)?,
-        None if has_dlpack(obj) => from_dlpack_protocol(obj)?,
-        None => return Err(PyTypeError::new_err(format!("{} has no __dlpack__ (use dlbridge.asarray for buffers)", obj.get_type().name()?))),
+/// `dlbridge.from_dlpack(x, /, *, device=None, copy=None)` as the array API
+/// standard defines it, into a `dlbridge.Array`:
+/// `copy=None` shares memory (zero copy); `copy=True` always returns a new,
+/// writable, independent array; `copy=False` never copies and raises
+/// `ValueError` where only a copy would work. `device` must be the CPU (or
+/// `None`): dlbridge.Array lives in host memory. A tensor the producer cannot
+/// let us write (see the module docs) comes back read-only.
+pub fn from_dlpack(obj: &Bound<'_, PyAny>, device: Option<&Bound<'_, PyAny>>, copy: Option<bool>) -> PyResult<dlbridge_array::Array> {
+    let want_cpu = match device {
+        None => false,
+        Some(d) => {
+            check_cpu_device(d)?;
+            true
+        }
     };
-    dlbridge_array::Array::from_managed(t).py_err()
+    let array = if let Ok(a) = obj.cast::<PyArray>() {
+        a.get().array().clone()
+    } else if let Some(api) = exchange::lookup(obj)? {
+        api.check_tensor(obj, None, false)?;
+        let m = api.managed(obj)?;
+        dlbridge_array::Array::from_managed(m).py_err()?
+    } else if has_dlpack(obj) {
+        // Ask for host memory only when the producer is not there already: a
+        // producer written to an older standard may not take dl_device.
+        let on_cpu = match producer_device(obj)? {
+            Some((kind, _)) => kind == dlbridge_core::DeviceType::CPU.0 as i32,
+            None => true,
+        };
+        let req = Request { dl_device: (want_cpu && !on_cpu).then_some((1, 0)), copy: if want_cpu && !on_cpu { copy } else { None } };
+        if want_cpu && !on_cpu && copy == Some(false) {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "from_dlpack(copy=False, device=cpu): the tensor is not in host memory, and only a copy could bring it there",
+            ));
+        }
+        let c: Consumed = capsule::consume_object(obj, req)?;
+        let writable = c.writable();
+        let mut a = dlbridge_array::Array::from_managed(c.tensor).py_err()?;
+        if !writable {
+            a.set_read_only();
+        }
+        a
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "{} has no __dlpack__ method (and is not a DLPack capsule); use dlbridge.asarray for buffer-protocol objects",
+            capsule::type_name(obj)
+        )));
+    };
+    if !array.device().is_host_accessible() {
+        return Err(PyBufferError::new_err(format!("from_dlpack: the tensor lives on {}, and dlbridge.Array holds host memory", array.device())));
+    }
+    if copy == Some(true) {
+        // A new, writable array that shares nothing with the source.
+        return array.contiguous().py_err();
+    }
+    Ok(array)
+}
+
+/// `__dlpack_device__()` of a producer, when it has one.
+fn producer_device(obj: &Bound<'_, PyAny>) -> PyResult<Option<(i32, i32)>> {
+    if obj.cast::<pyo3::types::PyCapsule>().is_ok() {
+        return Ok(None);
+    }
+    match obj.call_method0(pyo3::intern!(obj.py(), "__dlpack_device__")) {
+        Ok(d) => {
+            let (kind, id): (Bound<'_, PyAny>, Bound<'_, PyAny>) = d.extract().map_err(|_| {
+                PyTypeError::new_err(format!("{}.__dlpack_device__() must return a (device_type, device_id) tuple", capsule::type_name(obj)))
+            })?;
+            let kind: i32 = kind.extract().map_err(|_| {
+                pyo3::exceptions::PyValueError::new_err(format!("{}.__dlpack_device__(): device_type is not a 32-bit integer", capsule::type_name(obj)))
+            })?;
+            let id: i32 = id.extract().map_err(|_| {
+                pyo3::exceptions::PyValueError::new_err(format!("{}.__dlpack_device__(): device_id is not a 32-bit integer", capsule::type_name(obj)))
+            })?;
+            Ok(Some((kind, id)))
+        }
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyAttributeError>(obj.py()) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// `device=` of from_dlpack: `None`, `"cpu"`, `(1, 0)` or `DLDeviceType.CPU`-tuples are the host.
+fn check_cpu_device(d: &Bound<'_, PyAny>) -> PyResult<()> {
+    if let Ok(s) = d.extract::<String>()
+        && s == "cpu"
+    {
+        return Ok(());
+    }
+    if let Ok((kind, id)) = d.extract::<(i64, i64)>() {
+        if kind == 1 && id == 0 {
+            return Ok(());
+        }
+        return Err(PyBufferError::new_err(format!("from_dlpack: device ({kind}, {id}) is not supported: dlbridge.Array lives on the CPU, (1, 0)")));
+    }
+    Err(PyBufferError::new_err(format!(
+        "from_dlpack: device must be None, \"cpu\" or (1, 0), got {}",
+        capsule::bounded(&d.repr().map(|r| r.to_string()).unwrap_or_default())
+    )))
 }
 
 /// `dlbridge.asarray(obj)`: the buffer protocol (or DLPack), zero copy.
@@ -170,7 +252,7 @@ pub fn buffer_to_array(obj: &Bound<'_, PyAny>) -> PyResult<dlbridge_array::Array
     }
     match crate::buffer::import(obj, false) {
         Ok(t) => dlbridge_array::Array::from_managed(t).py_err(),
-        Err(e) if e.is_instance_of::<PyTypeError>(obj.py()) && has_dlpack(obj) => to_array(obj),
+        Err(e) if e.is_instance_of::<PyTypeError>(obj.py()) && has_dlpack(obj) => from_dlpack(obj, None, None),
         Err(e) => Err(e),
     }
 }

@@ -207,9 +207,9 @@ impl PyKernel {
             }
         }
         let mut out_views: SmallVec<[TensorViewMut<'_>; 2]> = SmallVec::new();
-        for (_, t) in outs_imported.iter() {
+        for (idx, (_, t)) in outs_imported.iter().enumerate() {
             // SAFETY: as for writable inputs: the registry refuses overlaps.
-            out_views.push(unsafe { TensorViewMut::from_view(t.view()) }.py_err()?);
+            out_views.push(unsafe { TensorViewMut::from_view(t.view()) }.map_err(|e| arg_context(py, crate::errors::to_pyerr(e), &sig.name, &format!("output {}", sig.outputs[idx].name)))?);
         }
         for n in new_outs.iter_mut() {
             out_views.push(match n {

@@ -23,6 +23,7 @@
 
 pub mod array;
 pub mod buffer;
+pub mod capsule;
 pub mod errors;
 pub mod exchange;
 pub mod import;

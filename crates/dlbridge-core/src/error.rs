@@ -29,6 +29,10 @@ pub enum ErrorKind {
     NotFound,
     /// A kernel or plugin failed while running.
     Runtime,
+    /// An allocation could not be satisfied (Python `MemoryError`).
+    Memory,
+    /// A file (a plugin library) that does not exist (Python `FileNotFoundError`).
+    FileNotFound,
 }
 
 impl ErrorKind {
@@ -40,6 +44,8 @@ impl ErrorKind {
             ErrorKind::Buffer => 3,
             ErrorKind::NotFound => 4,
             ErrorKind::Runtime => 5,
+            ErrorKind::Memory => 6,
+            ErrorKind::FileNotFound => 7,
         }
     }
 
@@ -50,6 +56,8 @@ impl ErrorKind {
             2 => ErrorKind::Value,
             3 => ErrorKind::Buffer,
             4 => ErrorKind::NotFound,
+            6 => ErrorKind::Memory,
+            7 => ErrorKind::FileNotFound,
             _ => ErrorKind::Runtime,
         }
     }
@@ -63,6 +71,8 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Buffer => "buffer error",
             ErrorKind::NotFound => "not found",
             ErrorKind::Runtime => "runtime error",
+            ErrorKind::Memory => "out of memory",
+            ErrorKind::FileNotFound => "file not found",
         })
     }
 }
@@ -185,11 +195,25 @@ pub enum Error {
     /// A null pointer where a valid one is required.
     #[error("null pointer: {0}")]
     NullPointer(String),
+    /// An allocation the library tried to make failed (never an abort).
+    #[error("out of memory: cannot allocate {bytes} bytes for {what}")]
+    OutOfMemory {
+        /// How many bytes were asked for.
+        bytes: u128,
+        /// What the memory was for.
+        what: String,
+    },
 
     // ---- lookup / kernels ----------------------------------------------------
     /// Something looked up by name that does not exist.
     #[error("not found: {0}")]
     NotFound(String),
+    /// A file that does not exist (a plugin path).
+    #[error("no such file: {}", path.display())]
+    FileNotFound {
+        /// The path asked for.
+        path: std::path::PathBuf,
+    },
     /// A kernel or plugin reported a failure while running.
     #[error("{0}")]
     Runtime(String),
@@ -234,6 +258,8 @@ impl Error {
             | Error::ReadOnly { .. }
             | Error::Buffer(_) => ErrorKind::Buffer,
             Error::NotFound(_) => ErrorKind::NotFound,
+            Error::OutOfMemory { .. } => ErrorKind::Memory,
+            Error::FileNotFound { .. } => ErrorKind::FileNotFound,
             Error::Runtime(_) => ErrorKind::Runtime,
             Error::Coded { kind, .. } => *kind,
             Error::Context { source, .. } => source.kind(),

@@ -140,7 +140,7 @@ fn div<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
         && let Arg::Tensor(b) = &call.args()[1]
         && b.iter::<T>()?.any(|v| v == T::zero())
     {
-        return Err(Error::InvalidArgument("div: integer division by zero (argument b has a zero)".into()));
+        return Err(Error::InvalidArgument("integer division by zero (argument b has a zero)".into()));
     }
     binary::<T>(call, T::div)
 }

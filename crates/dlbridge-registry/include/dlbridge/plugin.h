@@ -79,6 +79,8 @@ typedef struct {
 #define DLBRIDGE_ERR_BUFFER 3
 #define DLBRIDGE_ERR_NOT_FOUND 4
 #define DLBRIDGE_ERR_RUNTIME 5
+#define DLBRIDGE_ERR_MEMORY 6 /* an allocation failed */
+#define DLBRIDGE_ERR_FILE_NOT_FOUND 7
 
 /* Kernel flags. */
 #define DLBRIDGE_KERNEL_ALIAS_OUTPUTS 1u /* an output may be exactly an input (in-place elementwise) */
