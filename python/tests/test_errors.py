@@ -134,3 +134,19 @@ def test_every_refusal_names_kernel_and_argument_once(n):
     with pytest.raises(ValueError) as e:
         dlbridge.get_kernel("axpy")(1.0, x, torch.ones(1).expand(n))
     assert str(e.value).startswith("axpy: argument y: ") and str(e.value).count("axpy:") == 1, e.value
+
+
+def test_load_plugin_on_a_missing_file_is_file_not_found(tmp_path):
+    missing = tmp_path / "nope" / "libmissing.so"
+    with pytest.raises(FileNotFoundError, match="libmissing.so"):
+        dlbridge.load_plugin(str(missing))
+
+
+def test_load_plugin_keeps_the_loaders_own_reason(tmp_path):
+    not_a_library = tmp_path / "libtext.so"
+    not_a_library.write_text("this is not an ELF file\n" * 100)
+    with pytest.raises(Exception) as e:
+        dlbridge.load_plugin(str(not_a_library))
+    assert not isinstance(e.value, FileNotFoundError)
+    # dlerror's text, e.g. "invalid ELF header" or "file too short"
+    assert "ELF" in str(e.value) or "too short" in str(e.value), e.value

@@ -142,8 +142,12 @@ impl PyKernel {
             }
         }
         // Large calls release the GIL: replace borrowed views by owning ones.
-        let total: usize = ins.iter().map(|i| if let In::Tensor(_, t, _) = i { t.numel() } else { 0 }).sum::<usize>()
-            + outs_imported.iter().map(|(_, t)| t.numel()).sum::<usize>();
+        // Saturating: zero-stride views can claim 2^62 elements each.
+        let total: usize = ins
+            .iter()
+            .map(|i| if let In::Tensor(_, t, _) = i { t.numel() } else { 0 })
+            .chain(outs_imported.iter().map(|(_, t)| t.numel()))
+            .fold(0usize, usize::saturating_add);
         if total >= RELEASE_GIL_MIN {
             mode = Mode::Own;
             for i in ins.iter_mut() {
@@ -183,7 +187,7 @@ impl PyKernel {
                     Arg::F64(x) => Arg::F64(*x),
                     Arg::I64(x) => Arg::I64(*x),
                     Arg::Bool(x) => Arg::Bool(*x),
-                    _ => unreachable!("scalars only"),
+                    _ => return Err(pyo3::exceptions::PyRuntimeError::new_err("internal error: a scalar slot holds a tensor")),
                 },
                 In::Tensor(_, t, writable) => {
                     let v = t.view();
