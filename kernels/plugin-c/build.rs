@@ -10,6 +10,10 @@ const VARIANTS: &[(&str, &[&str])] = &[
     ("bad_signature", &["-DBROKEN_BAD_SIGNATURE"]),
     ("no_symbol", &["-DBROKEN_NO_SYMBOL"]),
     ("duplicate", &["-DPLUGIN_NAME=\"duplicate-c\""]),
+    ("duplicate_kernel", &["-DBROKEN_DUPLICATE_KERNEL"]),
+    ("cuda_add_then_conflict", &["-DBROKEN_CUDA_ADD_THEN_CONFLICT", "-DPLUGIN_NAME=\"cuda-add-c\""]),
+    ("huge_signature", &["-DBROKEN_HUGE_SIGNATURE"]),
+    ("huge_name", &["-DBROKEN_HUGE_NAME"]),
 ];
 
 fn main() {

@@ -9,7 +9,10 @@ use dlbridge_core::{DType, DeviceType, Error, Result, TensorViewMut};
 use smallvec::SmallVec;
 
 use crate::call::{Arg, Bindings, OutputSpec, bind, check_outputs, output_specs};
-use crate::signature::Signature;
+use crate::signature::{MAX_EXCERPT, Signature, clip};
+
+/// Most bytes of an origin (`plugin NAME VERSION (PATH)`) an error message quotes.
+const ORIGIN_EXCERPT: usize = 2 * MAX_EXCERPT;
 
 /// A kernel implementation compiled into the binary.
 pub type KernelFn = fn(&mut Call<'_, '_>) -> Result<()>;
@@ -146,8 +149,8 @@ pub struct KernelDef {
 }
 
 impl Kernel {
-    pub(crate) fn new(def: KernelDef) -> Result<Kernel> {
-        let sig = Signature::parse(&def.signature)?;
+    /// A kernel with one implementation, from its parsed signature.
+    pub(crate) fn from_parsed(sig: Signature, def: KernelDef) -> Result<Kernel> {
         let text = sig.to_string();
         if let Impl::PerDType(list) = &def.imp {
             check_per_dtype(&sig, list)?;
@@ -155,18 +158,30 @@ impl Kernel {
         Ok(Kernel { sig, text, opts: def.opts, impls: smallvec::smallvec![(def.device, def.imp, def.origin)], doc: def.doc })
     }
 
-    pub(crate) fn with_impl(&self, def: KernelDef) -> Result<Kernel> {
-        let sig = Signature::parse(&def.signature)?;
+    /// This kernel plus an implementation for another device (`sig` is the
+    /// parsed `def.signature`). `self` is not changed: the caller swaps the
+    /// result in.
+    pub(crate) fn with_impl_parsed(&self, sig: Signature, def: KernelDef) -> Result<Kernel> {
         if sig != self.sig || def.opts != self.opts {
+            let first = self.impls.first().map_or("", |(_, _, o)| o.as_str());
             return Err(Error::InvalidArgument(format!(
-                "kernel {} is already registered with signature `{}` by {}; {} declares `{}`",
-                self.sig.name, self.text, self.impls[0].2, def.origin, sig
+                "kernel {} is already registered with signature `{}`{} by {}; {} declares `{}`{}",
+                self.sig.name,
+                clip(&self.text, MAX_EXCERPT),
+                if self.opts == def.opts { String::new() } else { format!(" and options {:?}", self.opts) },
+                clip(first, ORIGIN_EXCERPT),
+                clip(&def.origin, ORIGIN_EXCERPT),
+                clip(&sig.to_string(), MAX_EXCERPT),
+                if self.opts == def.opts { String::new() } else { format!(" with options {:?}", def.opts) },
             )));
         }
         if let Some((_, _, origin)) = self.impls.iter().find(|(d, _, _)| *d == def.device) {
             return Err(Error::InvalidArgument(format!(
-                "kernel {} on {} is registered twice: by {origin} and by {}",
-                self.sig.name, def.device, def.origin
+                "kernel {} on {} is registered twice: by {} and by {}",
+                self.sig.name,
+                def.device,
+                clip(origin, ORIGIN_EXCERPT),
+                clip(&def.origin, ORIGIN_EXCERPT)
             )));
         }
         if let Impl::PerDType(list) = &def.imp {

@@ -7,13 +7,16 @@
 //! table we read `abi_version` and `struct_size` first, and nothing else unless
 //! the version is ours and the size covers the v1 struct; kernel descriptors
 //! are read with the plugin's `kernel_size` stride only when it covers the v1
-//! descriptor and keeps alignment. Strings are read only when non-NULL and
-//! must be UTF-8. An entry point is only ever called with tensors the registry
+//! descriptor and keeps alignment. Strings are read only when non-NULL, one
+//! byte at a time up to their NUL and never more than their field's bound
+//! (`MAX_*_LEN` + 1 bytes: a longer string is refused without reading the
+//! rest), and must be UTF-8. An entry point is only ever called with tensors the registry
 //! checked against that kernel's (parsed, type-checked) signature, and with an
 //! error buffer we own; the message is read up to the first NUL within the
 //! buffer, never past it.
 
-use std::ffi::{CStr, c_char, c_void};
+use std::collections::BTreeMap;
+use std::ffi::{c_char, c_void};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,7 +28,8 @@ use smallvec::SmallVec;
 
 use crate::call::Arg;
 use crate::kernel::{Call, Impl, KernelDef, KernelOpts};
-use crate::signature::Signature;
+use crate::registry::Staging;
+use crate::signature::{MAX_SIGNATURE_LEN, Signature, clip};
 
 /// The ABI version this build implements.
 pub const ABI_VERSION: u32 = 1;
@@ -37,6 +41,14 @@ pub const FLAG_ALIAS_OUTPUTS: u32 = 1;
 pub const FLAG_CONTIGUOUS: u32 = 2;
 /// Most kernels one plugin may declare.
 pub const MAX_KERNELS: u32 = 4096;
+/// Longest plugin name, in bytes.
+pub const MAX_NAME_LEN: usize = 128;
+/// Longest plugin version, in bytes.
+pub const MAX_VERSION_LEN: usize = 128;
+/// Longest kernel description, in bytes.
+pub const MAX_DOC_LEN: usize = 4096;
+/// Most bytes of a loader's (`dlerror`) message an error quotes.
+const MAX_REASON_LEN: usize = 512;
 
 /// `DLBridgeScalar`
 #[repr(C)]
@@ -165,35 +177,73 @@ fn perr(path: &Path, msg: impl fmt::Display) -> Error {
     Error::Coded { kind: ErrorKind::Value, message: format!("plugin {}: {msg}", path.display()) }
 }
 
-/// Reads a C string field: non-NULL, UTF-8.
+/// Reads a C string field: non-NULL (unless `nullable`), at most `max` bytes,
+/// UTF-8. At most `max + 1` bytes are read: a longer string is refused
+/// without looking further.
 ///
 /// # Safety
 /// `p` must be NULL or point to a NUL-terminated string.
-unsafe fn c_str(path: &Path, field: &str, p: *const c_char, nullable: bool) -> Result<String> {
+unsafe fn c_str(path: &Path, field: &str, p: *const c_char, nullable: bool, max: usize) -> Result<String> {
     if p.is_null() {
         return if nullable { Ok(String::new()) } else { Err(perr(path, format!("`{field}` is NULL"))) };
     }
-    // SAFETY: non-NULL and NUL-terminated per the caller's contract.
-    let s = unsafe { CStr::from_ptr(p) };
-    s.to_str().map(str::to_owned).map_err(|_| perr(path, format!("`{field}` is not UTF-8")))
+    let p = p.cast::<u8>();
+    let mut len = 0;
+    loop {
+        // SAFETY: every byte before `len` was non-NUL, so byte `len` is still
+        // within the NUL-terminated string (the caller's contract).
+        if unsafe { p.add(len).read() } == 0 {
+            break;
+        }
+        if len == max {
+            // SAFETY: the `max + 1` bytes before and at `len` are all in the string.
+            let head = unsafe { std::slice::from_raw_parts(p, len.min(48)) };
+            return Err(perr(path, format!("`{field}` is longer than {max} bytes (it starts `{}`)", String::from_utf8_lossy(head).escape_debug())));
+        }
+        len += 1;
+    }
+    // SAFETY: the `len` bytes before the NUL were just read: all in the string.
+    let bytes = unsafe { std::slice::from_raw_parts(p, len) };
+    std::str::from_utf8(bytes).map(str::to_owned).map_err(|_| perr(path, format!("`{field}` is not UTF-8")))
+}
+
+/// An error's text with the texts of its sources (libloading keeps the
+/// `dlerror` message in the source), cut to a bounded length.
+fn reason(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    clip(&text, MAX_REASON_LEN).into_owned()
 }
 
 impl Plugin {
-    /// Opens a plugin library and validates its table and every signature
-    /// without registering anything.
+    /// Opens a plugin library and runs every check [`Registry::load_plugin`]
+    /// runs, without registering anything: the file exists
+    /// ([`Error::FileNotFound`] if not) and loads, the table's version and
+    /// sizes, every string (bounded, UTF-8), every signature (parsed and
+    /// type-checked), device and flags, and that the kernels can be registered
+    /// together (a name is declared once per device, and with one signature).
+    /// Only conflicts with kernels already in a registry are left to
+    /// [`Registry::load_plugin`].
+    ///
+    /// [`Registry::load_plugin`]: crate::Registry::load_plugin
     pub fn open(path: impl AsRef<Path>) -> Result<Plugin> {
         let given = path.as_ref();
-        let path = given.canonicalize().map_err(|e| Error::Coded {
-            kind: ErrorKind::NotFound,
-            message: format!("plugin {}: {e}", given.display()),
+        let path = given.canonicalize().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::FileNotFound { path: given.to_path_buf() },
+            _ => Error::Coded { kind: ErrorKind::NotFound, message: format!("plugin {}: {e}", given.display()) },
         })?;
         // SAFETY: loading a library runs its initialisers; loading a plugin means
         // trusting its code, which is what the user asked for.
-        let lib = unsafe { Library::new(&path) }.map_err(|e| perr(&path, format!("not a loadable shared library: {e}")))?;
+        let lib = unsafe { Library::new(&path) }.map_err(|e| perr(&path, format!("not a loadable shared library: {}", reason(&e))))?;
         let lib = Arc::new(lib);
         // SAFETY: the symbol's type is the ABI's `DLBridgePluginFn`.
         let get: libloading::Symbol<'_, unsafe extern "C" fn() -> *const RawPlugin> = unsafe { lib.get(SYMBOL.as_bytes()) }
-            .map_err(|e| Error::Coded { kind: ErrorKind::NotFound, message: format!("plugin {}: no `{SYMBOL}` symbol ({e})", path.display()) })?;
+            .map_err(|e| Error::Coded { kind: ErrorKind::NotFound, message: format!("plugin {}: no `{SYMBOL}` symbol ({})", path.display(), reason(&e)) })?;
         // SAFETY: calling the plugin's exported table function (no arguments).
         let table = unsafe { get() };
         if table.is_null() {
@@ -214,9 +264,9 @@ impl Plugin {
         // SAFETY: version and size checked: at least a v1 table lives there, aligned.
         let raw = unsafe { table.read() };
         // SAFETY: C strings from the table (NULL checked inside).
-        let name = unsafe { c_str(&path, "name", raw.name, false) }?;
+        let name = unsafe { c_str(&path, "name", raw.name, false, MAX_NAME_LEN) }?;
         // SAFETY: as above.
-        let version = unsafe { c_str(&path, "version", raw.version, false) }?;
+        let version = unsafe { c_str(&path, "version", raw.version, false, MAX_VERSION_LEN) }?;
         if raw.num_kernels > MAX_KERNELS {
             return Err(perr(&path, format!("num_kernels {} exceeds {MAX_KERNELS}", raw.num_kernels)));
         }
@@ -236,9 +286,9 @@ impl Plugin {
             // size, aligned), the array is non-NULL and aligned (checked above).
             let k = unsafe { raw.kernels.cast::<u8>().add(i * ksize).cast::<RawKernel>().read() };
             // SAFETY: C string fields of the descriptor.
-            let text = unsafe { c_str(&path, &format!("kernels[{i}].signature"), k.signature, false) }?;
+            let text = unsafe { c_str(&path, &format!("kernels[{i}].signature"), k.signature, false, MAX_SIGNATURE_LEN) }?;
             // SAFETY: as above.
-            let doc = unsafe { c_str(&path, &format!("kernels[{i}].doc"), k.doc, true) }?;
+            let doc = unsafe { c_str(&path, &format!("kernels[{i}].doc"), k.doc, true, MAX_DOC_LEN) }?;
             let sig = Signature::parse(&text).map_err(|e| perr(&path, format!("kernels[{i}]: {e}")))?;
             let device = DeviceType(k.device_type as u32);
             if k.device_type < 0 || !device.is_known() {
@@ -260,6 +310,13 @@ impl Plugin {
                 origin: format!("plugin {} {} ({})", name, version, path.display()),
                 doc,
             });
+        }
+        // The checks registration makes among the plugin's own kernels, against
+        // an empty registry.
+        let empty = BTreeMap::new();
+        let mut staging = Staging::new(&empty);
+        for (i, def) in defs.iter().enumerate() {
+            staging.add(def.clone()).map_err(|e| perr(&path, format!("kernels[{i}]: {e}")))?;
         }
         Ok(Plugin { info: PluginInfo { path, name, version, abi_version, kernels }, defs })
     }

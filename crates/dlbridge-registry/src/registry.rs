@@ -1,5 +1,12 @@
 //! The registry: kernels compiled in (collected with `inventory`) and kernels
 //! registered at run time, looked up by name.
+//!
+//! Every change is all or nothing: the kernels a registration adds or extends
+//! (one for [`Registry::register`], all of a plugin's for
+//! [`Registry::load_plugin`], all of a list for [`Registry::register_all`]) are
+//! built in a staging map over the current one under one write lock, and the
+//! map is changed only when every one of them was built. A failure leaves the
+//! registry exactly as it was: the same kernels, the same `Arc`s.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -9,6 +16,41 @@ use dlbridge_core::{DType, DeviceType, Error, Result, TensorViewMut};
 use crate::call::Arg;
 use crate::kernel::{Impl, Kernel, KernelDef, KernelFn, KernelOpts};
 use crate::plugin::{Plugin, PluginInfo};
+use crate::signature::Signature;
+
+/// Kernels staged over a map without changing it. [`Staging::add`] builds the
+/// kernel a definition creates or extends (looking at what was staged before
+/// it, then at the map); [`Staging::into_changes`] gives the new kernels by
+/// name, to be inserted into the map in one step.
+#[derive(Debug)]
+pub(crate) struct Staging<'m> {
+    base: &'m BTreeMap<String, Arc<Kernel>>,
+    staged: BTreeMap<String, Arc<Kernel>>,
+}
+
+impl<'m> Staging<'m> {
+    pub(crate) fn new(base: &'m BTreeMap<String, Arc<Kernel>>) -> Staging<'m> {
+        Staging { base, staged: BTreeMap::new() }
+    }
+
+    /// Stages one definition: parses and type-checks its signature and builds
+    /// the new kernel, or the existing one extended by a new device.
+    pub(crate) fn add(&mut self, def: KernelDef) -> Result<Arc<Kernel>> {
+        let sig = Signature::parse(&def.signature)?;
+        let kernel = match self.staged.get(&sig.name).or_else(|| self.base.get(&sig.name)) {
+            Some(existing) => existing.with_impl_parsed(sig, def)?,
+            None => Kernel::from_parsed(sig, def)?,
+        };
+        let kernel = Arc::new(kernel);
+        self.staged.insert(kernel.name().to_owned(), kernel.clone());
+        Ok(kernel)
+    }
+
+    /// The kernels to insert (replacing the ones of the same name).
+    pub(crate) fn into_changes(self) -> BTreeMap<String, Arc<Kernel>> {
+        self.staged
+    }
+}
 
 /// How a compiled-in kernel is implemented.
 #[derive(Debug, Clone, Copy)]
@@ -124,15 +166,25 @@ impl Registry {
     /// A registry holding every compiled-in kernel linked into this binary.
     /// Registrations are sorted (inventory gives no order); a signature that
     /// does not parse or a duplicate is recorded in [`Registry::problems`].
+    ///
+    /// Each registration is applied whole or not at all (a rejected one leaves
+    /// no trace but its problem).
     pub fn with_builtins() -> Registry {
         let reg = Registry::new();
         let mut entries: Vec<&KernelEntry> = inventory::iter::<KernelEntry>.into_iter().collect();
         entries.sort_by(|a, b| (a.signature, a.device.0, a.file, a.line).cmp(&(b.signature, b.device.0, b.file, b.line)));
+        let mut map = reg.kernels.write().unwrap_or_else(|p| p.into_inner());
         for e in entries {
-            if let Err(err) = reg.register(e.def()) {
-                reg.note_problem(format!("{}:{}: {err}", e.file, e.line));
+            let mut staging = Staging::new(&map);
+            match staging.add(e.def()) {
+                Ok(_) => {
+                    let changes = staging.into_changes();
+                    map.extend(changes);
+                }
+                Err(err) => reg.note_problem(format!("{}:{}: {err}", e.file, e.line)),
             }
         }
+        drop(map);
         reg
     }
 
@@ -144,19 +196,37 @@ impl Registry {
 
     /// Registers a kernel at run time. A name already registered is an error,
     /// unless the signature and options are identical and the device is new (then
-    /// the kernel gains an implementation for that device).
+    /// the kernel gains an implementation for that device: a new `Arc<Kernel>`
+    /// replaces the old one, which holders of it keep using unchanged).
     pub fn register(&self, def: KernelDef) -> Result<Arc<Kernel>> {
-        let name = crate::signature::Signature::parse(&def.signature)?.name;
         let mut map = self.kernels.write().unwrap_or_else(|p| p.into_inner());
-        let kernel = match map.get(&name) {
-            Some(existing) => Arc::new(existing.with_impl(def)?),
-            None => Arc::new(Kernel::new(def)?),
-        };
-        map.insert(name, kernel.clone());
+        let mut staging = Staging::new(&map);
+        let kernel = staging.add(def)?;
+        let changes = staging.into_changes();
+        map.extend(changes);
         Ok(kernel)
     }
 
-    /// Removes a kernel (plugins use it to roll back a partial load).
+    /// Registers several kernels, all or none: when one fails (its error is
+    /// returned, with its index as context) the registry is left exactly as it
+    /// was. Later definitions see earlier ones (a list may give one kernel for
+    /// several devices). Returns the registered kernels, one per definition.
+    pub fn register_all(&self, defs: impl IntoIterator<Item = KernelDef>) -> Result<Vec<Arc<Kernel>>> {
+        let mut map = self.kernels.write().unwrap_or_else(|p| p.into_inner());
+        let mut staging = Staging::new(&map);
+        let mut names = Vec::new();
+        for (i, def) in defs.into_iter().enumerate() {
+            let k = staging.add(def).map_err(|e| e.context(format!("definition {i}")))?;
+            names.push(k.name().to_owned());
+        }
+        let changes = staging.into_changes();
+        let kernels = names.iter().filter_map(|n| changes.get(n).cloned()).collect();
+        map.extend(changes);
+        Ok(kernels)
+    }
+
+    /// Removes a kernel with all its implementations (holders of its `Arc`
+    /// keep a working kernel).
     pub fn unregister(&self, name: &str) -> Option<Arc<Kernel>> {
         self.kernels.write().unwrap_or_else(|p| p.into_inner()).remove(name)
     }
@@ -192,9 +262,13 @@ impl Registry {
     /// The ABI version and table size are checked before anything else is read,
     /// every signature is parsed and type-checked, and the library stays loaded
     /// while any of its kernels is registered or held. Loading the same file
-    /// again returns the same info and registers nothing new. A kernel name that
-    /// is already registered (built in or by another plugin) is an error naming
-    /// both origins, and the plugin's other kernels are rolled back.
+    /// again returns the same info and registers nothing new. A missing file is
+    /// [`Error::FileNotFound`]. Every check [`Plugin::open`] makes runs first; then
+    /// a kernel that conflicts with one already registered (built in or by
+    /// another plugin: another signature, or the same device twice) is an error
+    /// naming both origins, and nothing of the plugin is registered. A kernel
+    /// with the signature and options of a registered one and a new device
+    /// extends it.
     pub fn load_plugin(&self, path: impl AsRef<std::path::Path>) -> Result<PluginInfo> {
         let mut plugins = self.plugins.lock().unwrap_or_else(|p| p.into_inner());
         if let Ok(canonical) = path.as_ref().canonicalize()
@@ -203,19 +277,15 @@ impl Registry {
             return Ok(info.clone());
         }
         let (info, defs) = Plugin::open(path)?.into_defs();
-        let mut done: Vec<String> = Vec::new();
-        for def in defs {
-            let name = def.signature.clone();
-            match self.register(def) {
-                Ok(k) => done.push(k.name().to_owned()),
-                Err(e) => {
-                    for n in &done {
-                        self.unregister(n);
-                    }
-                    return Err(e.context(format!("plugin {}: kernel `{name}`", info.path.display())));
-                }
-            }
+        let mut map = self.kernels.write().unwrap_or_else(|p| p.into_inner());
+        let mut staging = Staging::new(&map);
+        for (i, def) in defs.into_iter().enumerate() {
+            let name = info.kernels.get(i).and_then(|k| k.signature.split(['<', '(']).next()).unwrap_or("?");
+            staging.add(def).map_err(|e| e.context(format!("plugin {}: kernels[{i}] ({name})", info.path.display())))?;
         }
+        let changes = staging.into_changes();
+        map.extend(changes);
+        drop(map);
         plugins.insert(info.path.clone(), info.clone());
         Ok(info)
     }

@@ -16,7 +16,15 @@
 //! number of dims as a whole; `mut` marks an input the kernel writes in place.
 //! Parsing also type-checks: every type variable and every output dim must be
 //! bound by some input.
+//!
+//! Signatures come from plugins too, so the text is foreign input: its length
+//! is checked against [`MAX_SIGNATURE_LEN`] before anything else is done with
+//! it, every list in it is bounded (`MAX_*` below) as it is parsed, so parsing
+//! is linear in the text, and an error quotes at most [`MAX_EXCERPT`] bytes of
+//! it (a window around the offending column) plus names of at most
+//! [`MAX_NAME_LEN`] bytes.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use dlbridge_core::{DType, Error, Result};
@@ -29,6 +37,18 @@ pub const MAX_SYMBOLS: usize = 16;
 pub const MAX_RESTS: usize = 4;
 /// At most this many parameters plus outputs.
 pub const MAX_PARAMS: usize = 16;
+/// Longest signature text accepted, in bytes (the longest built-in is about
+/// 100). Checked before the text is looked at.
+pub const MAX_SIGNATURE_LEN: usize = 4096;
+/// Longest name (kernel, type variable, parameter, dim symbol), in bytes.
+pub const MAX_NAME_LEN: usize = 64;
+/// At most this many dtypes per type variable.
+pub const MAX_ALLOWED_DTYPES: usize = 32;
+/// At most this many dims per tensor type (a DLPack tensor dlbridge accepts
+/// has at most this many).
+pub const MAX_DIMS: usize = dlbridge_core::layout::MAX_NDIM;
+/// Most bytes of signature text an error message quotes.
+pub const MAX_EXCERPT: usize = 200;
 
 /// A type variable with the dtypes it may take.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,7 +172,17 @@ pub struct Signature {
 
 impl Signature {
     /// Parses and type-checks a signature.
+    ///
+    /// Text longer than [`MAX_SIGNATURE_LEN`] bytes is refused before it is
+    /// read; otherwise the work is linear in the text.
     pub fn parse(text: &str) -> Result<Signature> {
+        if text.len() > MAX_SIGNATURE_LEN {
+            return Err(signature_error(
+                text,
+                0,
+                format!("the signature is {} bytes long; at most {MAX_SIGNATURE_LEN} are allowed", text.len()),
+            ));
+        }
         Parser::new(text).signature()
     }
 
@@ -250,6 +280,49 @@ impl fmt::Display for Tok {
     }
 }
 
+/// The largest `i <= at` (and `<= s.len()`) on a char boundary of `s`.
+fn floor_boundary(s: &str, at: usize) -> usize {
+    let mut i = at.min(s.len());
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// `s` cut to at most `max` bytes (on a char boundary) with `…` appended when
+/// cut: how foreign text is quoted in error messages.
+pub(crate) fn clip(s: &str, max: usize) -> Cow<'_, str> {
+    if s.len() <= max {
+        Cow::Borrowed(s)
+    } else {
+        Cow::Owned(format!("{}…", &s[..floor_boundary(s, max)]))
+    }
+}
+
+/// An [`Error::Signature`] for `text` at byte offset `at`. The column counts
+/// characters (so the caret lines up); a text longer than [`MAX_EXCERPT`]
+/// bytes is shown as a window of at most that many bytes around the offset,
+/// with `…` where it was cut, and the column is the one within that window
+/// (the message then says where the window lies). Never reads more of `text`
+/// than the bytes before `at` and the window.
+pub(crate) fn signature_error(text: &str, at: usize, message: String) -> Error {
+    let at = floor_boundary(text, at);
+    if text.len() <= MAX_EXCERPT {
+        return Error::Signature { signature: text.to_owned(), column: text[..at].chars().count() + 1, message };
+    }
+    let start = floor_boundary(text, at.saturating_sub(MAX_EXCERPT / 2));
+    let end = floor_boundary(text, start + MAX_EXCERPT);
+    let (head, tail) = (if start > 0 { "…" } else { "" }, if end < text.len() { "…" } else { "" });
+    let column = usize::from(start > 0) + text[start..at].chars().count() + 1;
+    let whole = text.len();
+    let message = if start == 0 {
+        format!("{message} (in a {whole}-byte signature, shown cut)")
+    } else {
+        format!("{message} (character {} of a {whole}-byte signature, shown cut)", text[..at].chars().count() + 1)
+    };
+    Error::Signature { signature: format!("{head}{}{tail}", &text[start..end]), column, message }
+}
+
 struct Parser<'s> {
     text: &'s str,
     toks: Vec<(Tok, usize)>,
@@ -274,6 +347,10 @@ impl<'s> Parser<'s> {
                 while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
                     i += 1;
                 }
+                if i - start > MAX_NAME_LEN {
+                    lex_error = Some((start + 1, format!("name `{}` is longer than {MAX_NAME_LEN} bytes", clip(&text[start..i], 32))));
+                    break;
+                }
                 toks.push((Tok::Ident(text[start..i].to_owned()), start + 1));
             } else if c.is_ascii_digit() {
                 let start = i;
@@ -283,7 +360,8 @@ impl<'s> Parser<'s> {
                 match text[start..i].parse::<i64>() {
                     Ok(n) => toks.push((Tok::Int(n), start + 1)),
                     Err(_) => {
-                        lex_error.get_or_insert((start + 1, format!("integer `{}` is too large", &text[start..i])));
+                        lex_error = Some((start + 1, format!("integer `{}` is too large", clip(&text[start..i], 32))));
+                        break;
                     }
                 }
             } else if let Some(p) = PUNCTS.iter().find(|p| text[i..].starts_with(**p)) {
@@ -291,16 +369,17 @@ impl<'s> Parser<'s> {
                 i += p.len();
             } else {
                 let ch = text[i..].chars().next().unwrap_or('?');
-                lex_error.get_or_insert((i + 1, format!("unexpected character `{ch}`")));
-                i += ch.len_utf8();
+                lex_error = Some((i + 1, format!("unexpected character `{}`", ch.escape_debug())));
+                break;
             }
         }
         toks.push((Tok::End, text.len() + 1));
         Parser { text, toks, pos: 0, lex_error }
     }
 
+    /// An error at 1-based byte column `column`.
     fn err(&self, column: usize, message: impl Into<String>) -> Error {
-        Error::Signature { signature: self.text.to_owned(), column, message: message.into() }
+        signature_error(self.text, column.saturating_sub(1), message.into())
     }
 
     fn peek(&self) -> &Tok {
@@ -353,6 +432,9 @@ impl<'s> Parser<'s> {
         };
         if self.eat("<") {
             loop {
+                if sig.type_vars.len() == MAX_TYPE_VARS {
+                    return Err(self.err(self.col(), format!("more than {MAX_TYPE_VARS} type variables")));
+                }
                 let (tv, col) = self.ident("a type variable name")?;
                 if sig.type_vars.iter().any(|t| t.name == tv) {
                     return Err(self.err(col, format!("type variable `{tv}` declared twice")));
@@ -363,6 +445,9 @@ impl<'s> Parser<'s> {
                 self.expect(":", "after a type variable")?;
                 let mut allowed = Vec::new();
                 loop {
+                    if allowed.len() == MAX_ALLOWED_DTYPES {
+                        return Err(self.err(self.col(), format!("more than {MAX_ALLOWED_DTYPES} dtypes for `{tv}`")));
+                    }
                     let (d, col) = self.ident("a dtype")?;
                     let dtype = d.parse::<DType>().map_err(|_| self.err(col, format!("unknown dtype `{d}`")))?;
                     if allowed.contains(&dtype) {
@@ -372,9 +457,6 @@ impl<'s> Parser<'s> {
                     if !self.eat("|") {
                         break;
                     }
-                }
-                if sig.type_vars.len() == MAX_TYPE_VARS {
-                    return Err(self.err(col, format!("more than {MAX_TYPE_VARS} type variables")));
                 }
                 sig.type_vars.push(TypeVar { name: tv, allowed });
                 if !self.eat(",") {
@@ -444,13 +526,13 @@ impl<'s> Parser<'s> {
         if let Some(i) = tv_bound.iter().position(|b| !b) {
             return Err(self.err(1, format!("type variable `{}` is not used by any input tensor", sig.type_vars[i].name)));
         }
-        if sig.params.len() + sig.outputs.len() > MAX_PARAMS {
-            return Err(self.err(1, format!("more than {MAX_PARAMS} parameters and outputs")));
-        }
         Ok(sig)
     }
 
     fn param(&mut self, sig: &mut Signature, output: bool) -> Result<Param> {
+        if sig.params.len() + sig.outputs.len() == MAX_PARAMS {
+            return Err(self.err(self.col(), format!("more than {MAX_PARAMS} parameters and outputs")));
+        }
         let (name, col) = self.ident("a parameter name")?;
         if sig.params.iter().chain(&sig.outputs).any(|p| p.name == name) {
             return Err(self.err(col, format!("parameter `{name}` declared twice")));
@@ -490,6 +572,9 @@ impl<'s> Parser<'s> {
         if !self.eat("]") {
             loop {
                 let col = self.col();
+                if dims.len() == MAX_DIMS {
+                    return Err(self.err(col, format!("more than {MAX_DIMS} dims")));
+                }
                 let dim = match self.bump() {
                     (Tok::Int(n), _) => Dim::Fixed(n),
                     (Tok::Ident(s), _) => {

@@ -77,3 +77,99 @@ fn parse_error_text_shows_a_caret() {
     assert!(e.contains("column 19"), "{e}");
     assert!(e.contains("\n  matmul(a: f32[M, K)\n                    ^"), "{e:?}");
 }
+
+/// Parses `text`, which must fail, and returns the message; checks that it took
+/// well under a second and that the message is short.
+fn refused_quickly(what: &str, text: &str) -> String {
+    let start = std::time::Instant::now();
+    let e = Signature::parse(text).unwrap_err();
+    let took = start.elapsed();
+    let msg = e.to_string();
+    eprintln!("{what}: {} bytes refused in {took:?} with a {}-byte message", text.len(), msg.len());
+    assert!(took < std::time::Duration::from_secs(1), "{what}: took {took:?}");
+    assert!(msg.len() < 1024, "{what}: message of {} bytes", msg.len());
+    assert_eq!(e.kind(), ErrorKind::Value);
+    msg
+}
+
+#[test]
+fn a_megabyte_signature_is_refused_at_once_with_a_short_message() {
+    let mut text = String::from("big(");
+    let mut i = 0;
+    while text.len() < 1 << 20 {
+        text.push_str(&format!("x{i}: f32[N], "));
+        i += 1;
+    }
+    text.push_str("y: f32[N])");
+    let msg = refused_quickly("1 MB of parameters", &text);
+    assert!(msg.contains(&format!("the signature is {} bytes long; at most 4096 are allowed", text.len())), "{msg}");
+    let msg = refused_quickly("1 MB of one 3-byte character", &"€".repeat(1 << 18));
+    assert!(msg.contains("at most 4096"), "{msg}");
+}
+
+#[test]
+fn a_hundred_thousand_parameters_are_refused_quickly() {
+    let params: Vec<String> = (0..100_000).map(|i| format!("x{i}: f32[N]")).collect();
+    let msg = refused_quickly("10^5 parameters", &format!("f({})", params.join(", ")));
+    assert!(msg.contains("at most 4096"), "{msg}");
+    // Within the length limit, the parameter limit stops the parse at the 17th.
+    let params: Vec<String> = (0..200).map(|i| format!("x{i}: f32[N]")).collect();
+    let text = format!("f({})", params.join(", "));
+    let msg = refused_quickly("200 parameters", &text);
+    assert!(msg.contains("more than 16 parameters and outputs"), "{msg}");
+    assert!(msg.contains("x16: f32[N]"), "the excerpt shows where: {msg}");
+}
+
+#[test]
+fn pathological_signatures_within_the_limit_stay_linear() {
+    let cases = [
+        ("repeated `...` groups", format!("f(x: f32[{}])", vec!["...A"; 600].join(", "))),
+        ("many dims", format!("f(x: f32[{}])", vec!["N"; 1300].join(", "))),
+        ("many type variables", format!("f<{}>(x: T0[N])", (0..300).map(|i| format!("T{i}: f32")).collect::<Vec<_>>().join(", "))),
+        ("many dtypes for one variable", format!("f<T: {}>(x: T[N])", (1..450).map(|i| format!("f32x{i}")).collect::<Vec<_>>().join("|"))),
+        ("many dim symbols", format!("f(x: f32[{}])", (0..600).map(|i| format!("D{i}")).collect::<Vec<_>>().join(", "))),
+        ("one long name", format!("{}(x: f32[N])", "n".repeat(4000))),
+        ("one long integer", format!("f(x: f32[{}])", "9".repeat(4000))),
+        ("nothing but punctuation", "(".repeat(4096)),
+    ];
+    for (what, text) in &cases {
+        assert!(text.len() <= 4096, "{what}: {} bytes", text.len());
+        let msg = refused_quickly(what, text);
+        eprintln!("{msg}");
+        let first = msg.lines().next().unwrap_or("");
+        assert!(!first.contains(&"n".repeat(40)) && !first.contains(&"9".repeat(40)), "{what}: names are cut in the message: {msg}");
+    }
+}
+
+#[test]
+fn an_error_deep_in_a_long_signature_shows_a_window_with_the_caret_under_it() {
+    let dims = vec!["N"; 63].join(", ");
+    let params: Vec<String> = "abcdefg".chars().map(|p| format!("{p}: f32[{dims}]")).collect();
+    // The error is the `$`; multi-byte characters follow it, so the window's end
+    // falls inside one (they are 3 bytes each).
+    let text = format!("f({}, h: f32[N, ${}])", params.join(", "), "€".repeat(200));
+    assert!(text.len() < 4096);
+    let dollar = text.find('$').unwrap();
+    let e = Signature::parse(&text).unwrap_err();
+    let dlbridge_core::Error::Signature { signature, column, message } = &e else { panic!("{e:?}") };
+    assert!(signature.len() <= 200 + 2 * '…'.len_utf8(), "{signature}");
+    assert!(signature.starts_with('…') && signature.ends_with('…'), "{signature}");
+    assert!(message.starts_with("unexpected character `$`"), "{message}");
+    assert!(message.contains(&format!("(character {} of a {}-byte signature, shown cut)", dollar + 1, text.len())), "{message}");
+    assert_eq!(signature.chars().nth(column - 1), Some('$'), "{signature} / {column}");
+    let shown = e.to_string();
+    assert!(shown.len() < 1024, "{shown}");
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(lines.len(), 3, "{shown}");
+    let caret = lines[2].chars().count() - 1;
+    assert_eq!(lines[1].chars().nth(caret), Some('$'), "the caret points at the `$`:\n{shown}");
+}
+
+#[test]
+fn a_short_signature_with_multibyte_text_puts_the_caret_under_the_character() {
+    let (column, message) = err("f(é: f32[N])");
+    assert_eq!(column, 3);
+    assert!(message.contains("unexpected character `é`"), "{message}");
+    let (column, _) = err("f(x: f32[N]) → (y: f32[N])");
+    assert_eq!(column, 14, "columns count characters");
+}

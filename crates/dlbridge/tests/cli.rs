@@ -62,3 +62,45 @@ fn conformance_prints_the_table_and_passes() {
     assert!(text.contains("1 adapters x 15 cases, 0 failures"), "{text}");
     assert!(text.contains("python producers: skipped") || text.contains("producers x 12 checks, 0 failures"), "{text}");
 }
+
+#[test]
+fn inspect_fails_for_every_plugin_that_would_fail_to_load() {
+    // A signature that does not parse, a kernel declared twice for one device:
+    // inspect runs the loader's checks, not only the table's.
+    for (variant, needle) in [("bad_signature", "signature error at column"), ("duplicate_kernel", "kernel c_dot on cpu is registered twice")] {
+        let lib = dlbridge_plugin_c::path(variant);
+        let (ok, text, err) = dlbridge(&["inspect".as_ref(), lib.as_os_str()]);
+        assert!(!ok, "{variant}: inspect succeeded:\n{text}");
+        assert!(err.contains(needle) && err.contains(&format!("libdlbridge_plugin_{variant}.so")), "{variant}: {err}");
+    }
+    // Conflicts with kernels already registered are the only check left to
+    // loading: inspect registers nothing, so this plugin passes it.
+    let lib = dlbridge_plugin_c::path("cuda_add_then_conflict");
+    let (ok, text, err) = dlbridge(&["inspect".as_ref(), lib.as_os_str()]);
+    assert!(ok, "{err}");
+    assert!(text.contains("add<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])  [cuda]"), "{text}");
+    // ... while `list --plugin` registers it beside the built-ins and fails.
+    let (ok, _, err) = dlbridge(&["list".as_ref(), "--plugin".as_ref(), lib.as_os_str()]);
+    assert!(!ok);
+    assert!(err.contains("kernels[1] (sub)"), "{err}");
+}
+
+#[test]
+fn inspect_refuses_a_one_megabyte_signature_fast_with_a_short_message() {
+    let lib = dlbridge_plugin_c::path("huge_signature");
+    let start = std::time::Instant::now();
+    let (ok, _, err) = dlbridge(&["inspect".as_ref(), lib.as_os_str()]);
+    let took = start.elapsed();
+    eprintln!("inspect huge_signature: {took:?}, {} bytes on stderr", err.len());
+    assert!(!ok);
+    assert!(err.contains("`kernels[0].signature` is longer than 4096 bytes"), "{err}");
+    assert!(err.len() < 1024, "{} bytes: {}", err.len(), &err[..err.len().min(2000)]);
+    assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+}
+
+#[test]
+fn inspect_of_a_missing_file_fails_and_names_it() {
+    let (ok, _, err) = dlbridge(&["inspect".as_ref(), "/nonexistent/libnothing.so".as_ref()]);
+    assert!(!ok);
+    assert!(err.contains("no such file: /nonexistent/libnothing.so"), "{err}");
+}

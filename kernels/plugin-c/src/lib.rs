@@ -8,7 +8,12 @@ use std::path::PathBuf;
 pub const DIR: &str = env!("DLBRIDGE_PLUGIN_C_DIR");
 
 /// Path of `libdlbridge_plugin_<variant>.so`: `example_c`, `future_abi`,
-/// `small_struct`, `bad_signature`, `no_symbol`, `duplicate`.
+/// `small_struct`, `bad_signature`, `no_symbol`, `duplicate` (the example's
+/// kernels under another plugin name), `duplicate_kernel` (`c_dot` declared
+/// twice for the CPU), `cuda_add_then_conflict` (a CUDA `add` with the
+/// built-in's signature, then a `sub` whose signature differs from the
+/// built-in's), `huge_signature` (a 1 MiB signature), `huge_name` (a 1 MiB
+/// plugin name).
 pub fn path(variant: &str) -> PathBuf {
     PathBuf::from(DIR).join(format!("libdlbridge_plugin_{variant}.so"))
 }

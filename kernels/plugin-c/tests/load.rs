@@ -1,9 +1,13 @@
 //! Loading the C example plugin, running its kernels, and refusing malformed plugins.
 
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use dlbridge_array::Array;
-use dlbridge_core::{DType, ErrorKind};
+use dlbridge_core::{DType, DeviceType, Error, ErrorKind};
 use dlbridge_plugin_c::path;
-use dlbridge_registry::{Arg, Registry};
+use dlbridge_registry::{Arg, Kernel, Plugin, Registry};
 
 #[test]
 fn c_plugin_loads_and_its_kernels_run_on_arrays() {
@@ -123,10 +127,110 @@ fn a_file_that_is_not_a_shared_library_is_refused() {
 }
 
 #[test]
-fn a_missing_file_is_not_found() {
+fn a_missing_file_is_file_not_found() {
     let e = Registry::new().load_plugin("/nonexistent/libnothing.so").unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::NotFound);
+    assert_eq!(e.kind(), ErrorKind::FileNotFound);
+    assert!(matches!(e.root(), Error::FileNotFound { path } if path == Path::new("/nonexistent/libnothing.so")), "{e:?}");
     assert!(e.to_string().contains("/nonexistent/libnothing.so"), "{e}");
+    let e = Plugin::open("/nonexistent/libnothing.so").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FileNotFound);
+}
+
+#[test]
+fn a_dlopen_failure_keeps_the_loaders_reason() {
+    let dir = std::env::temp_dir().join(format!("dlbridge-badelf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("libbad_elf.so");
+    // Long enough to hold an ELF header, so the loader's complaint is about its magic.
+    std::fs::write(&file, vec![b'x'; 4096]).unwrap();
+    let e = Registry::new().load_plugin(&file).unwrap_err().to_string();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(e.contains("not a loadable shared library"), "{e}");
+    // libloading's own Display is only "dlopen failed"; the reason is in its source.
+    assert!(e.contains("invalid ELF header"), "the dlerror text is kept: {e}");
+}
+
+/// Each kernel's signature with its devices and origins.
+type Described = Vec<(String, Vec<(DeviceType, String)>)>;
+
+/// The kernel list, and what it says, to compare before and after.
+fn snapshot(reg: &Registry) -> (Vec<Arc<Kernel>>, Described) {
+    let list = reg.list();
+    let described = list.iter().map(|k| (k.signature_text().to_owned(), k.origins().map(|(d, o)| (d, o.to_owned())).collect())).collect();
+    (list, described)
+}
+
+#[test]
+fn a_failed_load_leaves_the_builtin_kernels_exactly_as_they_were() {
+    dlbridge_kernels_cpu::link();
+    let reg = Registry::with_builtins();
+    assert!(reg.problems().is_empty(), "{:?}", reg.problems());
+    let add = reg.get("add").unwrap();
+    assert_eq!(add.devices().collect::<Vec<_>>(), [DeviceType::CPU]);
+    let (list_before, described_before) = snapshot(&reg);
+
+    // Its first kernel would extend the built-in `add` with CUDA; its second
+    // conflicts with the built-in `sub`.
+    let e = reg.load_plugin(path("cuda_add_then_conflict")).unwrap_err().to_string();
+    assert!(e.contains("already registered with signature"), "{e}");
+
+    let add_after = reg.get("add").unwrap();
+    assert!(Arc::ptr_eq(&add, &add_after), "the built-in add is the same kernel: {add_after:?}");
+    assert_eq!(add_after.devices().collect::<Vec<_>>(), [DeviceType::CPU]);
+    let (list_after, described_after) = snapshot(&reg);
+    assert_eq!(described_after, described_before);
+    assert_eq!(list_after.len(), list_before.len());
+    assert!(list_before.iter().zip(&list_after).all(|(a, b)| Arc::ptr_eq(a, b)), "every kernel is the same Arc");
+    assert!(reg.plugins().is_empty());
+    assert!(e.contains("kernels[1] (sub): kernel sub is already registered"), "the error names the kernel that failed: {e}");
+
+    // And it still runs.
+    let a = Array::from_slice(&[1.0f32, 2.0], &[2]).unwrap();
+    let mut out = Array::zeros(DType::F32, &[2]).unwrap();
+    reg.call("add", &mut [Arg::Tensor(a.view()), Arg::Tensor(a.view())], &mut [out.view_mut().unwrap()]).unwrap();
+    assert_eq!(out.to_vec::<f32>().unwrap(), vec![2.0, 4.0]);
+}
+
+#[test]
+fn a_plugin_can_extend_a_kernel_with_a_new_device_when_nothing_conflicts() {
+    // Without the built-ins, the same plugin loads: its own kernels are consistent.
+    let reg = Registry::new();
+    let info = reg.load_plugin(path("cuda_add_then_conflict")).unwrap();
+    assert_eq!(info.kernels.len(), 2);
+    assert_eq!(reg.get("add").unwrap().devices().collect::<Vec<_>>(), [DeviceType::CUDA]);
+}
+
+#[test]
+fn a_kernel_declared_twice_in_one_plugin_is_refused_before_registration() {
+    let e = Plugin::open(path("duplicate_kernel")).unwrap_err().to_string();
+    assert!(e.contains("kernels[3]") && e.contains("kernel c_dot on cpu is registered twice"), "{e}");
+    load_err("duplicate_kernel");
+}
+
+/// Loads (or opens) a variant that must be refused, timing it.
+fn refused_fast(what: &str, f: impl FnOnce() -> dlbridge_core::Result<()>) -> String {
+    let start = Instant::now();
+    let e = f().unwrap_err().to_string();
+    let took = start.elapsed();
+    eprintln!("{what}: refused in {took:?} with a {}-byte message", e.len());
+    assert!(took < Duration::from_secs(2), "{what} took {took:?}");
+    assert!(e.len() < 1024, "{what}: the message is bounded ({} bytes): {}", e.len(), &e[..e.len().min(2000)]);
+    e
+}
+
+#[test]
+fn a_one_megabyte_signature_is_refused_fast_by_load_and_by_open() {
+    let e = refused_fast("load_plugin(huge_signature)", || Registry::new().load_plugin(path("huge_signature")).map(drop));
+    assert!(e.contains("`kernels[0].signature` is longer than 4096 bytes") && e.contains("it starts `c_huge(x0: f32[N]"), "{e}");
+    let e = refused_fast("Plugin::open(huge_signature)", || Plugin::open(path("huge_signature")).map(drop));
+    assert!(e.contains("`kernels[0].signature` is longer than 4096 bytes"), "{e}");
+}
+
+#[test]
+fn a_one_megabyte_plugin_name_is_refused_fast() {
+    let e = refused_fast("load_plugin(huge_name)", || Registry::new().load_plugin(path("huge_name")).map(drop));
+    assert!(e.contains("`name` is longer than 128 bytes"), "{e}");
+    refused_fast("Plugin::open(huge_name)", || Plugin::open(path("huge_name")).map(drop));
 }
 
 #[test]
