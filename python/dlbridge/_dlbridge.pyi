@@ -34,7 +34,11 @@ class Array:
     def T(self) -> Array:
         """The transpose of a 2-d array (a view sharing memory)."""
     def contiguous(self) -> Array: ...
-    def tolist(self) -> list[Any]: ...
+    def tolist(self) -> Any:
+        """Nested lists (a scalar for a 0-d array): ``bool``, ``int`` (any integer width,
+        sub-byte too), ``float`` (f16, bf16, f32, f64 and the float8/6/4 families, decoded
+        exactly) or ``complex``. Vector and opaque-handle dtypes raise TypeError; a result
+        too large for memory raises MemoryError."""
     def __len__(self) -> int: ...
     def __dlpack__(
         self,
@@ -45,7 +49,10 @@ class Array:
         copy: bool | None = None,
     ) -> Any: ...
     def __dlpack_device__(self) -> tuple[DLDeviceType, int]: ...
-    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __buffer__(self, flags: int, /) -> memoryview:
+        """PEP 3118 export, zero copy. BufferError for a C-/F-/ANY-contiguous request the
+        layout does not meet, a request without PyBUF_STRIDES on a non-C-contiguous layout,
+        PyBUF_WRITABLE on a read-only array, and dtypes with no struct format (bf16, float8, ...)."""
 
 class Kernel:
     """A registry kernel. Call it on torch tensors, NumPy arrays, dlbridge Arrays,
@@ -73,8 +80,11 @@ def from_dlpack(x: Any, /, *, device: Any | None = None, copy: bool | None = Non
     (always a new writable array); ``copy=False`` raises ValueError where only a copy works."""
 def asarray(obj: Any) -> Array:
     """A buffer-protocol object (bytes, bytearray, memoryview, array.array, NumPy) as an Array, zero copy."""
-def zeros(shape: Sequence[int], dtype: str = "f32") -> Array: ...
-def arange(n: int, dtype: str = "f32") -> Array: ...
+def zeros(shape: int | Sequence[int], dtype: str = "f32") -> Array:
+    """A zero-filled Array. More than 64 dims, negative dims or a size that overflows:
+    ValueError; memory that cannot be had: MemoryError."""
+def arange(n: int, dtype: str = "f32") -> Array:
+    """``0, 1, .., n-1``. Negative ``n``: ValueError; too large for memory: MemoryError."""
 def inspect_capsule(capsule: Any) -> dict[str, Any]:
     """Reads a DLPack capsule without consuming it."""
 

@@ -41,10 +41,41 @@ fn asarray(obj: &Bound<'_, PyAny>) -> PyResult<PyArray> {
     import::buffer_to_array(obj).map(PyArray::new)
 }
 
-/// A zero-filled `dlbridge.Array`.
+/// A shape argument: an int or a sequence of ints. More than `MAX_NDIM` dims
+/// and dims that do not fit in 64 bits are ValueErrors, before any is converted
+/// or anything allocated (negative dims are refused by `Array::zeros`).
+fn shape_arg(shape: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
+    use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+    use pyo3::types::{PyInt, PyString};
+    const MAX_NDIM: usize = dlbridge::core::layout::MAX_NDIM;
+    if shape.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err("shape must be an int or a sequence of ints, not str"));
+    }
+    let dims: Vec<Bound<'_, PyAny>> = if shape.is_instance_of::<PyInt>() { vec![shape.clone()] } else { shape.extract()? };
+    if dims.len() > MAX_NDIM {
+        return Err(PyValueError::new_err(format!("shape has {} dims; dlbridge's limit is {MAX_NDIM}", dims.len())));
+    }
+    dims.iter()
+        .enumerate()
+        .map(|(d, n)| {
+            n.extract::<i64>().map_err(|e| {
+                if e.is_instance_of::<PyOverflowError>(n.py()) {
+                    PyValueError::new_err(format!("shape[{d}] = {n} does not fit in 64 bits"))
+                } else {
+                    e
+                }
+            })
+        })
+        .collect()
+}
+
+/// A zero-filled `dlbridge.Array`. `shape` is an int or a sequence of ints;
+/// too many dims, negative dims or a size that overflows are ValueErrors,
+/// memory that cannot be had is a MemoryError.
 #[pyfunction]
 #[pyo3(signature = (shape, dtype="f32"))]
-fn zeros(shape: Vec<i64>, dtype: &str) -> PyResult<PyArray> {
+fn zeros(shape: &Bound<'_, PyAny>, dtype: &str) -> PyResult<PyArray> {
+    let shape = shape_arg(shape)?;
     let dtype: dlbridge::DType = dtype.parse().py_err()?;
     dlbridge::Array::zeros(dtype, &shape).map(PyArray::new).py_err()
 }
@@ -52,7 +83,14 @@ fn zeros(shape: Vec<i64>, dtype: &str) -> PyResult<PyArray> {
 /// `0, 1, .., n-1` as a 1-d `dlbridge.Array`.
 #[pyfunction]
 #[pyo3(signature = (n, dtype="f32"))]
-fn arange(n: i64, dtype: &str) -> PyResult<PyArray> {
+fn arange(n: &Bound<'_, PyAny>, dtype: &str) -> PyResult<PyArray> {
+    let n = n.extract::<i64>().map_err(|e| {
+        if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(n.py()) {
+            pyo3::exceptions::PyValueError::new_err(format!("arange: n = {n} does not fit in 64 bits"))
+        } else {
+            e
+        }
+    })?;
     let dtype: dlbridge::DType = dtype.parse().py_err()?;
     dlbridge::Array::arange(n, dtype).map(PyArray::new).py_err()
 }

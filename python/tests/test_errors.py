@@ -127,12 +127,13 @@ def test_every_refusal_names_kernel_and_argument_once(n):
     with pytest.raises(ValueError) as e:
         dlbridge.get_kernel("div")(torch.ones(n, dtype=torch.int32), torch.zeros(n, dtype=torch.int32))
     assert str(e.value).count("div:") == 1, e.value
-    x = torch.ones(n)
+    x = torch.ones(n, 2)
+    broadcast = torch.ones(n, 1).expand(n, 2)  # stride 0 in the last dim: elements share memory
     with pytest.raises(ValueError) as e:
-        dlbridge.get_kernel("add")(x, x, out=torch.ones(1).expand(n))
+        dlbridge.get_kernel("add")(x, x, out=broadcast)
     assert str(e.value).startswith("add: output out: ") and str(e.value).count("add:") == 1, e.value
     with pytest.raises(ValueError) as e:
-        dlbridge.get_kernel("axpy")(1.0, x, torch.ones(1).expand(n))
+        dlbridge.get_kernel("axpy")(1.0, torch.ones(2), torch.ones(1).expand(2))
     assert str(e.value).startswith("axpy: argument y: ") and str(e.value).count("axpy:") == 1, e.value
 
 

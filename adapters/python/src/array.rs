@@ -1,21 +1,36 @@
 //! `dlbridge.Array` for Python: `__dlpack__`, `__dlpack_device__` and the
-//! buffer protocol, all zero copy.
+//! buffer protocol, all zero copy; `tolist` for every single-lane dtype.
 //!
 //! Invariants (buffer export): every `Py_buffer` handed out points into the
 //! Array's storage, which the buffer's `obj` reference (the Array itself)
 //! keeps alive; shape and stride arrays live in one heap block stored in
 //! `internal` and freed exactly once in `__releasebuffer__`. A read-only Array
-//! never hands out a writable buffer.
+//! never hands out a writable buffer. The request flags are honoured as PEP
+//! 3118 and the CPython buffer docs define them: a C-, F- or ANY-contiguous
+//! request on a layout that is not so, and a request without PyBUF_STRIDES on
+//! a layout that is not C-contiguous, are BufferErrors; every export carries
+//! strides unless it is C-contiguous. `len` is `product(shape) * itemsize`
+//! (checked, a BufferError if it overflows), as the CPython docs define it:
+//! for a non-contiguous layout (negative, zero/broadcast or gapped strides) it
+//! is the size a contiguous copy would have, and the docs allow reading
+//! `buf[0..len)` only under a request that guarantees contiguity, which such
+//! layouts refuse; so `len` never licenses a read outside the Array's memory.
+//!
+//! Invariants (objects made here): every raw `PyObject*` a CPython constructor
+//! returns is taken over at once by `owned`, which turns NULL (an exception
+//! set, e.g. MemoryError) into an error instead of a panic.
 
 use std::ffi::{c_int, c_void};
 
-use dlbridge_array::Array;
+use dlbridge_array::{Array, Scalar};
+use dlbridge_core::layout::{is_contiguous, is_f_contiguous};
+use dlbridge_core::view::try_vec_with_capacity;
 use dlbridge_core::{DType, Flags, ManagedTensor};
 use dlpark::python::{DlpackExporter, ExportRequest, export_dlpack};
 use dlpark::{DlpackFlags, Managed};
 use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyList, PyTuple};
 use pyo3::{IntoPyObjectExt, ffi};
 
 use crate::buffer::format_of;
@@ -40,6 +55,42 @@ impl PyArray {
 }
 
 struct Exporter<'a>(&'a Array);
+
+/// Takes over a new reference a CPython constructor returned; NULL (with the
+/// exception it set) becomes that error.
+fn owned(py: Python<'_>, ptr: *mut ffi::PyObject) -> PyResult<Bound<'_, PyAny>> {
+    // SAFETY: every caller passes the direct result of a CPython function that
+    // returns a new reference, or NULL with an exception set (module invariants).
+    unsafe { Bound::from_owned_ptr_or_err(py, ptr) }
+}
+
+fn scalar_to_py(py: Python<'_>, s: Scalar) -> PyResult<Bound<'_, PyAny>> {
+    // SAFETY: each arm calls a plain CPython constructor, with the GIL held (`py`).
+    let ptr = unsafe {
+        match s {
+            Scalar::Bool(b) => ffi::PyBool_FromLong(std::ffi::c_long::from(b)),
+            Scalar::Int(i) => ffi::PyLong_FromLongLong(i),
+            Scalar::UInt(u) => ffi::PyLong_FromUnsignedLongLong(u),
+            Scalar::Float(f) => ffi::PyFloat_FromDouble(f),
+            Scalar::Complex(re, im) => ffi::PyComplex_FromDoubles(re, im),
+        }
+    };
+    owned(py, ptr)
+}
+
+/// Nested lists of `shape`, filled from `leaves` in row-major order.
+fn nest<'py>(py: Python<'py>, shape: &[i64], leaves: &mut impl Iterator<Item = Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    let Some((&n, rest)) = shape.split_first() else {
+        return leaves.next().ok_or_else(|| PyValueError::new_err("tolist: fewer elements than the shape holds"));
+    };
+    let n = ffi::Py_ssize_t::try_from(n).map_err(|_| PyValueError::new_err(format!("tolist: dim {n} is out of range")))?;
+    // SAFETY: PyList_New returns a new reference or NULL with MemoryError set.
+    let list = owned(py, unsafe { ffi::PyList_New(n) })?.cast_into::<PyList>()?;
+    for i in 0..n as usize {
+        list.set_item(i, nest(py, rest, leaves)?)?;
+    }
+    Ok(list.into_any())
+}
 
 fn managed<M>(t: ManagedTensor, legacy: bool) -> PyResult<Managed<M>>
 where
@@ -176,10 +227,22 @@ impl PyArray {
         Ok((enum_ty.call1((d.kind.0,))?, d.id))
     }
 
-    /// The elements as nested Python lists.
+    /// The elements as nested Python lists (a Python scalar for a 0-d array):
+    /// `bool` for bool, `int` for integers of any width, `float` for every real
+    /// float dtype (f16, bf16, the float8/6/4 families decoded exactly),
+    /// `complex` for complex dtypes. Vector and opaque-handle dtypes are a
+    /// TypeError naming the dtype; memory for the result that cannot be had is
+    /// a MemoryError.
     fn tolist<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let mv = py.import("builtins")?.getattr("memoryview")?.call1((Bound::new(py, PyArray::new(self.inner.clone()))?,))?;
-        mv.call_method0("tolist")
+        let a = &self.inner;
+        let scalars = a.scalars().py_err()?;
+        // One slot per element, reserved fallibly before any Python object is made
+        // (a broadcast array of 2^46 elements is a MemoryError here, not an abort).
+        let mut leaves: Vec<Bound<'py, PyAny>> = try_vec_with_capacity(a.numel(), "tolist").py_err()?;
+        for s in scalars {
+            leaves.push(scalar_to_py(py, s.py_err()?)?);
+        }
+        nest(py, a.shape(), &mut leaves.into_iter())
     }
 
     unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
@@ -187,21 +250,50 @@ impl PyArray {
             return Err(PyBufferError::new_err("NULL Py_buffer"));
         }
         let a = &slf.get().inner;
-        if flags & ffi::PyBUF_WRITABLE != 0 && a.is_read_only() {
+        let wants = |bits: c_int| flags & bits == bits;
+        if wants(ffi::PyBUF_WRITABLE) && a.is_read_only() {
             return Err(PyBufferError::new_err("dlbridge.Array is read-only"));
         }
         let dtype = a.dtype();
         let format = format_of(dtype).ok_or_else(|| PyBufferError::new_err(format!("{dtype} has no buffer-protocol format code")))?;
-        let item = dtype.itemsize().unwrap_or(1) as isize;
-        let ndim = a.ndim();
-        // shape then strides (bytes), freed in __releasebuffer__.
-        let mut dims: Box<[isize]> = a.shape().iter().map(|&n| n as isize).chain(a.strides().iter().map(|&s| s as isize * item)).collect();
-        let contiguous = a.is_contiguous();
-        if flags & ffi::PyBUF_STRIDES != ffi::PyBUF_STRIDES && !contiguous {
-            return Err(PyBufferError::new_err("dlbridge.Array is not contiguous; the consumer must accept strides"));
+        let item = dtype.itemsize().ok_or_else(|| PyBufferError::new_err(format!("{dtype} elements are not whole bytes")))?;
+        let (shape, strides) = (a.shape(), a.strides());
+        let c_contiguous = is_contiguous(shape, strides);
+        let f_contiguous = is_f_contiguous(shape, strides);
+        let layout = || format!("shape {shape:?}, strides {strides:?} (elements)");
+        // PyBUF_{C,F,ANY}_CONTIGUOUS each include PyBUF_STRIDES: test the contiguity
+        // bit itself, or every strided request would look like a contiguity request.
+        let contiguity = |bits: c_int| flags & (bits & !ffi::PyBUF_STRIDES) != 0;
+        if contiguity(ffi::PyBUF_C_CONTIGUOUS) && !c_contiguous {
+            return Err(PyBufferError::new_err(format!("dlbridge.Array is not C-contiguous: {}", layout())));
         }
-        let len = a.numel() as isize * item;
+        if contiguity(ffi::PyBUF_F_CONTIGUOUS) && !f_contiguous {
+            return Err(PyBufferError::new_err(format!("dlbridge.Array is not Fortran-contiguous: {}", layout())));
+        }
+        if contiguity(ffi::PyBUF_ANY_CONTIGUOUS) && !c_contiguous && !f_contiguous {
+            return Err(PyBufferError::new_err(format!("dlbridge.Array is neither C- nor Fortran-contiguous: {}", layout())));
+        }
+        let with_strides = wants(ffi::PyBUF_STRIDES);
+        if !with_strides && !c_contiguous {
+            return Err(PyBufferError::new_err(format!(
+                "dlbridge.Array is not C-contiguous ({}); the consumer must accept strides (PyBUF_STRIDES)",
+                layout()
+            )));
+        }
+        let too_large = || PyBufferError::new_err(format!("dlbridge.Array of {} {dtype} elements is too large for a Py_buffer", a.numel()));
+        let item = isize::try_from(item).map_err(|_| too_large())?;
+        // len = product(shape) * itemsize, as CPython defines it (see the module docs).
+        let len = isize::try_from(a.numel()).ok().and_then(|n| n.checked_mul(item)).ok_or_else(too_large)?;
+        // shape then strides (bytes), freed in __releasebuffer__.
+        let mut dims: Box<[isize]> = shape
+            .iter()
+            .map(|&n| isize::try_from(n).ok())
+            .chain(strides.iter().map(|&s| isize::try_from(s).ok().and_then(|s| s.checked_mul(item))))
+            .collect::<Option<_>>()
+            .ok_or_else(|| PyBufferError::new_err(format!("{} in bytes does not fit a Py_buffer", layout())))?;
+        let ndim = c_int::try_from(shape.len()).map_err(|_| too_large())?;
         let dims_ptr = dims.as_mut_ptr();
+        let strides_ptr = dims_ptr.wrapping_add(shape.len());
         let internal = Box::into_raw(Box::new(dims)).cast::<c_void>();
         // SAFETY: `view` is the caller's Py_buffer to fill; pointers stay valid
         // until __releasebuffer__ (module invariants); `obj` takes a new reference.
@@ -211,10 +303,10 @@ impl PyArray {
             (*view).len = len;
             (*view).readonly = c_int::from(a.is_read_only());
             (*view).itemsize = item;
-            (*view).format = if flags & ffi::PyBUF_FORMAT != 0 { format.as_ptr().cast_mut() } else { std::ptr::null_mut() };
-            (*view).ndim = ndim as c_int;
-            (*view).shape = if flags & ffi::PyBUF_ND != 0 { dims_ptr } else { std::ptr::null_mut() };
-            (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES { dims_ptr.add(ndim) } else { std::ptr::null_mut() };
+            (*view).format = if wants(ffi::PyBUF_FORMAT) { format.as_ptr().cast_mut() } else { std::ptr::null_mut() };
+            (*view).ndim = ndim;
+            (*view).shape = if wants(ffi::PyBUF_ND) { dims_ptr } else { std::ptr::null_mut() };
+            (*view).strides = if with_strides { strides_ptr } else { std::ptr::null_mut() };
             (*view).suboffsets = std::ptr::null_mut();
             (*view).internal = internal;
         }

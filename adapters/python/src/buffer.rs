@@ -4,13 +4,16 @@
 //!
 //! Invariants: a [`BufferOwner`] holds one successful `PyObject_GetBuffer`
 //! and calls `PyBuffer_Release` exactly once, with the GIL attached, when it
-//! drops (or leaks it if the interpreter is gone). The shape and strides are
+//! drops (or leaks it if the interpreter is gone). `ndim` is checked against
+//! [`MAX_NDIM`] (and for being negative) before `shape` or `strides` is read,
+//! and those arrays are read for `ndim` entries only. The shape and strides are
 //! copied out of the `Py_buffer` and validated like any foreign tensor; the
 //! data pointer stays valid while the buffer is held. A buffer requested
 //! read-only is exported with the READ_ONLY flag.
 
 use std::ffi::{CStr, c_void};
 
+use dlbridge_core::layout::MAX_NDIM;
 use dlbridge_core::{DType, Device, Error, Flags, ManagedTensor, Result, TensorDesc};
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
@@ -40,9 +43,9 @@ impl Drop for BufferOwner {
 
 /// Parses a struct-module format string into a dtype; non-native byte order is an error.
 pub fn parse_format(format: &str, itemsize: usize) -> Result<DType> {
-    let (order, code) = match format.chars().next() {
-        Some(c @ ('@' | '=' | '<' | '>' | '!')) => (c, &format[1..]),
-        _ => ('@', format),
+    let (order, code) = match format.strip_prefix(['@', '=', '<', '>', '!']) {
+        Some(rest) => (format.chars().next().unwrap_or('@'), rest),
+        None => ('@', format),
     };
     let little = cfg!(target_endian = "little");
     let native = match order {
@@ -123,7 +126,14 @@ pub fn import(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<ManagedTensor>
         unsafe { CStr::from_ptr(v.format) }.to_string_lossy().into_owned()
     };
     let dtype = parse_format(&format, itemsize).map_err(crate::errors::to_pyerr)?;
-    let ndim = v.ndim.max(0) as usize;
+    // Bound ndim before anything reads `shape`/`strides` (or sizes a Vec by it).
+    let ndim = usize::try_from(v.ndim).ok().filter(|&n| n <= MAX_NDIM).ok_or_else(|| {
+        crate::errors::to_pyerr(Error::InvalidField {
+            field: "Py_buffer.ndim".into(),
+            value: v.ndim.to_string(),
+            reason: format!("must be in 0..={MAX_NDIM}"),
+        })
+    })?;
     let mut shape = Vec::with_capacity(ndim);
     let mut strides = Vec::with_capacity(ndim);
     if ndim > 0 && v.shape.is_null() {
@@ -140,10 +150,12 @@ pub fn import(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<ManagedTensor>
             Some(unsafe { *v.strides.add(d) } as i64)
         };
         if let Some(bytes) = s {
-            if bytes % itemsize as i64 != 0 {
+            // itemsize >= 1: parse_format matched it to a byte-sized dtype.
+            let item = i64::try_from(itemsize).ok().filter(|&i| i > 0).ok_or_else(|| PyBufferError::new_err(format!("buffer itemsize {itemsize}")))?;
+            if bytes.checked_rem(item) != Some(0) {
                 return Err(PyBufferError::new_err(format!("buffer stride {bytes} bytes (dim {d}) is not a multiple of the itemsize {itemsize}: DLPack strides count elements")));
             }
-            strides.push(bytes / itemsize as i64);
+            strides.push(bytes / item);
         }
     }
     let read_only = v.readonly != 0;

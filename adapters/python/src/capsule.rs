@@ -56,7 +56,7 @@ impl Consumed {
     /// answer of a producer that was offered the versioned struct (it could not
     /// say READ_ONLY, so it must be taken as read-only; NumPy does the same).
     pub fn writable(&self) -> bool {
-        !self.tensor.is_read_only() && !(self.tensor.is_legacy() && self.origin != Origin::Capsule)
+        !self.tensor.is_read_only() && (!self.tensor.is_legacy() || self.origin == Origin::Capsule)
     }
 }
 

@@ -8,10 +8,18 @@
 //! | `transpose`, `permute`, `slice` (any step, negative too), `clone` | yes: views share memory |
 //! | export: [`Array::into_managed`] / [`Array::to_managed`] | yes: the memory lives until the last consumer's deleter runs |
 //! | import: [`Array::from_managed`] | yes: the foreign owner is kept alive by the Array |
-//! | `zeros`, `from_vec`, `from_slice`, `arange`, `contiguous` | allocate (aligned, so they copy) |
+//! | `zeros`, `from_vec`, `from_slice`, `from_bytes`, `arange`, `contiguous` | allocate (aligned, so they copy) |
+//!
+//! Every allocation is fallible: memory the system refuses is an
+//! [`Error::OutOfMemory`] (Python `MemoryError`), never an abort. Constructors
+//! refuse what the DLPack validator refuses — more than [`MAX_NDIM`] dims,
+//! negative dims, an element count or byte size that overflows — before
+//! anything is allocated.
 //!
 //! Dtypes: every DLPack dtype for storage and DLPack exchange; typed access
-//! (`as_slice`, `to_vec`) for the [`Element`] types. Devices: CPU-accessible
+//! (`as_slice`, `to_vec`) for the [`Element`] types; [`Array::scalars`] reads
+//! every single-lane dtype (float8/6/4, sub-byte integers, complex, bool) as
+//! plain values. Devices: CPU-accessible
 //! memory only (CPU, CUDA pinned/managed imports).
 //!
 //! Mutation: [`Array::view_mut`] is granted only to a handle whose memory no
@@ -21,11 +29,12 @@
 #![deny(missing_docs)]
 
 mod raw;
+mod scalar;
 
 use std::fmt;
 use std::sync::Arc;
 
-use dlbridge_core::layout::{check_layout, contiguous_strides, is_contiguous};
+use dlbridge_core::layout::{Extent, MAX_NDIM, check_layout, contiguous_strides, is_contiguous};
 use dlbridge_core::{
     DType, DTypeCode, Device, Element, Error, Flags, ManagedTensor, Result, TensorDesc, TensorView, TensorViewMut,
 };
@@ -33,6 +42,7 @@ use smallvec::SmallVec;
 
 pub use raw::ALIGN;
 use raw::{AlignedBuf, Storage};
+pub use scalar::{Scalar, Scalars};
 
 type Dims = SmallVec<[i64; 6]>;
 
@@ -49,6 +59,9 @@ pub struct Array {
     dtype: DType,
     device: Device,
     flags: Flags,
+    /// What `check_layout` returned for this layout at `data` (kept in step by
+    /// every constructor and view operation), so `view()` need not re-validate.
+    extent: Extent,
 }
 
 // SAFETY: the storage is Send + Sync (plain bytes or a ManagedTensor, whose
@@ -71,11 +84,19 @@ impl fmt::Debug for Array {
     }
 }
 
+/// The element count of a shape an Array may have: at most [`MAX_NDIM`] dims,
+/// none negative, the count representable (checked before anything is allocated).
 fn numel_of(shape: &[i64]) -> Result<usize> {
+    if shape.len() > MAX_NDIM {
+        return Err(Error::Shape(format!("{} dims; dlbridge's limit is {MAX_NDIM}", shape.len())));
+    }
     let mut n: usize = 1;
     for (d, &s) in shape.iter().enumerate() {
         let s = usize::try_from(s).map_err(|_| Error::Shape(format!("shape[{d}] = {s} must not be negative")))?;
         n = n.checked_mul(s).ok_or_else(|| Error::Overflow { what: format!("element count of shape {shape:?}") })?;
+    }
+    if n > isize::MAX as usize {
+        return Err(Error::Overflow { what: format!("element count of shape {shape:?}") });
     }
     Ok(n)
 }
@@ -91,18 +112,48 @@ fn storage_bytes(dtype: DType, numel: usize) -> Result<usize> {
 
 impl Array {
     /// A zero-filled, contiguous array.
+    ///
+    /// Refused before anything is allocated: more than [`MAX_NDIM`] dims, a
+    /// negative dim, an element count or byte size that overflows (Value
+    /// errors). Memory the system cannot give is an [`Error::OutOfMemory`].
     pub fn zeros(dtype: DType, shape: &[i64]) -> Result<Array> {
+        Array::filled(dtype, shape, |_| ())
+    }
+
+    /// A fresh contiguous array whose zeroed bytes `fill` may overwrite first.
+    fn filled(dtype: DType, shape: &[i64], fill: impl FnOnce(&mut [u8])) -> Result<Array> {
         let numel = numel_of(shape)?;
-        let buf = AlignedBuf::zeroed(storage_bytes(dtype, numel)?)?;
+        let bytes = storage_bytes(dtype, numel)?;
+        let strides = contiguous_strides(shape)?;
+        let mut buf = AlignedBuf::zeroed(bytes, || format!("a {dtype} array of shape {shape:?}"))?;
+        fill(buf.bytes_mut(bytes));
         let data = buf.as_ptr();
+        let extent = check_layout(shape, Some(&strides), dtype, data as usize, 0, false)?;
         Ok(Array {
             storage: Arc::new(Storage::Owned(buf)),
             data,
             shape: shape.into(),
-            strides: contiguous_strides(shape)?,
+            strides,
             dtype,
             device: Device::CPU,
             flags: Flags::empty(),
+            extent,
+        })
+    }
+
+    /// A contiguous array of any dtype holding a copy of `bytes`: the elements
+    /// in row-major order, in native byte order, sub-byte types packed (so
+    /// `bytes.len()` is `ceil(numel * bits * lanes / 8)`).
+    pub fn from_bytes(dtype: DType, shape: &[i64], bytes: &[u8]) -> Result<Array> {
+        let numel = numel_of(shape)?;
+        let want = storage_bytes(dtype, numel)?;
+        if bytes.len() != want {
+            return Err(Error::Shape(format!("shape {shape:?} of {dtype} holds {want} bytes, got {}", bytes.len())));
+        }
+        Array::filled(dtype, shape, |dst| {
+            if let Some(dst) = dst.get_mut(..bytes.len()) {
+                dst.copy_from_slice(bytes); // same length: `dst` has exactly `want` bytes
+            }
         })
     }
 
@@ -181,7 +232,7 @@ impl Array {
     /// Number of elements.
     #[inline]
     pub fn numel(&self) -> usize {
-        self.shape.iter().map(|&n| n as usize).product()
+        self.extent.numel
     }
     /// Address of element `[0, .., 0]`.
     #[inline]
@@ -211,22 +262,21 @@ impl Array {
 
     /// A read-only view of the array.
     pub fn view(&self) -> TensorView<'_> {
-        // SAFETY: the layout was validated when this Array was made (construction,
-        // import, or a view operation that keeps every element inside the storage),
-        // the storage lives as long as &self, and writes need a unique storage
-        // and &mut self, which this shared borrow excludes.
-        let view = unsafe {
-            TensorView::from_raw_parts(
+        // SAFETY: `extent` is what check_layout returned for this very layout at
+        // `data` (every constructor and view operation computes or carries it), so
+        // the layout is validated; the storage lives as long as &self, and writes
+        // need a unique storage and &mut self, which this shared borrow excludes.
+        unsafe {
+            TensorView::from_validated_parts(
                 self.data,
-                0,
                 &self.shape,
-                Some(&self.strides),
+                &self.strides,
                 self.dtype,
                 self.device,
                 self.flags & (Flags::READ_ONLY | Flags::IS_SUBBYTE_TYPE_PADDED),
+                self.extent,
             )
-        };
-        view.expect("an Array's layout is validated when it is built")
+        }
     }
 
     /// A writable view. Refused for read-only arrays and while any other
@@ -260,10 +310,19 @@ impl Array {
         self.view_mut()?.into_slice_mut::<T>()
     }
 
-    /// The elements in row-major logical order.
+    /// The elements in row-major logical order (a fallible allocation).
     #[inline]
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         self.view().to_vec::<T>()
+    }
+
+    /// Every element in row-major logical order as a [`Scalar`], for any
+    /// single-lane dtype: bool, integers of every width (sub-byte too), f16,
+    /// bf16, f32, f64, complex, and the float8/6/4 families (decoded exactly to
+    /// f64). Vector (multi-lane) and opaque-handle dtypes are a Type error
+    /// naming the dtype.
+    pub fn scalars(&self) -> Result<Scalars<'_>> {
+        Scalars::new(&self.view())
     }
 
     /// Swaps two dimensions (a view: shares memory).
@@ -290,13 +349,14 @@ impl Array {
     /// Reorders the dimensions (a view): output dim `i` is input dim `perm[i]`.
     pub fn permute(&self, perm: &[usize]) -> Result<Array> {
         let n = self.ndim();
-        let mut seen = vec![false; n];
-        if perm.len() != n || perm.iter().any(|&p| p >= n || std::mem::replace(&mut seen[p], true)) {
-            return Err(Error::InvalidArgument(format!("permute({perm:?}) is not a permutation of {n} dims")));
+        let bad = || Error::InvalidArgument(format!("permute({perm:?}) is not a permutation of {n} dims"));
+        let mut seen = [false; MAX_NDIM];
+        if perm.len() != n || perm.iter().any(|&p| seen.get_mut(p).filter(|_| p < n).is_none_or(|s| std::mem::replace(s, true))) {
+            return Err(bad());
         }
         let mut out = self.clone();
-        out.shape = perm.iter().map(|&p| self.shape[p]).collect();
-        out.strides = perm.iter().map(|&p| self.strides[p]).collect();
+        out.shape = perm.iter().map(|&p| self.shape.get(p).copied().ok_or_else(bad)).collect::<Result<_>>()?;
+        out.strides = perm.iter().map(|&p| self.strides.get(p).copied().ok_or_else(bad)).collect::<Result<_>>()?;
         Ok(out)
     }
 
@@ -304,35 +364,41 @@ impl Array {
     /// Python semantics: negative `start`/`end` count from the end, `step` may
     /// be negative (giving negative strides) but not zero; bounds are clamped.
     pub fn slice(&self, dim: usize, start: i64, end: i64, step: i64) -> Result<Array> {
-        if dim >= self.ndim() {
+        let (Some(&n), Some(&stride)) = (self.shape.get(dim), self.strides.get(dim)) else {
             return Err(Error::InvalidArgument(format!("slice: dim {dim} of a {}-d array", self.ndim())));
-        }
+        };
         if step == 0 {
             return Err(Error::InvalidArgument("slice: step must not be zero".into()));
         }
         if !self.dtype.is_byte_sized() {
             return Err(Error::InvalidArgument(format!("slice: {} elements are not byte addressable", self.dtype)));
         }
-        let n = self.shape[dim];
         let clamp = |i: i64, lo: i64, hi: i64| {
             let i = if i < 0 { i.saturating_add(n) } else { i };
             i.clamp(lo, hi)
         };
+        // |step| as u64: i64::MIN has no i64 negation. Distances are < 2^63 (0 <= s, e + 1 <= n).
+        let count = |distance: i64| (distance as u64 - 1) / step.unsigned_abs() + 1;
         let (first, len) = if step > 0 {
             let (s, e) = (clamp(start, 0, n), clamp(end, 0, n));
-            (s, if e > s { (e - s - 1) / step + 1 } else { 0 })
+            (s, if e > s { count(e - s) as i64 } else { 0 })
         } else {
             let (s, e) = (clamp(start, -1, n - 1), clamp(end, -1, n - 1));
-            (s, if s > e { (s - e - 1) / (-step) + 1 } else { 0 })
+            (s, if s > e { count(s - e) as i64 } else { 0 })
         };
+        let overflow = || Error::Overflow { what: format!("slice({dim}, {start}, {end}, {step}) of shape {:?}", self.shape) };
         let mut out = self.clone();
-        out.shape[dim] = len;
-        out.strides[dim] = self.strides[dim].checked_mul(step).ok_or_else(|| Error::Overflow { what: "slice stride".into() })?;
+        if let (Some(n_out), Some(s_out)) = (out.shape.get_mut(dim), out.strides.get_mut(dim)) {
+            *n_out = len;
+            *s_out = stride.checked_mul(step).ok_or_else(overflow)?;
+        }
         if len > 0 {
             let item = self.dtype.itemsize().unwrap_or(1) as i64;
-            let shift = first * self.strides[dim] * item; // inside the original extent: first < n
+            // Inside the original extent (first < n), so it fits; checked anyway.
+            let shift = first.checked_mul(stride).and_then(|x| x.checked_mul(item)).ok_or_else(overflow)?;
             out.data = self.data.wrapping_offset(shift as isize);
         }
+        out.extent = out.checked_extent()?;
         Ok(out)
     }
 
@@ -382,16 +448,29 @@ impl Array {
             return Err(Error::UnsupportedDevice { got: device, what: "dlbridge Array holds CPU-accessible memory".into() });
         }
         let view = tensor.view();
-        let (data, shape, strides, dtype, flags) =
-            (view.data_ptr().cast_mut().cast::<u8>(), Dims::from(view.shape()), Dims::from(view.strides()), view.dtype(), tensor.flags());
-        Ok(Array { storage: Arc::new(Storage::Foreign(tensor)), data, shape, strides, dtype, device, flags })
+        let (data, shape, strides, dtype, flags, extent) = (
+            view.data_ptr().cast_mut().cast::<u8>(),
+            Dims::from(view.shape()),
+            Dims::from(view.strides()),
+            view.dtype(),
+            tensor.flags(),
+            view.extent(),
+        );
+        Ok(Array { storage: Arc::new(Storage::Foreign(tensor)), data, shape, strides, dtype, device, flags, extent })
     }
 
     /// Checks an Array-internal layout (used by tests and debug assertions).
     #[doc(hidden)]
     #[inline]
     pub fn check(&self) -> Result<()> {
+        let extent = self.checked_extent()?;
+        if extent != self.extent {
+            return Err(Error::InvalidArgument(format!("Array extent {:?} is stale: the layout spans {extent:?}", self.extent)));
+        }
+        Ok(())
+    }
+
+    fn checked_extent(&self) -> Result<Extent> {
         check_layout(&self.shape, Some(&self.strides), self.dtype, self.data as usize, 0, self.flags.contains(Flags::IS_SUBBYTE_TYPE_PADDED))
-            .map(drop)
     }
 }

@@ -2,11 +2,13 @@
 //! buffer, or a foreign DLPack tensor kept alive by its `ManagedTensor`.
 //!
 //! Invariants: an `AlignedBuf` owns `layout.size()` bytes at `ptr`, allocated
-//! zeroed with `layout` (size >= 1, align 64) and freed once, in `Drop`. A
+//! zeroed with `layout` (size >= 1, align 64) and freed once, in `Drop`. An
+//! allocation the system refuses is an [`Error::OutOfMemory`], never an abort
+//! (`handle_alloc_error` is not called). A
 //! `Storage` never moves or resizes its bytes while it lives, so pointers into
 //! it stay valid for as long as an `Arc<Storage>` is held.
 
-use std::alloc::{Layout, alloc_zeroed, dealloc, handle_alloc_error};
+use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::ptr::NonNull;
 
 use dlbridge_core::{Error, ManagedTensor, Result};
@@ -27,13 +29,27 @@ unsafe impl Send for AlignedBuf {}
 unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
-    pub(crate) fn zeroed(bytes: usize) -> Result<AlignedBuf> {
+    /// `bytes` zeroed bytes (at least one is allocated), or
+    /// [`Error::OutOfMemory`] when the system refuses; `what` names the use in
+    /// that error.
+    pub(crate) fn zeroed(bytes: usize, what: impl FnOnce() -> String) -> Result<AlignedBuf> {
         let layout = Layout::from_size_align(bytes.max(1), ALIGN)
             .map_err(|_| Error::Overflow { what: format!("allocation of {bytes} bytes") })?;
         // SAFETY: the layout has non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
-        let Some(ptr) = NonNull::new(ptr) else { handle_alloc_error(layout) };
+        let Some(ptr) = NonNull::new(ptr) else {
+            return Err(Error::OutOfMemory { bytes: layout.size() as u128, what: what() });
+        };
         Ok(AlignedBuf { ptr, layout })
+    }
+
+    /// The first `len` bytes (at most the allocated size), to fill before the
+    /// buffer is shared.
+    pub(crate) fn bytes_mut(&mut self, len: usize) -> &mut [u8] {
+        let len = len.min(self.layout.size());
+        // SAFETY: `ptr` owns `layout.size()` initialised (zeroed) bytes and `len`
+        // does not exceed it; `&mut self` makes the borrow unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), len) }
     }
 
     pub(crate) fn as_ptr(&self) -> *mut u8 {

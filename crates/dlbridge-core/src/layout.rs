@@ -167,6 +167,31 @@ pub fn is_contiguous(shape: &[i64], strides: &[i64]) -> bool {
     true
 }
 
+/// Whether `strides` describe compact column-major (Fortran) memory for
+/// `shape`: the first dim varies fastest. Size-1 dims may carry any stride;
+/// zero-size tensors are contiguous (the rule `PyBuffer_IsContiguous` uses).
+pub fn is_f_contiguous(shape: &[i64], strides: &[i64]) -> bool {
+    if shape.contains(&0) {
+        return true;
+    }
+    if strides.len() != shape.len() {
+        return false;
+    }
+    let mut expected: i64 = 1;
+    for (&n, &s) in shape.iter().zip(strides) {
+        if n != 1 {
+            if s != expected {
+                return false;
+            }
+            expected = match expected.checked_mul(n) {
+                Some(e) => e,
+                None => return false,
+            };
+        }
+    }
+    true
+}
+
 /// Whether no two logical elements share memory (a sufficient test: after
 /// sorting the dims by |stride|, each stride clears the span of the smaller ones).
 pub fn is_non_overlapping(shape: &[i64], strides: &[i64]) -> bool {

@@ -26,7 +26,7 @@ use crate::Flags;
 use crate::device::Device;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::layout::contiguous_strides;
+use crate::layout::{MAX_NDIM, contiguous_strides};
 use crate::raw::view_from_dltensor;
 use crate::view::{TensorView, TensorViewMut};
 
@@ -214,15 +214,16 @@ impl ManagedTensor {
     /// Hands ownership on as a versioned DLPack pointer: the receiver must call
     /// its deleter. A legacy tensor is wrapped (zero copy) in a new versioned one.
     pub fn into_raw_versioned(self) -> *mut DLManagedTensorVersioned {
-        if self.version.is_some() {
-            return match self.release() {
-                RawPtr::Versioned(p) => p.as_ptr(),
-                RawPtr::Legacy(_) => unreachable!("versioned tensors hold a versioned pointer"),
-            };
-        }
-        let (data, desc_dims, parts) = self.rewrap_parts();
+        let this = match self.take_raw(|p| match p {
+            RawPtr::Versioned(p) => Some(p.as_ptr()),
+            RawPtr::Legacy(_) => None,
+        }) {
+            Ok(p) => return p,
+            Err(this) => this,
+        };
+        let (data, desc_dims, parts) = this.rewrap_parts();
         let desc = parts.desc(&desc_dims);
-        VersionedCtx::boxed(self, data, &desc, desc_dims.clone())
+        VersionedCtx::boxed(this, data, &desc, desc_dims.clone())
     }
 
     /// Hands ownership on as a legacy DLPack pointer: the receiver must call its
@@ -235,15 +236,16 @@ impl ManagedTensor {
                 "a read-only tensor cannot be exported as a legacy DLManagedTensor (it has no flags field)".into(),
             ));
         }
-        if self.version.is_none() {
-            return Ok(match self.release() {
-                RawPtr::Legacy(p) => p.as_ptr(),
-                RawPtr::Versioned(_) => unreachable!("legacy tensors hold a legacy pointer"),
-            });
-        }
-        let (data, desc_dims, parts) = self.rewrap_parts();
+        let this = match self.take_raw(|p| match p {
+            RawPtr::Legacy(p) => Some(p.as_ptr()),
+            RawPtr::Versioned(_) => None,
+        }) {
+            Ok(p) => return Ok(p),
+            Err(this) => this,
+        };
+        let (data, desc_dims, parts) = this.rewrap_parts();
         let desc = parts.desc(&desc_dims);
-        Ok(LegacyCtx::boxed(self, data, &desc, desc_dims.clone()))
+        Ok(LegacyCtx::boxed(this, data, &desc, desc_dims.clone()))
     }
 
     /// What a zero-copy re-export of this tensor needs: data pointer, shape and strides, and the rest.
@@ -256,10 +258,18 @@ impl ManagedTensor {
         (v.data_ptr().cast_mut(), dims, parts)
     }
 
-    fn release(self) -> RawPtr {
+    /// Gives up ownership of the producer pointer, without calling its deleter,
+    /// when `pick` accepts it (returning what `pick` made of it); otherwise
+    /// hands the tensor back untouched.
+    #[allow(clippy::result_large_err)] // private: hands the tensor back by value, no boxing wanted
+    fn take_raw<P>(self, pick: impl FnOnce(&RawPtr) -> Option<P>) -> std::result::Result<P, ManagedTensor> {
+        let Some(taken) = self.guard.0.as_ref().and_then(pick) else {
+            return Err(self);
+        };
         let ManagedTensor { view, guard, .. } = self;
-        drop(view);
-        guard.release().expect("a live ManagedTensor always owns its pointer")
+        drop(view); // it borrows the producer's arrays: gone before ownership leaves
+        let _ = guard.release();
+        Ok(taken)
     }
 
     /// Exports any Rust owner of memory as a versioned DLPack tensor, with zero
@@ -272,6 +282,9 @@ impl ManagedTensor {
     /// and the owner must not otherwise write that memory while it is exported
     /// (or must set READ_ONLY and not write it either).
     pub unsafe fn export_owner<O: Send + 'static>(owner: O, data: *mut c_void, desc: &TensorDesc<'_>) -> Result<ManagedTensor> {
+        if desc.shape.len() > MAX_NDIM {
+            return Err(Error::field("ndim", desc.shape.len(), format!("more than dlbridge's limit of {MAX_NDIM} dims")));
+        }
         let strides: SmallVec<[i64; 6]> = match desc.strides {
             Some(s) => s.into(),
             None => contiguous_strides(desc.shape)?,

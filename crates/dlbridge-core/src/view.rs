@@ -117,6 +117,25 @@ impl<'a> TensorView<'a> {
         Ok(TensorView { data, shape, strides, dtype, device, flags, extent, _life: PhantomData })
     }
 
+    /// Builds a view from a layout that was already validated, without checking it again.
+    ///
+    /// # Safety
+    /// `extent` must be exactly what [`check_layout`] returned for `shape`,
+    /// `strides`, `dtype`, the IS_SUBBYTE_TYPE_PADDED bit of `flags`, the
+    /// address `data` and byte offset 0; and the contract of
+    /// [`TensorView::from_raw_parts`] must hold for `data` (byte offset 0).
+    pub unsafe fn from_validated_parts(
+        data: *const u8,
+        shape: &'a [i64],
+        strides: &'a [i64],
+        dtype: DType,
+        device: Device,
+        flags: Flags,
+        extent: Extent,
+    ) -> TensorView<'a> {
+        TensorView { data, shape, strides: Strides::Borrowed(strides), dtype, device, flags, extent, _life: PhantomData }
+    }
+
     /// A contiguous CPU view of a slice with the given shape (its product must equal the length).
     #[inline]
     pub fn from_slice<T: Element>(data: &'a [T], shape: &'a [i64]) -> Result<TensorView<'a>> {
@@ -292,6 +311,28 @@ impl<'a> TensorView<'a> {
         Ok(unsafe { std::slice::from_raw_parts(self.data, self.extent.byte_hi as usize) })
     }
 
+    /// Every byte the tensor touches, from its lowest to its highest (any dtype,
+    /// any strides, packed sub-byte types included), and the index in that
+    /// slice of the first byte of element `[0, .., 0]`. Element offset `off`
+    /// (in elements, as [`Offsets`] yields them) starts at bit
+    /// `8 * index + off * dtype.storage_bits(padded)` of the slice. Empty for
+    /// tensors without elements.
+    pub fn span_bytes(&self) -> Result<(&'a [u8], usize)> {
+        if !self.device.is_host_accessible() {
+            return Err(Error::UnsupportedDevice { got: self.device, what: "span_bytes reads memory on the host".into() });
+        }
+        if self.extent.numel == 0 {
+            return Ok((&[], 0));
+        }
+        // byte_lo <= 0 <= byte_hi for a tensor with elements (element [0, ..] is inside the extent).
+        let start = self.data.wrapping_offset(self.extent.byte_lo);
+        // SAFETY: [data + byte_lo, data + byte_hi) is the validated extent of host
+        // memory, readable and not written for 'a (type invariant); check_layout
+        // bounded its length by isize::MAX and proved it does not wrap.
+        let bytes = unsafe { std::slice::from_raw_parts(start, self.extent.span()) };
+        Ok((bytes, self.extent.byte_lo.unsigned_abs()))
+    }
+
     /// Iterates the elements in row-major logical order, whatever the strides.
     #[inline]
     pub fn iter<T: Element>(&self) -> Result<Iter<'a, T>> {
@@ -299,14 +340,28 @@ impl<'a> TensorView<'a> {
         Ok(Iter { walk: Offsets::new(self.shape, &self.strides), data: self.data.cast(), _life: PhantomData })
     }
 
-    /// Copies the elements out in row-major logical order.
-    #[inline]
+    /// Copies the elements out in row-major logical order. The allocation is
+    /// fallible: a tensor too large to copy (a broadcast view of 2^46 elements,
+    /// say) is an [`Error::OutOfMemory`], never an abort.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        let mut out = try_vec_with_capacity::<T>(self.extent.numel, "a copy of a tensor's elements")?;
         match self.as_slice::<T>() {
-            Ok(s) => Ok(s.to_vec()),
-            Err(_) => Ok(self.iter::<T>()?.collect()),
+            Ok(s) => out.extend_from_slice(s),
+            Err(_) => out.extend(self.iter::<T>()?),
         }
+        Ok(out)
     }
+}
+
+/// An empty `Vec` with room for `n` elements, or [`Error::OutOfMemory`] (never
+/// an abort) when that much memory cannot be had.
+pub fn try_vec_with_capacity<T>(n: usize, what: &str) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+        bytes: n as u128 * size_of::<T>() as u128,
+        what: format!("{what} ({n} elements of {} bytes)", size_of::<T>()),
+    })?;
+    Ok(v)
 }
 
 /// Row-major iterator over the elements of a [`TensorView`].

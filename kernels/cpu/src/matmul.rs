@@ -6,6 +6,9 @@
 //! allows no aliasing), and every view's layout was validated, so every
 //! element address gemm forms from the pointers and strides below lies in
 //! memory the views cover.
+//!
+//! Allocation: this module allocates nothing sized by its inputs; gemm's
+//! packing buffers are bounded by its cache-blocking parameters, not by M, N, K.
 
 use dlbridge_core::{Element, Result};
 use dlbridge_registry::{Arg, Call, register_kernel};
@@ -34,7 +37,8 @@ fn matmul<T: Element + GemmScalar>(call: &mut Call<'_, '_>) -> Result<()> {
     let (a_rs, a_cs) = (a.strides()[0] as isize, a.strides()[1] as isize);
     let (b_rs, b_cs) = (b.strides()[0] as isize, b.strides()[1] as isize);
     let (c_rs, c_cs) = (c.strides()[0] as isize, c.strides()[1] as isize);
-    let parallelism = if m * n * k >= PAR_FLOPS { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
+    // Saturating: broadcast (zero-stride) inputs can make m * n * k exceed usize.
+    let parallelism = if m.saturating_mul(n).saturating_mul(k) >= PAR_FLOPS { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
     // SAFETY: see the module invariants: shapes match the signature, every address
     // base + i*rs + j*cs for in-range i, j lies in validated host memory of the
     // right dtype, c is writable, exclusive and disjoint from a and b. T is f32 or

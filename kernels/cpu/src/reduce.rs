@@ -6,10 +6,15 @@
 //! in parallel above [`PAR_MIN`](crate::elementwise::PAR_MIN) elements; sums
 //! use 8 independent accumulators (vectorisable) in a wide type: f64 for
 //! floats, i64 (wrapping) for integers.
+//!
+//! Every scratch buffer (the gathered copy of a strided input, the staged
+//! rows of a strided output) is allocated fallibly: a broadcast input of 2^46
+//! elements is an `OutOfMemory` error, never an abort.
 
 use std::borrow::Cow;
 
 use dlbridge_core::half::{bf16, f16};
+use dlbridge_core::view::try_vec_with_capacity;
 use dlbridge_core::{Element, Result, TensorView, TensorViewMut};
 use dlbridge_registry::{Arg, Call, KernelOpts, register_kernel};
 use rayon::prelude::*;
@@ -117,7 +122,8 @@ fn per_row<T: Element>(x: &TensorView<'_>, out: &mut TensorViewMut<'_>, f: impl 
         }
         return Ok(());
     }
-    let values: Vec<T> = data.chunks(n).map(&f).collect();
+    let mut values: Vec<T> = try_vec_with_capacity(rows, "per-row results")?;
+    values.extend(data.chunks(n).map(&f));
     write_out(out, values.into_iter())
 }
 
@@ -207,7 +213,8 @@ fn softmax<T: Real>(call: &mut Call<'_, '_>) -> Result<()> {
         }
         return Ok(());
     }
-    let mut tmp = vec![T::zero(); data.len()];
+    let mut tmp: Vec<T> = try_vec_with_capacity(data.len(), "softmax output staging")?;
+    tmp.resize(data.len(), T::zero());
     tmp.par_chunks_mut(n).zip(data.par_chunks(n)).for_each(|(y, r)| softmax_row(r, y));
     write_out(out, tmp.into_iter())
 }
