@@ -151,3 +151,23 @@ def test_load_plugin_keeps_the_loaders_own_reason(tmp_path):
     assert not isinstance(e.value, FileNotFoundError)
     # dlerror's text, e.g. "invalid ELF header" or "file too short"
     assert "ELF" in str(e.value) or "too short" in str(e.value), e.value
+
+
+@pytest.mark.parametrize("dl_device, field", [((1, 2**40), "device_id"), ((2**40, 0), "device_type"), ((1, "x"), "device_id")])
+def test_an_out_of_range_dl_device_names_the_field(dl_device, field):
+    with pytest.raises(ValueError, match=f"dl_device: {field} = .* is out of range"):
+        dlbridge.zeros((2,)).__dlpack__(dl_device=dl_device)
+
+
+def test_an_out_of_range_dlpack_device_names_the_field():
+    a = dlbridge.zeros((2,))
+
+    class HugeDevice:
+        def __dlpack__(self, **kwargs):
+            return a.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return (1, 2**40)
+
+    with pytest.raises(ValueError, match="device_id"):
+        dlbridge.from_dlpack(HugeDevice(), device="cpu")

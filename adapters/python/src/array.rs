@@ -191,9 +191,10 @@ impl PyArray {
         py: Python<'py>,
         stream: Option<Bound<'py, PyAny>>,
         max_version: Option<(u32, u32)>,
-        dl_device: Option<(u32, i32)>,
+        dl_device: Option<Bound<'py, PyAny>>,
         copy: Option<bool>,
     ) -> PyResult<Py<PyAny>> {
+        let dl_device = dl_device.filter(|d| !d.is_none()).map(|d| parse_dl_device(&d)).transpose()?;
         let stream = stream.filter(|s| !s.is_none());
         let request = ExportRequest::parse(stream.as_ref(), max_version, dl_device, copy)?;
         if copy != Some(true) {
@@ -328,4 +329,17 @@ impl PyArray {
 /// Keeps DType in scope for docs (dtype names are DType's Display).
 pub fn dtype_name(d: DType) -> String {
     d.to_string()
+}
+
+/// `dl_device=(device_type, device_id)`: each field checked, and named when it is out of range.
+fn parse_dl_device(d: &Bound<'_, PyAny>) -> PyResult<(u32, i32)> {
+    let (kind, id): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
+        d.extract().map_err(|_| pyo3::exceptions::PyTypeError::new_err("dl_device must be a (device_type, device_id) tuple"))?;
+    let field = |v: &Bound<'_, PyAny>, name: &str, range: &str| {
+        let shown = v.repr().map(|r| crate::capsule::bounded(&r.to_string())).unwrap_or_default();
+        pyo3::exceptions::PyValueError::new_err(format!("dl_device: {name} = {shown} is out of range ({range})"))
+    };
+    let kind_v: u32 = kind.extract().map_err(|_| field(&kind, "device_type", "a DLDeviceType code, 0..=2^32-1"))?;
+    let id_v: i32 = id.extract().map_err(|_| field(&id, "device_id", "0..=2^31-1"))?;
+    Ok((kind_v, id_v))
 }
