@@ -1,24 +1,44 @@
-"""Conformance checks any library can run on its own ``__dlpack__`` producer.
+"""Conformance checks any library can run on its DLPack producer and consumer.
 
     import dlbridge.testing
-    report = dlbridge.testing.check_producer(lambda shape, dtype: mylib.zeros(shape, dtype))
+    dlbridge.testing.check_producer(lambda shape, dtype: mylib.zeros(shape, dtype))
+    dlbridge.testing.check_consumer("mylib:from_dlpack")
 
-``make_tensor(shape, dtype)`` returns a fresh tensor of the given shape
-(a tuple) and dtype (dlbridge's short names: ``"f32"``, ``"i64"``, ...) on
-the CPU. Every check comes from the DLPack 1.3 header and the array API
-standard's data-interchange rules (``__dlpack__``, ``__dlpack_device__``,
-``from_dlpack``). A check that fails raises ``AssertionError`` listing every
-failure, unless it is declared in ``known_failures={name: reason}``, in which
-case it is reported as a known failure — and a declared failure that passes
-is itself an error, so stale declarations get removed.
+``check_producer(make_tensor)``: ``make_tensor(shape, dtype)`` returns a fresh tensor of
+the given shape (a tuple) and dtype (dlbridge's short names: ``"f32"``, ``"i64"``, ...) on
+the CPU; the checks call its ``__dlpack__`` and read the capsules.
+
+``check_consumer(from_dlpack)``: hand-built producers (ctypes capsules, see
+``dlbridge._capsules``) feed ``from_dlpack`` well-formed and malformed tensors: versioned
+and legacy capsules, READ_ONLY, negative/zero/NULL strides, byte offsets, 0-d and
+size-0 tensors, unknown versions and codes, used capsules; the deleter is counted. The
+cases run in a child interpreter (``from_dlpack`` given as ``"module:attr"``) so a
+consumer that crashes the process is reported as a failure, never hidden.
+
+Every check comes from the DLPack 1.3 header and the array API standard's data-interchange
+rules. A check that fails raises ``AssertionError`` listing every failure, unless it is
+declared in ``known_failures={name: reason}``, in which case it is reported as a known
+failure — and a declared failure that passes is itself an error, so stale declarations get
+removed. ``python -m dlbridge.testing [--markdown]`` runs both on every library installed
+here and prints the matrix library x rule.
 """
 
 from __future__ import annotations
 
+import ctypes
+import gc
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import from_dlpack
+from . import _capsules as caps
+from . import from_dlpack, get_kernel
 from ._dlbridge import inspect_capsule
 
 READ_ONLY, IS_COPIED = 1, 2
@@ -40,32 +60,51 @@ class _Fail(Exception):
     pass
 
 
+class _Skip(Exception):
+    pass
+
+
 def _expect(cond: bool, detail: str) -> None:
     if not cond:
         raise _Fail(detail)
 
 
-def _checks(make: Callable[[tuple, str], Any], dtype: str):
+def _row_major(shape: tuple) -> list[int]:
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.insert(0, step)
+        step *= d
+    return strides
+
+
+# ---- producer checks -------------------------------------------------------------------
+
+
+def _checks(make: Callable[[tuple, str], Any], dtype: str, shape: tuple, make_read_only):
     def dlpack_device_is_a_cpu_pair():
-        dev = make((2, 3), dtype).__dlpack_device__()
+        dev = make(shape, dtype).__dlpack_device__()
         _expect(isinstance(dev, tuple) and len(dev) == 2, f"__dlpack_device__() returned {dev!r}")
         _expect((int(dev[0]), int(dev[1])) == (1, 0), f"expected (kDLCPU=1, 0), got {dev!r}")
 
     def legacy_capsule_without_max_version():
-        info = inspect_capsule(make((2, 3), dtype).__dlpack__())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # numpy deprecates legacy exports
+            info = inspect_capsule(make(shape, dtype).__dlpack__())
         _expect(info["name"] == "dltensor", f"capsule named {info['name']!r}")
 
     def versioned_capsule_when_asked():
-        info = inspect_capsule(make((2, 3), dtype).__dlpack__(max_version=(1, 3)))
+        info = inspect_capsule(make(shape, dtype).__dlpack__(max_version=(1, 3)))
         _expect(info["name"] in ("dltensor_versioned", "dltensor"), f"capsule named {info['name']!r}")
         if info["name"] == "dltensor_versioned":
             _expect(info["version"][0] == 1 and info["version"][1] <= 3, f"version {info['version']} for max_version (1, 3)")
+        else:
+            return "answers with a legacy capsule (allowed, but it cannot carry flags)"
 
     def shape_dtype_and_strides_describe_the_tensor():
-        info = inspect_capsule(make((2, 3), dtype).__dlpack__(max_version=(1, 3)))
-        _expect(info["shape"] == [2, 3], f"shape {info['shape']}")
+        info = inspect_capsule(make(shape, dtype).__dlpack__(max_version=(1, 3)))
+        _expect(info["shape"] == list(shape), f"shape {info['shape']}, expected {list(shape)}")
         _expect(info["dtype"] == dtype, f"dtype {info['dtype']}, expected {dtype}")
-        _expect(info["strides"] == [3, 1], f"strides {info['strides']} for a fresh contiguous tensor")
+        _expect(info["strides"] == _row_major(shape), f"strides {info['strides']} for a fresh contiguous tensor")
 
     def exports_are_zero_copy():
         t = make((4,), dtype)
@@ -84,6 +123,8 @@ def _checks(make: Callable[[tuple, str], Any], dtype: str):
         a = inspect_capsule(t.__dlpack__(max_version=(1, 3)))["data"]
         info = inspect_capsule(t.__dlpack__(max_version=(1, 3), copy=True))
         _expect(info["data"] != a, "copy=True returned the same memory")
+        _expect(info["name"] != "dltensor", "copied, but a legacy capsule cannot carry flags: IS_COPIED cannot be set "
+                "(the producer answers max_version=(1, 3) with a legacy capsule)")
         _expect(info["flags"] & IS_COPIED, f"copy=True left IS_COPIED unset (flags {info['flags']:#x})")
 
     def dl_device_cpu_is_accepted():
@@ -99,17 +140,38 @@ def _checks(make: Callable[[tuple, str], Any], dtype: str):
         raise _Fail("exported to an unsupported device without error")
 
     def stream_on_cpu_must_be_none():
-        make((2,), dtype).__dlpack__(stream=None)
+        make((2,), dtype).__dlpack__(stream=None, max_version=(1, 3))
         try:
-            make((2,), dtype).__dlpack__(stream=5)
-        except (ValueError, BufferError):
-            return
-        except Exception as e:  # noqa: BLE001 - the type is what is checked
-            raise _Fail(f"stream=5 on a CPU tensor raised {type(e).__name__}, expected ValueError or BufferError") from None
+            make((2,), dtype).__dlpack__(stream=5, max_version=(1, 3))
+        except Exception as e:  # noqa: BLE001 - the standard names no exception type for this
+            return f"refused with {type(e).__name__}"
         raise _Fail("stream=5 on a CPU tensor was accepted")
 
+    def read_only_sets_the_flag():
+        if make_read_only is None:
+            raise _Skip("no read-only tensors to export")
+        info = inspect_capsule(make_read_only(shape, dtype).__dlpack__(max_version=(1, 3)))
+        _expect(info["name"] != "dltensor", "read-only data exported as a legacy capsule, which cannot carry READ_ONLY "
+                "(the producer answers max_version=(1, 3) with a legacy capsule)")
+        _expect(info["flags"] & READ_ONLY, f"READ_ONLY unset on read-only data (flags {info['flags']:#x})")
+
+    def read_only_is_never_a_legacy_capsule():
+        if make_read_only is None:
+            raise _Skip("no read-only tensors to export")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                cap = make_read_only(shape, dtype).__dlpack__()
+        except BufferError:
+            return
+        except Exception as e:  # noqa: BLE001 - the type is what is checked
+            raise _Fail(f"raised {type(e).__name__}, expected BufferError: {e}") from None
+        raise _Fail(f"read-only data exported as a writable legacy capsule ({inspect_capsule(cap)['name']!r})")
+
     def capsule_is_consumed_once():
-        cap = make((3,), dtype).__dlpack__()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            cap = make((3,), dtype).__dlpack__()
         from_dlpack(cap)
         try:
             from_dlpack(cap)
@@ -118,12 +180,13 @@ def _checks(make: Callable[[tuple, str], Any], dtype: str):
         raise _Fail("a consumed capsule was imported twice")
 
     def consumer_sees_the_producers_memory():
-        t = make((2, 3), dtype)
+        t = make(shape, dtype)
         expected = inspect_capsule(t.__dlpack__(max_version=(1, 3)))["data"]
         a = from_dlpack(t)
         _expect(a.data_ptr == expected, "from_dlpack copied")
         del t
-        _expect(len(a.tolist()) == 2 if dtype != "bf16" else True, "data unreadable after the producer was dropped")
+        copied = get_kernel("copy")(a)  # reads every element (tolist() cannot show f16/bf16/complex)
+        _expect(copied.shape == tuple(shape), "data unreadable after the producer was dropped")
 
     return [
         dlpack_device_is_a_cpu_pair,
@@ -136,87 +199,695 @@ def _checks(make: Callable[[tuple, str], Any], dtype: str):
         dl_device_cpu_is_accepted,
         unsupported_dl_device_is_a_buffer_error,
         stream_on_cpu_must_be_none,
+        read_only_sets_the_flag,
+        read_only_is_never_a_legacy_capsule,
         capsule_is_consumed_once,
         consumer_sees_the_producers_memory,
     ]
 
 
-CHECKS = [c.__name__ for c in _checks(lambda s, d: None, "f32")]
+CHECKS = [c.__name__ for c in _checks(lambda s, d: None, "f32", (2, 3), None)]
+
+
+def _summarize(name: str, outcomes: list[tuple[str, str]], known: dict[str, str]) -> Result:
+    """One Result from per-dtype (or single) outcomes ``(status, detail)``."""
+    failures = [d for s, d in outcomes if s == "fail"]
+    skips = [d for s, d in outcomes if s == "skip"]
+    details = sorted({d for s, d in outcomes if s == "pass" and d})
+    if failures and name in known:
+        return Result(name, "known failure", f"{known[name]} (saw: {failures[0]})")
+    if failures:
+        return Result(name, "fail", "; ".join(failures))
+    if skips and len(skips) == len(outcomes):
+        return Result(name, "skip", skips[0])
+    if name in known:
+        return Result(name, "fail", f"declared a known failure ({known[name]}) but passes: remove the declaration")
+    return Result(name, "pass", "; ".join(details))
+
+
+def _finish(kind: str, results: list[Result], raise_on_failure: bool) -> list[Result]:
+    bad = [r for r in results if r.status == "fail"]
+    if bad and raise_on_failure:
+        raise AssertionError(f"DLPack {kind} checks failed:\n" + "\n".join(str(r) for r in bad))
+    return results
 
 
 def check_producer(
     make_tensor: Callable[[tuple, str], Any],
     *,
     dtypes: tuple = ("f32", "f64", "i32", "i64", "u8"),
+    shape: tuple = (2, 3),
+    make_read_only: Callable[[tuple, str], Any] | None = None,
     known_failures: dict[str, str] | None = None,
     raise_on_failure: bool = True,
 ) -> list[Result]:
-    """Runs every producer check for every dtype; see the module docs."""
+    """Runs every producer check for every dtype; see the module docs.
+
+    ``shape`` is the tensor the layout checks export (``(6,)`` for a 1-d-only library);
+    ``make_read_only(shape, dtype)`` makes read-only tensors for the READ_ONLY checks
+    (skipped without it)."""
     known = dict(known_failures or {})
     unknown = set(known) - set(CHECKS)
     if unknown:
         raise ValueError(f"unknown checks in known_failures: {sorted(unknown)}")
     results: list[Result] = []
     for name in CHECKS:
-        failures = []
+        outcomes = []
         for dtype in dtypes:
-            check = next(c for c in _checks(make_tensor, dtype) if c.__name__ == name)
+            check = next(c for c in _checks(make_tensor, dtype, tuple(shape), make_read_only) if c.__name__ == name)
             try:
-                check()
+                outcomes.append(("pass", check() or ""))
+            except _Skip as e:
+                outcomes.append(("skip", str(e)))
             except _Fail as e:
-                failures.append(f"{dtype}: {e}")
+                outcomes.append(("fail", f"{dtype}: {e}"))
             except Exception as e:  # noqa: BLE001 - an unexpected exception is a failure
-                failures.append(f"{dtype}: {type(e).__name__}: {e}")
-        if not failures and name in known:
-            results.append(Result(name, "fail", f"declared a known failure ({known[name]}) but passes: remove the declaration"))
-        elif failures and name in known:
-            results.append(Result(name, "known failure", f"{known[name]} (saw: {failures[0]})"))
-        elif failures:
-            results.append(Result(name, "fail", "; ".join(failures)))
+                outcomes.append(("fail", f"{dtype}: {type(e).__name__}: {e}"))
+        results.append(_summarize(name, outcomes, known))
+    return _finish("producer", results, raise_on_failure)
+
+
+# ---- consumer checks -------------------------------------------------------------------
+
+
+def _values(r) -> Any:
+    """The imported array's values as nested lists (or a scalar for 0-d)."""
+    mod = type(r).__module__
+    if mod.startswith("pyarrow"):
+        return r.to_pylist() if hasattr(r, "to_pylist") else r.to_numpy().tolist()
+    if hasattr(r, "_array") and mod.startswith("array_api_strict"):
+        return r._array.tolist()
+    if hasattr(r, "tolist"):
+        return r.tolist()
+    import numpy as np
+
+    return np.asarray(r).tolist()
+
+
+def _shape(r) -> tuple:
+    shape = getattr(r, "shape", None)
+    if shape is None and type(r).__module__.startswith("pyarrow"):
+        return (len(r),)
+    return tuple(shape)
+
+
+def _data_ptr(r) -> int | None:
+    """Address of the imported array's first element, or None where the library hides it."""
+    mod = type(r).__module__
+    if mod.startswith("torch"):
+        return r.data_ptr()
+    if mod.startswith("numpy"):
+        return r.__array_interface__["data"][0]
+    if mod.startswith("jax"):
+        return r.unsafe_buffer_pointer()
+    if mod.startswith("array_api_strict"):
+        return r._array.__array_interface__["data"][0]
+    if mod.startswith("dlbridge"):
+        return r.data_ptr
+    if mod.startswith("pyarrow"):
+        if hasattr(r, "buffers"):
+            return r.buffers()[1].address + r.offset * r.type.bit_width // 8
+        return r.to_numpy().__array_interface__["data"][0]
+    return None
+
+
+def _writable(r) -> bool | None:
+    """Whether writes through the imported array reach memory; None where unknown."""
+    mod = type(r).__module__
+    if mod.startswith("torch"):
+        return True  # torch has no read-only tensors
+    if mod.startswith("numpy"):
+        return bool(r.flags.writeable)
+    if mod.startswith("jax"):
+        return False  # JAX arrays are immutable
+    if mod.startswith("array_api_strict"):
+        return bool(r._array.flags.writeable)
+    if mod.startswith("dlbridge"):
+        return not r.readonly
+    if mod.startswith("pyarrow"):
+        return bool(getattr(r, "is_mutable", False))
+    try:
+        return not memoryview(r).readonly
+    except TypeError:
+        return None
+
+
+_producers: list[caps.Producer] = []  # made by the case now running
+
+
+def _f32(values: list, **fields):
+    """``make(versioned)`` for a float32 tensor over a fresh 256-aligned buffer holding
+    ``values``; ``offset`` (elements) moves the data pointer; other keywords are
+    ManagedTensor fields. The tensor's ``base`` attribute is the buffer's address."""
+
+    offset = fields.pop("offset", 0)
+    null_data = fields.pop("null_data", False)
+    used = fields.pop("used", False)
+
+    def make(versioned: bool) -> caps.ManagedTensor:
+        owner, addr = caps.aligned_buffer(4 * max(len(values), 1))
+        (ctypes.c_float * len(values)).from_address(addr)[:] = [float(v) for v in values]
+        extra = {"name": b"used_dltensor_versioned" if versioned else b"used_dltensor"} if used else {}
+        t = caps.ManagedTensor(data=None if null_data else addr + 4 * offset, keep=owner, versioned=versioned, **extra, **fields)
+        t.base = addr
+        return t
+
+    return make
+
+
+def _producer(make, cls=caps.Producer, **kw) -> caps.Producer:
+    p = cls(make, **kw)
+    _producers.append(p)
+    return p
+
+
+def _import_ok(fd, p, expected_values, expected_shape=None):
+    r = fd(p)
+    got = _values(r)
+    _expect(got == expected_values, f"read {got}, expected {expected_values}")
+    if expected_shape is not None:
+        _expect(_shape(r) == expected_shape, f"shape {_shape(r)}, expected {expected_shape}")
+    return r
+
+
+def _refused(fd, p, what: str) -> str:
+    try:
+        r = fd(p)
+    except Exception as e:  # noqa: BLE001 - any clean exception refuses
+        return f"refused with {type(e).__name__}"
+    raise _Fail(f"imported {what}: read {_values(r)!r}")
+
+
+def _imported_or_refused(fd, p, expected) -> str:
+    try:
+        r = fd(p)
+    except Exception as e:  # noqa: BLE001 - a clean refusal is conforming
+        return f"refused with {type(e).__name__}: {str(e)[:80]}"
+    got = _values(r)
+    _expect(got == expected, f"imported but read {got}, expected {expected}")
+    return "imported correctly"
+
+
+def _asked_versioned(p) -> bool:
+    mv = p.calls[0].get("max_version") if p.calls else None
+    return mv is not None and tuple(mv) >= (1, 0)
+
+
+def _consumer_cases():
+    def asks_for_versioned_capsule(fd):
+        p = _producer(_f32(list(range(6)), shape=[6]))
+        _import_ok(fd, p, [0, 1, 2, 3, 4, 5])
+        _expect(_asked_versioned(p), f"calls __dlpack__({_kwargs(p.calls[0])}): only legacy capsules, which cannot carry READ_ONLY")
+        return f"max_version={tuple(p.calls[0]['max_version'])}"
+
+    def imports_a_versioned_capsule(fd):
+        p = _producer(_f32(list(range(6)), shape=[6]))
+        _import_ok(fd, p, [0, 1, 2, 3, 4, 5], (6,))
+        if not _asked_versioned(p):
+            raise _Skip("never asks for a versioned capsule")
+
+    def imports_with_zero_copy(fd):
+        p = _producer(_f32(list(range(6)), shape=[6]))
+        r = _import_ok(fd, p, [0, 1, 2, 3, 4, 5])
+        ptr = _data_ptr(r)
+        if ptr is None:
+            raise _Skip(f"cannot read the data pointer of a {type(r).__name__}")
+        _expect(ptr == p.tensors[0].base, "copied the data")
+
+    def accepts_a_legacy_answer(fd):
+        # the standard lets a producer answer max_version with an older (legacy) capsule: JAX does
+        _import_ok(fd, _producer(_f32(list(range(6)), shape=[6]), answer="legacy"), [0, 1, 2, 3, 4, 5], (6,))
+
+    def falls_back_to_legacy_on_type_error(fd):
+        p = _producer(_f32([1, 2, 3], shape=[3]), cls=caps.Producer2022)
+        _import_ok(fd, p, [1, 2, 3])
+
+    def refuses_a_future_major_version(fd):
+        return _refused(fd, _producer(_f32([1, 2], shape=[2], version=(2, 0)), answer="versioned"), "a DLPack 2.0 tensor")
+
+    def refuses_unknown_dtype_code(fd):
+        return _refused(fd, _producer(_f32([1, 2], shape=[2], dtype=(99, 32, 1))), "dtype code 99")
+
+    def refuses_unknown_device_type(fd):
+        return _refused(fd, _producer(_f32([1, 2], shape=[2], device=(99, 0)), device=(99, 0)), "device type 99")
+
+    def refuses_a_used_capsule(fd):
+        return _refused(fd, _producer(_f32([1, 2], shape=[2], used=True)), "a capsule named used_*")
+
+    def honours_read_only(fd):
+        p = _producer(_f32([1, 2, 3], shape=[3], flags=caps.READ_ONLY), read_only=True)
+        try:
+            r = fd(p)
+        except Exception as e:  # noqa: BLE001 - refusing is conforming
+            if not _asked_versioned(p):
+                return f"never asks for a versioned capsule, so read-only data is refused ({type(e).__name__})"
+            return f"refused with {type(e).__name__}"
+        w = _writable(r)
+        if w is None:
+            raise _Skip(f"cannot tell whether a {type(r).__name__} is writable")
+        _expect(not w, "imported a READ_ONLY tensor as a writable array")
+        return "read-only result"
+
+    def renames_the_capsule(fd):
+        p = _producer(_f32([1, 2, 3], shape=[3]))
+        _import_ok(fd, p, [1, 2, 3])
+        _expect(p.tensors[0].consumed, f"the capsule is still named {p.tensors[0].capsule_name!r} after the import")
+
+    def calls_the_deleter_once(fd):
+        p = _producer(_f32([1, 2, 3], shape=[3]))
+        r = _import_ok(fd, p, [1, 2, 3])
+        t = p.tensors[0]
+        if _data_ptr(r) == t.base:
+            _expect(t.deleter_calls == 0, "the deleter ran while the imported array still uses the memory")
+        del r
+        gc.collect()
+        _expect(t.deleter_calls == 1, f"the deleter ran {t.deleter_calls} times once the array was dropped")
+
+    def negative_strides_imported_or_refused(fd):
+        return _imported_or_refused(fd, _producer(_f32([0, 1, 2, 3], shape=[4], strides=[-1], offset=3)), [3, 2, 1, 0])
+
+    def zero_strides_imported_or_refused(fd):
+        return _imported_or_refused(fd, _producer(_f32([7], shape=[3], strides=[0])), [7, 7, 7])
+
+    def null_strides_read_as_row_major(fd):
+        _import_ok(fd, _producer(_f32(list(range(6)), shape=[2, 3], strides=None)), [[0, 1, 2], [3, 4, 5]], (2, 3))
+
+    def applies_byte_offset(fd):
+        _import_ok(fd, _producer(_f32(list(range(6)), shape=[4], byte_offset=8)), [2, 3, 4, 5])
+
+    def zero_dim_tensor(fd):
+        _import_ok(fd, _producer(_f32([42], shape=[])), 42, ())
+
+    def size_zero_with_null_data(fd):
+        _import_ok(fd, _producer(_f32([], shape=[0], null_data=True)), [], (0,))
+
+    return [
+        asks_for_versioned_capsule,
+        imports_a_versioned_capsule,
+        imports_with_zero_copy,
+        accepts_a_legacy_answer,
+        falls_back_to_legacy_on_type_error,
+        refuses_a_future_major_version,
+        refuses_unknown_dtype_code,
+        refuses_unknown_device_type,
+        refuses_a_used_capsule,
+        honours_read_only,
+        renames_the_capsule,
+        calls_the_deleter_once,
+        negative_strides_imported_or_refused,
+        zero_strides_imported_or_refused,
+        null_strides_read_as_row_major,
+        applies_byte_offset,
+        zero_dim_tensor,
+        size_zero_with_null_data,
+    ]
+
+
+CONSUMER_CHECKS = [c.__name__ for c in _consumer_cases()]
+
+
+def _kwargs(call: dict) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in call.items() if v is not None) or ""
+
+
+def _run_consumer_case(fd, name: str) -> tuple[str, str]:
+    """Runs one case in this process: ``(status, detail)``; then releases every producer and
+    checks each tensor's deleter ran exactly once."""
+    case = next(c for c in _consumer_cases() if c.__name__ == name)
+    _producers.clear()
+    status, detail = "pass", ""
+    try:
+        detail = case(fd) or ""
+    except _Skip as e:
+        status, detail = "skip", str(e)
+    except _Fail as e:
+        status, detail = "fail", str(e)
+    except Exception as e:  # noqa: BLE001 - an unexpected exception is a failure
+        status, detail = "fail", f"{type(e).__name__}: {e}"
+    gc.collect()
+    problems = []
+    for p in _producers:
+        p.release()
+        for t in p.tensors:
+            if t.pending_exception:
+                problems.append(f"the deleter was called with a Python exception set ({t.pending_exception})")
+            if t.deleter_calls != 1:
+                problems.append(f"the deleter ran {t.deleter_calls} times" + (" (leaked)" if t.deleter_calls == 0 else ""))
+    _producers.clear()
+    if problems:
+        status, detail = "fail", "; ".join(([detail] if status == "fail" else []) + sorted(set(problems)))
+    return status, detail
+
+
+def _resolve(spec: str) -> Callable:
+    module, _, attr = spec.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _spec_of(fd) -> str | None:
+    module, qualname = getattr(fd, "__module__", None), getattr(fd, "__qualname__", "")
+    if not module or "<" in qualname:
+        return None
+    try:
+        return f"{module}:{qualname}" if _resolve(f"{module}:{qualname}") is fd else None
+    except Exception:  # noqa: BLE001 - not importable by name
+        return None
+
+
+def _child(spec: str, names: list[str]) -> None:
+    """The child side of check_consumer: one JSON line per case started and per result."""
+    try:
+        fd = _resolve(spec)
+    except Exception as e:  # noqa: BLE001 - reported to the parent as a skip
+        print(json.dumps({"unavailable": f"{type(e).__name__}: {e}"}), flush=True)
+        return
+    for name in names:
+        print(json.dumps({"start": name}), flush=True)
+        status, detail = _run_consumer_case(fd, name)
+        print(json.dumps({"name": name, "status": status, "detail": detail}), flush=True)
+
+
+def _signal_name(n: int) -> str:
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return f"signal {n}"
+
+
+def _run_in_children(spec: str, names: list[str], timeout: float) -> dict[str, tuple[str, str]]:
+    """Runs the cases in child interpreters; a child that dies takes the case it was running
+    down as a failure and a new child runs the rest."""
+    out: dict[str, tuple[str, str]] = {}
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    todo = list(names)
+    while todo:
+        cmd = [sys.executable, "-c", "import sys; from dlbridge.testing import _child; _child(sys.argv[1], sys.argv[2:])", spec, *todo]
+        started = None
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+            stdout, stderr, rc = proc.stdout, proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as e:
+            stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            stderr, rc = "", None
+        for line in stdout.splitlines():
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if "unavailable" in msg:
+                return {n: ("skip", f"{spec} unavailable: {msg['unavailable']}") for n in names}
+            if "start" in msg:
+                started = msg["start"]
+            elif "name" in msg:
+                out[msg["name"]] = (msg["status"], msg["detail"])
+                started = None
+        todo = [n for n in todo if n not in out]
+        if not todo:
+            break
+        victim = started or todo[0]
+        if rc is None:
+            why = f"hung: no answer within {timeout:.0f} s"
+        elif rc < 0:
+            why = f"crashed the process ({_signal_name(-rc)})"
         else:
-            results.append(Result(name, "pass"))
-    bad = [r for r in results if r.status == "fail"]
-    if bad and raise_on_failure:
-        raise AssertionError("DLPack producer checks failed:\n" + "\n".join(str(r) for r in bad))
-    return results
+            last = (stderr.strip().splitlines() or [""])[-1]
+            why = f"the process exited with status {rc}" + (f": {last}" if last else "")
+        out[victim] = ("fail", why)
+        todo.remove(victim)
+    return out
 
 
-def _table() -> int:
-    """Prints the producer checks for every library importable here; returns the failure count."""
+def check_consumer(
+    from_dlpack: Callable | str,
+    *,
+    known_failures: dict[str, str] | None = None,
+    raise_on_failure: bool = True,
+    isolate: bool = True,
+    timeout: float = 120.0,
+) -> list[Result]:
+    """Runs every consumer check on ``from_dlpack``; see the module docs.
+
+    ``from_dlpack`` is a callable or ``"module:attr"``. With ``isolate`` (the default) the
+    cases run in a child interpreter, which needs the function importable by name; a child
+    killed by a signal fails the case it was running (``crashed the process (SIGABRT)``)."""
+    known = dict(known_failures or {})
+    unknown = set(known) - set(CONSUMER_CHECKS)
+    if unknown:
+        raise ValueError(f"unknown checks in known_failures: {sorted(unknown)}")
+    if isolate:
+        spec = from_dlpack if isinstance(from_dlpack, str) else _spec_of(from_dlpack)
+        if spec is None:
+            raise ValueError(f"{from_dlpack!r} is not importable by name: pass 'module:attr', or isolate=False")
+        outcomes = _run_in_children(spec, CONSUMER_CHECKS, timeout)
+    else:
+        fd = _resolve(from_dlpack) if isinstance(from_dlpack, str) else from_dlpack
+        outcomes = {n: _run_consumer_case(fd, n) for n in CONSUMER_CHECKS}
+    results = [_summarize(n, [outcomes[n]], known) for n in CONSUMER_CHECKS]
+    return _finish("consumer", results, raise_on_failure)
+
+
+# ---- every library installed here -----------------------------------------------------
+
+
+@dataclass
+class Library:
+    """One column of the matrix: how to make its tensors and which function imports."""
+
+    name: str
+    module: str
+    producer: Callable[[], dict] | None  # () -> check_producer keyword arguments
+    consumer: str | None  # "module:attr"
+    consumer_known: dict
+    no_producer: str = ""
+    no_consumer: str = ""
+
+
+def _torch_producer() -> dict:
+    import torch
+
+    kinds = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "f64": torch.float64, "i8": torch.int8,
+             "i16": torch.int16, "i32": torch.int32, "i64": torch.int64, "u8": torch.uint8, "bool": torch.bool,
+             "c64": torch.complex64, "c128": torch.complex128}
+    return dict(
+        make_tensor=lambda s, d: torch.zeros(s, dtype=kinds[d]),
+        dtypes=tuple(kinds),
+        known_failures={"copy_true_copies_and_sets_is_copied": "torch copies on copy=True but leaves IS_COPIED unset"},
+    )
+
+
+_NUMPY_DTYPES = ("f16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "bool", "c64", "c128")
+
+
+def _np_dtype(d: str):
+    import numpy as np
+
+    return np.dtype({"f16": "float16", "f32": "float32", "f64": "float64", "i8": "int8", "i16": "int16", "i32": "int32",
+                     "i64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64", "bool": "bool",
+                     "c64": "complex64", "c128": "complex128"}[d])
+
+
+def _numpy_producer() -> dict:
+    import numpy as np
+
+    def read_only(s, d):
+        a = np.zeros(s, dtype=_np_dtype(d))
+        a.flags.writeable = False
+        return a
+
+    return dict(make_tensor=lambda s, d: np.zeros(s, dtype=_np_dtype(d)), dtypes=_NUMPY_DTYPES, make_read_only=read_only)
+
+
+def _jax_producer() -> dict:
+    import jax
+
+    jax.config.update("jax_enable_x64", True)  # f64/i64 arrays; this process only
+    import jax.numpy as jnp
+
+    dtypes = ("f16", "bf16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "bool", "c64", "c128")
+    kinds = {d: (jnp.bfloat16 if d == "bf16" else _np_dtype(d)) for d in dtypes}
+    make = lambda s, d: jnp.zeros(s, dtype=kinds[d])  # noqa: E731
+    return dict(
+        make_tensor=make,
+        dtypes=dtypes,
+        make_read_only=make,  # every JAX array is immutable
+        known_failures={
+            "copy_true_copies_and_sets_is_copied": "JAX answers every request with a legacy capsule: no IS_COPIED",
+            "read_only_sets_the_flag": "JAX arrays are immutable, yet JAX exports only legacy capsules, which cannot say READ_ONLY",
+            "read_only_is_never_a_legacy_capsule": "JAX exports its immutable arrays as legacy (writable) capsules",
+        },
+    )
+
+
+def _pyarrow_tensor_producer() -> dict:
+    import numpy as np
+    import pyarrow as pa
+
+    dtypes = ("f16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
+
+    def read_only(s, d):
+        a = np.zeros(s, dtype=_np_dtype(d))
+        a.flags.writeable = False
+        return pa.Tensor.from_numpy(a)
+
+    return dict(
+        make_tensor=lambda s, d: pa.Tensor.from_numpy(np.zeros(s, dtype=_np_dtype(d))),
+        dtypes=dtypes,
+        make_read_only=read_only,
+        known_failures={"read_only_is_never_a_legacy_capsule": "pyarrow refuses with ArrowNotImplementedError, not BufferError"},
+    )
+
+
+def _pyarrow_array_producer() -> dict:
+    import numpy as np
+    import pyarrow as pa
+
+    dtypes = ("f16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
+    make = lambda s, d: pa.array(np.zeros(s, dtype=_np_dtype(d)))  # noqa: E731
+    return dict(
+        make_tensor=make,
+        dtypes=dtypes,
+        shape=(6,),
+        make_read_only=make,  # Arrow arrays are immutable
+        known_failures={"read_only_is_never_a_legacy_capsule": "pyarrow exports its immutable arrays as legacy (writable) capsules too"},
+    )
+
+
+def _array_api_strict_producer() -> dict:
+    import array_api_strict as xp
+
+    kinds = {"f32": xp.float32, "f64": xp.float64, "i8": xp.int8, "i16": xp.int16, "i32": xp.int32, "i64": xp.int64,
+             "u8": xp.uint8, "u16": xp.uint16, "u32": xp.uint32, "u64": xp.uint64, "bool": xp.bool,
+             "c64": xp.complex64, "c128": xp.complex128}
+    return dict(make_tensor=lambda s, d: xp.zeros(s, dtype=kinds[d]), dtypes=tuple(kinds))
+
+
+def _paddle_producer() -> dict:
+    import paddle
+
+    kinds = {"f32": paddle.float32, "f64": paddle.float64, "i32": paddle.int32, "i64": paddle.int64, "u8": paddle.uint8}
+    return dict(make_tensor=lambda s, d: paddle.zeros(s, dtype=kinds[d]), dtypes=tuple(kinds))
+
+
+def _dlbridge_producer() -> dict:
     from . import zeros
 
-    makers: dict[str, tuple[Callable, dict]] = {"dlbridge.Array (Python)": (lambda s, d: zeros(list(s), d), {})}
-    try:
-        import torch
+    def read_only(s, d):
+        fmt = {"f32": "f", "f64": "d", "i32": "i", "i64": "q", "u8": "B"}[d]
+        n = 1
+        for x in s:
+            n *= x
+        from . import asarray
 
-        kinds = {"f32": torch.float32, "f64": torch.float64, "i32": torch.int32, "i64": torch.int64, "u8": torch.uint8}
-        makers["torch"] = (
-            lambda s, d: torch.zeros(s, dtype=kinds[d]),
-            {
-                "copy_true_copies_and_sets_is_copied": "torch copies on copy=True but leaves IS_COPIED unset",
-                "stream_on_cpu_must_be_none": "torch raises AssertionError for a stream on a CPU tensor",
-            },
-        )
-    except ImportError:
-        print("torch: skipped (not installed)")
-    try:
-        import numpy as np
+        return asarray(memoryview(bytes(n * {"f": 4, "d": 8, "i": 4, "q": 8, "B": 1}[fmt])).cast(fmt, s))
 
-        makers["numpy"] = (
-            lambda s, d: np.zeros(s, dtype={"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64, "u8": np.uint8}[d]),
-            {"stream_on_cpu_must_be_none": "numpy raises RuntimeError for a stream on a CPU array"},
-        )
-    except ImportError:
-        print("numpy: skipped (not installed)")
-    failures = 0
-    for name, (make, known) in makers.items():
-        print(name)
-        for r in check_producer(make, known_failures=known, raise_on_failure=False):
-            failures += r.status == "fail"
-            print(f"  {r}")
-    print(f"{len(makers)} producers x {len(CHECKS)} checks, {failures} failures")
+    return dict(make_tensor=lambda s, d: zeros(list(s), d), make_read_only=read_only)
+
+
+_PYARROW_CONSUMER = {
+    "accepts_a_legacy_answer": "pyarrow cannot read a legacy answer to max_version=(1, 3) (ValueError: PyCapsule_GetPointer "
+                               "called with incorrect name): it cannot import JAX arrays",
+    "falls_back_to_legacy_on_type_error": "pyarrow does not retry without max_version when __dlpack__ rejects it",
+}
+
+LIBRARIES = [
+    Library("dlbridge.Array", "dlbridge", _dlbridge_producer, "dlbridge:from_dlpack", {}),
+    Library("torch", "torch", _torch_producer, "torch:from_dlpack", {
+        "honours_read_only": "torch has no read-only tensors: it imports READ_ONLY data as a writable tensor",
+        "negative_strides_imported_or_refused": "torch aborts the process on negative strides",
+        "applies_byte_offset": "torch refuses a non-zero byte_offset",
+    }),
+    Library("numpy", "numpy", _numpy_producer, "numpy:from_dlpack", {}),
+    Library("jax", "jax", _jax_producer, "jax.dlpack:from_dlpack", {
+        "asks_for_versioned_capsule": "JAX calls __dlpack__(stream=None) only: legacy capsules",
+    }),
+    Library("pyarrow.Tensor", "pyarrow", _pyarrow_tensor_producer, "pyarrow:Tensor.from_dlpack", _PYARROW_CONSUMER),
+    Library("pyarrow.Array", "pyarrow", _pyarrow_array_producer, "pyarrow:Array.from_dlpack", {
+        **_PYARROW_CONSUMER,
+        "null_strides_read_as_row_major": "pyarrow.Array.from_dlpack takes 1-d tensors only (documented)",
+        "zero_dim_tensor": "pyarrow.Array.from_dlpack takes 1-d tensors only (documented)",
+    }),
+    Library("array-api-strict", "array_api_strict", _array_api_strict_producer, "array_api_strict:from_dlpack", {}),
+    Library("paddle", "paddle", _paddle_producer, "paddle.utils.dlpack:from_dlpack", {}),
+]
+
+
+def run_all(libraries: list[Library] | None = None) -> dict[str, dict[str, Result]]:
+    """Producer and consumer checks on every library importable here: library -> rule ->
+    Result (rules prefixed ``producer.`` / ``consumer.``); missing libraries are skips."""
+    matrix: dict[str, dict[str, Result]] = {}
+    for lib in libraries or LIBRARIES:
+        row: dict[str, Result] = {}
+        try:
+            importlib.import_module(lib.module)
+            missing = ""
+        except ImportError as e:
+            missing = f"{lib.module} not installed ({e.__class__.__name__})"
+        for name in CHECKS:
+            row[f"producer.{name}"] = Result(name, "skip", missing or lib.no_producer)
+        for name in CONSUMER_CHECKS:
+            row[f"consumer.{name}"] = Result(name, "skip", missing or lib.no_consumer)
+        if not missing and lib.producer is not None:
+            try:
+                kw = lib.producer()
+                for r in check_producer(raise_on_failure=False, **kw):
+                    row[f"producer.{r.name}"] = r
+            except Exception as e:  # noqa: BLE001 - a harness error is a failure of every check
+                for name in CHECKS:
+                    row[f"producer.{name}"] = Result(name, "fail", f"could not run: {type(e).__name__}: {e}")
+        if not missing and lib.consumer is not None:
+            for r in check_consumer(lib.consumer, known_failures=lib.consumer_known, raise_on_failure=False):
+                row[f"consumer.{r.name}"] = r
+        matrix[lib.name] = row
+    return matrix
+
+
+_SHORT = {"pass": "pass", "fail": "FAIL", "known failure": "known", "skip": "skip"}
+
+
+def format_matrix(matrix: dict[str, dict[str, Result]], markdown: bool = False) -> str:
+    """The matrix library x rule, with numbered notes for every known failure, failure and skip."""
+    libs = list(matrix)
+    rules = list(next(iter(matrix.values()))) if matrix else []
+    notes: dict[str, int] = {}
+
+    def cell(r: Result) -> str:
+        if r.status == "pass":
+            return "pass"
+        detail = r.detail.split(" (saw: ")[0] if markdown else r.detail  # the docs keep the reason only
+        key = f"{r.status}: {detail}"
+        n = notes.setdefault(key, len(notes) + 1)
+        return f"{_SHORT[r.status]} [{n}]"
+
+    rows = [[rule] + [cell(matrix[lib][rule]) for lib in libs] for rule in rules]
+    header = ["rule"] + libs
+    lines = []
+    if markdown:
+        lines.append("| " + " | ".join(header) + " |")
+        lines.append("|" + "|".join("---" for _ in header) + "|")
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+    else:
+        widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
+        lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    lines.append("")
+    for key, n in notes.items():
+        lines.append(f"{'- ' if markdown else ''}[{n}] {key}")
+    return "\n".join(lines)
+
+
+def _table(markdown: bool = False) -> int:
+    """Prints the matrix for every library importable here; returns the failure count."""
+    matrix = run_all()
+    print(format_matrix(matrix, markdown))
+    failures = sum(r.status == "fail" for row in matrix.values() for r in row.values())
+    print(f"\n{len(matrix)} libraries x {len(CHECKS)} producer + {len(CONSUMER_CHECKS)} consumer rules, {failures} failures")
     return failures
 
 
 if __name__ == "__main__":
-    raise SystemExit(3 if _table() else 0)  # 3: checks failed (1 is Python's own error code)
+    raise SystemExit(3 if _table("--markdown" in sys.argv[1:]) else 0)  # 3: checks failed (1 is Python's own error code)

@@ -148,7 +148,7 @@ impl Api {
         };
         if flag(&self.checks.is_neg)? {
             return Err(PyBufferError::new_err(
-                "the tensor is a negative-bit view (torch._neg_view, or the imaginary part of a conj() view): its memory holds                  the negated values; call .resolve_neg() (or .clone()) first",
+                "the tensor is a negative-bit view (torch._neg_view, or the imaginary part of a conj() view): its memory holds the negated values; call .resolve_neg() (or .clone()) first",
             ));
         }
         if dtype.is_none_or(|d| d.code() == dlbridge_core::DTypeCode::Complex) && flag(&self.checks.is_conj)? {

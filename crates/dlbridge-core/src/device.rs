@@ -108,6 +108,10 @@ impl Device {
         if dl.device_id < 0 {
             return Err(Error::field("device.device_id", dl.device_id, "must not be negative"));
         }
+        // DLPack: "device_id 0 for CPU" — there is one host; another id is a malformed tensor.
+        if kind == DeviceType::CPU && dl.device_id != 0 {
+            return Err(Error::field("device.device_id", dl.device_id, "must be 0 for the CPU"));
+        }
         Ok(Device { kind, id: dl.device_id })
     }
 

@@ -118,6 +118,14 @@ fn negative_device_id_is_rejected() {
 }
 
 #[test]
+fn a_cpu_device_id_other_than_zero_is_rejected() {
+    for id in [1, 5, i32::MAX] {
+        let f = Fields { device: (1, id), ..Fields::f32(&[2]) };
+        expect_err(&f, "device.device_id");
+    }
+}
+
+#[test]
 fn misaligned_data_is_rejected() {
     let f = Fields { byte_offset: 2, buffer_bytes: 16, ..Fields::f32(&[2]) };
     expect_err(&f, "aligned");

@@ -24,7 +24,8 @@ enum Command {
     },
     /// Run the DLPack conformance suite and print the table adapter x case.
     Conformance,
-    /// Show a plugin's name, version, ABI version and kernels (without registering them).
+    /// Check a plugin as loading it would (every check but conflicts with kernels already registered) and
+    /// show its name, version, ABI version and kernels, without registering them; fails if a check fails.
     Inspect {
         /// Path of the plugin shared library.
         path: std::path::PathBuf,
@@ -78,21 +79,83 @@ fn conformance() -> dlbridge::Result<()> {
         }
     }
     println!("{} adapters x {} cases, {failures} failures", harnesses.len(), cases.len());
-    // The Python producers (torch, NumPy, dlbridge.Array) run the same rules through
-    // dlbridge.testing, in the interpreter named by DLBRIDGE_PYTHON (default python3).
+    // The Python libraries (torch, NumPy, JAX, pyarrow, array-api-strict, PaddlePaddle,
+    // dlbridge.Array) as producers and consumers run through dlbridge.testing, in the
+    // interpreter named by DLBRIDGE_PYTHON (default python3).
     let python = std::env::var("DLBRIDGE_PYTHON").unwrap_or_else(|_| "python3".into());
     println!();
-    match std::process::Command::new(&python).args(["-m", "dlbridge.testing"]).output() {
-        Ok(out) if out.status.success() || out.status.code() == Some(3) => {
+    failures += python_conformance(&python);
+    if failures == 0 { Ok(()) } else { Err(dlbridge::Error::Runtime(format!("{failures} conformance failures"))) }
+}
+
+/// `python -m dlbridge.testing`: the failures it adds (0 or 1). An interpreter that is missing
+/// or cannot import dlbridge is a skip; a child that dies by a signal (a library crashing the
+/// process) or exits with anything but 0 or 3 (3: checks failed) is a failure, never a skip.
+fn python_conformance(python: &str) -> usize {
+    use std::process::Command;
+    let last_line = |bytes: &[u8]| String::from_utf8_lossy(bytes).lines().last().unwrap_or("").to_string();
+    match Command::new(python).args(["-c", "import dlbridge"]).output() {
+        Err(e) => {
+            println!("python libraries: skipped ({python}: {e})");
+            return 0;
+        }
+        Ok(out) if signal_of(&out.status).is_some() => {
+            let sig = signal_of(&out.status).unwrap_or_default();
+            println!("python libraries: FAIL ({python} died of {} importing dlbridge)", signal_name(sig));
+            return 1;
+        }
+        Ok(out) if !out.status.success() => {
+            println!("python libraries: skipped ({python} cannot import dlbridge: {})", last_line(&out.stderr));
+            return 0;
+        }
+        Ok(_) => {}
+    }
+    match Command::new(python).args(["-m", "dlbridge.testing"]).output() {
+        Err(e) => {
+            println!("python libraries: FAIL ({python}: {e})");
+            1
+        }
+        Ok(out) => {
             print!("{}", String::from_utf8_lossy(&out.stdout));
-            if !out.status.success() {
-                failures += 1;
+            if out.status.success() {
+                0
+            } else if let Some(sig) = signal_of(&out.status) {
+                println!("python libraries: FAIL ({python} -m dlbridge.testing died of {})", signal_name(sig));
+                1
+            } else if out.status.code() == Some(3) {
+                1
+            } else {
+                println!("python libraries: FAIL ({python} -m dlbridge.testing exited with {}: {})", out.status, last_line(&out.stderr));
+                1
             }
         }
-        Ok(out) => println!("python producers: skipped ({python} cannot import dlbridge: {})", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")),
-        Err(e) => println!("python producers: skipped ({python}: {e})"),
     }
-    if failures == 0 { Ok(()) } else { Err(dlbridge::Error::Runtime(format!("{failures} conformance failures"))) }
+}
+
+/// The signal that killed a child process, if one did.
+#[cfg(unix)]
+fn signal_of(status: &std::process::ExitStatus) -> Option<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal()
+}
+
+#[cfg(not(unix))]
+fn signal_of(_status: &std::process::ExitStatus) -> Option<i32> {
+    None
+}
+
+fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        15 => "SIGTERM",
+        _ => return format!("signal {sig}"),
+    };
+    format!("{name} (signal {sig})")
 }
 
 fn main() -> ExitCode {
