@@ -40,13 +40,33 @@ use crate::errors::IntoPy;
 #[pyclass(name = "Array", module = "dlbridge", frozen)]
 #[derive(Debug)]
 pub struct PyArray {
-    pub(crate) inner: Array,
+    /// Dropped only in `Drop`, with any pending Python exception set aside.
+    pub(crate) inner: std::mem::ManuallyDrop<Array>,
+}
+
+impl Drop for PyArray {
+    fn drop(&mut self) {
+        // The last Array handle may release a foreign tensor whose deleter runs
+        // Python code (a ctypes or Python-level producer). Deallocation can happen
+        // while an exception is being raised (`from_dlpack(x).tolist()` failing):
+        // set it aside so the deleter runs with none pending, then restore it
+        // (DLPack asks the same of capsule destructors).
+        // SAFETY: PyErr_Occurred only reads the thread state; pyo3 drops
+        // pyclass values with the GIL held.
+        let pending = !unsafe { ffi::PyErr_Occurred() }.is_null();
+        let saved = if pending { Python::attach(PyErr::take) } else { None };
+        // SAFETY: `inner` is dropped exactly once, here, and never used after.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.inner) };
+        if let Some(e) = saved {
+            Python::attach(|py| e.restore(py));
+        }
+    }
 }
 
 impl PyArray {
     /// Wraps an Array.
     pub fn new(inner: Array) -> PyArray {
-        PyArray { inner }
+        PyArray { inner: std::mem::ManuallyDrop::new(inner) }
     }
     /// The wrapped Array.
     pub fn array(&self) -> &Array {
@@ -305,7 +325,10 @@ impl PyArray {
             (*view).readonly = c_int::from(a.is_read_only());
             (*view).itemsize = item;
             (*view).format = if wants(ffi::PyBUF_FORMAT) { format.as_ptr().cast_mut() } else { std::ptr::null_mut() };
-            (*view).ndim = ndim;
+            // Without PyBUF_ND there is no shape: the buffer is read as `len` bytes, a
+            // 1-d run (CPython's reference exporter and NumPy do the same; ndim > 1 with
+            // a NULL shape crashes memoryview).
+            (*view).ndim = if wants(ffi::PyBUF_ND) { ndim } else { 1 };
             (*view).shape = if wants(ffi::PyBUF_ND) { dims_ptr } else { std::ptr::null_mut() };
             (*view).strides = if with_strides { strides_ptr } else { std::ptr::null_mut() };
             (*view).suboffsets = std::ptr::null_mut();

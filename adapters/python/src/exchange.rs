@@ -39,6 +39,36 @@ pub struct Api {
 struct Checks {
     is_neg: Option<Py<PyAny>>,
     is_conj: Option<Py<PyAny>>,
+    /// torch: writes must bump the autograd version counter, and inference
+    /// tensors may only be written in inference mode.
+    torch: Option<TorchWrites>,
+}
+
+#[derive(Debug)]
+struct TorchWrites {
+    /// `torch._C._increment_version`, called with a list (one cheap call for all).
+    increment_version: Py<PyAny>,
+    /// `torch.Tensor.is_inference`.
+    is_inference: Py<PyAny>,
+    /// `torch.is_inference_mode_enabled`.
+    inference_mode_enabled: Py<PyAny>,
+}
+
+impl TorchWrites {
+    /// Found when `ty` is a subclass of an already imported `torch.Tensor`.
+    fn find(ty: &Bound<'_, PyType>) -> Option<TorchWrites> {
+        let py = ty.py();
+        let torch = py.import("sys").ok()?.getattr("modules").ok()?.get_item("torch").ok()?;
+        let tensor = torch.getattr("Tensor").ok()?.cast_into::<PyType>().ok()?;
+        if !ty.is_subclass(&tensor).ok()? {
+            return None;
+        }
+        Some(TorchWrites {
+            increment_version: torch.getattr("_C").ok()?.getattr("_increment_version").ok()?.unbind(),
+            is_inference: tensor.getattr("is_inference").ok()?.unbind(),
+            inference_mode_enabled: torch.getattr("is_inference_mode_enabled").ok()?.unbind(),
+        })
+    }
 }
 
 // SAFETY: the table is immutable static data of the producer, valid for the
@@ -101,7 +131,8 @@ fn find(ty: &Bound<'_, PyType>) -> PyResult<Option<Api>> {
         return Err(err);
     }
     let method = |name: &str| ty.getattr(name).ok().filter(|m| m.is_callable()).map(Bound::unbind);
-    let checks: &'static Checks = Box::leak(Box::new(Checks { is_neg: method("is_neg"), is_conj: method("is_conj") }));
+    let checks: &'static Checks =
+        Box::leak(Box::new(Checks { is_neg: method("is_neg"), is_conj: method("is_conj"), torch: TorchWrites::find(ty) }));
     // Walk prev_api (bounded) to a table whose major version is ours.
     let mut header = ptr.cast::<DLPackExchangeAPIHeader>();
     for _ in 0..16 {
@@ -124,6 +155,20 @@ fn find(ty: &Bound<'_, PyType>) -> PyResult<Option<Api>> {
 
 fn fetch_err(py: Python<'_>, what: &str) -> PyErr {
     PyErr::take(py).unwrap_or_else(|| PyRuntimeError::new_err(format!("{what} failed without setting a Python exception")))
+}
+
+/// A producer that cannot export a tensor (torch: sparse, meta, quantized,
+/// nested, inside vmap) raises its own error, often a RuntimeError carrying a
+/// C++ backtrace: that is a `BufferError` (what `__dlpack__` raises for the
+/// same tensors) with the first line of the producer's message.
+fn export_err(py: Python<'_>, what: &str) -> PyErr {
+    let e = fetch_err(py, what);
+    if e.is_instance_of::<PyBufferError>(py) || !e.is_instance_of::<PyRuntimeError>(py) {
+        return e;
+    }
+    let msg = e.value(py).str().map(|s| s.to_string()).unwrap_or_default();
+    let first = msg.lines().next().unwrap_or("").trim();
+    PyBufferError::new_err(format!("the producer cannot export this tensor through DLPack: {}", crate::capsule::bounded(first)))
 }
 
 impl Api {
@@ -156,10 +201,47 @@ impl Api {
                 "the tensor is a conjugate-bit view (x.conj()): its memory holds the unconjugated values; call .resolve_conj() first",
             ));
         }
-        if writable && obj.getattr(pyo3::intern!(py, "requires_grad")).and_then(|r| r.is_truthy()).unwrap_or(false) {
-            return Err(PyBufferError::new_err("the tensor requires grad and this argument is written in place; detach() it first"));
+        if writable && let Some(t) = &self.checks.torch {
+            if obj.getattr(pyo3::intern!(py, "requires_grad"))?.is_truthy()? {
+                return Err(PyBufferError::new_err("the tensor requires grad and this argument is written in place; detach() it first"));
+            }
+            if t.is_inference.bind(py).call1((obj,))?.is_truthy()?
+                && !t.inference_mode_enabled.bind(py).call0()?.is_truthy()?
+            {
+                return Err(PyBufferError::new_err(
+                    "the tensor is an inference tensor, which may only be written inside torch.inference_mode() (torch refuses in-place updates to it too)",
+                ));
+            }
         }
         Ok(())
+    }
+
+    /// Tells autograd that these tensors (all of this API's type) are about to be
+    /// written, as torch's own in-place ops do: a graph that saved one of them
+    /// (or a view sharing its version counter, e.g. the tensor `detach()` came
+    /// from) then refuses to backpropagate through stale values instead of
+    /// silently computing wrong gradients. One call for all of them.
+    pub fn bump_versions(&self, py: Python<'_>, written: &[&Bound<'_, PyAny>]) -> PyResult<()> {
+        match &self.checks.torch {
+            Some(t) if !written.is_empty() => {
+                t.increment_version.bind(py).call1((pyo3::types::PyList::new(py, written)?,))?;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether this is torch's table (its tensors have autograd version counters).
+    pub fn is_torch(&self) -> bool {
+        self.checks.torch.is_some()
+    }
+
+    /// Whether the tensor requires grad (torch), for imports that would alias it.
+    pub fn requires_grad(&self, obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+        if self.checks.torch.is_none() {
+            return Ok(false);
+        }
+        obj.getattr(pyo3::intern!(obj.py(), "requires_grad"))?.is_truthy()
     }
 
     /// Whether the producer can lend a DLTensor without allocating.
@@ -189,7 +271,7 @@ impl Api {
         // SAFETY: `obj` has the type this table came from; `out` is a valid DLTensor slot.
         let rc = unsafe { f(obj.as_ptr().cast(), &mut out) };
         if rc != 0 {
-            return Err(fetch_err(obj.py(), "dltensor_from_py_object_no_sync"));
+            return Err(export_err(obj.py(), "dltensor_from_py_object_no_sync"));
         }
         Ok(out)
     }
@@ -201,7 +283,7 @@ impl Api {
         // SAFETY: `obj` has the type this table came from; `out` receives ownership.
         let rc = unsafe { f(obj.as_ptr().cast(), &mut out) };
         if rc != 0 {
-            return Err(fetch_err(obj.py(), "managed_tensor_from_py_object_no_sync"));
+            return Err(export_err(obj.py(), "managed_tensor_from_py_object_no_sync"));
         }
         // SAFETY: on success the producer handed us ownership of `out` (NULL is an error inside).
         unsafe { ManagedTensor::from_raw_versioned(out) }.map_err(crate::errors::to_pyerr)

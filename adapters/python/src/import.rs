@@ -32,10 +32,15 @@ use crate::exchange::{self, Api};
 pub enum Held {
     /// A `dlbridge.Array` (a clone shares its storage).
     Array(dlbridge_array::Array),
-    /// A DLTensor lent by the producer's exchange API, validated into a view:
-    /// valid while the GIL is held and the object alive (the caller keeps both),
-    /// so it is never handed out for longer than a borrow of this value. It
-    /// carries no flags, so it is only ever read.
+    /// An object whose exchange API lends `DLTensor`s, not borrowed at the moment.
+    /// Only read arguments come this way (a lent DLTensor carries no flags).
+    Lent,
+    /// A DLTensor lent by the producer's exchange API, validated into a view. It
+    /// points into the producer's own structures (sizes, strides, storage), which
+    /// any Python code may change or free (`x.set_(...)`, a `__torch_function__`,
+    /// a finalizer run by the garbage collector): a caller turns `Lent` into
+    /// `Borrowed` with [`lend`] only after the last Python code before the view's
+    /// last use, and back with [`unlend`] before running Python code again.
     Borrowed(TensorView<'static>),
     /// An owning DLPack tensor.
     Managed(ManagedTensor),
@@ -53,21 +58,36 @@ pub struct Imported {
 }
 
 impl Imported {
-    /// A read-only view of the tensor.
-    pub fn view(&self) -> TensorView<'_> {
-        match &self.held {
+    /// A read-only view of the tensor (an error for a `Lent` one: [`lend`] it first).
+    pub fn view(&self) -> PyResult<TensorView<'_>> {
+        Ok(match &self.held {
             Held::Array(a) => a.view(),
             Held::Borrowed(v) => v.clone(),
             Held::Managed(m) => m.view().clone(),
-        }
+            Held::Lent => return Err(pyo3::exceptions::PyRuntimeError::new_err("internal error: a lent tensor was read before it was borrowed")),
+        })
     }
 
-    /// Number of elements (for the GIL-release decision).
-    pub fn numel(&self) -> usize {
-        match &self.held {
-            Held::Array(a) => a.numel(),
-            Held::Borrowed(v) => v.numel(),
-            Held::Managed(m) => m.view().numel(),
+    /// Borrows the producer's DLTensor now (see [`Held::Borrowed`]).
+    ///
+    /// # Safety
+    /// Until [`unlend`] (or the drop of this value), no Python code may run
+    /// and `obj` — the object this was imported from — must stay alive.
+    pub unsafe fn lend(&mut self, obj: &Bound<'_, PyAny>) -> PyResult<()> {
+        if let (Held::Lent, Some(api)) = (&self.held, self.api) {
+            let t: DLTensor = api.borrow(obj)?;
+            // SAFETY: the producer lent `t`; its arrays and data stay valid while no
+            // Python code runs and `obj` lives, which the caller guarantees until unlend.
+            let view = unsafe { view_from_dltensor::<'static>(&t, Flags::empty()) }.py_err()?;
+            self.held = Held::Borrowed(view);
+        }
+        Ok(())
+    }
+
+    /// Drops a borrowed view before Python code runs again.
+    pub fn unlend(&mut self) {
+        if matches!(self.held, Held::Borrowed(_)) {
+            self.held = Held::Lent;
         }
     }
 }
@@ -88,12 +108,17 @@ pub enum Mode {
 pub fn import(obj: &Bound<'_, PyAny>, writable: bool, mode: Mode) -> PyResult<Imported> {
     let imported = import_any(obj, writable, mode)?;
     if let Some(api) = imported.api {
-        api.check_tensor(obj, Some(imported.view().dtype()), writable)?;
+        // The dtype read from a lent DLTensor right away (copied out before any Python code runs).
+        let dtype = match &imported.held {
+            Held::Lent => dlbridge_core::DType::from_dl(api.borrow(obj)?.dtype).ok(),
+            _ => Some(imported.view()?.dtype()),
+        };
+        api.check_tensor(obj, dtype, writable)?;
     }
     if writable && !imported.writable {
         return Err(PyBufferError::new_err(match &imported.held {
             Held::Managed(m) if m.is_legacy() && !m.is_read_only() => format!(
-                "{} answered __dlpack__(max_version=(1, 3)) with a legacy capsule, which cannot say READ_ONLY, so it is \
+                "{} gives only legacy DLPack capsules (no max_version=(1, 3) answer), which cannot say READ_ONLY, so it is \
                  treated as read-only and this argument is written (pass a capsule you made yourself to allow writes)",
                 capsule::type_name(obj)
             ),
@@ -112,18 +137,13 @@ fn import_any(obj: &Bound<'_, PyAny>, writable: bool, mode: Mode) -> PyResult<Im
     if let Some(api) = exchange::lookup(obj)? {
         // The borrowed DLTensor carries no flags: only arguments that are read take it.
         if mode == Mode::KeepGil && !writable && api.can_borrow() {
-            let t: DLTensor = api.borrow(obj)?;
-            // SAFETY: the producer lent `t`; its shape/strides/data stay valid while the
-            // GIL is held and `obj` is alive, which the caller guarantees for as long as
-            // it holds this Imported (Held::Borrowed contract).
-            let view = unsafe { view_from_dltensor::<'static>(&t, Flags::empty()) }.py_err()?;
-            return Ok(Imported { held: Held::Borrowed(view), api: Some(api), writable: false });
+            return Ok(Imported { held: Held::Lent, api: Some(api), writable: false });
         }
         let m = api.managed(obj)?;
         let writable = !m.is_read_only();
         return Ok(Imported { held: Held::Managed(m), api: Some(api), writable });
     }
-    if has_dlpack(obj) {
+    if has_dlpack(obj)? {
         let c = capsule::consume_object(obj, Request::default())?;
         let writable = c.writable();
         return Ok(Imported { held: Held::Managed(c.tensor), api: None, writable });
@@ -141,9 +161,11 @@ fn import_any(obj: &Bound<'_, PyAny>, writable: bool, mode: Mode) -> PyResult<Im
     }
 }
 
-fn has_dlpack(obj: &Bound<'_, PyAny>) -> bool {
+/// Whether `obj` is a capsule or has `__dlpack__`; an error other than
+/// AttributeError raised while looking (a property that raises) propagates.
+fn has_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
     let py = obj.py();
-    obj.cast::<pyo3::types::PyCapsule>().is_ok() || obj.hasattr(pyo3::intern!(py, "__dlpack__")).unwrap_or(false)
+    Ok(obj.cast::<pyo3::types::PyCapsule>().is_ok() || obj.hasattr(pyo3::intern!(py, "__dlpack__"))?)
 }
 
 /// `dlbridge.from_dlpack(x, /, *, device=None, copy=None)` as the array API
@@ -165,9 +187,14 @@ pub fn from_dlpack(obj: &Bound<'_, PyAny>, device: Option<&Bound<'_, PyAny>>, co
         a.get().array().clone()
     } else if let Some(api) = exchange::lookup(obj)? {
         api.check_tensor(obj, None, false)?;
+        if api.requires_grad(obj)? {
+            // A writable alias would let writes bypass autograd (torch's own __dlpack__
+            // and NumPy's from_dlpack refuse these tensors too).
+            return Err(PyBufferError::new_err("from_dlpack: the tensor requires grad; detach() it first"));
+        }
         let m = api.managed(obj)?;
         dlbridge_array::Array::from_managed(m).py_err()?
-    } else if has_dlpack(obj) {
+    } else if has_dlpack(obj)? {
         // Ask for host memory only when the producer is not there already: a
         // producer written to an older standard may not take dl_device.
         let on_cpu = match producer_device(obj)? {
@@ -252,7 +279,7 @@ pub fn buffer_to_array(obj: &Bound<'_, PyAny>) -> PyResult<dlbridge_array::Array
     }
     match crate::buffer::import(obj, false) {
         Ok(t) => dlbridge_array::Array::from_managed(t).py_err(),
-        Err(e) if e.is_instance_of::<PyTypeError>(obj.py()) && has_dlpack(obj) => from_dlpack(obj, None, None),
+        Err(e) if e.is_instance_of::<PyTypeError>(obj.py()) && has_dlpack(obj)? => from_dlpack(obj, None, None),
         Err(e) => Err(e),
     }
 }

@@ -119,12 +119,16 @@ impl PyKernel {
                 if no == 0 {
                     return Err(PyTypeError::new_err(format!("{}() has no outputs; out= is not accepted", sig.name)));
                 }
-                let list: SmallVec<[Bound<'py, PyAny>; 2]> = match o.cast::<PyTuple>() {
-                    Ok(t) => t.iter().collect(),
-                    Err(_) => smallvec::smallvec![o.clone()],
+                let list: SmallVec<[Bound<'py, PyAny>; 2]> = if let Ok(t) = o.cast::<PyTuple>() {
+                    t.iter().collect()
+                } else if let Ok(l) = o.cast::<pyo3::types::PyList>() {
+                    l.iter().collect()
+                } else {
+                    smallvec::smallvec![o.clone()]
                 };
                 if list.len() != no {
-                    return Err(PyTypeError::new_err(format!("{}(): out= needs {no} tensors, got {}", sig.name, list.len())));
+                    let plural = if no == 1 { "" } else { "s" };
+                    return Err(PyTypeError::new_err(format!("{}(): out= needs {no} tensor{plural}, got {}", sig.name, list.len())));
                 }
                 Some(list)
             }
@@ -141,25 +145,23 @@ impl PyKernel {
                 outs_imported.push((o.clone(), import(o, true, mode).map_err(|e| arg_context(py, e, &sig.name, &format!("output {}", sig.outputs[outs_imported.len()].name)))?));
             }
         }
-        // Large calls release the GIL: replace borrowed views by owning ones.
-        // Saturating: zero-stride views can claim 2^62 elements each.
-        let total: usize = ins
-            .iter()
-            .map(|i| if let In::Tensor(_, t, _) = i { t.numel() } else { 0 })
-            .chain(outs_imported.iter().map(|(_, t)| t.numel()))
-            .fold(0usize, usize::saturating_add);
+
+        // A first look at every tensor: sizes for the GIL decision, output specs.
+        // Lent DLTensors are borrowed only for this block, in which no Python runs.
+        let (total, specs) = {
+            lend_all(&mut ins)?;
+            let result = self.measure(&ins, &outs_imported, given_outs.is_none() && no > 0);
+            unlend_all(&mut ins);
+            result?
+        };
+        // Large calls release the GIL: take owning references instead of lent ones.
         if total >= RELEASE_GIL_MIN {
             mode = Mode::Own;
-            for i in ins.iter_mut() {
+            for (idx, i) in ins.iter_mut().enumerate() {
                 if let In::Tensor(obj, t, w) = i
-                    && matches!(t.held, Held::Borrowed(_))
+                    && matches!(t.held, Held::Lent)
                 {
-                    *t = import(obj, *w, mode)?;
-                }
-            }
-            for (obj, t) in outs_imported.iter_mut() {
-                if matches!(t.held, Held::Borrowed(_)) {
-                    *t = import(obj, true, mode)?;
+                    *t = import(obj, *w, mode).map_err(|e| arg_context(py, e, &sig.name, &format!("argument {}", sig.params[idx].name)))?;
                 }
             }
         }
@@ -176,9 +178,17 @@ impl PyKernel {
                 In::Scalar(_) => None,
             })
             .unwrap_or(Alloc::Array);
-
         // Declared before the views that borrow them.
         let mut new_outs: SmallVec<[NewOut; 2]> = SmallVec::new();
+        for spec in &specs {
+            new_outs.push(allocate(py, alloc, spec, mode)?);
+        }
+        // Autograd learns about the writes, as from torch's own in-place ops.
+        bump_versions(py, &ins, &outs_imported)?;
+
+        // From here to the kernel call no Python code runs: lent DLTensors are
+        // borrowed now and stay valid until the views are dropped.
+        lend_all(&mut ins)?;
         // Views of the inputs.
         let mut views: SmallVec<[Arg<'_>; 8]> = SmallVec::new();
         for (idx, i) in ins.iter().enumerate() {
@@ -190,7 +200,7 @@ impl PyKernel {
                     _ => return Err(pyo3::exceptions::PyRuntimeError::new_err("internal error: a scalar slot holds a tensor")),
                 },
                 In::Tensor(_, t, writable) => {
-                    let v = t.view();
+                    let v = t.view()?;
                     if *writable {
                         // SAFETY: Python tensors are shared-mutable memory; this call is
                         // the writer, and the registry refuses any overlap between a
@@ -203,23 +213,16 @@ impl PyKernel {
             });
         }
 
-        // Outputs: given, or allocated by the first tensor's framework.
-        if given_outs.is_none() && no > 0 {
-            let specs = k.prepare_outputs(&views).py_err()?;
-            for spec in &specs {
-                new_outs.push(allocate(py, alloc, spec, mode)?);
-            }
-        }
         let mut out_views: SmallVec<[TensorViewMut<'_>; 2]> = SmallVec::new();
         for (idx, (_, t)) in outs_imported.iter().enumerate() {
             // SAFETY: as for writable inputs: the registry refuses overlaps.
-            out_views.push(unsafe { TensorViewMut::from_view(t.view()) }.map_err(|e| arg_context(py, crate::errors::to_pyerr(e), &sig.name, &format!("output {}", sig.outputs[idx].name)))?);
+            out_views.push(unsafe { TensorViewMut::from_view(t.view()?) }.map_err(|e| arg_context(py, crate::errors::to_pyerr(e), &sig.name, &format!("output {}", sig.outputs[idx].name)))?);
         }
         for n in new_outs.iter_mut() {
             out_views.push(match n {
                 NewOut::Exchange(_, m) => m.view_mut().py_err()?,
                 // SAFETY: a freshly allocated NumPy array nobody else has seen yet.
-                NewOut::Numpy(_, t) => unsafe { TensorViewMut::from_view(t.view()) }.py_err()?,
+                NewOut::Numpy(_, t) => unsafe { TensorViewMut::from_view(t.view()?) }.py_err()?,
                 NewOut::Array(a) => a.view_mut().py_err()?,
             });
         }
@@ -261,6 +264,31 @@ impl PyKernel {
         })
     }
 
+    /// Elements moved by the call (saturating: zero-stride views can claim 2^62
+    /// each) and, when `specs`, the outputs to allocate. Every lent tensor must be borrowed.
+    fn measure(&self, ins: &[In<'_>], outs: &[(Bound<'_, PyAny>, Imported)], specs: bool) -> PyResult<(usize, SmallVec<[OutputSpec; 2]>)> {
+        let mut total = 0usize;
+        let mut views: SmallVec<[Arg<'_>; 8]> = SmallVec::new();
+        for i in ins {
+            views.push(match i {
+                In::Scalar(Arg::F64(x)) => Arg::F64(*x),
+                In::Scalar(Arg::I64(x)) => Arg::I64(*x),
+                In::Scalar(Arg::Bool(x)) => Arg::Bool(*x),
+                In::Scalar(_) => return Err(crate::errors::to_pyerr(Error::Runtime("internal error: a scalar slot holds a tensor".into()))),
+                In::Tensor(_, t, _) => {
+                    let v = t.view()?;
+                    total = total.saturating_add(v.numel());
+                    Arg::Tensor(v)
+                }
+            });
+        }
+        for (_, t) in outs {
+            total = total.saturating_add(t.view()?.numel());
+        }
+        let specs = if specs { self.kernel.prepare_outputs(&views).py_err()?.into_iter().collect() } else { SmallVec::new() };
+        Ok((total, specs))
+    }
+
     fn import_inputs<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>, mode: Mode) -> PyResult<SmallVec<[In<'py>; 8]>> {
         let sig = self.kernel.signature();
         let mut ins: SmallVec<[In<'py>; 8]> = SmallVec::new();
@@ -269,9 +297,9 @@ impl PyKernel {
             let ctx = |e: PyErr| arg_context(py, e, &sig.name, &format!("argument {}", p.name));
             ins.push(match &p.kind {
                 ParamKind::Scalar(kind) => In::Scalar(match kind {
-                    ScalarKind::F64 => Arg::F64(obj.extract::<f64>().map_err(|_| ctx(PyTypeError::new_err(format!("expected a float, got {}", type_name(&obj)))))?),
-                    ScalarKind::I64 => Arg::I64(obj.extract::<i64>().map_err(|_| ctx(PyTypeError::new_err(format!("expected an int, got {}", type_name(&obj)))))?),
-                    ScalarKind::Bool => Arg::Bool(obj.extract::<bool>().map_err(|_| ctx(PyTypeError::new_err(format!("expected a bool, got {}", type_name(&obj)))))?),
+                    ScalarKind::F64 => Arg::F64(scalar_f64(&obj).map_err(ctx)?),
+                    ScalarKind::I64 => Arg::I64(scalar(&obj, "an int").map_err(ctx)?),
+                    ScalarKind::Bool => Arg::Bool(scalar(&obj, "a bool").map_err(ctx)?),
                 }),
                 ParamKind::Tensor(t) => {
                     let imported = import(&obj, t.mutable, mode).map_err(ctx)?;
@@ -281,6 +309,76 @@ impl PyKernel {
         }
         Ok(ins)
     }
+}
+
+/// Borrows every lent DLTensor of `ins` (see [`Held::Borrowed`]): the caller runs
+/// no Python code until [`unlend_all`] or until `ins` is dropped.
+fn lend_all(ins: &mut [In<'_>]) -> PyResult<()> {
+    for i in ins.iter_mut() {
+        if let In::Tensor(obj, t, _) = i {
+            // SAFETY: `obj` lives in `ins` beside `t`; the caller's contract above.
+            unsafe { t.lend(obj) }?;
+        }
+    }
+    Ok(())
+}
+
+fn unlend_all(ins: &mut [In<'_>]) {
+    for i in ins.iter_mut() {
+        if let In::Tensor(_, t, _) = i {
+            t.unlend();
+        }
+    }
+}
+
+/// Tells torch's autograd that the torch tensors this call writes (mut
+/// arguments, given outputs) are modified, in one call.
+fn bump_versions<'a, 'py>(py: Python<'py>, ins: &'a [In<'py>], outs: &'a [(Bound<'py, PyAny>, Imported)]) -> PyResult<()> {
+    let written_ins = ins.iter().filter_map(|i| match i {
+        In::Tensor(obj, t, true) => Some((obj, t)),
+        _ => None,
+    });
+    let mut api = None;
+    let mut written: SmallVec<[&'a Bound<'py, PyAny>; 4]> = SmallVec::new();
+    for (obj, t) in written_ins.chain(outs.iter().map(|(o, t)| (o, t))) {
+        if let Some(a) = t.api.filter(|a| a.is_torch()) {
+            api = Some(a);
+            written.push(obj);
+        }
+    }
+    match api {
+        Some(a) => a.bump_versions(py, &written),
+        None => Ok(()),
+    }
+}
+
+static COMPLEXFLOATING: PyOnceLock<Option<Py<PyType>>> = PyOnceLock::new();
+
+/// A real scalar. Complex numbers are refused (NumPy's complex scalars would
+/// otherwise convert through `__float__`, silently dropping the imaginary part);
+/// errors other than "wrong type" (OverflowError, an exception raised by
+/// `__float__`) propagate as they are.
+fn scalar_f64(obj: &Bound<'_, PyAny>) -> PyResult<f64> {
+    if let Ok(f) = obj.cast::<pyo3::types::PyFloat>() {
+        return Ok(f.value());
+    }
+    let py = obj.py();
+    let complex = obj.is_instance_of::<pyo3::types::PyComplex>()
+        || COMPLEXFLOATING
+            .get_or_init(py, || py.import("numpy").and_then(|m| m.getattr("complexfloating")).and_then(|t| Ok(t.cast_into::<PyType>()?.unbind())).ok())
+            .as_ref()
+            .is_some_and(|t| obj.is_instance(t.bind(py)).unwrap_or(false));
+    if complex {
+        return Err(PyTypeError::new_err(format!("expected a real float, got {} (a complex number)", type_name(obj))));
+    }
+    scalar(obj, "a float")
+}
+
+fn scalar<'py, T: pyo3::conversion::FromPyObjectOwned<'py>>(obj: &Bound<'py, PyAny>, what: &str) -> PyResult<T> {
+    obj.extract::<T>().map_err(|e| {
+        let e: PyErr = e.into();
+        if e.is_instance_of::<PyTypeError>(obj.py()) { PyTypeError::new_err(format!("expected {what}, got {}", type_name(obj))) } else { e }
+    })
 }
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
@@ -354,18 +452,11 @@ impl PyKernel {
         if args.len() != sig.params.len() {
             return Err(arity_error(&self.kernel, args.len()));
         }
-        let ins = self.import_inputs(py, args, Mode::KeepGil)?;
-        let mut views: SmallVec<[Arg<'_>; 8]> = SmallVec::new();
-        for i in ins.iter() {
-            views.push(match i {
-                In::Scalar(Arg::F64(x)) => Arg::F64(*x),
-                In::Scalar(Arg::I64(x)) => Arg::I64(*x),
-                In::Scalar(Arg::Bool(x)) => Arg::Bool(*x),
-                In::Scalar(_) => return Err(crate::errors::to_pyerr(Error::Runtime("bad scalar".into()))),
-                In::Tensor(_, t, _) => Arg::Tensor(t.view()),
-            });
-        }
-        let specs = self.kernel.prepare_outputs(&views).py_err()?;
+        let mut ins = self.import_inputs(py, args, Mode::KeepGil)?;
+        lend_all(&mut ins)?;
+        let specs = self.measure(&ins, &[], true).map(|(_, specs)| specs);
+        unlend_all(&mut ins);
+        let specs = specs?;
         Ok(specs.iter().map(|s| (s.shape.to_vec(), s.dtype.to_string(), s.device.to_string())).collect())
     }
 

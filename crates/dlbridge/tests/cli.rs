@@ -60,7 +60,11 @@ fn conformance_prints_the_table_and_passes() {
     assert!(text.contains("dlbridge.Array (Rust)"), "{text}");
     assert!(text.contains("deleter_runs_exactly_once") && text.contains("pass"), "{text}");
     assert!(text.contains("1 adapters x 15 cases, 0 failures"), "{text}");
-    assert!(text.contains("python producers: skipped") || text.contains("producers x 12 checks, 0 failures"), "{text}");
+    // The Python matrix runs when the interpreter on PATH has dlbridge (./dev.sh test), else it is a skip with its reason.
+    assert!(
+        text.contains("python libraries: skipped") || (text.contains("producer.capsule_is_consumed_once") && text.contains(" rules, 0 failures")),
+        "{text}"
+    );
 }
 
 #[test]
