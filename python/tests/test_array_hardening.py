@@ -18,44 +18,17 @@ np = pytest.importorskip("numpy")
 # produces. Everything they point to is kept alive for the whole session.
 
 
-class DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+from dlbridge._capsules import (  # noqa: E402  (the DLPack structs, shared with the fuzz tests)
+    IS_COPIED,
+    IS_SUBBYTE_TYPE_PADDED,
+    READ_ONLY,
+    DELETER,
+    DLDataType,
+    DLDevice,
+    DLManagedTensorVersioned,
+    DLPackVersion,
+)
 
-
-class DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", DLDevice),
-        ("ndim", ctypes.c_int32),
-        ("dtype", DLDataType),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    ]
-
-
-class DLPackVersion(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
-
-
-class DLManagedTensorVersioned(ctypes.Structure):
-    pass
-
-
-DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensorVersioned))
-DLManagedTensorVersioned._fields_ = [
-    ("version", DLPackVersion),
-    ("manager_ctx", ctypes.c_void_p),
-    ("deleter", DELETER),
-    ("flags", ctypes.c_uint64),
-    ("dl_tensor", DLTensor),
-]
-
-READ_ONLY, IS_COPIED, IS_SUBBYTE_TYPE_PADDED = 1, 2, 4
 _KEEP = []  # ctypes objects a capsule points to; never freed while the test session runs
 _DELETED = []
 
@@ -87,9 +60,9 @@ def capsule(data: bytes, dtype, shape, strides=None, flags=0, ndim=None):
     m.dl_tensor.device = DLDevice(1, 0)
     m.dl_tensor.ndim = len(shape) if ndim is None else ndim
     m.dl_tensor.dtype = DLDataType(*dtype)
-    m.dl_tensor.shape = ctypes.cast(shape_arr, ctypes.POINTER(ctypes.c_int64))
+    m.dl_tensor.shape = ctypes.addressof(shape_arr)
     if strides_arr is not None:
-        m.dl_tensor.strides = ctypes.cast(strides_arr, ctypes.POINTER(ctypes.c_int64))
+        m.dl_tensor.strides = ctypes.addressof(strides_arr)
     _KEEP.extend([buf, shape_arr, strides_arr, m])
     return _PyCapsule_New(ctypes.addressof(m), _CAPSULE_NAME, None)
 

@@ -23,41 +23,9 @@ axpy = dlbridge.get_kernel("axpy")
 # ---- a fake producer with the DLPack C exchange API ---------------------------------
 
 
-class DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+from dlbridge._capsules import DELETER, DLDataType, DLDevice, DLManagedTensorVersioned, DLPackVersion, DLTensor  # noqa: E402
 
-
-class DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", DLDevice),
-        ("ndim", ctypes.c_int32),
-        ("dtype", DLDataType),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    ]
-
-
-class DLManagedTensorVersioned(ctypes.Structure):
-    pass
-
-
-DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensorVersioned))
-DLManagedTensorVersioned._fields_ = [
-    ("major", ctypes.c_uint32),
-    ("minor", ctypes.c_uint32),
-    ("manager_ctx", ctypes.c_void_p),
-    ("deleter", DELETER),
-    ("flags", ctypes.c_uint64),
-    ("dl_tensor", DLTensor),
-]
-
-FROM_PY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.POINTER(DLManagedTensorVersioned)))
+FROM_PY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
 BORROW = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(DLTensor))
 STREAM = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
 
@@ -88,14 +56,13 @@ def _fill(t: DLTensor, arr: np.ndarray, shape):
     t.device = DLDevice(1, 0)
     t.ndim = arr.ndim
     t.dtype = DLDataType(2, 32, 1)
-    t.shape = shape
-    t.strides = ctypes.cast(None, ctypes.POINTER(ctypes.c_int64))
+    t.shape = ctypes.addressof(shape)
+    t.strides = None
     t.byte_offset = 0
 
 
 @DELETER
-def _deleter(p):
-    addr = ctypes.addressof(p.contents)
+def _deleter(addr):
     _live.pop(addr, None)
     deleted.append(addr)
 
@@ -105,12 +72,12 @@ def _from_py(obj, out):
     fake = _obj(obj)
     m = DLManagedTensorVersioned()
     shape = (ctypes.c_int64 * fake.arr.ndim)(*fake.arr.shape)
-    m.major, m.minor = 1, 3
+    m.version = DLPackVersion(1, 3)
     m.deleter = _deleter
     m.flags = 1 if fake.read_only else 0  # READ_ONLY
     _fill(m.dl_tensor, fake.arr, shape)
     _live[ctypes.addressof(m)] = (m, shape)
-    out[0] = ctypes.pointer(m)
+    out[0] = ctypes.addressof(m)
     return 0
 
 
