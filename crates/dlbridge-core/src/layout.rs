@@ -149,36 +149,23 @@ pub fn check_layout(
 /// Whether `strides` describe compact row-major memory for `shape`.
 /// Size-1 dims may carry any stride; zero-size tensors are contiguous.
 pub fn is_contiguous(shape: &[i64], strides: &[i64]) -> bool {
-    if shape.contains(&0) {
-        return true;
-    }
-    let mut expected: i64 = 1;
-    for (&n, &s) in shape.iter().zip(strides).rev() {
-        if n != 1 {
-            if s != expected {
-                return false;
-            }
-            expected = match expected.checked_mul(n) {
-                Some(e) => e,
-                None => return false,
-            };
-        }
-    }
-    true
+    strides.len() == shape.len() && compact(shape.iter().zip(strides).rev())
 }
 
 /// Whether `strides` describe compact column-major (Fortran) memory for
 /// `shape`: the first dim varies fastest. Size-1 dims may carry any stride;
 /// zero-size tensors are contiguous (the rule `PyBuffer_IsContiguous` uses).
 pub fn is_f_contiguous(shape: &[i64], strides: &[i64]) -> bool {
-    if shape.contains(&0) {
+    strides.len() == shape.len() && compact(shape.iter().zip(strides))
+}
+
+/// Whether `(dim, stride)` pairs, fastest-varying first, are compact memory.
+fn compact<'a>(dims: impl Iterator<Item = (&'a i64, &'a i64)> + Clone) -> bool {
+    if dims.clone().any(|(&n, _)| n == 0) {
         return true;
     }
-    if strides.len() != shape.len() {
-        return false;
-    }
     let mut expected: i64 = 1;
-    for (&n, &s) in shape.iter().zip(strides) {
+    for (&n, &s) in dims {
         if n != 1 {
             if s != expected {
                 return false;
