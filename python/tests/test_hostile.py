@@ -204,3 +204,19 @@ def test_out_may_be_a_list_and_counts_are_spelled_right():
     assert (z == 2).all()
     with pytest.raises(TypeError, match=r"out= needs 1 tensor, got 2"):
         add(x, x, out=(z, z))
+
+
+def test_types_made_at_run_time_are_not_kept_alive_by_dlbridge():
+    import gc
+    import weakref
+
+    refs = []
+    for i in range(200):
+        cls = type(f"Producer{i}", (), {"__dlpack__": lambda self, **kw: np.ones(2, np.float32).__dlpack__(**kw),
+                                        "__dlpack_device__": lambda self: (1, 0)})
+        np.testing.assert_array_equal(np.asarray(relu(cls())), 1)
+        refs.append(weakref.ref(cls))
+        del cls
+    gc.collect()
+    alive = sum(r() is not None for r in refs)
+    assert alive <= 1, f"{alive} of 200 classes kept alive"  # the most recent may linger in a cache slot

@@ -4,12 +4,15 @@
 //! Invariants: an [`Api`] points at a producer's static `DLPackExchangeAPI`
 //! table (the DLPack spec requires it to live for the whole process) whose
 //! major version is ours — found by walking `prev_api` a bounded number of
-//! steps. The cache holds a strong reference to every type it has seen, so a
-//! type's address is never reused for another while cached. Every call into
-//! the table happens with the GIL held and with objects of the type the table
-//! came from. Borrowed `DLTensor`s from `dltensor_from_py_object_no_sync` are
-//! only used while the GIL is held and the object is alive, and never outlive
-//! the call that borrowed them. Every pointer a producer returns is checked
+//! steps. The cache holds a strong reference to every type that has an API,
+//! so such a type's address is never reused for another while cached; types
+//! without one are cached by address only (a reused address can only send a
+//! new type down the slower `__dlpack__` path, never to a wrong table). Every
+//! call into the table happens with the GIL held and with objects of the type
+//! the table came from. Borrowed `DLTensor`s from
+//! `dltensor_from_py_object_no_sync` are only used while the GIL is held, the
+//! object is alive and no Python code runs (see `import::Held::Borrowed`), and
+//! never outlive the call that borrowed them. Every pointer a producer returns is checked
 //! for NULL and then validated like any foreign tensor.
 
 use std::collections::HashMap;
@@ -79,7 +82,7 @@ unsafe impl Sync for Api {}
 
 struct Entry {
     key: usize,
-    _ty: Py<PyType>,
+    _ty: Option<Py<PyType>>,
     api: Option<Api>,
 }
 
@@ -108,7 +111,11 @@ pub fn lookup(obj: &Bound<'_, PyAny>) -> PyResult<Option<Api>> {
         None => {
             let ty = obj.get_type();
             let api = find(&ty)?;
-            let e: &'static Entry = Box::leak(Box::new(Entry { key, _ty: ty.unbind(), api }));
+            // Only types with an API are kept alive (their address must never be reused by
+            // another type while cached). A negative entry holds no reference: if its
+            // address is reused by a new type, that type is read through __dlpack__ —
+            // slower, never wrong — and types made at run time are not kept forever.
+            let e: &'static Entry = Box::leak(Box::new(Entry { key, _ty: api.map(|_| ty.unbind()), api }));
             CACHE.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(HashMap::new).insert(key, e);
             e
         }
