@@ -25,8 +25,14 @@ pub type DynKernelFn = Arc<dyn Fn(&mut Call<'_, '_>) -> Result<()> + Send + Sync
 pub enum Impl {
     /// One function for every dtype; it reads the bound dtypes from the [`Call`].
     Generic(KernelFn),
-    /// One function per dtype of the first type variable.
-    PerDType(&'static [(DType, KernelFn)]),
+    /// One function per dtype of the first type variable. An implementation for
+    /// a device may cover a subset of the signature's dtypes (a CUDA kernel for
+    /// f32 only); a call with another dtype on that device is a type error.
+    PerDType(Arc<[(DType, KernelFn)]>),
+    /// A resolver instantiating one generic function per dtype: turned into a
+    /// [`Impl::PerDType`] table for every dtype the signature allows when the
+    /// kernel is registered (one it cannot resolve fails the registration).
+    Each(fn(DType) -> Option<KernelFn>),
     /// A run-time registered implementation (e.g. a plugin entry point).
     Dyn(DynKernelFn),
 }
@@ -36,6 +42,7 @@ impl fmt::Debug for Impl {
         match self {
             Impl::Generic(_) => f.write_str("Generic"),
             Impl::PerDType(list) => f.debug_list().entries(list.iter().map(|(d, _)| d)).finish(),
+            Impl::Each(_) => f.write_str("Each"),
             Impl::Dyn(_) => f.write_str("Dyn"),
         }
     }
@@ -66,6 +73,7 @@ pub struct Call<'c, 'a> {
     bindings: &'c Bindings,
     stream: *mut c_void,
     kernel: &'c str,
+    sig: &'c Signature,
 }
 
 impl fmt::Debug for Call<'_, '_> {
@@ -75,8 +83,34 @@ impl fmt::Debug for Call<'_, '_> {
 }
 
 impl<'c, 'a> Call<'c, 'a> {
-    /// Arguments (signature order) and outputs, for destructuring:
-    /// `let ([Arg::Tensor(a), Arg::Tensor(b)], [c]) = call.split() else { .. }`.
+    /// The arguments and outputs by parameter name: `ins` reads tensors and
+    /// scalars, `outs` hands out each written tensor (an output or a `mut`
+    /// parameter) once, for as long as the call:
+    /// ```text
+    /// let (ins, mut outs) = call.io();
+    /// let (x, alpha) = (ins.tensor("x")?, ins.f64("alpha")?);
+    /// let y = outs.take("y")?;
+    /// ```
+    /// A name the signature does not have is a registration bug (an error, never a panic).
+    pub fn io(&mut self) -> (Inputs<'_, 'a>, Outputs<'_, 'a>) {
+        let mut reads: SmallVec<[Option<&Arg<'a>>; 8]> = SmallVec::new();
+        let mut writes: SmallVec<[Option<&mut TensorViewMut<'a>>; 8]> = SmallVec::new();
+        for (p, a) in self.sig.params.iter().zip(self.args.iter_mut()) {
+            let written = p.tensor().is_some_and(|t| t.mutable) && matches!(a, Arg::TensorMut(_));
+            if !written {
+                reads.push(Some(&*a));
+                writes.push(None);
+            } else if let Arg::TensorMut(v) = a {
+                reads.push(None);
+                writes.push(Some(v));
+            }
+        }
+        writes.extend(self.outs.iter_mut().map(Some));
+        (Inputs { sig: self.sig, reads }, Outputs { sig: self.sig, writes })
+    }
+
+    /// Arguments (signature order) and outputs, for destructuring by position
+    /// (prefer [`Call::io`], which reaches parameters by name).
     pub fn split(&mut self) -> (&mut [Arg<'a>], &mut [TensorViewMut<'a>]) {
         (self.args, self.outs)
     }
@@ -102,6 +136,77 @@ impl<'c, 'a> Call<'c, 'a> {
     pub fn layout_bug(&self) -> Error {
         layout_bug(self.kernel)
     }
+}
+
+/// The read side of [`Call::io`]: tensors and scalars by parameter name.
+#[derive(Debug)]
+pub struct Inputs<'c, 'a> {
+    sig: &'c Signature,
+    reads: SmallVec<[Option<&'c Arg<'a>>; 8]>,
+}
+
+impl<'c, 'a> Inputs<'c, 'a> {
+    fn get(&self, name: &str) -> Result<&'c Arg<'a>> {
+        let i = self.sig.params.iter().position(|p| p.name == name).ok_or_else(|| no_param(self.sig, name))?;
+        self.reads.get(i).copied().flatten().ok_or_else(|| {
+            Error::Runtime(format!("{}: parameter `{name}` is written (`mut`): take it from the outputs side of io()", self.sig.name))
+        })
+    }
+    /// The tensor parameter `name`, read-only.
+    pub fn tensor(&self, name: &str) -> Result<&'c dlbridge_core::TensorView<'c>> {
+        match self.get(name)? {
+            Arg::Tensor(v) => Ok(v),
+            Arg::TensorMut(v) => Ok(v.as_view()),
+            _ => Err(layout_bug(&self.sig.name)),
+        }
+    }
+    /// The `f64` scalar parameter `name`.
+    pub fn f64(&self, name: &str) -> Result<f64> {
+        match self.get(name)? {
+            Arg::F64(x) => Ok(*x),
+            _ => Err(layout_bug(&self.sig.name)),
+        }
+    }
+    /// The `i64` scalar parameter `name`.
+    pub fn i64(&self, name: &str) -> Result<i64> {
+        match self.get(name)? {
+            Arg::I64(x) => Ok(*x),
+            _ => Err(layout_bug(&self.sig.name)),
+        }
+    }
+    /// The `bool` scalar parameter `name`.
+    pub fn bool(&self, name: &str) -> Result<bool> {
+        match self.get(name)? {
+            Arg::Bool(x) => Ok(*x),
+            _ => Err(layout_bug(&self.sig.name)),
+        }
+    }
+}
+
+/// The write side of [`Call::io`]: outputs and `mut` parameters by name, each taken once.
+#[derive(Debug)]
+pub struct Outputs<'c, 'a> {
+    sig: &'c Signature,
+    writes: SmallVec<[Option<&'c mut TensorViewMut<'a>>; 8]>,
+}
+
+impl<'c, 'a> Outputs<'c, 'a> {
+    /// The output or `mut` parameter `name`, writable for the rest of the call.
+    pub fn take(&mut self, name: &str) -> Result<&'c mut TensorViewMut<'a>> {
+        let n = self.sig.params.len();
+        let i = match self.sig.params.iter().position(|p| p.name == name) {
+            Some(i) => i,
+            None => n + self.sig.outputs.iter().position(|p| p.name == name).ok_or_else(|| no_param(self.sig, name))?,
+        };
+        self.writes.get_mut(i).and_then(Option::take).ok_or_else(|| {
+            Error::Runtime(format!("{}: `{name}` is not a written tensor, or was taken twice (a bug in the kernel)", self.sig.name))
+        })
+    }
+}
+
+#[cold]
+fn no_param(sig: &Signature, name: &str) -> Error {
+    Error::Runtime(format!("{}: the signature has no parameter `{name}` (a bug in the kernel registration)", sig.name))
 }
 
 /// [`Call::layout_bug`] for a kernel name taken before `split` (builds the
@@ -152,10 +257,8 @@ impl Kernel {
     /// A kernel with one implementation, from its parsed signature.
     pub(crate) fn from_parsed(sig: Signature, def: KernelDef) -> Result<Kernel> {
         let text = sig.to_string();
-        if let Impl::PerDType(list) = &def.imp {
-            check_per_dtype(&sig, list)?;
-        }
-        Ok(Kernel { sig, text, opts: def.opts, impls: smallvec::smallvec![(def.device, def.imp, def.origin)], doc: def.doc })
+        let imp = resolve_impl(&sig, def.device, def.imp)?;
+        Ok(Kernel { sig, text, opts: def.opts, impls: smallvec::smallvec![(def.device, imp, def.origin)], doc: def.doc })
     }
 
     /// This kernel plus an implementation for another device (`sig` is the
@@ -184,11 +287,9 @@ impl Kernel {
                 clip(&def.origin, ORIGIN_EXCERPT)
             )));
         }
-        if let Impl::PerDType(list) = &def.imp {
-            check_per_dtype(&sig, list)?;
-        }
+        let imp = resolve_impl(&sig, def.device, def.imp)?;
         let mut impls = self.impls.clone();
-        impls.push((def.device, def.imp, def.origin));
+        impls.push((def.device, imp, def.origin));
         Ok(Kernel { sig: self.sig.clone(), text: self.text.clone(), opts: self.opts, impls, doc: self.doc.clone() })
     }
 
@@ -247,17 +348,22 @@ impl Kernel {
                 what: format!("{} runs on {}", self.sig.name, served.join(", ")),
             });
         };
-        let mut call = Call { args, outs, bindings: &b, stream, kernel: &self.sig.name };
+        let mut call = Call { args, outs, bindings: &b, stream, kernel: &self.sig.name, sig: &self.sig };
         let run = match imp {
             Impl::Generic(f) => *f,
             Impl::PerDType(list) => {
                 let d = b.dtype(0).ok_or_else(|| call.layout_bug())?;
                 match list.iter().find(|(ld, _)| *ld == d) {
                     Some((_, f)) => *f,
-                    None => {
-                        return Err(Error::DTypeMismatch { expected: format!("a dtype {} implements", self.sig.name), got: d }
-                            .context(self.sig.name.clone()));
-                    }
+                    None => return Err(self.uncovered(device, d, list)),
+                }
+            }
+            // Resolved into PerDType at registration; kept callable all the same.
+            Impl::Each(r) => {
+                let d = b.dtype(0).ok_or_else(|| call.layout_bug())?;
+                match r(d) {
+                    Some(f) => f,
+                    None => return Err(self.uncovered(device, d, &[])),
                 }
             }
             Impl::Dyn(f) => {
@@ -265,6 +371,32 @@ impl Kernel {
             }
         };
         guard(&self.sig.name, || run(&mut call))
+    }
+
+    /// The type error for a dtype the signature allows but this device's
+    /// implementation does not cover: it names the device, the dtype and what
+    /// each device serves.
+    #[cold]
+    fn uncovered(&self, device: DeviceType, d: DType, covered: &[(DType, KernelFn)]) -> Error {
+        let list = |l: &[(DType, KernelFn)]| l.iter().map(|(d, _)| d.to_string()).collect::<Vec<_>>().join(", ");
+        let others: Vec<String> = self
+            .impls
+            .iter()
+            .filter(|(dev, _, _)| *dev != device)
+            .map(|(dev, imp, _)| match imp {
+                Impl::PerDType(l) => format!("{dev}: {}", list(l)),
+                _ => format!("{dev}: all"),
+            })
+            .collect();
+        Error::DTypeMismatch {
+            expected: format!(
+                "a dtype the {device} implementation covers ({}){}",
+                list(covered),
+                if others.is_empty() { String::new() } else { format!("; other devices: {}", others.join("; ")) }
+            ),
+            got: d,
+        }
+        .context(format!("{}: no {device} implementation for {d}", self.sig.name))
     }
 
     /// Contiguity (when required) and aliasing between writable tensors and the rest.
@@ -370,19 +502,45 @@ fn guard(name: &str, f: impl FnOnce() -> Result<()>) -> Result<()> {
     }
 }
 
-fn check_per_dtype(sig: &Signature, list: &[(DType, KernelFn)]) -> Result<()> {
-    let Some(tv) = sig.type_vars.first() else {
-        return Err(Error::InvalidArgument(format!("{}: per-dtype implementations need a type variable in the signature", sig.name)));
+/// Checks a per-dtype implementation against the signature and derives the
+/// table of a resolver: a table may cover a non-empty subset of the first type
+/// variable's dtypes (and nothing outside it); a resolver must cover all of them.
+fn resolve_impl(sig: &Signature, device: DeviceType, imp: Impl) -> Result<Impl> {
+    let tv = || {
+        sig.type_vars.first().ok_or_else(|| {
+            Error::InvalidArgument(format!("{}: per-dtype implementations need a type variable in the signature", sig.name))
+        })
     };
-    for d in &tv.allowed {
-        if !list.iter().any(|(ld, _)| ld == d) {
-            return Err(Error::InvalidArgument(format!("{}: no implementation for {} = {d}", sig.name, tv.name)));
+    match imp {
+        Impl::Each(resolve) => {
+            let tv = tv()?;
+            let mut table = Vec::with_capacity(tv.allowed.len());
+            for &d in &tv.allowed {
+                match resolve(d) {
+                    Some(f) => table.push((d, f)),
+                    None => {
+                        return Err(Error::InvalidArgument(format!(
+                            "{}: the signature allows {} = {d}, but the {device} implementation has no {d} instantiation \
+                             (remove {d} from the signature, or add its Rust type to the resolver's family)",
+                            sig.name, tv.name
+                        )));
+                    }
+                }
+            }
+            Ok(Impl::PerDType(table.into()))
         }
-    }
-    for (d, _) in list {
-        if !tv.allowed.contains(d) {
-            return Err(Error::InvalidArgument(format!("{}: implementation for {d}, which {} does not allow", sig.name, tv.name)));
+        Impl::PerDType(list) => {
+            let tv = tv()?;
+            if list.is_empty() {
+                return Err(Error::InvalidArgument(format!("{}: the {device} implementation covers no dtype", sig.name)));
+            }
+            for (d, _) in list.iter() {
+                if !tv.allowed.contains(d) {
+                    return Err(Error::InvalidArgument(format!("{}: implementation for {d}, which {} does not allow", sig.name, tv.name)));
+                }
+            }
+            Ok(Impl::PerDType(list))
         }
+        other => Ok(other),
     }
-    Ok(())
 }

@@ -26,8 +26,9 @@ pub mod registry;
 pub mod signature;
 
 pub use call::{Arg, Bindings, OutputSpec};
+pub use dlbridge_core;
 pub use dlbridge_core::DType;
-pub use kernel::{Call, DynKernelFn, Impl, Kernel, KernelDef, KernelFn, KernelOpts};
+pub use kernel::{Call, DynKernelFn, Impl, Inputs, Kernel, KernelDef, KernelFn, KernelOpts, Outputs};
 pub use registry::{KernelEntry, Registry, StaticImpl};
 pub use plugin::{Plugin, PluginInfo, PluginKernel};
 pub use signature::Signature;

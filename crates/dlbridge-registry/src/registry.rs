@@ -59,6 +59,12 @@ pub enum StaticImpl {
     Generic(KernelFn),
     /// One function per dtype of the first type variable.
     PerDType(&'static [(DType, KernelFn)]),
+    /// A resolver that instantiates one generic function for a dtype (see
+    /// [`dtype_resolver!`](crate::dtype_resolver)). The dispatch table is derived
+    /// from the signature: every dtype of the first type variable is resolved when
+    /// the kernel is registered, and one the resolver cannot serve fails the
+    /// registration loudly.
+    Each(fn(DType) -> Option<KernelFn>),
 }
 
 /// A kernel compiled into the binary, collected with `inventory`. Use
@@ -99,7 +105,8 @@ impl KernelEntry {
             device: self.device,
             imp: match self.imp {
                 StaticImpl::Generic(f) => Impl::Generic(f),
-                StaticImpl::PerDType(l) => Impl::PerDType(l),
+                StaticImpl::PerDType(l) => Impl::PerDType(l.into()),
+                StaticImpl::Each(r) => Impl::Each(r),
             },
             opts: self.opts,
             origin: format!("built-in ({}:{})", self.file, self.line),
@@ -110,14 +117,42 @@ impl KernelEntry {
 
 inventory::collect!(KernelEntry);
 
+/// Makes a macro that turns a generic kernel function into a dtype resolver for
+/// [`register_kernel!`](crate::register_kernel)'s `each` form, over one family of
+/// Rust element types — the one list of types a kernel crate keeps per trait
+/// bound, shared by every kernel with that bound:
+///
+/// ```text
+/// dtype_resolver!(floats: f32, f64, half::f16, half::bf16);
+/// register_kernel!("gelu<T: f32|f64>(x: T[...S]) -> (y: T[...S])", each floats!(gelu));
+/// ```
+#[macro_export]
+macro_rules! dtype_resolver {
+    ($name:ident: $($t:ty),+ $(,)?) => {
+        macro_rules! $name {
+            ($f:ident) => {{
+                fn resolve(d: $crate::DType) -> ::core::option::Option<$crate::KernelFn> {
+                    $( if d == <$t as $crate::dlbridge_core::Element>::DTYPE { return ::core::option::Option::Some($f::<$t> as $crate::KernelFn); } )+
+                    ::core::option::Option::None
+                }
+                resolve as fn($crate::DType) -> ::core::option::Option<$crate::KernelFn>
+            }};
+        }
+    };
+}
+
 /// Registers a Rust function as a kernel, compiled into the binary.
 ///
 /// ```text
 /// register_kernel!("relu<T: f32|f64>(x: T[...S]) -> (y: T[...S])",
-///     dispatch { F32 => relu::<f32>, F64 => relu::<f64> },
-///     opts = KernelOpts::ELEMENTWISE, doc = "max(x, 0)");
+///     each floats!(relu), opts = KernelOpts::ELEMENTWISE, doc = "max(x, 0)");
 /// register_kernel!("copy<T: f32|i64>(x: T[...S]) -> (y: T[...S])", generic copy);
 /// ```
+/// `each RESOLVER` (the usual form) derives the dispatch table from the
+/// signature: `RESOLVER` is a `fn(DType) -> Option<KernelFn>` that instantiates a
+/// generic function for a dtype, normally made once per family of types with
+/// [`dtype_resolver!`](crate::dtype_resolver); every dtype the signature allows must
+/// resolve, or the registration fails (and `Registry::problems` says why).
 /// `dispatch` names one function per dtype of the first type variable (the
 /// `DType` constant names: `F32`, `BF16`, ...); `generic` one function for all.
 #[macro_export]
@@ -127,6 +162,18 @@ macro_rules! register_kernel {
             $crate::KernelEntry {
                 signature: $sig,
                 imp: $crate::StaticImpl::PerDType(&[$(($crate::DType::$dt, $f as $crate::KernelFn)),+]),
+                file: file!(),
+                line: line!(),
+                $($key: $val,)*
+                ..$crate::KernelEntry::DEFAULT
+            }
+        }
+    };
+    ($sig:literal, each $r:expr $(, $key:ident = $val:expr)* $(,)?) => {
+        $crate::inventory::submit! {
+            $crate::KernelEntry {
+                signature: $sig,
+                imp: $crate::StaticImpl::Each($r),
                 file: file!(),
                 line: line!(),
                 $($key: $val,)*

@@ -73,9 +73,9 @@ fn a_failed_register_changes_nothing() {
 }
 
 // Built-ins for the next test: `atomic_ok` on the CPU, a CUDA implementation of
-// it whose per-dtype list misses f64, and one whose signature does not parse.
+// it with a dtype its signature does not allow, and one whose signature does not parse.
 register_kernel!("atomic_ok<T: f32|f64>(x: T[N]) -> (y: T[N])", generic noop);
-register_kernel!("atomic_ok<T: f32|f64>(x: T[N]) -> (y: T[N])", dispatch { F32 => noop }, device = DeviceType::CUDA);
+register_kernel!("atomic_ok<T: f32|f64>(x: T[N]) -> (y: T[N])", dispatch { F32 => noop, F16 => noop }, device = DeviceType::CUDA);
 register_kernel!("atomic_bad(x: f32[N]", generic noop);
 
 #[test]
@@ -86,6 +86,6 @@ fn a_builtin_that_fails_to_register_is_a_problem_and_leaves_no_trace() {
     assert!(reg.get("atomic_bad").is_err());
     let problems = reg.problems();
     assert_eq!(problems.len(), 2, "{problems:?}");
-    assert!(problems.iter().any(|p| p.contains("atomic.rs") && p.contains("no implementation for T = f64")), "{problems:?}");
+    assert!(problems.iter().any(|p| p.contains("atomic.rs") && p.contains("implementation for f16, which T does not allow")), "{problems:?}");
     assert!(problems.iter().any(|p| p.contains("atomic.rs") && p.contains("signature error")), "{problems:?}");
 }

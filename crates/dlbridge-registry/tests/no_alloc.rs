@@ -30,7 +30,7 @@ fn a_checked_call_on_three_tiny_arrays_does_not_allocate() {
     reg.register(KernelDef {
         signature: "add<T: f32|f64>(a: T[...S], b: T[...S]) -> (out: T[...S])".into(),
         device: DeviceType::CPU,
-        imp: Impl::PerDType(&ADD),
+        imp: Impl::PerDType(ADD[..].into()),
         opts: KernelOpts::ELEMENTWISE,
         origin: "test".into(),
         doc: String::new(),

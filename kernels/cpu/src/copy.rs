@@ -1,15 +1,11 @@
 //! A contiguous (or any-layout) copy for every byte-sized dtype.
 
 use dlbridge_core::Result;
-use dlbridge_registry::{Arg, Call, register_kernel};
+use dlbridge_registry::{Call, register_kernel};
 
 fn copy(call: &mut Call<'_, '_>) -> Result<()> {
-    let name = call.kernel_name();
-    let (args, outs) = call.split();
-    let ([Arg::Tensor(x)], [y]) = (&*args, outs) else {
-        return Err(dlbridge_registry::kernel::layout_bug(name));
-    };
-    y.copy_from(x)
+    let (ins, mut outs) = call.io();
+    outs.take("y")?.copy_from(ins.tensor("x")?)
 }
 
 register_kernel!(

@@ -5,9 +5,8 @@
 //! above [`PAR_MIN`] elements. An output that is exactly an input (the
 //! registry refuses any other overlap) is computed in place.
 
-use dlbridge_core::half::{bf16, f16};
 use dlbridge_core::{Error, Result, TensorView, TensorViewMut};
-use dlbridge_registry::{Arg, Call, KernelOpts, register_kernel};
+use dlbridge_registry::{Call, KernelOpts, register_kernel};
 use rayon::prelude::*;
 
 use crate::num::{Compute, Real, Scalar};
@@ -107,19 +106,13 @@ pub fn map1<T: Scalar>(x: &TensorView<'_>, out: &mut TensorViewMut<'_>, f: impl 
 }
 
 fn binary<T: Scalar>(call: &mut Call<'_, '_>, f: impl Fn(T, T) -> T + Sync + Send + Copy) -> Result<()> {
-    let (args, outs) = call.split();
-    let ([Arg::Tensor(a), Arg::Tensor(b)], [out]) = (&*args, outs) else {
-        return Err(call.layout_bug());
-    };
-    map2(a, b, out, f)
+    let (ins, mut outs) = call.io();
+    map2(ins.tensor("a")?, ins.tensor("b")?, outs.take("out")?, f)
 }
 
 fn unary<T: Scalar>(call: &mut Call<'_, '_>, f: impl Fn(T) -> T + Sync + Send + Copy) -> Result<()> {
-    let (args, outs) = call.split();
-    let ([Arg::Tensor(x)], [out]) = (&*args, outs) else {
-        return Err(call.layout_bug());
-    };
-    map1(x, out, f)
+    let (ins, mut outs) = call.io();
+    map1(ins.tensor("x")?, outs.take("y")?, f)
 }
 
 fn add<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
@@ -136,13 +129,12 @@ fn maximum<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
 }
 
 fn div<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
-    if T::IS_INT
-        && let Arg::Tensor(b) = &call.args()[1]
-        && b.iter::<T>()?.any(|v| v == T::zero())
-    {
+    let (ins, mut outs) = call.io();
+    let (a, b) = (ins.tensor("a")?, ins.tensor("b")?);
+    if T::IS_INT && b.iter::<T>()?.any(|v| v == T::zero()) {
         return Err(Error::InvalidArgument("integer division by zero (argument b has a zero)".into()));
     }
-    binary::<T>(call, T::div)
+    map2(a, b, outs.take("out")?, T::div)
 }
 
 fn relu<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
@@ -158,11 +150,8 @@ fn gelu<T: Real>(call: &mut Call<'_, '_>) -> Result<()> {
 }
 
 fn axpy<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
-    let (args, _) = call.split();
-    let [Arg::F64(alpha), Arg::Tensor(x), Arg::TensorMut(y)] = args else {
-        return Err(call.layout_bug());
-    };
-    let alpha = T::from_f64(*alpha);
+    let (ins, mut outs) = call.io();
+    let (alpha, x, y) = (T::from_f64(ins.f64("alpha")?), ins.tensor("x")?, outs.take("y")?);
     if x.is_contiguous() && y.is_contiguous() {
         chunks2(y.as_slice_mut::<T>()?, x.as_slice::<T>()?, move |y, x| y.add(alpha.mul(x)));
     } else {
@@ -172,26 +161,26 @@ fn axpy<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
 }
 
 register_kernel!("add<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])",
-    dispatch { F32 => add::<f32>, F64 => add::<f64>, F16 => add::<f16>, BF16 => add::<bf16>, I32 => add::<i32>, I64 => add::<i64> },
+    each scalars!(add),
     opts = KernelOpts::ELEMENTWISE, doc = "elementwise a + b (integers wrap)");
 register_kernel!("sub<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])",
-    dispatch { F32 => sub::<f32>, F64 => sub::<f64>, F16 => sub::<f16>, BF16 => sub::<bf16>, I32 => sub::<i32>, I64 => sub::<i64> },
+    each scalars!(sub),
     opts = KernelOpts::ELEMENTWISE, doc = "elementwise a - b (integers wrap)");
 register_kernel!("mul<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])",
-    dispatch { F32 => mul::<f32>, F64 => mul::<f64>, F16 => mul::<f16>, BF16 => mul::<bf16>, I32 => mul::<i32>, I64 => mul::<i64> },
+    each scalars!(mul),
     opts = KernelOpts::ELEMENTWISE, doc = "elementwise a * b (integers wrap)");
 register_kernel!("div<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])",
-    dispatch { F32 => div::<f32>, F64 => div::<f64>, F16 => div::<f16>, BF16 => div::<bf16>, I32 => div::<i32>, I64 => div::<i64> },
+    each scalars!(div),
     opts = KernelOpts::ELEMENTWISE, doc = "elementwise a / b (integer: truncating; a zero divisor is an error)");
 register_kernel!("maximum<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])",
-    dispatch { F32 => maximum::<f32>, F64 => maximum::<f64>, F16 => maximum::<f16>, BF16 => maximum::<bf16>, I32 => maximum::<i32>, I64 => maximum::<i64> },
+    each scalars!(maximum),
     opts = KernelOpts::ELEMENTWISE, doc = "elementwise max(a, b), NaN-propagating");
 register_kernel!("relu<T: f32|f64|f16|bf16|i32|i64>(x: T[...S]) -> (y: T[...S])",
-    dispatch { F32 => relu::<f32>, F64 => relu::<f64>, F16 => relu::<f16>, BF16 => relu::<bf16>, I32 => relu::<i32>, I64 => relu::<i64> },
+    each scalars!(relu),
     opts = KernelOpts::ELEMENTWISE, doc = "max(x, 0), NaN-propagating");
 register_kernel!("gelu<T: f32|f64|f16|bf16>(x: T[...S]) -> (y: T[...S])",
-    dispatch { F32 => gelu::<f32>, F64 => gelu::<f64>, F16 => gelu::<f16>, BF16 => gelu::<bf16> },
+    each reals!(gelu),
     opts = KernelOpts::ELEMENTWISE, doc = "x * Phi(x) with the exact erf (torch's approximate='none')");
 register_kernel!("axpy<T: f32|f64|f16|bf16>(alpha: f64, x: T[N], y: mut T[N])",
-    dispatch { F32 => axpy::<f32>, F64 => axpy::<f64>, F16 => axpy::<f16>, BF16 => axpy::<bf16> },
+    each reals!(axpy),
     doc = "y += alpha * x, in place");

@@ -11,17 +11,14 @@
 //! packing buffers are bounded by its cache-blocking parameters, not by M, N, K.
 
 use dlbridge_core::{Element, Result};
-use dlbridge_registry::{Arg, Call, register_kernel};
+use dlbridge_registry::{Call, register_kernel};
 
 /// Above this many multiply-adds gemm may use every rayon thread.
 const PAR_FLOPS: usize = 1 << 18;
 
 fn matmul<T: Element + GemmScalar>(call: &mut Call<'_, '_>) -> Result<()> {
-    let name = call.kernel_name();
-    let (args, outs) = call.split();
-    let ([Arg::Tensor(a), Arg::Tensor(b)], [c]) = (&*args, outs) else {
-        return Err(dlbridge_registry::kernel::layout_bug(name));
-    };
+    let (ins, mut outs) = call.io();
+    let (a, b, c) = (ins.tensor("a")?, ins.tensor("b")?, outs.take("c")?);
     let (m, k, n) = (a.shape()[0] as usize, a.shape()[1] as usize, b.shape()[1] as usize);
     if m == 0 || n == 0 {
         return Ok(());
@@ -86,5 +83,5 @@ impl GemmScalar for f64 {
 }
 
 register_kernel!("matmul<T: f32|f64>(a: T[M, K], b: T[K, N]) -> (c: T[M, N])",
-    dispatch { F32 => matmul::<f32>, F64 => matmul::<f64> },
+    each gemm_types!(matmul),
     doc = "c = a @ b (gemm crate: packed SIMD micro-kernels, rayon above 2^18 multiply-adds; any strides)");

@@ -16,7 +16,7 @@ use std::borrow::Cow;
 use dlbridge_core::half::{bf16, f16};
 use dlbridge_core::view::try_vec_with_capacity;
 use dlbridge_core::{Element, Result, TensorView, TensorViewMut};
-use dlbridge_registry::{Arg, Call, KernelOpts, register_kernel};
+use dlbridge_registry::{Call, KernelOpts, register_kernel};
 use rayon::prelude::*;
 
 use crate::elementwise::PAR_MIN;
@@ -127,13 +127,10 @@ fn per_row<T: Element>(x: &TensorView<'_>, out: &mut TensorViewMut<'_>, f: impl 
     write_out(out, values.into_iter())
 }
 
-fn io<'c, 'a>(call: &'c mut Call<'_, 'a>) -> Result<(&'c TensorView<'a>, &'c mut TensorViewMut<'a>)> {
-    let name = call.kernel_name();
-    let (args, outs) = call.split();
-    match (&*args, outs) {
-        ([Arg::Tensor(x)], [out]) => Ok((x, out)),
-        _ => Err(dlbridge_registry::kernel::layout_bug(name)),
-    }
+/// `x` and `y`, the one input and output of every reduction here.
+fn io<'c, 'a>(call: &'c mut Call<'_, 'a>) -> Result<(&'c TensorView<'c>, &'c mut TensorViewMut<'a>)> {
+    let (ins, mut outs) = call.io();
+    Ok((ins.tensor("x")?, outs.take("y")?))
 }
 
 fn sum<T: Summable>(call: &mut Call<'_, '_>) -> Result<()> {
@@ -220,17 +217,17 @@ fn softmax<T: Real>(call: &mut Call<'_, '_>) -> Result<()> {
 }
 
 register_kernel!("sum<T: f32|f64|f16|bf16|i32|i64>(x: T[...B, N]) -> (y: T[...B])",
-    dispatch { F32 => sum::<f32>, F64 => sum::<f64>, F16 => sum::<f16>, BF16 => sum::<bf16>, I32 => sum::<i32>, I64 => sum::<i64> },
+    each scalars!(sum),
     doc = "sum over the last dim (f64 accumulation for floats, wrapping i64 for integers)");
 register_kernel!("mean<T: f32|f64|f16|bf16>(x: T[...B, N]) -> (y: T[...B])",
-    dispatch { F32 => mean::<f32>, F64 => mean::<f64>, F16 => mean::<f16>, BF16 => mean::<bf16> },
+    each reals!(mean),
     doc = "mean over the last dim (NaN for an empty dim)");
 register_kernel!("sum_all<T: f32|f64|f16|bf16|i32|i64>(x: T[...S]) -> (y: T[])",
-    dispatch { F32 => sum_all::<f32>, F64 => sum_all::<f64>, F16 => sum_all::<f16>, BF16 => sum_all::<bf16>, I32 => sum_all::<i32>, I64 => sum_all::<i64> },
+    each scalars!(sum_all),
     doc = "sum of every element, as a 0-d tensor");
 register_kernel!("mean_all<T: f32|f64|f16|bf16>(x: T[...S]) -> (y: T[])",
-    dispatch { F32 => mean_all::<f32>, F64 => mean_all::<f64>, F16 => mean_all::<f16>, BF16 => mean_all::<bf16> },
+    each reals!(mean_all),
     doc = "mean of every element, as a 0-d tensor");
 register_kernel!("softmax<T: f32|f64|f16|bf16>(x: T[...B, N]) -> (y: T[...B, N])",
-    dispatch { F32 => softmax::<f32>, F64 => softmax::<f64>, F16 => softmax::<f16>, BF16 => softmax::<bf16> },
+    each reals!(softmax),
     opts = KernelOpts::DEFAULT, doc = "softmax over the last dim, max-subtracted (numerically stable)");
