@@ -301,8 +301,11 @@ impl FromStr for DType {
     fn from_str(s: &str) -> Result<DType> {
         let bad = || Error::DTypeParse(s.to_owned());
         let text = s.trim();
-        // Split off a lane suffix `xN` (but not the `x` inside names like f8_e4m3fnuz: none contain x).
-        let (base, lanes) = match text.rfind('x') {
+        // Split off a lane suffix `xN` (`f32x4`, `boolx4`), never the `x` inside
+        // a name (`complex64`, `complex128x2`): only an `x` after "complex".
+        let name_x = text.starts_with("complex").then_some("complex".len() - 1);
+        let lane_x = text.rfind('x').filter(|&pos| Some(pos) != name_x);
+        let (base, lanes) = match lane_x {
             Some(pos) if pos > 0 && text[pos + 1..].chars().all(|c| c.is_ascii_digit()) && pos + 1 < text.len() => {
                 let lanes: u16 = text[pos + 1..].parse().map_err(|_| bad())?;
                 (&text[..pos], lanes)
@@ -362,6 +365,7 @@ impl FromStr for DType {
 /// every bit pattern of that size must be a valid value of `Self` (foreign
 /// memory is reinterpreted as `Self` without checks). This is why `bool` is
 /// not an `Element`: read DLPack booleans as `u8`.
+#[allow(unsafe_code)]
 pub unsafe trait Element: Copy + Send + Sync + 'static {
     /// The dtype of one element.
     const DTYPE: DType;
@@ -370,6 +374,7 @@ pub unsafe trait Element: Copy + Send + Sync + 'static {
 macro_rules! element {
     ($($t:ty => $d:ident),*) => {$(
         // SAFETY: primitive number types of exactly DTYPE's width; every bit pattern is valid.
+        #[allow(unsafe_code)]
         unsafe impl Element for $t { const DTYPE: DType = DType::$d; }
     )*};
 }

@@ -63,3 +63,17 @@ fn devices_are_named_and_unknown_codes_representable() {
         assert!(!DeviceType(code).is_known(), "{code}");
     }
 }
+
+#[test]
+fn numpy_names_parse_and_the_x_inside_complex_is_not_a_lane_count() {
+    assert_eq!("complex64".parse::<DType>().unwrap(), DType::C64);
+    assert_eq!("complex128".parse::<DType>().unwrap(), DType::C128);
+    assert_eq!("float32".parse::<DType>().unwrap(), DType::F32);
+    assert_eq!("f32x4".parse::<DType>().unwrap().lanes(), 4);
+}
+
+#[test]
+fn lanes_parse_after_every_kind_of_name() {
+    assert_eq!("boolx4".parse::<DType>().unwrap().lanes(), 4);
+    assert_eq!("complex128x2".parse::<DType>().unwrap().lanes(), 2);
+}
