@@ -3,7 +3,8 @@
 #
 #   setup  create .venv (torch==2.13.0, numpy, maturin, pytest); idempotent and
 #          fast when already done (a stamp keyed on python/requirements-dev.txt)
-#   demo   set up, build the Python extension, run the PyTorch demo
+#   demo   set up, build the Python extension (pyproject.toml: the same build
+#          `pip install .` runs), run the PyTorch demo
 #   test   set up, then run every test: the Rust workspace, clippy with the
 #          workspace lints as errors, and the Python suite (pytest)
 set -euo pipefail
@@ -12,13 +13,14 @@ cd "$(dirname "$0")"
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
 find_python() {
+    # >= 3.11: the abi3 extension needs the buffer protocol of the 3.11 limited API (pyproject.toml).
     for py in python3.11 python3; do
-        if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import sys; sys.exit(sys.version_info[:2] < (3, 10))'; then
+        if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import sys; sys.exit(sys.version_info[:2] < (3, 11))'; then
             echo "$py"
             return
         fi
     done
-    echo "dev.sh: need Python >= 3.10 (3.11 recommended) on PATH" >&2
+    echo "dev.sh: need Python >= 3.11 on PATH" >&2
     exit 1
 }
 
@@ -45,7 +47,7 @@ setup() {
 # Builds the Python extension into .venv when any Rust or packaging input changed.
 build_python() {
     local stamp sum
-    sum=$(find Cargo.toml Cargo.lock crates adapters kernels python -type f \
+    sum=$(find Cargo.toml Cargo.lock pyproject.toml crates adapters kernels python -type f \
             \( -name '*.rs' -o -name '*.toml' -o -name '*.c' -o -name '*.h' -o -name Cargo.lock \) \
             -not -path '*/target/*' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
     stamp=".venv/.dlbridge-ext-$sum"
@@ -53,7 +55,11 @@ build_python() {
         return
     fi
     log "building the dlbridge Python extension (release) into .venv"
-    VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --release --quiet -m python/Cargo.toml
+    # Reads ./pyproject.toml (the package's only metadata), as `pip install .` does.
+    VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --release --quiet
+    # The editable install puts _dlbridge.abi3.so in python/dlbridge/; an interpreter-specific
+    # one left by an older (non-abi3) build would be imported first, so it goes.
+    find python/dlbridge -maxdepth 1 -name '_dlbridge*.so' ! -name '_dlbridge.abi3.so' -delete
     rm -f .venv/.dlbridge-ext-*
     touch "$stamp"
 }
