@@ -1,5 +1,10 @@
 //! Shared helpers for the cross-adapter integration tests.
+//!
+//! Under `cargo test --doc` this crate's documentation is also the README, so
+//! every ```rust block of README.md compiles and runs as a doctest (see
+//! `readme.rs` for the conventions of the other blocks).
 #![forbid(unsafe_code)]
+#![cfg_attr(doctest, doc = include_str!("../README.md"))]
 
 use dlbridge::{Array, DType, Result};
 

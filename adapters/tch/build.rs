@@ -1,6 +1,7 @@
 //! Compiles shim.cpp against the libtorch that torch-sys links (the torch==2.13.0
 //! Python package when LIBTORCH_USE_PYTORCH=1), and puts that libtorch's
 //! directory on the rpath so tests and examples run without LD_LIBRARY_PATH.
+#![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -1,5 +1,6 @@
 //! Compiles example.c into the example plugin and into the malformed plugins
 //! the loader tests must refuse, with the system C compiler (found by `cc`).
+#![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 

@@ -21,13 +21,22 @@
 //! exchange API), `buffer` (the buffer protocol), `array` (buffer export) and
 //! the view construction in `kernel`, each with its invariants written down.
 
+#![deny(unsafe_code)]
+
+#[allow(unsafe_code)]
 pub mod array;
+#[allow(unsafe_code)]
 pub mod buffer;
+#[allow(unsafe_code)]
 pub mod capsule;
 pub mod errors;
+#[allow(unsafe_code)]
 pub mod exchange;
+#[allow(unsafe_code)]
 pub mod import;
+#[allow(unsafe_code)]
 pub mod inspect;
+#[allow(unsafe_code)]
 pub mod kernel;
 
 pub use array::PyArray;

@@ -2,6 +2,7 @@
 //! kernel on Arrays (3 one-element f32 tensors, `add`).
 //!
 //! `LIBTORCH_USE_PYTORCH=1 cargo bench -p dlbridge-tch --bench call`
+#![forbid(unsafe_code)]
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use dlbridge_array::Array;

@@ -2,6 +2,7 @@
 //! tensors mid-graph (matmul, add, gelu, softmax), checked against tch's own result.
 //!
 //! `LIBTORCH_USE_PYTORCH=1 cargo run --release -p dlbridge-tch --example mlp`
+#![forbid(unsafe_code)]
 
 use std::time::Instant;
 

@@ -19,7 +19,9 @@
 //! The C++ shim (`shim.cpp`) is compiled by `build.rs` against the torch that
 //! torch-sys links (`LIBTORCH_USE_PYTORCH=1` with torch==2.13.0), and the
 //! library directory is put on the rpath. Unsafe code lives in `raw`.
+#![deny(unsafe_code)]
 
+#[allow(unsafe_code)]
 mod raw;
 
 use dlbridge_core::{DType, Device, Error, Flags, ManagedTensor, Result, TensorViewMut};
@@ -131,6 +133,7 @@ pub fn call_into(kernel: &Kernel, tensors: &[&Tensor], scalars: &[Scalar], outpu
     run(kernel, tensors, scalars, Some(outputs)).map(drop)
 }
 
+#[allow(unsafe_code)]
 fn run(kernel: &Kernel, tensors: &[&Tensor], scalars: &[Scalar], given: Option<&[&Tensor]>) -> Result<Vec<Tensor>> {
     let sig = kernel.signature();
     let n_tensors = sig.params.iter().filter(|p| matches!(p.kind, ParamKind::Tensor(_))).count();

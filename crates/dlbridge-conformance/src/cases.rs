@@ -1,4 +1,9 @@
 //! The cases: plain functions over any [`Harness`].
+//!
+//! Invariants (the unsafe here): every raw DLPack pointer a case imports comes
+//! from a [`ForeignTensor`] the case owns and keeps alive until the import is
+//! dropped, and is imported once; every exported owner keeps the memory its
+//! data pointer addresses alive, with the layout the `TensorDesc` describes.
 
 use dlbridge_core::half::{bf16, f16};
 use dlbridge_core::num_complex::Complex;

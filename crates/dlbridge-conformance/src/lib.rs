@@ -17,7 +17,10 @@
 //! The cases come from the DLPack 1.3 header and the array API standard's
 //! data-interchange rules (see `shared/DLPACK_RULES.md` in the project).
 
+#![deny(unsafe_code)]
+
 pub mod array;
+#[allow(unsafe_code)]
 pub mod cases;
 
 use dlbridge_core::{DType, ManagedTensor, Result};

@@ -25,15 +25,25 @@
 //! invariants: `raw` (reading foreign DLTensors), `view` (turning validated
 //! layouts into references) and `managed` (ownership of producer pointers and
 //! export contexts). `layout` is the safe arithmetic they rely on. `testing`
-//! (hand-made foreign tensors with counting deleters) is test support.
+//! (hand-made foreign tensors with counting deleters, behind the `testing`
+//! cargo feature, off by default) is test support. `dtype` allows unsafe on
+//! two items only: the `unsafe trait Element` and its impls.
+//! The compiler holds this: `unsafe_code` is denied everywhere else.
+
+#![deny(unsafe_code)]
 
 pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod layout;
+#[allow(unsafe_code)]
 pub mod managed;
+#[allow(unsafe_code)]
 pub mod raw;
+#[cfg(feature = "testing")]
+#[allow(unsafe_code)]
 pub mod testing;
+#[allow(unsafe_code)]
 pub mod view;
 
 pub use device::{Device, DeviceType};

@@ -1,6 +1,7 @@
 //! Registry call overhead and kernel throughput.
 //!
 //! `cargo bench -p dlbridge-kernels-cpu --bench kernels`
+#![forbid(unsafe_code)]
 
 use std::hint::black_box;
 

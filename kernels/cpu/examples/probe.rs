@@ -1,3 +1,5 @@
+#![forbid(unsafe_code)]
+
 use std::hint::black_box;
 use std::time::Instant;
 use dlbridge_array::Array;
