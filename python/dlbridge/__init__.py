@@ -4,6 +4,8 @@
     >>> matmul = dlbridge.get_kernel("matmul")
     >>> matmul(torch.rand(4, 3), torch.rand(3, 2)).shape      # torch in, torch out
     torch.Size([4, 2])
+    >>> import inspect; inspect.signature(matmul)
+    <Signature (a: 'T[M, K]', b: 'T[K, N]', /, *outs: 'T[M, N]', out: 'T[M, N] | None' = None) -> 'T[M, N]'>
 
 Tensors come in through the DLPack C exchange API where the type offers it
 (torch), else ``__dlpack__``, else the buffer protocol; outputs are allocated
@@ -14,6 +16,8 @@ from ._device import DLDeviceType
 from ._dlbridge import (
     Array,
     Kernel,
+    Param,
+    Plugin,
     __version__,
     arange,
     asarray,
@@ -23,11 +27,17 @@ from ._dlbridge import (
     load_plugin,
     zeros,
 )
+from ._introspect import install as _install_introspection
+
+# inspect.signature(kernel), kernel.__doc__ and help(kernel) describe each kernel.
+_install_introspection(Kernel)
 
 __all__ = [
     "Array",
     "DLDeviceType",
     "Kernel",
+    "Param",
+    "Plugin",
     "arange",
     "asarray",
     "convert_func",

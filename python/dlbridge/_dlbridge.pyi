@@ -1,22 +1,59 @@
 """Type stubs for the dlbridge extension module."""
 
-from typing import Any, Callable, Sequence
+import inspect
+import os
+import sys
+from types import EllipsisType
+from typing import Any, Literal, Sequence, SupportsIndex, final, overload
+
+from typing_extensions import TypeAlias
 
 from ._device import DLDeviceType
 
 __version__: str
+__all__ = [
+    "Array",
+    "Kernel",
+    "Param",
+    "Plugin",
+    "list_kernels",
+    "get_kernel",
+    "load_plugin",
+    "from_dlpack",
+    "asarray",
+    "zeros",
+    "inspect_capsule",
+    "arange",
+    "__version__",
+]
 
+_DTypeLike: TypeAlias = str | type | Any
+"""A dtype name (``"f32"`` or NumPy's ``"float32"``), a NumPy or torch dtype, a NumPy scalar
+type, or Python's ``float``/``int``/``bool``/``complex`` (f64/i64/bool/c128); None: f32."""
+
+_Index: TypeAlias = SupportsIndex | slice | EllipsisType
+
+@final
 class Array:
     """dlbridge's own n-dimensional array: CPU memory, any DLPack dtype.
 
     Exchanges memory with zero copies through ``__dlpack__`` and the buffer protocol.
+    Its Python surface follows NumPy's names where they overlap: ``shape``, ``ndim``,
+    ``size``, ``strides`` (bytes), ``itemsize``, ``T``, ``transpose``, basic indexing;
+    ``dtype`` is dlbridge's dtype name (``"f32"``).
     """
 
     @property
     def shape(self) -> tuple[int, ...]: ...
     @property
     def strides(self) -> tuple[int, ...]:
-        """Strides in elements (DLPack convention), not bytes."""
+        """Strides in bytes, as NumPy gives them; TypeError for sub-byte dtypes."""
+    @property
+    def element_strides(self) -> tuple[int, ...]:
+        """Strides in elements (DLPack's and torch's ``stride()`` convention)."""
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element; TypeError for sub-byte dtypes."""
     @property
     def dtype(self) -> str:
         """``f32``, ``f64``, ``f16``, ``bf16``, ``i8`` ... ``u64``, ``bool``, ``c64``, ``c128``, ``f8_e4m3fn``, ..."""
@@ -32,7 +69,18 @@ class Array:
     def device(self) -> str: ...
     @property
     def T(self) -> Array:
-        """The transpose of a 2-d array (a view sharing memory)."""
+        """The array with its dims reversed, as NumPy's ``.T`` (a view sharing memory)."""
+    @overload
+    def transpose(self, axes: Sequence[SupportsIndex] | None = None, /) -> Array: ...
+    @overload
+    def transpose(self, *axes: SupportsIndex) -> Array:
+        """NumPy's ``transpose``: no axes or None reverses the dims, else output dim ``i``
+        is input dim ``axes[i]`` (a view sharing memory). ValueError for axes that are not
+        a permutation of the dims."""
+    def __getitem__(self, key: _Index | tuple[_Index, ...], /) -> Array:
+        """NumPy's basic indexing, always a view sharing memory: ints drop their dim,
+        slices (any step) keep it, ``...`` stands for the dims not indexed. An int out of
+        range, too many indices or another index type: IndexError."""
     def contiguous(self) -> Array: ...
     def tolist(self) -> Any:
         """Nested lists (a scalar for a 0-d array): ``bool``, ``int`` (any integer width,
@@ -49,43 +97,113 @@ class Array:
         copy: bool | None = None,
     ) -> Any: ...
     def __dlpack_device__(self) -> tuple[DLDeviceType, int]: ...
-    def __buffer__(self, flags: int, /) -> memoryview:
-        """PEP 3118 export, zero copy. BufferError for a C-/F-/ANY-contiguous request the
-        layout does not meet, a request without PyBUF_STRIDES on a non-C-contiguous layout,
-        PyBUF_WRITABLE on a read-only array, and dtypes with no struct format (bf16, float8, ...)."""
+    if sys.version_info >= (3, 12):
+        def __buffer__(self, flags: int, /) -> memoryview:
+            """PEP 3118 export, zero copy. BufferError for a C-/F-/ANY-contiguous request the
+            layout does not meet, a request without PyBUF_STRIDES on a non-C-contiguous layout,
+            PyBUF_WRITABLE on a read-only array, and dtypes with no struct format (bf16, float8, ...)."""
 
-class Kernel:
-    """A registry kernel. Call it on torch tensors, NumPy arrays, dlbridge Arrays,
-    any DLPack producer or buffer; outputs come back in the first tensor's framework."""
+@final
+class Param:
+    """One input or output of a kernel's signature (``Kernel.params``, ``Kernel.outputs``)."""
 
     @property
     def name(self) -> str: ...
     @property
-    def signature(self) -> str: ...
+    def kind(self) -> Literal["tensor", "scalar"]: ...
     @property
-    def doc(self) -> str: ...
+    def dtype(self) -> str:
+        """A tensor's dtype as written, concrete (``"f32"``) or a type variable (``"T"``);
+        a scalar's type (``"f64"``, ``"i64"``, ``"bool"``)."""
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        """The dtypes it accepts: the type variable's allowed set, or the one dtype."""
+    @property
+    def dims(self) -> tuple[int | str, ...] | None:
+        """A tensor's dims as written: ``int`` (fixed), ``"M"`` (a symbol), ``"...B"``
+        (any number of dims); None for a scalar."""
+    @property
+    def mutable(self) -> bool:
+        """Whether the kernel writes this input in place (``mut``)."""
+    @property
+    def annotation(self) -> str:
+        """The type as the signature writes it: ``"T[M, K]"``, ``"mut f32[N]"``, ``"f64"``."""
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+class _SignatureOf:
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None, /) -> None: ...
+    @overload
+    def __get__(self, obj: Kernel, objtype: type | None = None, /) -> inspect.Signature: ...
+
+@final
+class Kernel:
+    """A registry kernel. Call it on torch tensors, NumPy arrays, dlbridge Arrays,
+    any DLPack producer or buffer; outputs come back in the first tensor's framework.
+
+    ``kernel(*params)``, ``kernel(*params, *outputs)`` or ``kernel(*params, out=outputs)``;
+    ``inspect.signature(kernel)`` gives exactly that, and ``kernel.__doc__`` / ``help(kernel)``
+    the signature text and the description."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def signature(self) -> str:
+        """The signature text: ``matmul<T: f32|f64>(a: T[M, K], b: T[K, N]) -> (c: T[M, N])``."""
+    @property
+    def doc(self) -> str:
+        """The one-line description."""
     @property
     def devices(self) -> list[str]: ...
+    @property
+    def params(self) -> list[Param]:
+        """The inputs in call order."""
+    @property
+    def outputs(self) -> list[Param]: ...
+    @property
+    def dtypes(self) -> dict[str, list[str]]:
+        """Each type variable's allowed dtypes: ``{"T": ["f32", "f64"]}``."""
+    __signature__: _SignatureOf
+    """``inspect.Signature`` of a call of this kernel (None on the class)."""
     def prepare_outputs(self, *args: Any) -> list[tuple[list[int], str, str]]:
         """``(shape, dtype, device)`` of each output for these inputs."""
     def __call__(self, *args: Any, out: Any | Sequence[Any] | None = None) -> Any: ...
 
+@final
+class Plugin:
+    """A loaded plugin library, as ``load_plugin`` returns it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+    @property
+    def abi(self) -> int:
+        """The plugin ABI version it was built for."""
+    @property
+    def path(self) -> str:
+        """Canonical path of the library."""
+    @property
+    def kernels(self) -> list[Kernel]:
+        """Its kernels, as registered."""
+
 def list_kernels() -> list[Kernel]: ...
 def get_kernel(name: str) -> Kernel:
     """Raises KeyError if no kernel has this name."""
-def load_plugin(path: str) -> tuple[str, str, list[str]]:
-    """Loads a plugin shared library; returns ``(name, version, signatures)``."""
+def load_plugin(path: str | os.PathLike[str]) -> Plugin:
+    """Loads a plugin shared library (again: the same description, nothing new registered)."""
 def from_dlpack(x: Any, /, *, device: Any | None = None, copy: bool | None = None) -> Array:
     """Any DLPack producer (or capsule) as an Array: zero copy unless ``copy=True``
     (always a new writable array); ``copy=False`` raises ValueError where only a copy works."""
 def asarray(obj: Any) -> Array:
     """A buffer-protocol object (bytes, bytearray, memoryview, array.array, NumPy) as an Array, zero copy."""
-def zeros(shape: int | Sequence[int], dtype: str = "f32") -> Array:
-    """A zero-filled Array. More than 64 dims, negative dims or a size that overflows:
-    ValueError; memory that cannot be had: MemoryError."""
-def arange(n: int, dtype: str = "f32") -> Array:
-    """``0, 1, .., n-1``. Negative ``n``: ValueError; too large for memory: MemoryError."""
-def inspect_capsule(capsule: Any) -> dict[str, Any]:
+def zeros(shape: int | Sequence[int], dtype: _DTypeLike | None = None) -> Array:
+    """A zero-filled Array, NumPy's ``zeros(shape, dtype)`` (the default dtype is f32, not
+    NumPy's float64). More than 64 dims, negative dims or a size that overflows: ValueError;
+    memory that cannot be had: MemoryError."""
+def arange(n: int, dtype: _DTypeLike | None = None) -> Array:
+    """``0, 1, .., n-1`` (default dtype f32). Negative ``n``: ValueError; too large for
+    memory: MemoryError."""
+def inspect_capsule(obj: Any) -> dict[str, Any]:
     """Reads a DLPack capsule without consuming it."""
-
-ToDlpack = Callable[[Any], Any]

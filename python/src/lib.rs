@@ -17,11 +17,57 @@ fn get_kernel(name: &str) -> PyResult<PyKernel> {
     dlbridge::get_kernel(name).map(PyKernel::new).py_err()
 }
 
-/// Loads a plugin shared library; returns `(name, version, [signatures])`.
+/// A loaded plugin library, as `load_plugin` returns it.
+#[pyclass(name = "Plugin", module = "dlbridge", frozen)]
+#[derive(Debug)]
+struct PyPlugin {
+    /// The plugin's name.
+    #[pyo3(get)]
+    name: String,
+    /// The plugin's version.
+    #[pyo3(get)]
+    version: String,
+    /// The plugin ABI version it was built for.
+    #[pyo3(get)]
+    abi: u32,
+    /// Canonical path of the library.
+    #[pyo3(get)]
+    path: String,
+    kernels: Vec<Py<PyKernel>>,
+    kernel_names: Vec<String>,
+}
+
+#[pymethods]
+impl PyPlugin {
+    /// Its kernels, as registered (a kernel the plugin adds a device to is the
+    /// whole kernel, with every device).
+    #[getter]
+    fn kernels(&self, py: Python<'_>) -> Vec<Py<PyKernel>> {
+        self.kernels.iter().map(|k| k.clone_ref(py)).collect()
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let names: Vec<String> = self.kernel_names.iter().map(|k| format!("'{k}'")).collect();
+        let path = pyo3::types::PyString::new(py, &self.path).repr().map(|r| r.to_string()).unwrap_or_default();
+        format!("dlbridge.Plugin(name='{}', version='{}', abi={}, path={path}, kernels=[{}])", self.name, self.version, self.abi, names.join(", "))
+    }
+}
+
+/// Loads a plugin shared library (once: loading it again returns the same
+/// description); its kernels are then in `list_kernels` / `get_kernel`.
 #[pyfunction]
-fn load_plugin(path: std::path::PathBuf) -> PyResult<(String, String, Vec<String>)> {
+fn load_plugin(py: Python<'_>, path: std::path::PathBuf) -> PyResult<PyPlugin> {
     let info = dlbridge::load_plugin(&path).py_err()?;
-    Ok((info.name, info.version, info.kernels.into_iter().map(|k| k.signature).collect()))
+    let (mut kernels, mut kernel_names) = (Vec::with_capacity(info.kernels.len()), Vec::with_capacity(info.kernels.len()));
+    for k in &info.kernels {
+        let name = dlbridge::Signature::parse(&k.signature).map(|s| s.name).py_err()?;
+        if !kernel_names.contains(&name) {
+            kernels.push(Py::new(py, PyKernel::new(dlbridge::get_kernel(&name).py_err()?))?);
+            kernel_names.push(name);
+        }
+    }
+    let path = info.path.to_string_lossy().into_owned();
+    Ok(PyPlugin { name: info.name, version: info.version, abi: info.abi_version, path, kernels, kernel_names })
 }
 
 /// `from_dlpack(x, /, *, device=None, copy=None)`: any DLPack producer (or
@@ -69,21 +115,73 @@ fn shape_arg(shape: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
         .collect()
 }
 
-/// A zero-filled `dlbridge.Array`. `shape` is an int or a sequence of ints;
-/// too many dims, negative dims or a size that overflows are ValueErrors,
-/// memory that cannot be had is a MemoryError.
+/// A dtype name, dlbridge's or NumPy's. (`DType::from_str` reads the `x64` of
+/// `complex64` as a lane count, so NumPy's complex names are mapped here.)
+fn dtype_name(name: &str) -> PyResult<dlbridge::DType> {
+    let name = match name {
+        "complex64" => "c64",
+        "complex128" => "c128",
+        other => other,
+    };
+    name.parse().py_err()
+}
+
+/// A dtype argument: a name, dlbridge's (`f32`, `bf16`) or NumPy's and
+/// torch's (`float32`, `bfloat16`, `int64`, `bool`, `complex64`); a NumPy dtype
+/// or scalar type (`np.float32`, `np.dtype("int16")`); a torch dtype
+/// (`torch.float16`); Python's `float`, `int`, `bool`, `complex` (f64, i64,
+/// bool, c128, as NumPy reads them); None for the default, f32.
+fn dtype_arg(d: Option<&Bound<'_, PyAny>>) -> PyResult<dlbridge::DType> {
+    use pyo3::exceptions::PyTypeError;
+    use pyo3::types::{PyBool, PyComplex, PyFloat, PyInt, PyString, PyType};
+    let Some(d) = d.filter(|d| !d.is_none()) else { return Ok(dlbridge::DType::F32) };
+    if let Ok(s) = d.cast::<PyString>() {
+        return dtype_name(s.to_str()?);
+    }
+    let py = d.py();
+    if let Ok(t) = d.cast::<PyType>() {
+        let builtin = [(py.get_type::<PyBool>(), "bool"), (py.get_type::<PyInt>(), "i64"), (py.get_type::<PyFloat>(), "f64"), (py.get_type::<PyComplex>(), "c128")];
+        if let Some((_, name)) = builtin.iter().find(|(b, _)| t.is(b)) {
+            return name.parse().py_err();
+        }
+    }
+    // NumPy dtypes and scalar types: numpy.dtype(d).name. NumPy is imported
+    // only if it already is (a NumPy object implies it).
+    let modules = py.import("sys")?.getattr("modules")?;
+    if let Ok(np) = modules.get_item("numpy") {
+        let generic = np.getattr("generic")?;
+        let is_numpy = d.is_instance(&np.getattr("dtype")?)? || d.cast::<PyType>().is_ok_and(|t| t.is_subclass(&generic).unwrap_or(false));
+        if is_numpy {
+            return dtype_name(&np.getattr("dtype")?.call1((d,))?.getattr("name")?.extract::<String>()?);
+        }
+    }
+    // torch dtypes: str() is `torch.float32`.
+    if d.get_type().module().is_ok_and(|m| m.to_str().is_ok_and(|m| m == "torch")) {
+        let text = d.str()?.to_string();
+        if let Some(name) = text.strip_prefix("torch.") {
+            return dtype_name(name);
+        }
+    }
+    Err(PyTypeError::new_err(format!("dtype must be a dtype name (str), a NumPy or torch dtype or a Python scalar type, not {}", d.get_type().name()?)))
+}
+
+/// A zero-filled `dlbridge.Array`, NumPy's `zeros(shape, dtype)`: `shape` is
+/// an int or a sequence of ints, `dtype` a dtype name (`"f32"`, `"float32"`),
+/// NumPy or torch dtype or Python scalar type (default f32, not NumPy's
+/// float64). Too many dims, negative dims or a size that overflows are
+/// ValueErrors, memory that cannot be had is a MemoryError.
 #[pyfunction]
-#[pyo3(signature = (shape, dtype="f32"))]
-fn zeros(shape: &Bound<'_, PyAny>, dtype: &str) -> PyResult<PyArray> {
+#[pyo3(signature = (shape, dtype=None))]
+fn zeros(shape: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<PyArray> {
     let shape = shape_arg(shape)?;
-    let dtype: dlbridge::DType = dtype.parse().py_err()?;
+    let dtype = dtype_arg(dtype)?;
     dlbridge::Array::zeros(dtype, &shape).map(PyArray::new).py_err()
 }
 
-/// `0, 1, .., n-1` as a 1-d `dlbridge.Array`.
+/// `0, 1, .., n-1` as a 1-d `dlbridge.Array`; `dtype` as for `zeros`.
 #[pyfunction]
-#[pyo3(signature = (n, dtype="f32"))]
-fn arange(n: &Bound<'_, PyAny>, dtype: &str) -> PyResult<PyArray> {
+#[pyo3(signature = (n, dtype=None))]
+fn arange(n: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<PyArray> {
     let n = n.extract::<i64>().map_err(|e| {
         if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(n.py()) {
             pyo3::exceptions::PyValueError::new_err(format!("arange: n = {n} does not fit in 64 bits"))
@@ -91,7 +189,7 @@ fn arange(n: &Bound<'_, PyAny>, dtype: &str) -> PyResult<PyArray> {
             e
         }
     })?;
-    let dtype: dlbridge::DType = dtype.parse().py_err()?;
+    let dtype = dtype_arg(dtype)?;
     dlbridge::Array::arange(n, dtype).map(PyArray::new).py_err()
 }
 
@@ -107,6 +205,8 @@ fn inspect_capsule<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, pyo3::ty
 fn _dlbridge(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyArray>()?;
     m.add_class::<PyKernel>()?;
+    m.add_class::<dlbridge_python::kernel::PyParam>()?;
+    m.add_class::<PyPlugin>()?;
     m.add_function(wrap_pyfunction!(list_kernels, m)?)?;
     m.add_function(wrap_pyfunction!(get_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(load_plugin, m)?)?;

@@ -243,12 +243,12 @@ def test_zero_dim_and_zero_size_tensors_cross_every_path(shape):
 def test_negative_strides_from_numpy_are_read_correctly():
     rev = np.arange(5, dtype=np.float64)[::-1]
     a = dlbridge.from_dlpack(rev)
-    assert a.strides == (-1,) and a.tolist() == [4.0, 3.0, 2.0, 1.0, 0.0]
+    assert a.strides == rev.strides == (-8,) and a.element_strides == (-1,) and a.tolist() == [4.0, 3.0, 2.0, 1.0, 0.0]
     assert dlbridge.get_kernel("copy")(rev).tolist() == [4.0, 3.0, 2.0, 1.0, 0.0]
 
 
 def test_transposed_and_offset_views_keep_their_layout():
     t = torch.arange(20.0).reshape(4, 5)[1:, 1:].t()
     a = dlbridge.from_dlpack(t)
-    assert a.strides == tuple(t.stride()) and a.tolist() == t.tolist()
+    assert a.element_strides == tuple(t.stride()) and a.tolist() == t.tolist()
     assert a.data_ptr == t.data_ptr()

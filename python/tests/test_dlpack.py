@@ -27,7 +27,7 @@ def test_torch_and_numpy_take_an_array_with_zero_copies():
 def test_from_dlpack_and_asarray_import_with_zero_copies():
     t = torch.arange(10.0).reshape(2, 5)[:, ::2]
     a = dlbridge.from_dlpack(t)
-    assert a.data_ptr == t.data_ptr() and a.shape == (2, 3) and a.strides == (5, 2)
+    assert a.data_ptr == t.data_ptr() and a.shape == (2, 3) and a.element_strides == (5, 2) and a.strides == (20, 8)
     assert a.tolist() == t.tolist()
     n = np.arange(6, dtype=np.int16)
     b = dlbridge.asarray(n)

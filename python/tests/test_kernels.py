@@ -122,10 +122,10 @@ def test_kernel_objects_describe_themselves():
 
 
 def test_plugin_kernels_run_on_torch_and_numpy(c_plugin):
-    name, version, sigs = dlbridge.load_plugin(str(c_plugin))
-    assert (name, version) == ("example-c", "1.0.0")
-    assert "c_saxpy(alpha: f64, x: f32[N], y: mut f32[N])" in sigs
-    assert dlbridge.load_plugin(str(c_plugin))[0] == "example-c"  # loading twice is harmless
+    plugin = dlbridge.load_plugin(str(c_plugin))
+    assert (plugin.name, plugin.version) == ("example-c", "1.0.0")
+    assert "c_saxpy(alpha: f64, x: f32[N], y: mut f32[N])" in [k.signature for k in plugin.kernels]
+    assert dlbridge.load_plugin(str(c_plugin)).name == "example-c"  # loading twice is harmless
     y = torch.ones(4)
     dlbridge.get_kernel("c_saxpy")(3.0, torch.arange(4.0), y)
     torch.testing.assert_close(y, 1 + 3 * torch.arange(4.0))

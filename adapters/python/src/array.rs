@@ -28,9 +28,9 @@ use dlbridge_core::view::try_vec_with_capacity;
 use dlbridge_core::{DType, Flags, ManagedTensor};
 use dlpark::python::{DlpackExporter, ExportRequest, export_dlpack};
 use dlpark::{DlpackFlags, Managed};
-use pyo3::exceptions::{PyBufferError, PyValueError};
+use pyo3::exceptions::{PyBufferError, PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::{PyBool, PyList, PySlice, PyTuple};
 use pyo3::{IntoPyObjectExt, ffi};
 
 use crate::buffer::format_of;
@@ -149,10 +149,25 @@ impl PyArray {
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         PyTuple::new(py, self.inner.shape())
     }
-    /// The strides in elements, as a tuple.
+    /// The strides in bytes, as a tuple (NumPy's `strides`); a TypeError for
+    /// dtypes whose elements are not whole bytes (`element_strides` has them).
     #[getter]
     fn strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let item = self.itemsize()? as i64;
+        let bytes: Option<Vec<i64>> = self.inner.strides().iter().map(|s| s.checked_mul(item)).collect();
+        let bytes = bytes.ok_or_else(|| PyValueError::new_err(format!("strides {:?} (elements) in bytes overflow 64 bits", self.inner.strides())))?;
+        PyTuple::new(py, bytes)
+    }
+    /// The strides in elements, as a tuple (DLPack's and torch's `stride()` convention).
+    #[getter]
+    fn element_strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         PyTuple::new(py, self.inner.strides())
+    }
+    /// Bytes per element (NumPy's `itemsize`); a TypeError for sub-byte dtypes.
+    #[getter]
+    fn itemsize(&self) -> PyResult<usize> {
+        let dtype = self.inner.dtype();
+        dtype.itemsize().ok_or_else(|| PyTypeError::new_err(format!("{dtype} elements are not whole bytes: no byte strides or itemsize (use element_strides)")))
     }
     /// The dtype name (`f32`, `bf16`, ...).
     #[getter]
@@ -186,17 +201,133 @@ impl PyArray {
     }
 
     fn __len__(&self) -> PyResult<usize> {
-        self.inner.shape().first().map(|&n| n as usize).ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("len() of a 0-d array"))
+        self.inner.shape().first().map(|&n| n as usize).ok_or_else(|| PyTypeError::new_err("len() of unsized object (a 0-d array)"))
     }
 
+    /// `dlbridge.Array(shape=(2, 3), dtype='f32')`, plus the element strides of
+    /// a layout that is not C-contiguous and `readonly=True` where it applies.
     fn __repr__(&self) -> String {
-        format!("dlbridge.Array(shape={:?}, dtype={}, strides={:?}{})", self.inner.shape(), self.inner.dtype(), self.inner.strides(), if self.inner.is_read_only() { ", readonly" } else { "" })
+        let a = &self.inner;
+        let mut s = format!("dlbridge.Array(shape={}, dtype='{}'", py_tuple_text(a.shape()), a.dtype());
+        if !a.is_contiguous() {
+            s += &format!(", element_strides={}", py_tuple_text(a.strides()));
+        }
+        if a.device() != dlbridge_core::Device::CPU {
+            s += &format!(", device='{}'", a.device());
+        }
+        if a.is_read_only() {
+            s += ", readonly=True";
+        }
+        s + ")"
     }
 
-    /// The transpose of a 2-d array (a view).
+    /// The array with its dims reversed (NumPy's `.T`), a view sharing memory.
     #[getter(T)]
     fn t(&self) -> PyResult<PyArray> {
-        Ok(PyArray::new(self.inner.t().py_err()?))
+        let perm: Vec<usize> = (0..self.inner.ndim()).rev().collect();
+        Ok(PyArray::new(self.inner.permute(&perm).py_err()?))
+    }
+
+    /// NumPy's `transpose`: `a.transpose()` / `a.transpose(None)` reverse the
+    /// dims, `a.transpose((1, 0, 2))` and `a.transpose(1, 0, 2)` permute them
+    /// (output dim `i` is input dim `axes[i]`; negative axes count from the
+    /// end). A view sharing memory. Axes that are not a permutation of the
+    /// dims are a ValueError.
+    #[pyo3(signature = (*axes))]
+    fn transpose(&self, axes: &Bound<'_, PyTuple>) -> PyResult<PyArray> {
+        let n = self.inner.ndim();
+        let items: Vec<Bound<'_, PyAny>> = match axes.len() {
+            0 => Vec::new(),
+            1 if axes.get_item(0)?.is_none() => Vec::new(),
+            1 if axes.get_item(0)?.hasattr("__index__")? => axes.iter().collect(),
+            1 => axes.get_item(0)?.try_iter()?.collect::<PyResult<_>>()?,
+            _ => axes.iter().collect(),
+        };
+        if items.is_empty() {
+            return self.t();
+        }
+        if items.len() != n {
+            return Err(PyValueError::new_err(format!("axes don't match array: {} axes for a {n}-d array", items.len())));
+        }
+        let mut perm = Vec::with_capacity(n);
+        for item in &items {
+            let ax = index_value(item)?;
+            let norm = if ax < 0 { ax.checked_add(n as i64) } else { Some(ax) }.filter(|&a| (0..n as i64).contains(&a));
+            let Some(a) = norm else {
+                return Err(PyValueError::new_err(format!("axis {ax} is out of bounds for array of dimension {n}")));
+            };
+            if perm.contains(&(a as usize)) {
+                return Err(PyValueError::new_err("repeated axis in transpose"));
+            }
+            perm.push(a as usize);
+        }
+        Ok(PyArray::new(self.inner.permute(&perm).py_err()?))
+    }
+
+    /// Basic indexing as NumPy does it, always a view sharing memory: an int
+    /// (negative counts from the end) picks one element and drops the dim, a
+    /// slice keeps it (any step, negative too), `...` stands for every dim
+    /// not indexed, and a tuple combines them; dims not indexed are kept
+    /// whole. An int out of range or more indices than dims is an IndexError;
+    /// a step of zero is a ValueError; other index types (None, arrays,
+    /// bools) are an IndexError. Indexing every dim with ints gives a 0-d Array.
+    fn __getitem__(&self, key: &Bound<'_, PyAny>) -> PyResult<PyArray> {
+        let items: Vec<Bound<'_, PyAny>> = match key.cast::<PyTuple>() {
+            Ok(t) => t.iter().collect(),
+            Err(_) => vec![key.clone()],
+        };
+        let is_ellipsis = |o: &Bound<'_, PyAny>| o.is(o.py().Ellipsis());
+        let ellipses = items.iter().filter(|o| is_ellipsis(o)).count();
+        if ellipses > 1 {
+            return Err(PyIndexError::new_err("an index can only have a single ellipsis ('...')"));
+        }
+        let ndim = self.inner.ndim();
+        let indexed = items.len() - ellipses;
+        if indexed > ndim {
+            return Err(PyIndexError::new_err(format!("too many indices for array: array is {ndim}-dimensional, but {indexed} were indexed")));
+        }
+        let mut out = (*self.inner).clone();
+        // `dim` is the dim of `out` the next index applies to (ints drop theirs),
+        // `axis` the same dim of `self` (for error messages).
+        let (mut dim, mut axis) = (0usize, 0usize);
+        for item in &items {
+            if is_ellipsis(item) {
+                dim += ndim - indexed;
+                axis += ndim - indexed;
+                continue;
+            }
+            if let Ok(s) = item.cast::<PySlice>() {
+                let n = out.shape()[dim];
+                let len = isize::try_from(n).map_err(|_| PyIndexError::new_err(format!("dim {dim} of size {n} is too large to slice")))?;
+                let ix = s.indices(len)?;
+                let (start, step, count) = (ix.start as i64, ix.step as i64, ix.slicelength as i64);
+                out = if count == 0 {
+                    // As NumPy: an empty slice has step 1 (its stride is the dim's own).
+                    out.slice(dim, 0, 0, 1)
+                } else {
+                    // The exact end: `slice` reads a negative end as counted from the end,
+                    // so "before index 0" (step < 0) is passed as i64::MIN (clamped to -1).
+                    let end = start + (count - 1) * step + step.signum();
+                    out.slice(dim, start, if end < 0 { i64::MIN } else { end }, step)
+                }
+                .py_err()?;
+                dim += 1;
+            } else if item.is_instance_of::<PyBool>() || !item.hasattr("__index__")? {
+                return Err(PyIndexError::new_err(format!(
+                    "only integers, slices (`:`) and ellipsis (`...`) are valid dlbridge.Array indices, not {}",
+                    item.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
+                )));
+            } else {
+                let n = out.shape()[dim];
+                let i = index_value(item)?;
+                if !(-n..n).contains(&i) {
+                    return Err(PyIndexError::new_err(format!("index {item} is out of bounds for axis {axis} with size {n}")));
+                }
+                out = out.select(dim, i).py_err()?;
+            }
+            axis += 1;
+        }
+        Ok(PyArray::new(out))
     }
 
     /// A contiguous copy.
@@ -346,6 +477,25 @@ impl PyArray {
                 (*view).internal = std::ptr::null_mut();
             }
         }
+    }
+}
+
+/// `(2, 3)`, `(2,)` or `()`: a tuple of ints as Python writes it.
+fn py_tuple_text(v: &[i64]) -> String {
+    match v {
+        [x] => format!("({x},)"),
+        _ => format!("({})", v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+/// An index or axis through `__index__` (ints, NumPy integers); one that does
+/// not fit in 64 bits saturates (it is out of range anyway).
+fn index_value(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    let i = obj.call_method0("__index__")?;
+    match i.extract::<i64>() {
+        Ok(v) => Ok(v),
+        Err(_) if i.lt(0)? => Ok(i64::MIN),
+        Err(_) => Ok(i64::MAX),
     }
 }
 

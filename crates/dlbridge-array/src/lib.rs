@@ -5,7 +5,7 @@
 //!
 //! | what | zero copy? |
 //! |------|-----------|
-//! | `transpose`, `permute`, `slice` (any step, negative too), `clone` | yes: views share memory |
+//! | `transpose`, `permute`, `slice` (any step, negative too), `select`, `clone` | yes: views share memory |
 //! | export: [`Array::into_managed`] / [`Array::to_managed`] | yes: the memory lives until the last consumer's deleter runs |
 //! | import: [`Array::from_managed`] | yes: the foreign owner is kept alive by the Array |
 //! | `zeros`, `from_vec`, `from_slice`, `from_bytes`, `arange`, `contiguous` | allocate (aligned, so they copy) |
@@ -25,9 +25,16 @@
 //! Mutation: [`Array::view_mut`] is granted only to a handle whose memory no
 //! other `Array`, view or export shares (the storage's reference count is 1)
 //! and which is not read-only, so safe Rust can never observe a data race.
+//!
+//! Unsafe code: the allocation lives in `raw`; this root allows it on four
+//! items only, each relying on `Array`'s private field invariants: the
+//! `Send`/`Sync` impls, [`Array::view`], [`Array::view_mut`] and
+//! [`Array::into_managed`]. `unsafe_code` is denied everywhere else.
 
 #![deny(missing_docs)]
+#![deny(unsafe_code)]
 
+#[allow(unsafe_code)]
 mod raw;
 mod scalar;
 
@@ -67,8 +74,10 @@ pub struct Array {
 // SAFETY: the storage is Send + Sync (plain bytes or a ManagedTensor, whose
 // deleter DLPack makes callable from any thread) and `data` points into it;
 // writes need `&mut self` plus a unique storage (see view_mut).
+#[allow(unsafe_code)]
 unsafe impl Send for Array {}
 // SAFETY: `&Array` only gives read-only views.
+#[allow(unsafe_code)]
 unsafe impl Sync for Array {}
 
 impl fmt::Debug for Array {
@@ -261,6 +270,7 @@ impl Array {
     }
 
     /// A read-only view of the array.
+    #[allow(unsafe_code)]
     pub fn view(&self) -> TensorView<'_> {
         // SAFETY: `extent` is what check_layout returned for this very layout at
         // `data` (every constructor and view operation computes or carries it), so
@@ -281,6 +291,7 @@ impl Array {
 
     /// A writable view. Refused for read-only arrays and while any other
     /// Array, view or export shares the memory.
+    #[allow(unsafe_code)]
     pub fn view_mut(&mut self) -> Result<TensorViewMut<'_>> {
         if self.is_read_only() {
             return Err(Error::ReadOnly { what: "Array::view_mut".into() });
@@ -402,6 +413,25 @@ impl Array {
         Ok(out)
     }
 
+    /// Element `index` along `dim`, with that dim dropped, as a view (NumPy's
+    /// `a[.., index, ..]`): a negative `index` counts from the end; an index
+    /// outside `-n..n` is an [`Error::InvalidArgument`].
+    pub fn select(&self, dim: usize, index: i64) -> Result<Array> {
+        let Some(&n) = self.shape.get(dim) else {
+            return Err(Error::InvalidArgument(format!("select: dim {dim} of a {}-d array", self.ndim())));
+        };
+        // n >= 0, so `index + n` cannot overflow for a negative index.
+        let i = if index < 0 { index + n } else { index };
+        if !(0..n).contains(&i) {
+            return Err(Error::InvalidArgument(format!("select: index {index} is out of bounds for dim {dim} of size {n}")));
+        }
+        let mut out = self.slice(dim, i, i + 1, 1)?;
+        out.shape.remove(dim);
+        out.strides.remove(dim);
+        out.extent = out.checked_extent()?;
+        Ok(out)
+    }
+
     /// A contiguous copy of the array (always a fresh, unshared allocation).
     #[inline]
     pub fn contiguous(&self) -> Result<Array> {
@@ -413,6 +443,7 @@ impl Array {
 
     /// Exports the array as a DLPack tensor with zero copies. The memory lives
     /// until the consumer calls the deleter (and every other handle dropped).
+    #[allow(unsafe_code)]
     pub fn into_managed(self) -> Result<ManagedTensor> {
         let data = self.data.cast();
         let shape = self.shape.clone();

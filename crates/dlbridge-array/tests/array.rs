@@ -164,3 +164,23 @@ fn negative_stride_views_export_and_import() {
     let back = Array::from_managed(t).unwrap();
     assert_eq!(back.to_vec::<f64>().unwrap(), vec![5.0, 3.0, 1.0]);
 }
+
+#[test]
+fn select_drops_the_dim_and_shares_memory() {
+    let m = Array::from_slice(&(0..12).collect::<Vec<i32>>(), &[3, 4]).unwrap();
+    let row = m.select(0, 1).unwrap();
+    assert_eq!(row.shape(), &[4]);
+    assert_eq!(row.to_vec::<i32>().unwrap(), vec![4, 5, 6, 7]);
+    assert_eq!(row.data_ptr() as usize, m.data_ptr() as usize + 16);
+    let col = m.select(1, -1).unwrap();
+    assert_eq!((col.shape(), col.strides()), (&[3i64][..], &[4i64][..]));
+    assert_eq!(col.to_vec::<i32>().unwrap(), vec![3, 7, 11]);
+    let x = col.select(0, 2).unwrap();
+    assert_eq!(x.ndim(), 0);
+    assert_eq!(x.to_vec::<i32>().unwrap(), vec![11]);
+    assert!(m.select(0, 3).is_err() && m.select(0, -4).is_err() && m.select(2, 0).is_err());
+    assert!(m.select(0, i64::MIN).is_err());
+    for a in [&row, &col, &x] {
+        a.check().unwrap();
+    }
+}
