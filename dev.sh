@@ -5,8 +5,8 @@
 #          fast when already done (a stamp keyed on python/requirements-dev.txt)
 #   demo   set up, build the Python extension (pyproject.toml: the same build
 #          `pip install .` runs), run the PyTorch demo
-#   test   set up, then run every test: the Rust workspace, clippy with the
-#          workspace lints as errors, and the Python suite (pytest)
+#   test   set up, then run every test: rustfmt --check, the Rust workspace,
+#          clippy with the workspace lints as errors, and the Python suite (pytest)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -70,6 +70,8 @@ run_tests() {
     export PYO3_PYTHON="$PWD/.venv/bin/python"
     export LIBTORCH_USE_PYTORCH=1
     export PATH="$PWD/.venv/bin:$PATH"
+    log "cargo fmt --check (rustfmt.toml)"
+    cargo fmt --check
     log "cargo test --workspace (all crates but the extension module)"
     cargo test --workspace --exclude dlbridge-py --quiet
     log "tch example: a small MLP mixing tch layers with registry kernels"

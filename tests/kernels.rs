@@ -29,7 +29,9 @@ fn builtins_register_without_problems() {
     let reg = dlbridge::registry();
     assert!(reg.problems().is_empty(), "{:?}", reg.problems());
     let names: Vec<String> = reg.list().iter().map(|k| k.name().to_owned()).collect();
-    for n in ["add", "sub", "mul", "div", "maximum", "axpy", "relu", "gelu", "sum", "mean", "sum_all", "mean_all", "softmax", "matmul", "copy"] {
+    for n in
+        ["add", "sub", "mul", "div", "maximum", "axpy", "relu", "gelu", "sum", "mean", "sum_all", "mean_all", "softmax", "matmul", "copy"]
+    {
         assert!(names.iter().any(|x| x == n), "{n} missing from {names:?}");
     }
 }
@@ -246,7 +248,10 @@ fn matmul_matches_the_naive_product_on_any_strides() {
     let c = run("matmul", &mut [ArrayArg::In(&ar), ArrayArg::In(&eye)]);
     assert_eq!(c[0].to_vec::<f32>().unwrap(), vec![3.0, 4.0, 1.0, 2.0]);
     // K = 0 gives zeros, M = 0 an empty result.
-    let z = run("matmul", &mut [ArrayArg::In(&Array::zeros(DType::F32, &[2, 0]).unwrap()), ArrayArg::In(&Array::zeros(DType::F32, &[0, 3]).unwrap())]);
+    let z = run(
+        "matmul",
+        &mut [ArrayArg::In(&Array::zeros(DType::F32, &[2, 0]).unwrap()), ArrayArg::In(&Array::zeros(DType::F32, &[0, 3]).unwrap())],
+    );
     assert_eq!(z[0].to_vec::<f32>().unwrap(), vec![0.0; 6]);
 }
 

@@ -75,7 +75,9 @@ fn every_readme_block_follows_the_conventions() {
     for b in blocks(&readme()) {
         let at = format!("README.md:{}", b.line);
         match (b.lang.as_str(), b.comment.as_deref()) {
-            ("", _) => problems.push(format!("{at}: a block without a language (rustdoc would compile it as Rust): use ```text for output")),
+            ("", _) => {
+                problems.push(format!("{at}: a block without a language (rustdoc would compile it as Rust): use ```text for output"))
+            }
             ("rust", Some(c)) if c.starts_with("runs in") || c.starts_with("not run") => {
                 problems.push(format!("{at}: a ```rust block runs as a doctest; the comment `{c}` before it is wrong"))
             }
@@ -97,7 +99,9 @@ fn every_readme_block_follows_the_conventions() {
                     match rest.find(l) {
                         Some(i) => rest = &rest[i + l.len()..],
                         None => {
-                            problems.push(format!("{at}: the line `{l}` is not in {path} (in order): the README block and its test drifted apart"));
+                            problems.push(format!(
+                                "{at}: the line `{l}` is not in {path} (in order): the README block and its test drifted apart"
+                            ));
                             break;
                         }
                     }
@@ -105,9 +109,7 @@ fn every_readme_block_follows_the_conventions() {
             }
             ("python", None) => {}
             ("python", Some(c)) if c.starts_with("not run: ") && c.len() > "not run: ".len() => {}
-            (lang, comment) => problems.push(format!(
-                "{at}: ```{lang} with comment {comment:?}: see tests/readme.rs for the conventions"
-            )),
+            (lang, comment) => problems.push(format!("{at}: ```{lang} with comment {comment:?}: see tests/readme.rs for the conventions")),
         }
     }
     assert!(problems.is_empty(), "README.md code blocks:\n  {}", problems.join("\n  "));
@@ -153,7 +155,13 @@ fn text_block(first: &str) -> Block {
 fn readme_demo_output_is_what_the_demo_prints() {
     let b = text_block("dlbridge demo:");
     let actual: Vec<String> = dlbridge::demo::array_round_trip().unwrap().lines().map(str::to_owned).collect();
-    assert!(matches(&b.lines, &actual), "README.md:{} quotes\n{}\nbut `dlbridge demo` prints\n{}", b.line, b.lines.join("\n"), actual.join("\n"));
+    assert!(
+        matches(&b.lines, &actual),
+        "README.md:{} quotes\n{}\nbut `dlbridge demo` prints\n{}",
+        b.line,
+        b.lines.join("\n"),
+        actual.join("\n")
+    );
 }
 
 #[test]

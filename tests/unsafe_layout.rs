@@ -101,9 +101,7 @@ fn code(line: &str) -> &str {
 /// extern blocks and unsafe attributes.
 fn uses_unsafe(line: &str) -> bool {
     let c = code(line);
-    ["unsafe {", "unsafe fn", "unsafe impl", "unsafe trait", "unsafe extern", "unsafe(", "unsafe{"]
-        .iter()
-        .any(|p| c.contains(p))
+    ["unsafe {", "unsafe fn", "unsafe impl", "unsafe trait", "unsafe extern", "unsafe(", "unsafe{"].iter().any(|p| c.contains(p))
 }
 
 fn is_unsafe_code_lint(line: &str, levels: &[&str]) -> bool {
@@ -243,7 +241,15 @@ fn unsafe_code_is_confined_to_the_modules_the_readme_names() {
             let rel = file.strip_prefix(&root).unwrap().display();
             let text = fs::read_to_string(file).unwrap();
             let level = text.lines().map(|l| code(l).trim()).find_map(|l| {
-                (l.starts_with("#![") && l.contains("unsafe_code")).then(|| if l.contains("forbid(") { "forbid" } else if l.contains("deny(") { "deny" } else { "other" })
+                (l.starts_with("#![") && l.contains("unsafe_code")).then(|| {
+                    if l.contains("forbid(") {
+                        "forbid"
+                    } else if l.contains("deny(") {
+                        "deny"
+                    } else {
+                        "other"
+                    }
+                })
             });
             match level {
                 Some("forbid") | Some("deny") => {}
@@ -268,14 +274,11 @@ fn unsafe_code_is_confined_to_the_modules_the_readme_names() {
             problems.push(format!("{f} is allowed unsafe code but uses none: remove the allow"));
         }
         match layout.get(m.as_str()) {
-            Some(None) if !scan.allowed.is_empty() => problems.push(format!(
-                "README Layout says `{m}` has no unsafe code, but it allows it in {:?}",
-                scan.allowed
-            )),
-            Some(Some(listed)) if *listed != scan.allowed => problems.push(format!(
-                "README Layout says `{m}` allows unsafe code in {listed:?}; the code allows it in {:?}",
-                scan.allowed
-            )),
+            Some(None) if !scan.allowed.is_empty() => {
+                problems.push(format!("README Layout says `{m}` has no unsafe code, but it allows it in {:?}", scan.allowed))
+            }
+            Some(Some(listed)) if *listed != scan.allowed => problems
+                .push(format!("README Layout says `{m}` allows unsafe code in {listed:?}; the code allows it in {:?}", scan.allowed)),
             _ => {}
         }
     }

@@ -49,7 +49,13 @@ impl PyPlugin {
     fn __repr__(&self, py: Python<'_>) -> String {
         let names: Vec<String> = self.kernel_names.iter().map(|k| format!("'{k}'")).collect();
         let path = pyo3::types::PyString::new(py, &self.path).repr().map(|r| r.to_string()).unwrap_or_default();
-        format!("dlbridge.Plugin(name='{}', version='{}', abi={}, path={path}, kernels=[{}])", self.name, self.version, self.abi, names.join(", "))
+        format!(
+            "dlbridge.Plugin(name='{}', version='{}', abi={}, path={path}, kernels=[{}])",
+            self.name,
+            self.version,
+            self.abi,
+            names.join(", ")
+        )
     }
 }
 
@@ -140,7 +146,12 @@ fn dtype_arg(d: Option<&Bound<'_, PyAny>>) -> PyResult<dlbridge::DType> {
     }
     let py = d.py();
     if let Ok(t) = d.cast::<PyType>() {
-        let builtin = [(py.get_type::<PyBool>(), "bool"), (py.get_type::<PyInt>(), "i64"), (py.get_type::<PyFloat>(), "f64"), (py.get_type::<PyComplex>(), "c128")];
+        let builtin = [
+            (py.get_type::<PyBool>(), "bool"),
+            (py.get_type::<PyInt>(), "i64"),
+            (py.get_type::<PyFloat>(), "f64"),
+            (py.get_type::<PyComplex>(), "c128"),
+        ];
         if let Some((_, name)) = builtin.iter().find(|(b, _)| t.is(b)) {
             return name.parse().py_err();
         }
@@ -162,7 +173,10 @@ fn dtype_arg(d: Option<&Bound<'_, PyAny>>) -> PyResult<dlbridge::DType> {
             return dtype_name(name);
         }
     }
-    Err(PyTypeError::new_err(format!("dtype must be a dtype name (str), a NumPy or torch dtype or a Python scalar type, not {}", d.get_type().name()?)))
+    Err(PyTypeError::new_err(format!(
+        "dtype must be a dtype name (str), a NumPy or torch dtype or a Python scalar type, not {}",
+        d.get_type().name()?
+    )))
 }
 
 /// A zero-filled `dlbridge.Array`, NumPy's `zeros(shape, dtype)`: `shape` is

@@ -155,7 +155,8 @@ impl PyArray {
     fn strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let item = self.itemsize()? as i64;
         let bytes: Option<Vec<i64>> = self.inner.strides().iter().map(|s| s.checked_mul(item)).collect();
-        let bytes = bytes.ok_or_else(|| PyValueError::new_err(format!("strides {:?} (elements) in bytes overflow 64 bits", self.inner.strides())))?;
+        let bytes = bytes
+            .ok_or_else(|| PyValueError::new_err(format!("strides {:?} (elements) in bytes overflow 64 bits", self.inner.strides())))?;
         PyTuple::new(py, bytes)
     }
     /// The strides in elements, as a tuple (DLPack's and torch's `stride()` convention).
@@ -167,7 +168,9 @@ impl PyArray {
     #[getter]
     fn itemsize(&self) -> PyResult<usize> {
         let dtype = self.inner.dtype();
-        dtype.itemsize().ok_or_else(|| PyTypeError::new_err(format!("{dtype} elements are not whole bytes: no byte strides or itemsize (use element_strides)")))
+        dtype.itemsize().ok_or_else(|| {
+            PyTypeError::new_err(format!("{dtype} elements are not whole bytes: no byte strides or itemsize (use element_strides)"))
+        })
     }
     /// The dtype name (`f32`, `bf16`, ...).
     #[getter]
@@ -284,7 +287,9 @@ impl PyArray {
         let ndim = self.inner.ndim();
         let indexed = items.len() - ellipses;
         if indexed > ndim {
-            return Err(PyIndexError::new_err(format!("too many indices for array: array is {ndim}-dimensional, but {indexed} were indexed")));
+            return Err(PyIndexError::new_err(format!(
+                "too many indices for array: array is {ndim}-dimensional, but {indexed} were indexed"
+            )));
         }
         let mut out = (*self.inner).clone();
         // `dim` is the dim of `out` the next index applies to (ints drop theirs),

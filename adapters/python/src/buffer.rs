@@ -151,9 +151,14 @@ pub fn import(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<ManagedTensor>
         };
         if let Some(bytes) = s {
             // itemsize >= 1: parse_format matched it to a byte-sized dtype.
-            let item = i64::try_from(itemsize).ok().filter(|&i| i > 0).ok_or_else(|| PyBufferError::new_err(format!("buffer itemsize {itemsize}")))?;
+            let item = i64::try_from(itemsize)
+                .ok()
+                .filter(|&i| i > 0)
+                .ok_or_else(|| PyBufferError::new_err(format!("buffer itemsize {itemsize}")))?;
             if bytes.checked_rem(item) != Some(0) {
-                return Err(PyBufferError::new_err(format!("buffer stride {bytes} bytes (dim {d}) is not a multiple of the itemsize {itemsize}: DLPack strides count elements")));
+                return Err(PyBufferError::new_err(format!(
+                    "buffer stride {bytes} bytes (dim {d}) is not a multiple of the itemsize {itemsize}: DLPack strides count elements"
+                )));
             }
             strides.push(bytes / item);
         }

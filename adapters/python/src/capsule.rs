@@ -93,9 +93,9 @@ pub fn consume_object(obj: &Bound<'_, PyAny>, req: Request) -> PyResult<Consumed
         return Ok(Consumed { tensor: consume_capsule(obj)?, origin: Origin::Capsule });
     }
     let py = obj.py();
-    let method = obj.getattr(pyo3::intern!(py, "__dlpack__")).map_err(|_| {
-        PyTypeError::new_err(format!("{} has no __dlpack__ method (and is not a DLPack capsule)", type_name(obj)))
-    })?;
+    let method = obj
+        .getattr(pyo3::intern!(py, "__dlpack__"))
+        .map_err(|_| PyTypeError::new_err(format!("{} has no __dlpack__ method (and is not a DLPack capsule)", type_name(obj))))?;
     let kwargs = PyDict::new(py);
     kwargs.set_item(pyo3::intern!(py, "max_version"), (DLPACK_MAJOR, DLPACK_MINOR))?;
     if let Some(d) = req.dl_device {

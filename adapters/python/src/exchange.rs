@@ -212,9 +212,7 @@ impl Api {
             if obj.getattr(pyo3::intern!(py, "requires_grad"))?.is_truthy()? {
                 return Err(PyBufferError::new_err("the tensor requires grad and this argument is written in place; detach() it first"));
             }
-            if t.is_inference.bind(py).call1((obj,))?.is_truthy()?
-                && !t.inference_mode_enabled.bind(py).call0()?.is_truthy()?
-            {
+            if t.is_inference.bind(py).call1((obj,))?.is_truthy()? && !t.inference_mode_enabled.bind(py).call0()?.is_truthy()? {
                 return Err(PyBufferError::new_err(
                     "the tensor is an inference tensor, which may only be written inside torch.inference_mode() (torch refuses in-place updates to it too)",
                 ));
@@ -265,7 +263,8 @@ impl Api {
     /// Borrows `obj`'s DLTensor (valid while the GIL is held, `obj` is alive and
     /// control has not returned to Python).
     pub fn borrow(&self, obj: &Bound<'_, PyAny>) -> PyResult<DLTensor> {
-        let f = self.table().dltensor_from_py_object_no_sync.ok_or_else(|| PyRuntimeError::new_err("no dltensor_from_py_object_no_sync"))?;
+        let f =
+            self.table().dltensor_from_py_object_no_sync.ok_or_else(|| PyRuntimeError::new_err("no dltensor_from_py_object_no_sync"))?;
         let mut out = DLTensor {
             data: std::ptr::null_mut(),
             device: DLDevice { device_type: dlbridge_core::ffi::DLDeviceType(0), device_id: 0 },
@@ -285,7 +284,10 @@ impl Api {
 
     /// An owning DLPack tensor of `obj`.
     pub fn managed(&self, obj: &Bound<'_, PyAny>) -> PyResult<ManagedTensor> {
-        let f = self.table().managed_tensor_from_py_object_no_sync.ok_or_else(|| PyRuntimeError::new_err("no managed_tensor_from_py_object_no_sync"))?;
+        let f = self
+            .table()
+            .managed_tensor_from_py_object_no_sync
+            .ok_or_else(|| PyRuntimeError::new_err("no managed_tensor_from_py_object_no_sync"))?;
         let mut out: *mut DLManagedTensorVersioned = std::ptr::null_mut();
         // SAFETY: `obj` has the type this table came from; `out` receives ownership.
         let rc = unsafe { f(obj.as_ptr().cast(), &mut out) };
@@ -342,7 +344,10 @@ impl Api {
 
     /// Turns an owning tensor into the producer's Python object (ownership moves).
     pub fn to_py<'py>(&self, py: Python<'py>, tensor: ManagedTensor) -> PyResult<Bound<'py, PyAny>> {
-        let f = self.table().managed_tensor_to_py_object_no_sync.ok_or_else(|| PyRuntimeError::new_err("no managed_tensor_to_py_object_no_sync"))?;
+        let f = self
+            .table()
+            .managed_tensor_to_py_object_no_sync
+            .ok_or_else(|| PyRuntimeError::new_err("no managed_tensor_to_py_object_no_sync"))?;
         let raw = tensor.into_raw_versioned();
         let mut out: *mut c_void = std::ptr::null_mut();
         // SAFETY: ownership of `raw` passes to the producer whatever the outcome

@@ -64,7 +64,9 @@ impl Imported {
             Held::Array(a) => a.view(),
             Held::Borrowed(v) => v.clone(),
             Held::Managed(m) => m.view().clone(),
-            Held::Lent => return Err(pyo3::exceptions::PyRuntimeError::new_err("internal error: a lent tensor was read before it was borrowed")),
+            Held::Lent => {
+                return Err(pyo3::exceptions::PyRuntimeError::new_err("internal error: a lent tensor was read before it was borrowed"));
+            }
         })
     }
 
@@ -221,7 +223,10 @@ pub fn from_dlpack(obj: &Bound<'_, PyAny>, device: Option<&Bound<'_, PyAny>>, co
         )));
     };
     if !array.device().is_host_accessible() {
-        return Err(PyBufferError::new_err(format!("from_dlpack: the tensor lives on {}, and dlbridge.Array holds host memory", array.device())));
+        return Err(PyBufferError::new_err(format!(
+            "from_dlpack: the tensor lives on {}, and dlbridge.Array holds host memory",
+            array.device()
+        )));
     }
     if copy == Some(true) {
         // A new, writable array that shares nothing with the source.
@@ -238,13 +243,22 @@ fn producer_device(obj: &Bound<'_, PyAny>) -> PyResult<Option<(i32, i32)>> {
     match obj.call_method0(pyo3::intern!(obj.py(), "__dlpack_device__")) {
         Ok(d) => {
             let (kind, id): (Bound<'_, PyAny>, Bound<'_, PyAny>) = d.extract().map_err(|_| {
-                PyTypeError::new_err(format!("{}.__dlpack_device__() must return a (device_type, device_id) tuple", capsule::type_name(obj)))
+                PyTypeError::new_err(format!(
+                    "{}.__dlpack_device__() must return a (device_type, device_id) tuple",
+                    capsule::type_name(obj)
+                ))
             })?;
             let kind: i32 = kind.extract().map_err(|_| {
-                pyo3::exceptions::PyValueError::new_err(format!("{}.__dlpack_device__(): device_type is not a 32-bit integer", capsule::type_name(obj)))
+                pyo3::exceptions::PyValueError::new_err(format!(
+                    "{}.__dlpack_device__(): device_type is not a 32-bit integer",
+                    capsule::type_name(obj)
+                ))
             })?;
             let id: i32 = id.extract().map_err(|_| {
-                pyo3::exceptions::PyValueError::new_err(format!("{}.__dlpack_device__(): device_id is not a 32-bit integer", capsule::type_name(obj)))
+                pyo3::exceptions::PyValueError::new_err(format!(
+                    "{}.__dlpack_device__(): device_id is not a 32-bit integer",
+                    capsule::type_name(obj)
+                ))
             })?;
             Ok(Some((kind, id)))
         }
@@ -264,7 +278,9 @@ fn check_cpu_device(d: &Bound<'_, PyAny>) -> PyResult<()> {
         if kind == 1 && id == 0 {
             return Ok(());
         }
-        return Err(PyBufferError::new_err(format!("from_dlpack: device ({kind}, {id}) is not supported: dlbridge.Array lives on the CPU, (1, 0)")));
+        return Err(PyBufferError::new_err(format!(
+            "from_dlpack: device ({kind}, {id}) is not supported: dlbridge.Array lives on the CPU, (1, 0)"
+        )));
     }
     Err(PyBufferError::new_err(format!(
         "from_dlpack: device must be None, \"cpu\" or (1, 0), got {}",

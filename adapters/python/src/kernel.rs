@@ -62,7 +62,8 @@ static NDARRAY: PyOnceLock<Option<Py<PyType>>> = PyOnceLock::new();
 
 fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
     let py = obj.py();
-    let ty = NDARRAY.get_or_init(py, || py.import("numpy").and_then(|m| m.getattr("ndarray")).and_then(|t| Ok(t.cast_into::<PyType>()?.unbind())).ok());
+    let ty = NDARRAY
+        .get_or_init(py, || py.import("numpy").and_then(|m| m.getattr("ndarray")).and_then(|t| Ok(t.cast_into::<PyType>()?.unbind())).ok());
     ty.as_ref().is_some_and(|t| obj.get_type().is(t.bind(py)))
 }
 
@@ -95,7 +96,11 @@ fn arity_error(k: &Kernel, given: usize) -> PyErr {
         sig.name,
         names.len(),
         names.join(", "),
-        if outs.is_empty() { String::new() } else { format!(", or {} with the outputs ({}) appended", names.len() + outs.len(), outs.join(", ")) }
+        if outs.is_empty() {
+            String::new()
+        } else {
+            format!(", or {} with the outputs ({}) appended", names.len() + outs.len(), outs.join(", "))
+        }
     ))
 }
 
@@ -142,7 +147,11 @@ impl PyKernel {
         let mut outs_imported: SmallVec<[(Bound<'py, PyAny>, Imported); 2]> = SmallVec::new();
         if let Some(list) = &given_outs {
             for o in list {
-                outs_imported.push((o.clone(), import(o, true, mode).map_err(|e| arg_context(py, e, &sig.name, &format!("output {}", sig.outputs[outs_imported.len()].name)))?));
+                outs_imported.push((
+                    o.clone(),
+                    import(o, true, mode)
+                        .map_err(|e| arg_context(py, e, &sig.name, &format!("output {}", sig.outputs[outs_imported.len()].name)))?,
+                ));
             }
         }
 
@@ -205,7 +214,9 @@ impl PyKernel {
                         // SAFETY: Python tensors are shared-mutable memory; this call is
                         // the writer, and the registry refuses any overlap between a
                         // written tensor and every other argument before the kernel runs.
-                        Arg::TensorMut(unsafe { TensorViewMut::from_view(v) }.map_err(|e| arg_context(py, crate::errors::to_pyerr(e), &sig.name, &format!("argument {}", sig.params[idx].name)))?)
+                        Arg::TensorMut(unsafe { TensorViewMut::from_view(v) }.map_err(|e| {
+                            arg_context(py, crate::errors::to_pyerr(e), &sig.name, &format!("argument {}", sig.params[idx].name))
+                        })?)
                     } else {
                         Arg::Tensor(v)
                     }
@@ -216,7 +227,10 @@ impl PyKernel {
         let mut out_views: SmallVec<[TensorViewMut<'_>; 2]> = SmallVec::new();
         for (idx, (_, t)) in outs_imported.iter().enumerate() {
             // SAFETY: as for writable inputs: the registry refuses overlaps.
-            out_views.push(unsafe { TensorViewMut::from_view(t.view()?) }.map_err(|e| arg_context(py, crate::errors::to_pyerr(e), &sig.name, &format!("output {}", sig.outputs[idx].name)))?);
+            out_views.push(
+                unsafe { TensorViewMut::from_view(t.view()?) }
+                    .map_err(|e| arg_context(py, crate::errors::to_pyerr(e), &sig.name, &format!("output {}", sig.outputs[idx].name)))?,
+            );
         }
         for n in new_outs.iter_mut() {
             out_views.push(match n {
@@ -274,7 +288,9 @@ impl PyKernel {
                 In::Scalar(Arg::F64(x)) => Arg::F64(*x),
                 In::Scalar(Arg::I64(x)) => Arg::I64(*x),
                 In::Scalar(Arg::Bool(x)) => Arg::Bool(*x),
-                In::Scalar(_) => return Err(crate::errors::to_pyerr(Error::Runtime("internal error: a scalar slot holds a tensor".into()))),
+                In::Scalar(_) => {
+                    return Err(crate::errors::to_pyerr(Error::Runtime("internal error: a scalar slot holds a tensor".into())));
+                }
                 In::Tensor(_, t, _) => {
                     let v = t.view()?;
                     total = total.saturating_add(v.numel());
@@ -365,7 +381,9 @@ fn scalar_f64(obj: &Bound<'_, PyAny>) -> PyResult<f64> {
     let py = obj.py();
     let complex = obj.is_instance_of::<pyo3::types::PyComplex>()
         || COMPLEXFLOATING
-            .get_or_init(py, || py.import("numpy").and_then(|m| m.getattr("complexfloating")).and_then(|t| Ok(t.cast_into::<PyType>()?.unbind())).ok())
+            .get_or_init(py, || {
+                py.import("numpy").and_then(|m| m.getattr("complexfloating")).and_then(|t| Ok(t.cast_into::<PyType>()?.unbind())).ok()
+            })
             .as_ref()
             .is_some_and(|t| obj.is_instance(t.bind(py)).unwrap_or(false));
     if complex {
@@ -516,7 +534,15 @@ impl PyParam {
         match &p.kind {
             ParamKind::Scalar(s) => {
                 let s = s.to_string();
-                PyParam { name: p.name.clone(), tensor: false, dtype: s.clone(), dtypes: vec![s.clone()], dims: None, mutable: false, text: s }
+                PyParam {
+                    name: p.name.clone(),
+                    tensor: false,
+                    dtype: s.clone(),
+                    dtypes: vec![s.clone()],
+                    dims: None,
+                    mutable: false,
+                    text: s,
+                }
             }
             ParamKind::Tensor(t) => {
                 let (dtype, dtypes) = match t.dtype {

@@ -56,7 +56,10 @@ fn main() -> dlbridge_core::Result<()> {
     println!("  tch only           : {t_tch:8.3} ms");
     println!("  tch + dlbridge     : {t_mixed:8.3} ms  ({:.2}x)", t_mixed / t_tch);
     println!("  max |error|        : {err:.3e}");
-    println!("  rows sum to 1      : {:.6}", got.sum_dim_intlist([1i64].as_slice(), false, Kind::Float).mean(Kind::Float).double_value(&[]));
+    println!(
+        "  rows sum to 1      : {:.6}",
+        got.sum_dim_intlist([1i64].as_slice(), false, Kind::Float).mean(Kind::Float).double_value(&[])
+    );
     assert!(err < 1e-5, "mixed forward pass differs from tch by {err}");
     Ok(())
 }

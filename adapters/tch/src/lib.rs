@@ -73,13 +73,16 @@ fn device_of(d: Device) -> Result<tch::Device> {
 
 fn check_exportable(t: &Tensor, what: &str) -> Result<()> {
     if t.requires_grad() {
-        return Err(Error::InvalidArgument(format!("{what}: the tensor requires grad; call detach() first (dlbridge kernels do not record gradients)")));
+        return Err(Error::InvalidArgument(format!(
+            "{what}: the tensor requires grad; call detach() first (dlbridge kernels do not record gradients)"
+        )));
     }
     if t.is_sparse() {
         return Err(Error::Buffer(format!("{what}: sparse tensors have no DLPack form")));
     }
     if matches!(t.kind(), Kind::QInt8 | Kind::QUInt8 | Kind::QInt32) {
-        return Err(Error::DTypeMismatch { expected: "a non-quantized kind".into(), got: DType::U8 }.context(format!("{what}: quantized tensor ({:?})", t.kind())));
+        return Err(Error::DTypeMismatch { expected: "a non-quantized kind".into(), got: DType::U8 }
+            .context(format!("{what}: quantized tensor ({:?})", t.kind())));
     }
     Ok(())
 }
@@ -111,8 +114,7 @@ pub fn from_dlpack(m: ManagedTensor) -> Result<Tensor> {
     // tensor (its deleter then runs on drop): torch leaks a DLPack tensor it
     // fails to import.
     let dtype = m.dtype();
-    let torch_has = kind_of(dtype).is_ok()
-        || ["f8_e4m3fn", "f8_e5m2", "f8_e4m3fnuz", "f8_e5m2fnuz"].contains(&dtype.to_string().as_str());
+    let torch_has = kind_of(dtype).is_ok() || ["f8_e4m3fn", "f8_e5m2", "f8_e4m3fnuz", "f8_e5m2fnuz"].contains(&dtype.to_string().as_str());
     if !torch_has || m.is_subbyte_padded() {
         return Err(Error::DTypeMismatch { expected: "a dtype torch has".into(), got: dtype }.context("from_dlpack"));
     }
@@ -180,7 +182,8 @@ fn run(kernel: &Kernel, tensors: &[&Tensor], scalars: &[Scalar], given: Option<&
     }
     if given.is_none() {
         for s in kernel.prepare_outputs(&args)?.iter() {
-            let t = Tensor::f_empty(&s.shape[..], (kind_of(s.dtype)?, device_of(s.device)?)).map_err(|e| Error::Runtime(format!("allocating {s}: {e}")))?;
+            let t = Tensor::f_empty(&s.shape[..], (kind_of(s.dtype)?, device_of(s.device)?))
+                .map_err(|e| Error::Runtime(format!("allocating {s}: {e}")))?;
             allocated.push(t);
         }
     }

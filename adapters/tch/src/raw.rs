@@ -80,7 +80,9 @@ pub(crate) fn borrow(t: &Tensor, flags: Flags) -> Result<TensorView<'_>> {
         0 => {}
         1 => return Err(Error::InvalidArgument(text(&err))),
         2 => return Err(Error::Buffer(text(&err))),
-        3 => return Err(Error::DTypeMismatch { expected: "a non-quantized kind".into(), got: dlbridge_core::DType::U8 }.context(text(&err))),
+        3 => {
+            return Err(Error::DTypeMismatch { expected: "a non-quantized kind".into(), got: dlbridge_core::DType::U8 }.context(text(&err)));
+        }
         _ => return Err(shim_error("at::toDLPackNonOwning", &err)),
     }
     // SAFETY: shape, strides and data point into `t`'s TensorImpl and storage,

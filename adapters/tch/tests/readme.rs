@@ -8,8 +8,8 @@
 fn readme_tch_example_runs() -> dlbridge_core::Result<()> {
     // --- README block begins ---
     let t = tch::Tensor::randn([5, 7], (tch::Kind::Float, tch::Device::Cpu));
-    let m = dlbridge_tch::to_dlpack(&t)?;                  // zero copy; storage lives until the deleter runs
-    let back = dlbridge_tch::from_dlpack(m)?;               // zero copy; deleter runs when torch frees it
+    let m = dlbridge_tch::to_dlpack(&t)?; // zero copy; storage lives until the deleter runs
+    let back = dlbridge_tch::from_dlpack(m)?; // zero copy; deleter runs when torch frees it
     let k = dlbridge::get_kernel("matmul")?;
     let c = dlbridge_tch::call(&k, &[&t, &t.transpose(0, 1)], &[])?; // outputs allocated by tch
     // --- README block ends ---

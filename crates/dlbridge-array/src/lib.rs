@@ -42,9 +42,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use dlbridge_core::layout::{Extent, MAX_NDIM, check_layout, contiguous_strides, is_contiguous};
-use dlbridge_core::{
-    DType, DTypeCode, Device, Element, Error, Flags, ManagedTensor, Result, TensorDesc, TensorView, TensorViewMut,
-};
+use dlbridge_core::{DType, DTypeCode, Device, Element, Error, Flags, ManagedTensor, Result, TensorDesc, TensorView, TensorViewMut};
 use smallvec::SmallVec;
 
 pub use raw::ALIGN;
@@ -502,6 +500,13 @@ impl Array {
     }
 
     fn checked_extent(&self) -> Result<Extent> {
-        check_layout(&self.shape, Some(&self.strides), self.dtype, self.data as usize, 0, self.flags.contains(Flags::IS_SUBBYTE_TYPE_PADDED))
+        check_layout(
+            &self.shape,
+            Some(&self.strides),
+            self.dtype,
+            self.data as usize,
+            0,
+            self.flags.contains(Flags::IS_SUBBYTE_TYPE_PADDED),
+        )
     }
 }

@@ -33,8 +33,8 @@ impl AlignedBuf {
     /// [`Error::OutOfMemory`] when the system refuses; `what` names the use in
     /// that error.
     pub(crate) fn zeroed(bytes: usize, what: impl FnOnce() -> String) -> Result<AlignedBuf> {
-        let layout = Layout::from_size_align(bytes.max(1), ALIGN)
-            .map_err(|_| Error::Overflow { what: format!("allocation of {bytes} bytes") })?;
+        let layout =
+            Layout::from_size_align(bytes.max(1), ALIGN).map_err(|_| Error::Overflow { what: format!("allocation of {bytes} bytes") })?;
         // SAFETY: the layout has non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
         let Some(ptr) = NonNull::new(ptr) else {

@@ -71,8 +71,11 @@ enum Decode {
 
 fn decoder(dtype: DType) -> Result<Decode> {
     let unsupported = || {
-        Error::DTypeMismatch { expected: "a single-lane number or bool dtype (vector and opaque-handle dtypes have no Python scalar)".into(), got: dtype }
-            .context("reading elements as scalars")
+        Error::DTypeMismatch {
+            expected: "a single-lane number or bool dtype (vector and opaque-handle dtypes have no Python scalar)".into(),
+            got: dtype,
+        }
+        .context("reading elements as scalars")
     };
     if dtype.lanes() != 1 {
         return Err(unsupported());
@@ -118,11 +121,7 @@ fn decode_mini(raw: u64, f: Mini) -> f64 {
         _ => {}
     }
     let scale = 2f64.powi(f.man as i32);
-    let v = if exp == 0 {
-        man as f64 / scale * 2f64.powi(1 - f.bias)
-    } else {
-        (1.0 + man as f64 / scale) * 2f64.powi(exp as i32 - f.bias)
-    };
+    let v = if exp == 0 { man as f64 / scale * 2f64.powi(1 - f.bias) } else { (1.0 + man as f64 / scale) * 2f64.powi(exp as i32 - f.bias) };
     if negative { -v } else { v }
 }
 

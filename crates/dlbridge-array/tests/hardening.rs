@@ -15,7 +15,13 @@ fn broadcast(foreign: &mut ForeignTensor) -> Array {
 }
 
 fn broadcast_fields(shape: &[i64]) -> Fields {
-    Fields { strides: Some(vec![0; shape.len()]), shape: Some(shape.to_vec()), ndim: shape.len() as i32, buffer_bytes: 4, ..Fields::f32(&[1]) }
+    Fields {
+        strides: Some(vec![0; shape.len()]),
+        shape: Some(shape.to_vec()),
+        ndim: shape.len() as i32,
+        buffer_bytes: 4,
+        ..Fields::f32(&[1])
+    }
 }
 
 fn values(a: &Array) -> Vec<Scalar> {

@@ -42,7 +42,8 @@ fn list(plugins: &[std::path::PathBuf]) -> dlbridge::Result<()> {
     for k in &kernels {
         let devices: Vec<String> = k.devices().map(|d| d.to_string()).collect();
         let origin = k.origins().next().map(|(_, o)| o).unwrap_or("");
-        let from = if origin.starts_with("plugin ") { format!("  ({})", origin.split(" (").next().unwrap_or(origin)) } else { String::new() };
+        let from =
+            if origin.starts_with("plugin ") { format!("  ({})", origin.split(" (").next().unwrap_or(origin)) } else { String::new() };
         println!("{:<width$}  [{}]  {}{from}", k.signature_text(), devices.join(", "), k.doc());
     }
     println!("{} kernels", kernels.len());

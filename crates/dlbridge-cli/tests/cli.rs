@@ -62,7 +62,8 @@ fn conformance_prints_the_table_and_passes() {
     assert!(text.contains("1 adapters x 15 cases, 0 failures"), "{text}");
     // The Python matrix runs when the interpreter on PATH has dlbridge (./dev.sh test), else it is a skip with its reason.
     assert!(
-        text.contains("python libraries: skipped") || (text.contains("producer.capsule_is_consumed_once") && text.contains(" rules, 0 failures")),
+        text.contains("python libraries: skipped")
+            || (text.contains("producer.capsule_is_consumed_once") && text.contains(" rules, 0 failures")),
         "{text}"
     );
 }
@@ -71,7 +72,9 @@ fn conformance_prints_the_table_and_passes() {
 fn inspect_fails_for_every_plugin_that_would_fail_to_load() {
     // A signature that does not parse, a kernel declared twice for one device:
     // inspect runs the loader's checks, not only the table's.
-    for (variant, needle) in [("bad_signature", "signature error at column"), ("duplicate_kernel", "kernel c_dot on cpu is registered twice")] {
+    for (variant, needle) in
+        [("bad_signature", "signature error at column"), ("duplicate_kernel", "kernel c_dot on cpu is registered twice")]
+    {
         let lib = dlbridge_plugin_c::path(variant);
         let (ok, text, err) = dlbridge(&["inspect".as_ref(), lib.as_os_str()]);
         assert!(!ok, "{variant}: inspect succeeded:\n{text}");

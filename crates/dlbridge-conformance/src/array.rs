@@ -72,4 +72,3 @@ impl Harness for ArrayHarness {
         Ok(ReadBack { data_ptr: a.data_ptr() as usize, shape: a.shape().to_vec(), dtype: a.dtype(), values: values(&v)? })
     }
 }
-

@@ -169,7 +169,8 @@ pub fn transposed_tensors_keep_their_layout(h: &dyn Harness) -> Status {
 /// Size-1 dims may carry any stride (consumer side).
 pub fn size_one_dims_with_odd_strides(h: &dyn Harness) -> Status {
     run(|| {
-        let mut f = ForeignTensor::new(&Fields { shape: Some(vec![1, 3, 1]), strides: Some(vec![99, 1, -7]), ndim: 3, ..Fields::f32(&[1, 3, 1]) });
+        let mut f =
+            ForeignTensor::new(&Fields { shape: Some(vec![1, 3, 1]), strides: Some(vec![99, 1, -7]), ndim: 3, ..Fields::f32(&[1, 3, 1]) });
         for (i, v) in [0.0f32, 1.0, 2.0].iter().enumerate() {
             f.buffer_mut()[i * 4..i * 4 + 4].copy_from_slice(&v.to_ne_bytes());
         }
@@ -320,7 +321,12 @@ pub fn unknown_dtype_and_device_refused(_h: &dyn Harness) -> Status {
 
 /// The IS_SUBBYTE_TYPE_PADDED flag: handled (values readable) or cleanly refused.
 pub fn subbyte_padded_flag_refused_or_handled(h: &dyn Harness) -> Status {
-    let mut f = ForeignTensor::new(&Fields { dtype: (17, 4, 1), flags: Flags::IS_SUBBYTE_TYPE_PADDED.bits(), buffer_bytes: 4, ..Fields::f32(&[4]) });
+    let mut f = ForeignTensor::new(&Fields {
+        dtype: (17, 4, 1),
+        flags: Flags::IS_SUBBYTE_TYPE_PADDED.bits(),
+        buffer_bytes: 4,
+        ..Fields::f32(&[4])
+    });
     // SAFETY: the ForeignTensor outlives the import.
     let m = match unsafe { ManagedTensor::from_raw_versioned(f.versioned_ptr()) } {
         Ok(m) => m,

@@ -130,7 +130,9 @@ pub fn check(h: &dyn Harness, name: &str, case: Case) -> std::result::Result<Str
         (Status::Skip(why), _) => Ok(format!("skipped: {why}")),
         (Status::Fail(what), Some(why)) => Ok(format!("known failure: {why} (saw: {what})")),
         (Status::Fail(what), None) => Err(format!("{}: {name}: {what}", h.name())),
-        (Status::Pass, Some(why)) => Err(format!("{}: {name} is declared a known failure ({why}) but now passes: remove the declaration", h.name())),
+        (Status::Pass, Some(why)) => {
+            Err(format!("{}: {name} is declared a known failure ({why}) but now passes: remove the declaration", h.name()))
+        }
     }
 }
 

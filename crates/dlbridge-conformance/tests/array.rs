@@ -27,6 +27,7 @@ fn the_checker_flags_a_known_failure_that_now_passes() {
             vec![("deleter_runs_exactly_once", "thought to leak")]
         }
     }
-    let e = dlbridge_conformance::check(&Overcautious, "deleter_runs_exactly_once", dlbridge_conformance::cases::deleter_runs_exactly_once).unwrap_err();
+    let e = dlbridge_conformance::check(&Overcautious, "deleter_runs_exactly_once", dlbridge_conformance::cases::deleter_runs_exactly_once)
+        .unwrap_err();
     assert!(e.contains("now passes"), "{e}");
 }

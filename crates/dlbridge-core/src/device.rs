@@ -130,10 +130,6 @@ impl Device {
 
 impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.kind == DeviceType::CPU && self.id == 0 {
-            f.write_str("cpu")
-        } else {
-            write!(f, "{}:{}", self.kind, self.id)
-        }
+        if self.kind == DeviceType::CPU && self.id == 0 { f.write_str("cpu") } else { write!(f, "{}:{}", self.kind, self.id) }
     }
 }

@@ -73,11 +73,7 @@ const ALL_CODES: [DTypeCode; 18] = [
 impl DTypeCode {
     /// Maps a raw DLPack code; `None` for codes DLPack 1.3 does not define.
     pub const fn from_u8(code: u8) -> Option<DTypeCode> {
-        if (code as usize) < ALL_CODES.len() {
-            Some(ALL_CODES[code as usize])
-        } else {
-            None
-        }
+        if (code as usize) < ALL_CODES.len() { Some(ALL_CODES[code as usize]) } else { None }
     }
 
     /// The scalar widths (in bits) DLPack allows for this code, one lane.
@@ -156,12 +152,7 @@ impl DType {
 
     /// Builds a dtype, checking the combination is one DLPack defines.
     pub fn new(code: DTypeCode, bits: u8, lanes: u16) -> Result<DType> {
-        let err = |reason: &str| Error::UnknownDType {
-            code: code as u8,
-            bits,
-            lanes,
-            reason: reason.to_owned(),
-        };
+        let err = |reason: &str| Error::UnknownDType { code: code as u8, bits, lanes, reason: reason.to_owned() };
         if lanes == 0 {
             return Err(err("lanes must be at least 1"));
         }
@@ -185,11 +176,7 @@ impl DType {
 
     /// The raw DLPack descriptor.
     pub const fn to_dl(self) -> DLDataType {
-        DLDataType {
-            code: DLDataTypeCode(self.code as u8),
-            bits: self.bits,
-            lanes: self.lanes,
-        }
+        DLDataType { code: DLDataTypeCode(self.code as u8), bits: self.bits, lanes: self.lanes }
     }
 
     /// The type code.
@@ -228,20 +215,12 @@ impl DType {
     /// Bits one element occupies in memory: `bits * lanes`, or, for sub-byte
     /// types with the IS_SUBBYTE_TYPE_PADDED flag, rounded up to whole bytes.
     pub const fn storage_bits(self, subbyte_padded: bool) -> u32 {
-        if subbyte_padded && !self.is_byte_sized() {
-            self.element_bits().div_ceil(8) * 8
-        } else {
-            self.element_bits()
-        }
+        if subbyte_padded && !self.is_byte_sized() { self.element_bits().div_ceil(8) * 8 } else { self.element_bits() }
     }
 
     /// Size of one element in bytes, or `None` for packed sub-byte types.
     pub const fn itemsize(self) -> Option<usize> {
-        if self.is_byte_sized() {
-            Some((self.element_bits() / 8) as usize)
-        } else {
-            None
-        }
+        if self.is_byte_sized() { Some((self.element_bits() / 8) as usize) } else { None }
     }
 
     /// The alignment, in bytes, that one element's data pointer needs: the
@@ -257,19 +236,13 @@ impl DType {
     /// Whether this is a floating-point type (IEEE, bfloat or the float8/6/4 families).
     #[inline]
     pub const fn is_float(self) -> bool {
-        !matches!(
-            self.code,
-            DTypeCode::Int | DTypeCode::UInt | DTypeCode::Bool | DTypeCode::Complex | DTypeCode::OpaqueHandle
-        )
+        !matches!(self.code, DTypeCode::Int | DTypeCode::UInt | DTypeCode::Bool | DTypeCode::Complex | DTypeCode::OpaqueHandle)
     }
 
     /// Every scalar (one-lane) dtype DLPack 1.3 defines, in code order.
     #[inline]
     pub fn all_scalar() -> Vec<DType> {
-        ALL_CODES
-            .iter()
-            .flat_map(|&code| code.allowed_bits().iter().map(move |&bits| DType { code, bits, lanes: 1 }))
-            .collect()
+        ALL_CODES.iter().flat_map(|&code| code.allowed_bits().iter().map(move |&bits| DType { code, bits, lanes: 1 })).collect()
     }
 }
 

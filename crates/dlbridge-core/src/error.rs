@@ -249,9 +249,7 @@ impl Error {
             | Error::Mismatch(_)
             | Error::Signature { .. }
             | Error::NullPointer(_) => ErrorKind::Value,
-            Error::UnknownDType { .. } | Error::DTypeParse(_) | Error::DTypeMismatch { .. } => {
-                ErrorKind::Type
-            }
+            Error::UnknownDType { .. } | Error::DTypeParse(_) | Error::DTypeMismatch { .. } => ErrorKind::Type,
             Error::UnknownDevice { .. }
             | Error::UnsupportedDevice { .. }
             | Error::UnsupportedVersion { .. }
@@ -268,10 +266,7 @@ impl Error {
 
     /// Wraps the error with where it happened. Contexts nest outermost first.
     pub fn context(self, context: impl Into<String>) -> Error {
-        Error::Context {
-            context: context.into(),
-            source: Box::new(self),
-        }
+        Error::Context { context: context.into(), source: Box::new(self) }
     }
 
     /// The innermost error, below every [`Error::Context`].
@@ -283,11 +278,7 @@ impl Error {
     }
 
     pub(crate) fn field(field: impl Into<String>, value: impl fmt::Display, reason: impl Into<String>) -> Error {
-        Error::InvalidField {
-            field: field.into(),
-            value: value.to_string(),
-            reason: reason.into(),
-        }
+        Error::InvalidField { field: field.into(), value: value.to_string(), reason: reason.into() }
     }
 
     pub(crate) fn overflow(what: impl Into<String>) -> Error {

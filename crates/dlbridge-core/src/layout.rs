@@ -93,7 +93,11 @@ pub fn check_layout(
                     // |n - 1| < 2^63 and |stride| <= 2^63: the product fits i128, and
                     // the running sums are bounded by OFFSET_LIMIT after every term.
                     let reach = (n as i128 - 1) * stride as i128;
-                    if reach < 0 { lo += reach } else { hi += reach }
+                    if reach < 0 {
+                        lo += reach
+                    } else {
+                        hi += reach
+                    }
                     if lo < -OFFSET_LIMIT || hi > OFFSET_LIMIT {
                         return Err(Error::overflow(format!("byte extent of shape {shape:?} strides {strides:?}")));
                     }
@@ -185,12 +189,8 @@ pub fn is_non_overlapping(shape: &[i64], strides: &[i64]) -> bool {
     if shape.contains(&0) {
         return true;
     }
-    let mut dims: smallvec::SmallVec<[(i64, i64); 6]> = shape
-        .iter()
-        .zip(strides)
-        .filter(|(n, _)| **n > 1)
-        .map(|(&n, &s)| (n, s.unsigned_abs().min(i64::MAX as u64) as i64))
-        .collect();
+    let mut dims: smallvec::SmallVec<[(i64, i64); 6]> =
+        shape.iter().zip(strides).filter(|(n, _)| **n > 1).map(|(&n, &s)| (n, s.unsigned_abs().min(i64::MAX as u64) as i64)).collect();
     dims.sort_unstable_by_key(|&(_, s)| s);
     let mut span: i128 = 0; // max element offset reached by the dims seen so far
     for (n, s) in dims {

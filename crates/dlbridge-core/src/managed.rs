@@ -91,10 +91,7 @@ unsafe impl Sync for ManagedTensor {}
 
 impl fmt::Debug for ManagedTensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ManagedTensor")
-            .field("version", &self.version.map(|v| (v.major, v.minor)))
-            .field("view", &self.view)
-            .finish()
+        f.debug_struct("ManagedTensor").field("version", &self.version.map(|v| (v.major, v.minor))).field("view", &self.view).finish()
     }
 }
 
@@ -232,9 +229,7 @@ impl ManagedTensor {
     /// tensor is released).
     pub fn into_raw_legacy(self) -> Result<*mut DLManagedTensor> {
         if self.is_read_only() {
-            return Err(Error::Buffer(
-                "a read-only tensor cannot be exported as a legacy DLManagedTensor (it has no flags field)".into(),
-            ));
+            return Err(Error::Buffer("a read-only tensor cannot be exported as a legacy DLManagedTensor (it has no flags field)".into()));
         }
         let this = match self.take_raw(|p| match p {
             RawPtr::Legacy(p) => Some(p.as_ptr()),

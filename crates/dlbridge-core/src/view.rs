@@ -81,9 +81,7 @@ fn slice_bounds_check(extent: &Extent, offset_bytes: usize, len_bytes: usize) ->
     let lo = offset_bytes as i128 + extent.byte_lo as i128;
     let hi = offset_bytes as i128 + extent.byte_hi as i128;
     if lo < 0 || hi > len_bytes as i128 {
-        return Err(Error::InvalidArgument(format!(
-            "strided view reaches bytes [{lo}, {hi}) but the slice has {len_bytes} bytes"
-        )));
+        return Err(Error::InvalidArgument(format!("strided view reaches bytes [{lo}, {hi}) but the slice has {len_bytes} bytes")));
     }
     Ok(())
 }
@@ -151,31 +149,19 @@ impl<'a> TensorView<'a> {
         strides: Option<&'a [i64]>,
         offset: usize,
     ) -> Result<TensorView<'a>> {
-        let offset_bytes = offset
-            .checked_mul(size_of::<T>())
-            .ok_or_else(|| Error::InvalidArgument(format!("offset {offset} overflows")))?;
+        let offset_bytes =
+            offset.checked_mul(size_of::<T>()).ok_or_else(|| Error::InvalidArgument(format!("offset {offset} overflows")))?;
         if strides.is_none() {
             let numel: Option<i64> = shape.iter().try_fold(1i64, |a, &n| a.checked_mul(n.max(0)));
             if numel.and_then(|n| usize::try_from(n).ok()).and_then(|n| n.checked_add(offset)) != Some(data.len()) {
-                return Err(Error::Shape(format!(
-                    "shape {shape:?} does not match a slice of {} elements (offset {offset})",
-                    data.len()
-                )));
+                return Err(Error::Shape(format!("shape {shape:?} does not match a slice of {} elements (offset {offset})", data.len())));
             }
         }
         // SAFETY: the view is returned only if its whole byte range lies inside
         // `data` (checked right below, before any access), which is borrowed
         // immutably for 'a.
         let view = unsafe {
-            Self::from_raw_parts(
-                data.as_ptr().cast(),
-                offset_bytes as u64,
-                shape,
-                strides,
-                T::DTYPE,
-                Device::CPU,
-                Flags::READ_ONLY,
-            )
+            Self::from_raw_parts(data.as_ptr().cast(), offset_bytes as u64, shape, strides, T::DTYPE, Device::CPU, Flags::READ_ONLY)
         }?;
         slice_bounds_check(&view.extent, offset_bytes, std::mem::size_of_val(data))?;
         Ok(view)
@@ -279,11 +265,7 @@ impl<'a> TensorView<'a> {
     pub fn as_slice<T: Element>(&self) -> Result<&'a [T]> {
         self.check_typed::<T>("as_slice")?;
         if !self.is_contiguous() {
-            return Err(Error::NotContiguous {
-                what: "as_slice".into(),
-                shape: self.shape.to_vec(),
-                strides: self.strides.to_vec(),
-            });
+            return Err(Error::NotContiguous { what: "as_slice".into(), shape: self.shape.to_vec(), strides: self.strides.to_vec() });
         }
         if self.extent.numel == 0 {
             return Ok(&[]);
@@ -418,8 +400,7 @@ impl<'a> TensorViewMut<'a> {
         if !view.is_non_overlapping() {
             return Err(Error::InvalidArgument(format!(
                 "writable view: shape {:?} strides {:?} map several elements to the same memory",
-                view.shape,
-                &*view.strides
+                view.shape, &*view.strides
             )));
         }
         Ok(TensorViewMut { view, _mut: PhantomData })
@@ -535,7 +516,8 @@ impl<'a> TensorViewMut<'a> {
             }
             return Ok(());
         }
-        let item = item.ok_or_else(|| Error::InvalidArgument(format!("copy_from: strided {} (sub-byte) tensors cannot be copied", src.dtype)))?;
+        let item =
+            item.ok_or_else(|| Error::InvalidArgument(format!("copy_from: strided {} (sub-byte) tensors cannot be copied", src.dtype)))?;
         let (s, d) = (src.data, self.view.data.cast_mut());
         for (so, dof) in Offsets::new(src.shape, &src.strides).zip(Offsets::new(self.view.shape, &self.view.strides)) {
             // SAFETY: both offsets address elements of validated host layouts; the

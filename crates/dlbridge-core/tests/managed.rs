@@ -174,8 +174,6 @@ fn rewrapping_legacy_and_versioned_is_zero_copy_and_releases_once() {
 #[test]
 fn managed_tensors_move_across_threads() {
     let t = ManagedTensor::from_vec(vec![1u8, 2, 3], &[3]).unwrap();
-    let sum = std::thread::spawn(move || t.view().as_slice::<u8>().unwrap().iter().map(|&x| x as u32).sum::<u32>())
-        .join()
-        .unwrap();
+    let sum = std::thread::spawn(move || t.view().as_slice::<u8>().unwrap().iter().map(|&x| x as u32).sum::<u32>()).join().unwrap();
     assert_eq!(sum, 6);
 }

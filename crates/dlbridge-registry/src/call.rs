@@ -228,7 +228,10 @@ impl Ctx<'_, '_> {
             },
             Fail::Device => {
                 let (d, by0) = b.device.unwrap_or((device, 0));
-                Error::UnsupportedDevice { got: device, what: format!("{} is on {d}; all tensors must share one device", self.param_name(by0 as usize)) }
+                Error::UnsupportedDevice {
+                    got: device,
+                    what: format!("{} is on {d}; all tensors must share one device", self.param_name(by0 as usize)),
+                }
             }
             Fail::Rank => Error::Mismatch(format!(
                 "expected {}{} dims {} but got {} dims {:?}",
@@ -317,7 +320,9 @@ pub fn bind(sig: &Signature, args: &[Arg<'_>]) -> Result<Bindings> {
             }
             (ParamKind::Tensor(t), Arg::Tensor(v)) => {
                 if t.mutable {
-                    return Err(ctx.arg_err(i, Error::ReadOnly { what: "parameter is `mut` (written in place) but the tensor given".into() }));
+                    return Err(
+                        ctx.arg_err(i, Error::ReadOnly { what: "parameter is `mut` (written in place) but the tensor given".into() })
+                    );
                 }
                 ctx.tensor(&mut b, i, t, v.shape(), v.dtype(), v.device())?;
             }
@@ -347,8 +352,7 @@ pub fn check_outputs(sig: &Signature, b: &mut Bindings, args: &[Arg<'_>], outs: 
     let ctx = Ctx { sig, args };
     for (j, (param, out)) in sig.outputs.iter().zip(outs).enumerate() {
         if let Some(t) = param.tensor() {
-            ctx.tensor(b, sig.params.len() + j, t, out.shape(), out.dtype(), out.device())
-                .map_err(retitle_output)?;
+            ctx.tensor(b, sig.params.len() + j, t, out.shape(), out.dtype(), out.device()).map_err(retitle_output)?;
         }
     }
     Ok(())

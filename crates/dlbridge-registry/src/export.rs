@@ -156,7 +156,9 @@ pub unsafe fn run(
     let (code, message) = match result {
         Ok(Ok(())) => return 0,
         Ok(Err(e)) => (e.kind().code(), e.to_string()),
-        Err(panic) => (dlbridge_core::ErrorKind::Runtime.code(), format!("kernel panicked: {}", crate::kernel::panic_message(panic.as_ref()))),
+        Err(panic) => {
+            (dlbridge_core::ErrorKind::Runtime.code(), format!("kernel panicked: {}", crate::kernel::panic_message(panic.as_ref())))
+        }
     };
     if !err.is_null() && err_len > 0 {
         let bytes = message.as_bytes();
@@ -219,4 +221,3 @@ macro_rules! export_plugin {
         }
     };
 }
-

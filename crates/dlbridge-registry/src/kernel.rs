@@ -507,9 +507,9 @@ fn guard(name: &str, f: impl FnOnce() -> Result<()>) -> Result<()> {
 /// variable's dtypes (and nothing outside it); a resolver must cover all of them.
 fn resolve_impl(sig: &Signature, device: DeviceType, imp: Impl) -> Result<Impl> {
     let tv = || {
-        sig.type_vars.first().ok_or_else(|| {
-            Error::InvalidArgument(format!("{}: per-dtype implementations need a type variable in the signature", sig.name))
-        })
+        sig.type_vars
+            .first()
+            .ok_or_else(|| Error::InvalidArgument(format!("{}: per-dtype implementations need a type variable in the signature", sig.name)))
     };
     match imp {
         Impl::Each(resolve) => {

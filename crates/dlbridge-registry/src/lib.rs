@@ -29,8 +29,8 @@ pub use call::{Arg, Bindings, OutputSpec};
 pub use dlbridge_core;
 pub use dlbridge_core::DType;
 pub use kernel::{Call, DynKernelFn, Impl, Inputs, Kernel, KernelDef, KernelFn, KernelOpts, Outputs};
-pub use registry::{KernelEntry, Registry, StaticImpl};
 pub use plugin::{Plugin, PluginInfo, PluginKernel};
+pub use registry::{KernelEntry, Registry, StaticImpl};
 pub use signature::Signature;
 
 #[doc(hidden)]

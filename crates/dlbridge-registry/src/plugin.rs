@@ -198,7 +198,10 @@ unsafe fn c_str(path: &Path, field: &str, p: *const c_char, nullable: bool, max:
         if len == max {
             // SAFETY: the `max + 1` bytes before and at `len` are all in the string.
             let head = unsafe { std::slice::from_raw_parts(p, len.min(48)) };
-            return Err(perr(path, format!("`{field}` is longer than {max} bytes (it starts `{}`)", String::from_utf8_lossy(head).escape_debug())));
+            return Err(perr(
+                path,
+                format!("`{field}` is longer than {max} bytes (it starts `{}`)", String::from_utf8_lossy(head).escape_debug()),
+            ));
         }
         len += 1;
     }
@@ -242,8 +245,11 @@ impl Plugin {
         let lib = unsafe { Library::new(&path) }.map_err(|e| perr(&path, format!("not a loadable shared library: {}", reason(&e))))?;
         let lib = Arc::new(lib);
         // SAFETY: the symbol's type is the ABI's `DLBridgePluginFn`.
-        let get: libloading::Symbol<'_, unsafe extern "C" fn() -> *const RawPlugin> = unsafe { lib.get(SYMBOL.as_bytes()) }
-            .map_err(|e| Error::Coded { kind: ErrorKind::NotFound, message: format!("plugin {}: no `{SYMBOL}` symbol ({})", path.display(), reason(&e)) })?;
+        let get: libloading::Symbol<'_, unsafe extern "C" fn() -> *const RawPlugin> =
+            unsafe { lib.get(SYMBOL.as_bytes()) }.map_err(|e| Error::Coded {
+                kind: ErrorKind::NotFound,
+                message: format!("plugin {}: no `{SYMBOL}` symbol ({})", path.display(), reason(&e)),
+            })?;
         // SAFETY: calling the plugin's exported table function (no arguments).
         let table = unsafe { get() };
         if table.is_null() {
@@ -253,10 +259,19 @@ impl Plugin {
         // pointer is non-NULL and points to the plugin's static table.
         let (abi_version, struct_size) = unsafe { (table.cast::<u32>().read_unaligned(), table.cast::<u32>().add(1).read_unaligned()) };
         if abi_version != ABI_VERSION {
-            return Err(perr(&path, format!("ABI version {abi_version} (this dlbridge implements version {ABI_VERSION}{})", if abi_version > ABI_VERSION { "; the plugin is from the future" } else { "" })));
+            return Err(perr(
+                &path,
+                format!(
+                    "ABI version {abi_version} (this dlbridge implements version {ABI_VERSION}{})",
+                    if abi_version > ABI_VERSION { "; the plugin is from the future" } else { "" }
+                ),
+            ));
         }
         if (struct_size as usize) < std::mem::size_of::<RawPlugin>() {
-            return Err(perr(&path, format!("struct_size {struct_size} is smaller than the v1 table ({} bytes)", std::mem::size_of::<RawPlugin>())));
+            return Err(perr(
+                &path,
+                format!("struct_size {struct_size} is smaller than the v1 table ({} bytes)", std::mem::size_of::<RawPlugin>()),
+            ));
         }
         if !(table as usize).is_multiple_of(std::mem::align_of::<RawPlugin>()) {
             return Err(perr(&path, "table is misaligned"));
@@ -273,7 +288,13 @@ impl Plugin {
         let ksize = raw.kernel_size as usize;
         if raw.num_kernels > 0 {
             if ksize < std::mem::size_of::<RawKernel>() || !ksize.is_multiple_of(std::mem::align_of::<RawKernel>()) {
-                return Err(perr(&path, format!("kernel_size {ksize} does not cover the v1 kernel descriptor ({} bytes, aligned)", std::mem::size_of::<RawKernel>())));
+                return Err(perr(
+                    &path,
+                    format!(
+                        "kernel_size {ksize} does not cover the v1 kernel descriptor ({} bytes, aligned)",
+                        std::mem::size_of::<RawKernel>()
+                    ),
+                ));
             }
             if raw.kernels.is_null() || !(raw.kernels as usize).is_multiple_of(std::mem::align_of::<RawKernel>()) {
                 return Err(perr(&path, "kernels is NULL or misaligned"));

@@ -214,13 +214,9 @@ impl Signature {
     fn fmt_param(&self, p: &Param) -> String {
         match &p.kind {
             ParamKind::Scalar(s) => format!("{}: {s}", p.name),
-            ParamKind::Tensor(t) => format!(
-                "{}: {}{}{}",
-                p.name,
-                if t.mutable { "mut " } else { "" },
-                self.fmt_dtype(t.dtype),
-                self.fmt_dims(&t.dims)
-            ),
+            ParamKind::Tensor(t) => {
+                format!("{}: {}{}{}", p.name, if t.mutable { "mut " } else { "" }, self.fmt_dtype(t.dtype), self.fmt_dims(&t.dims))
+            }
         }
     }
 
@@ -292,11 +288,7 @@ fn floor_boundary(s: &str, at: usize) -> usize {
 /// `s` cut to at most `max` bytes (on a char boundary) with `…` appended when
 /// cut: how foreign text is quoted in error messages.
 pub(crate) fn clip(s: &str, max: usize) -> Cow<'_, str> {
-    if s.len() <= max {
-        Cow::Borrowed(s)
-    } else {
-        Cow::Owned(format!("{}…", &s[..floor_boundary(s, max)]))
-    }
+    if s.len() <= max { Cow::Borrowed(s) } else { Cow::Owned(format!("{}…", &s[..floor_boundary(s, max)])) }
 }
 
 /// An [`Error::Signature`] for `text` at byte offset `at`. The column counts
@@ -404,11 +396,7 @@ impl<'s> Parser<'s> {
         }
     }
     fn expect(&mut self, p: &str, what: &str) -> Result<()> {
-        if self.eat(p) {
-            Ok(())
-        } else {
-            Err(self.err(self.col(), format!("expected `{p}` {what}, found {}", self.peek())))
-        }
+        if self.eat(p) { Ok(()) } else { Err(self.err(self.col(), format!("expected `{p}` {what}, found {}", self.peek()))) }
     }
     fn ident(&mut self, what: &str) -> Result<(String, usize)> {
         match self.bump() {
@@ -422,14 +410,8 @@ impl<'s> Parser<'s> {
             return Err(self.err(col, msg));
         }
         let (name, _) = self.ident("the kernel name")?;
-        let mut sig = Signature {
-            name,
-            type_vars: Vec::new(),
-            params: Vec::new(),
-            outputs: Vec::new(),
-            symbols: Vec::new(),
-            rests: Vec::new(),
-        };
+        let mut sig =
+            Signature { name, type_vars: Vec::new(), params: Vec::new(), outputs: Vec::new(), symbols: Vec::new(), rests: Vec::new() };
         if self.eat("<") {
             loop {
                 if sig.type_vars.len() == MAX_TYPE_VARS {
@@ -500,7 +482,9 @@ impl<'s> Parser<'s> {
                 if let DTypeRef::Var(i) = t.dtype
                     && !tv_bound[i]
                 {
-                    return Err(self.err(col, format!("output `{}`: type variable `{}` is not bound by any input", p.name, sig.type_vars[i].name)));
+                    return Err(
+                        self.err(col, format!("output `{}`: type variable `{}` is not bound by any input", p.name, sig.type_vars[i].name))
+                    );
                 }
                 for d in &t.dims {
                     match *d {

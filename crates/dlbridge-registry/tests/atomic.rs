@@ -50,9 +50,7 @@ fn register_all_applies_nothing_when_a_later_definition_fails() {
 #[test]
 fn register_all_sees_its_own_earlier_definitions() {
     let reg = Registry::new();
-    let ks = reg
-        .register_all([def("k(x: f32[N])", DeviceType::CPU, "a"), def("k(x: f32[N])", DeviceType::CUDA, "a")])
-        .unwrap();
+    let ks = reg.register_all([def("k(x: f32[N])", DeviceType::CPU, "a"), def("k(x: f32[N])", DeviceType::CUDA, "a")]).unwrap();
     assert_eq!(ks.len(), 2);
     assert!(Arc::ptr_eq(&ks[0], &ks[1]), "both definitions name the one committed kernel");
     assert_eq!(reg.get("k").unwrap().devices().collect::<Vec<_>>(), [DeviceType::CPU, DeviceType::CUDA]);
@@ -86,6 +84,9 @@ fn a_builtin_that_fails_to_register_is_a_problem_and_leaves_no_trace() {
     assert!(reg.get("atomic_bad").is_err());
     let problems = reg.problems();
     assert_eq!(problems.len(), 2, "{problems:?}");
-    assert!(problems.iter().any(|p| p.contains("atomic.rs") && p.contains("implementation for f16, which T does not allow")), "{problems:?}");
+    assert!(
+        problems.iter().any(|p| p.contains("atomic.rs") && p.contains("implementation for f16, which T does not allow")),
+        "{problems:?}"
+    );
     assert!(problems.iter().any(|p| p.contains("atomic.rs") && p.contains("signature error")), "{problems:?}");
 }

@@ -173,7 +173,18 @@ fn overlapping_output_is_refused_unless_exactly_an_input_of_an_elementwise_kerne
     let view = |off: usize| {
         // SAFETY: `buf` lives for the test; the registry refuses the call before any
         // write when views overlap, and only the exact-alias case is written.
-        unsafe { dlbridge_core::TensorView::from_raw_parts(ptr.add(off).cast(), 0, &shape, None, DType::F32, dlbridge_core::Device::CPU, dlbridge_core::Flags::empty()) }.unwrap()
+        unsafe {
+            dlbridge_core::TensorView::from_raw_parts(
+                ptr.add(off).cast(),
+                0,
+                &shape,
+                None,
+                DType::F32,
+                dlbridge_core::Device::CPU,
+                dlbridge_core::Flags::empty(),
+            )
+        }
+        .unwrap()
     };
     let view_mut = |off: usize| {
         // SAFETY: as above.
@@ -187,7 +198,20 @@ fn overlapping_output_is_refused_unless_exactly_an_input_of_an_elementwise_kerne
     assert_eq!(runs.load(Ordering::SeqCst), 1, "exact alias: runs in place");
     let sq = [2i64, 2];
     // SAFETY: as above.
-    let m = |off: usize| unsafe { dlbridge_core::TensorView::from_raw_parts(ptr.add(off).cast(), 0, &sq, None, DType::F32, dlbridge_core::Device::CPU, dlbridge_core::Flags::empty()) }.unwrap();
+    let m = |off: usize| {
+        unsafe {
+            dlbridge_core::TensorView::from_raw_parts(
+                ptr.add(off).cast(),
+                0,
+                &sq,
+                None,
+                DType::F32,
+                dlbridge_core::Device::CPU,
+                dlbridge_core::Flags::empty(),
+            )
+        }
+        .unwrap()
+    };
     // SAFETY: as above.
     let mm_out = unsafe { TensorViewMut::from_view(m(0)) }.unwrap();
     let e = reg.get("mm").unwrap().call(&mut [Arg::Tensor(m(0)), Arg::Tensor(m(4))], &mut [mm_out]).unwrap_err();

@@ -18,7 +18,14 @@ pub fn array_round_trip() -> Result<String> {
     let _ = writeln!(out, "dlbridge demo: Array -> DLPack {}.{} -> Array", version.0, version.1);
     let _ = writeln!(out, "  original : dtype {} shape {:?} strides {:?} data {:p}", a.dtype(), a.shape(), a.strides(), a.data_ptr());
     let _ = writeln!(out, "  transpose: dtype {} shape {:?} strides {:?} data {:p}", t.dtype(), t.shape(), t.strides(), t.data_ptr());
-    let _ = writeln!(out, "  re-import: dtype {} shape {:?} strides {:?} data {:p}", back.dtype(), back.shape(), back.strides(), back.data_ptr());
+    let _ = writeln!(
+        out,
+        "  re-import: dtype {} shape {:?} strides {:?} data {:p}",
+        back.dtype(),
+        back.shape(),
+        back.strides(),
+        back.data_ptr()
+    );
     let same = back.data_ptr() == a.data_ptr() && back.shape() == t.shape() && back.strides() == t.strides();
     let _ = writeln!(out, "  values   : {:?}", back.to_vec::<f32>()?);
     let _ = writeln!(out, "  zero copy: pointers equal = {same}");

@@ -5,12 +5,14 @@
 #![forbid(unsafe_code)]
 
 pub use dlbridge_array::{self as array, Array};
-pub use dlbridge_core::{half, 
-    self as core, DType, Device, DeviceType, Element, Error, ErrorKind, Flags, ManagedTensor, Result, TensorDesc,
-    TensorView, TensorViewMut,
+pub use dlbridge_core::{
+    self as core, DType, Device, DeviceType, Element, Error, ErrorKind, Flags, ManagedTensor, Result, TensorDesc, TensorView,
+    TensorViewMut, half,
 };
 
-pub use dlbridge_registry::{self as registry_crate, Arg, Kernel, KernelDef, KernelOpts, OutputSpec, Plugin, PluginInfo, Registry, Signature};
+pub use dlbridge_registry::{
+    self as registry_crate, Arg, Kernel, KernelDef, KernelOpts, OutputSpec, Plugin, PluginInfo, Registry, Signature,
+};
 
 pub mod arrays;
 pub mod demo;

@@ -27,8 +27,7 @@ fn overhead(c: &mut Criterion) {
     });
     g.bench_function("registry_call", |bench| {
         bench.iter(|| {
-            add.call(&mut [Arg::Tensor(black_box(&a).view()), Arg::Tensor(black_box(&b).view())], &mut [out.view_mut().unwrap()])
-                .unwrap();
+            add.call(&mut [Arg::Tensor(black_box(&a).view()), Arg::Tensor(black_box(&b).view())], &mut [out.view_mut().unwrap()]).unwrap();
         })
     });
     g.finish();

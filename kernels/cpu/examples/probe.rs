@@ -1,11 +1,11 @@
 #![forbid(unsafe_code)]
 
-use std::hint::black_box;
-use std::time::Instant;
 use dlbridge_array::Array;
 use dlbridge_core::DType;
-use dlbridge_registry::{Arg, Registry};
 use dlbridge_kernels_cpu::num::Scalar;
+use dlbridge_registry::{Arg, Registry};
+use std::hint::black_box;
+use std::time::Instant;
 fn main() {
     dlbridge_kernels_cpu::link();
     let add = Registry::global().get("add").unwrap();
@@ -26,7 +26,8 @@ fn main() {
         if mode != "direct" {
             let t = Instant::now();
             for _ in 0..n {
-                add.call(&mut [Arg::Tensor(black_box(&a).view()), Arg::Tensor(black_box(&b).view())], &mut [out.view_mut().unwrap()]).unwrap();
+                add.call(&mut [Arg::Tensor(black_box(&a).view()), Arg::Tensor(black_box(&b).view())], &mut [out.view_mut().unwrap()])
+                    .unwrap();
             }
             println!("{round} registry: {:?}", t.elapsed() / n);
         }

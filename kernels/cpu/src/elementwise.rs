@@ -68,7 +68,12 @@ fn aliases(v: &TensorView<'_>, out: &TensorViewMut<'_>) -> bool {
 
 /// `out = f(a, b)` over any matching layouts (the body of add, sub, mul, ...; public
 /// so benchmarks can call a kernel without the registry).
-pub fn map2<T: Scalar>(a: &TensorView<'_>, b: &TensorView<'_>, out: &mut TensorViewMut<'_>, f: impl Fn(T, T) -> T + Sync + Send + Copy) -> Result<()> {
+pub fn map2<T: Scalar>(
+    a: &TensorView<'_>,
+    b: &TensorView<'_>,
+    out: &mut TensorViewMut<'_>,
+    f: impl Fn(T, T) -> T + Sync + Send + Copy,
+) -> Result<()> {
     let (aa, ba) = (aliases(a, out), aliases(b, out));
     if a.is_contiguous() && b.is_contiguous() && out.is_contiguous() {
         let o = out.as_slice_mut::<T>()?;
@@ -94,7 +99,11 @@ pub fn map1<T: Scalar>(x: &TensorView<'_>, out: &mut TensorViewMut<'_>, f: impl 
     let alias = aliases(x, out);
     if x.is_contiguous() && out.is_contiguous() {
         let o = out.as_slice_mut::<T>()?;
-        if alias { chunks1(o, f) } else { chunks2(o, x.as_slice()?, move |_, x| f(x)) }
+        if alias {
+            chunks1(o, f)
+        } else {
+            chunks2(o, x.as_slice()?, move |_, x| f(x))
+        }
         return Ok(());
     }
     if alias {

@@ -35,7 +35,8 @@ fn matmul<T: Element + GemmScalar>(call: &mut Call<'_, '_>) -> Result<()> {
     let (b_rs, b_cs) = (b.strides()[0] as isize, b.strides()[1] as isize);
     let (c_rs, c_cs) = (c.strides()[0] as isize, c.strides()[1] as isize);
     // Saturating: broadcast (zero-stride) inputs can make m * n * k exceed usize.
-    let parallelism = if m.saturating_mul(n).saturating_mul(k) >= PAR_FLOPS { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
+    let parallelism =
+        if m.saturating_mul(n).saturating_mul(k) >= PAR_FLOPS { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
     // SAFETY: see the module invariants: shapes match the signature, every address
     // base + i*rs + j*cs for in-range i, j lies in validated host memory of the
     // right dtype, c is writable, exclusive and disjoint from a and b. T is f32 or

@@ -87,11 +87,7 @@ fn lane_sum<T: Summable>(x: &[T]) -> T::A {
 }
 
 fn par_sum<T: Summable>(x: &[T]) -> T::A {
-    if x.len() < PAR_MIN {
-        lane_sum(x)
-    } else {
-        x.par_chunks(PAR_MIN).map(lane_sum::<T>).reduce(|| T::AZ, T::plus)
-    }
+    if x.len() < PAR_MIN { lane_sum(x) } else { x.par_chunks(PAR_MIN).map(lane_sum::<T>).reduce(|| T::AZ, T::plus) }
 }
 
 /// The input's elements in row-major order: borrowed when contiguous, gathered otherwise.

@@ -11,7 +11,9 @@ fn every_builtin_kernel_registers_with_the_dtypes_its_signature_names() {
     let reg = Registry::global();
     assert!(reg.problems().is_empty(), "rejected built-ins: {:#?}", reg.problems());
     let names: Vec<String> = reg.list().iter().map(|k| k.name().to_owned()).collect();
-    for expected in ["add", "sub", "mul", "div", "maximum", "relu", "gelu", "axpy", "sum", "mean", "sum_all", "mean_all", "softmax", "matmul", "copy"] {
+    for expected in
+        ["add", "sub", "mul", "div", "maximum", "relu", "gelu", "axpy", "sum", "mean", "sum_all", "mean_all", "softmax", "matmul", "copy"]
+    {
         assert!(names.iter().any(|n| n == expected), "{expected} missing from {names:?}");
     }
     // The table is the signature's type variable: add runs on every dtype it names.

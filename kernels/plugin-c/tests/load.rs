@@ -15,7 +15,14 @@ fn c_plugin_loads_and_its_kernels_run_on_arrays() {
     let info = reg.load_plugin(path("example_c")).unwrap();
     assert_eq!((info.name.as_str(), info.version.as_str(), info.abi_version), ("example-c", "1.0.0", 1));
     let sigs: Vec<&str> = info.kernels.iter().map(|k| k.signature.as_str()).collect();
-    assert_eq!(sigs, ["c_saxpy(alpha: f64, x: f32[N], y: mut f32[N])", "c_dot(a: f64[N], b: f64[N]) -> (out: f64[])", "c_sqrt(x: f32[N]) -> (y: f32[N])"]);
+    assert_eq!(
+        sigs,
+        [
+            "c_saxpy(alpha: f64, x: f32[N], y: mut f32[N])",
+            "c_dot(a: f64[N], b: f64[N]) -> (out: f64[])",
+            "c_sqrt(x: f32[N]) -> (y: f32[N])"
+        ]
+    );
 
     // c_saxpy on a strided x (every other element) and a reversed y.
     let xs = Array::from_slice(&[1.0f32, 99.0, 2.0, 99.0, 3.0, 99.0], &[6]).unwrap();
