@@ -29,7 +29,7 @@ use crate::exchange::{self, Api};
 
 /// Where an imported tensor's memory is held while a call uses it.
 #[derive(Debug)]
-pub enum Held {
+pub(crate) enum Held {
     /// A `dlbridge.Array` (a clone shares its storage).
     Array(dlbridge_array::Array),
     /// An object whose exchange API lends `DLTensor`s, not borrowed at the moment.
@@ -48,13 +48,13 @@ pub enum Held {
 
 /// One imported Python tensor.
 #[derive(Debug)]
-pub struct Imported {
+pub(crate) struct Imported {
     /// The memory.
-    pub held: Held,
+    pub(crate) held: Held,
     /// The producer's exchange API, if its type has one.
-    pub api: Option<Api>,
+    pub(crate) api: Option<Api>,
     /// Whether the producer allows writes (see the module docs).
-    pub writable: bool,
+    pub(crate) writable: bool,
 }
 
 impl Imported {
@@ -75,7 +75,7 @@ impl Imported {
     /// # Safety
     /// Until [`unlend`] (or the drop of this value), no Python code may run
     /// and `obj` — the object this was imported from — must stay alive.
-    pub unsafe fn lend(&mut self, obj: &Bound<'_, PyAny>) -> PyResult<()> {
+    pub(crate) unsafe fn lend(&mut self, obj: &Bound<'_, PyAny>) -> PyResult<()> {
         if let (Held::Lent, Some(api)) = (&self.held, self.api) {
             let t: DLTensor = api.borrow(obj)?;
             // SAFETY: the producer lent `t`; its arrays and data stay valid while no
@@ -87,7 +87,7 @@ impl Imported {
     }
 
     /// Drops a borrowed view before Python code runs again.
-    pub fn unlend(&mut self) {
+    pub(crate) fn unlend(&mut self) {
         if matches!(self.held, Held::Borrowed(_)) {
             self.held = Held::Lent;
         }
@@ -107,7 +107,7 @@ pub enum Mode {
 /// tensors that require grad (writing into them behind autograd's back would
 /// corrupt gradients; read-only inputs that require grad are read, and the
 /// results do not track gradients).
-pub fn import(obj: &Bound<'_, PyAny>, writable: bool, mode: Mode) -> PyResult<Imported> {
+pub(crate) fn import(obj: &Bound<'_, PyAny>, writable: bool, mode: Mode) -> PyResult<Imported> {
     let imported = import_any(obj, writable, mode)?;
     if let Some(api) = imported.api {
         // The dtype read from a lent DLTensor right away (copied out before any Python code runs).
