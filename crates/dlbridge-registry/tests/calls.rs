@@ -197,8 +197,8 @@ fn overlapping_output_is_refused_unless_exactly_an_input_of_an_elementwise_kerne
     add.call(&mut [Arg::Tensor(view(0)), Arg::Tensor(view(4))], &mut [view_mut(0)]).unwrap();
     assert_eq!(runs.load(Ordering::SeqCst), 1, "exact alias: runs in place");
     let sq = [2i64, 2];
-    // SAFETY: as above.
     let m = |off: usize| {
+        // SAFETY: as above.
         unsafe {
             dlbridge_core::TensorView::from_raw_parts(
                 ptr.add(off).cast(),
