@@ -86,6 +86,15 @@ class Lib:
             out[name] = (self.make(v, dtype), v)
         return out
 
+    def strided_layouts(self, dtype: str, seed: int, transpose=lambda a: a.T) -> dict:
+        """``layouts`` plus a column-step view and a transpose, for libraries that make views."""
+        out = Lib.layouts(self, dtype, seed)
+        wide = values((3, 8), dtype, seed)
+        out["strided"] = (self.make(wide, dtype)[:, ::2], wide[:, ::2])
+        tall = values((4, 3), dtype, seed)
+        out["transposed"] = (transpose(self.make(tall, dtype)), tall.T)
+        return out
+
 
 class NumpyLib(Lib):
     name, out_type = "numpy", np.ndarray
@@ -98,11 +107,7 @@ class NumpyLib(Lib):
         return x.__array_interface__["data"][0]
 
     def layouts(self, dtype, seed):
-        out = super().layouts(dtype, seed)
-        wide = values((3, 8), dtype, seed)
-        out["strided"] = (self.make(wide, dtype)[:, ::2], wide[:, ::2])
-        tall = values((4, 3), dtype, seed)
-        out["transposed"] = (self.make(tall, dtype).T, tall.T)
+        out = self.strided_layouts(dtype, seed)
         rev = values((5,), dtype, seed)
         out["negative stride"] = (self.make(rev, dtype)[::-1], rev[::-1])
         return out
@@ -119,12 +124,7 @@ class TorchLib(Lib):
         return x.data_ptr()
 
     def layouts(self, dtype, seed):
-        out = super().layouts(dtype, seed)
-        wide = values((3, 8), dtype, seed)
-        out["strided"] = (self.make(wide, dtype)[:, ::2], wide[:, ::2])
-        tall = values((4, 3), dtype, seed)
-        out["transposed"] = (self.make(tall, dtype).t(), tall.T)
-        return out
+        return self.strided_layouts(dtype, seed, transpose=lambda a: a.t())
 
 
 class JaxLib(Lib):
@@ -175,12 +175,7 @@ class ArrayApiStrictLib(Lib):
         return x._array.__array_interface__["data"][0]
 
     def layouts(self, dtype, seed):
-        out = super().layouts(dtype, seed)
-        wide = values((3, 8), dtype, seed)
-        out["strided"] = (self.make(wide, dtype)[:, ::2], wide[:, ::2])
-        tall = values((4, 3), dtype, seed)
-        out["transposed"] = (self.make(tall, dtype).T, tall.T)
-        return out
+        return self.strided_layouts(dtype, seed)
 
 
 LIBS = {lib.name: lib for lib in (NumpyLib(), TorchLib(), JaxLib(), PyarrowLib(), ArrayApiStrictLib())}

@@ -358,14 +358,8 @@ impl Kernel {
                     None => return Err(self.uncovered(device, d, list)),
                 }
             }
-            // Resolved into PerDType at registration; kept callable all the same.
-            Impl::Each(r) => {
-                let d = b.dtype(0).ok_or_else(|| call.layout_bug())?;
-                match r(d) {
-                    Some(f) => f,
-                    None => return Err(self.uncovered(device, d, &[])),
-                }
-            }
+            // Registration turns every resolver into a PerDType table (resolve_impl).
+            Impl::Each(_) => return Err(call.layout_bug()),
             Impl::Dyn(f) => {
                 return guard(&self.sig.name, || f(&mut call));
             }
