@@ -19,7 +19,7 @@ def test_shape_mismatch_is_a_value_error():
 
 def test_wrong_argument_counts_and_keywords_are_type_errors():
     add = dlbridge.get_kernel("add")
-    with pytest.raises(TypeError, match=r"add\(\) takes 2 arguments \(a, b\), or 3 with the outputs \(out\) appended but 1 were given"):
+    with pytest.raises(TypeError, match=r"add\(\) takes 2 arguments \(a, b\), or 3 with the outputs \(out\) appended but 1 was given"):
         add(torch.ones(2))
     with pytest.raises(TypeError):
         add(torch.ones(2), torch.ones(2), bogus=1)

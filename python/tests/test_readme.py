@@ -106,7 +106,7 @@ REPRODUCERS = {
     "matmul: argument a: dtype mismatch": lambda: dlbridge.get_kernel("matmul")(
         torch.ones(2, 3, dtype=torch.int32), torch.ones(3, 5, dtype=torch.int32)),
     "axpy: argument y:": _read_only_y,
-    "add: output out overlaps": _overlap,
+    "add: output out: overlaps": _overlap,
 }
 
 

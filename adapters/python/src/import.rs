@@ -18,7 +18,8 @@
 
 use dlbridge_core::ffi::DLTensor;
 use dlbridge_core::raw::view_from_dltensor;
-use dlbridge_core::{Flags, ManagedTensor, TensorView};
+use dlbridge_core::{Device, Error, Flags, ManagedTensor, TensorView, TensorViewMut};
+use dlbridge_registry::binding::Operand;
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
 
@@ -32,64 +33,79 @@ use crate::exchange::{self, Api};
 pub(crate) enum Held {
     /// A `dlbridge.Array` (a clone shares its storage).
     Array(dlbridge_array::Array),
-    /// An object whose exchange API lends `DLTensor`s, not borrowed at the moment.
-    /// Only read arguments come this way (a lent DLTensor carries no flags).
+    /// An object whose exchange API lends `DLTensor`s: borrowed anew for each
+    /// view (see [`Tensor`]'s invariant). Only read arguments come this way (a
+    /// lent DLTensor carries no flags).
     Lent,
-    /// A DLTensor lent by the producer's exchange API, validated into a view. It
-    /// points into the producer's own structures (sizes, strides, storage), which
-    /// any Python code may change or free (`x.set_(...)`, a `__torch_function__`,
-    /// a finalizer run by the garbage collector): a caller turns `Lent` into
-    /// `Borrowed` with [`lend`] only after the last Python code before the view's
-    /// last use, and back with [`unlend`] before running Python code again.
-    Borrowed(TensorView<'static>),
     /// An owning DLPack tensor.
     Managed(ManagedTensor),
 }
 
-/// One imported Python tensor.
+/// One imported Python tensor, bound to a kernel argument.
+///
+/// **Invariant** (what makes [`Held::Lent`] views sound): a lent DLTensor
+/// points into the producer's own structures (sizes, strides, storage), which
+/// any Python code may change or free (`x.set_(...)`, a `__torch_function__`,
+/// a finalizer run by the garbage collector). A `Tensor` is therefore only
+/// handed to the registry's binding layer (`dlbridge_registry::binding`), which
+/// runs no adapter or allocator code — so no Python code — while it holds a
+/// view, and the kernels it runs are Rust or C code that does not call into
+/// Python; and a call that releases the GIL first turns every `Lent` tensor
+/// into an owning one ([`Tensor::own`]).
 #[derive(Debug)]
-pub(crate) struct Imported {
+pub(crate) struct Tensor<'py> {
+    /// The Python object (kept alive for the call).
+    pub(crate) obj: Bound<'py, PyAny>,
     /// The memory.
     pub(crate) held: Held,
     /// The producer's exchange API, if its type has one.
     pub(crate) api: Option<Api>,
     /// Whether the producer allows writes (see the module docs).
     pub(crate) writable: bool,
+    /// Elements (saturating: a zero-stride view may claim 2^62), read at import.
+    pub(crate) numel: usize,
+    /// The device, read at import.
+    pub(crate) device: Device,
 }
 
-impl Imported {
-    /// A read-only view of the tensor (an error for a `Lent` one: [`lend`] it first).
-    pub fn view(&self) -> PyResult<TensorView<'_>> {
+impl Tensor<'_> {
+    /// Re-imports a lent tensor as an owning one (for calls that release the GIL).
+    pub(crate) fn own(&mut self) -> PyResult<()> {
+        if let (Held::Lent, Some(api)) = (&self.held, self.api) {
+            self.held = Held::Managed(api.managed(&self.obj)?);
+        }
+        Ok(())
+    }
+}
+
+impl Operand for Tensor<'_> {
+    fn view(&self) -> dlbridge_core::Result<TensorView<'_>> {
         Ok(match &self.held {
             Held::Array(a) => a.view(),
-            Held::Borrowed(v) => v.clone(),
             Held::Managed(m) => m.view().clone(),
             Held::Lent => {
-                return Err(pyo3::exceptions::PyRuntimeError::new_err("internal error: a lent tensor was read before it was borrowed"));
+                let api = self.api.ok_or_else(|| Error::Runtime("internal error: a lent tensor without an exchange API".into()))?;
+                let t: DLTensor = api.borrow(&self.obj).map_err(crate::errors::from_pyerr)?;
+                // SAFETY: the producer lent `t`; its arrays and data stay valid while
+                // `self.obj` lives (it does, for `&self`) and no Python code runs, which
+                // the type's invariant guarantees for as long as the view lives.
+                unsafe { view_from_dltensor(&t, Flags::empty()) }?
             }
         })
     }
 
-    /// Borrows the producer's DLTensor now (see [`Held::Borrowed`]).
-    ///
-    /// # Safety
-    /// Until [`unlend`] (or the drop of this value), no Python code may run
-    /// and `obj` — the object this was imported from — must stay alive.
-    pub(crate) unsafe fn lend(&mut self, obj: &Bound<'_, PyAny>) -> PyResult<()> {
-        if let (Held::Lent, Some(api)) = (&self.held, self.api) {
-            let t: DLTensor = api.borrow(obj)?;
-            // SAFETY: the producer lent `t`; its arrays and data stay valid while no
-            // Python code runs and `obj` lives, which the caller guarantees until unlend.
-            let view = unsafe { view_from_dltensor::<'static>(&t, Flags::empty()) }.py_err()?;
-            self.held = Held::Borrowed(view);
+    fn view_mut(&mut self) -> dlbridge_core::Result<TensorViewMut<'_>> {
+        if !self.writable {
+            return Err(Error::ReadOnly { what: "internal error: a tensor imported read-only was asked for writing; it".into() });
         }
-        Ok(())
-    }
-
-    /// Drops a borrowed view before Python code runs again.
-    pub(crate) fn unlend(&mut self) {
-        if matches!(self.held, Held::Borrowed(_)) {
-            self.held = Held::Lent;
+        match &mut self.held {
+            Held::Managed(m) => m.view_mut(),
+            // SAFETY: Python memory is shared-mutable (every holder of the array may
+            // write it); the caller passed this array to be written, it is not
+            // read-only (checked at import), and the registry refuses every overlap
+            // between a written view and the call's other views before the kernel runs.
+            Held::Array(a) => unsafe { TensorViewMut::from_view(a.view()) },
+            Held::Lent => Err(Error::Runtime("internal error: a lent tensor was asked for writing".into())),
         }
     }
 }
@@ -107,18 +123,26 @@ pub enum Mode {
 /// tensors that require grad (writing into them behind autograd's back would
 /// corrupt gradients; read-only inputs that require grad are read, and the
 /// results do not track gradients).
-pub(crate) fn import(obj: &Bound<'_, PyAny>, writable: bool, mode: Mode) -> PyResult<Imported> {
-    let imported = import_any(obj, writable, mode)?;
-    if let Some(api) = imported.api {
-        // The dtype read from a lent DLTensor right away (copied out before any Python code runs).
-        let dtype = match &imported.held {
-            Held::Lent => dlbridge_core::DType::from_dl(api.borrow(obj)?.dtype).ok(),
-            _ => Some(imported.view()?.dtype()),
-        };
-        api.check_tensor(obj, dtype, writable)?;
+pub(crate) fn import<'py>(obj: &Bound<'py, PyAny>, writable: bool, mode: Mode) -> PyResult<Tensor<'py>> {
+    let (held, api, can_write) = import_any(obj, writable, mode)?;
+    // Size, device and dtype, read now; a lent DLTensor is copied out before any Python code runs.
+    let (numel, device, dtype) = match &held {
+        Held::Array(a) => (a.view().numel(), a.device(), a.dtype()),
+        Held::Managed(m) => (m.view().numel(), m.device(), m.dtype()),
+        Held::Lent => {
+            let api = api.ok_or_else(|| PyTypeError::new_err("internal error: a lent tensor without an exchange API"))?;
+            let t: DLTensor = api.borrow(obj)?;
+            // SAFETY: the producer lent `t`, valid while `obj` lives and no Python
+            // code runs: the view is dropped at the end of this block.
+            let v = unsafe { view_from_dltensor(&t, Flags::empty()) }.py_err()?;
+            (v.numel(), v.device(), v.dtype())
+        }
+    };
+    if let Some(api) = api {
+        api.check_tensor(obj, Some(dtype), writable)?;
     }
-    if writable && !imported.writable {
-        return Err(PyBufferError::new_err(match &imported.held {
+    if writable && !can_write {
+        return Err(PyBufferError::new_err(match &held {
             Held::Managed(m) if m.is_legacy() && !m.is_read_only() => format!(
                 "{} gives only legacy DLPack capsules (no max_version=(1, 3) answer), which cannot say READ_ONLY, so it is \
                  treated as read-only and this argument is written (pass a capsule you made yourself to allow writes)",
@@ -127,33 +151,34 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>, writable: bool, mode: Mode) -> PyRe
             _ => "the tensor is read-only (DLPack READ_ONLY) and this argument is written".to_owned(),
         }));
     }
-    Ok(imported)
+    Ok(Tensor { obj: obj.clone(), held, api, writable: can_write, numel, device })
 }
 
-fn import_any(obj: &Bound<'_, PyAny>, writable: bool, mode: Mode) -> PyResult<Imported> {
+/// Where the memory is held, the exchange API, and whether it may be written.
+fn import_any(obj: &Bound<'_, PyAny>, writable: bool, mode: Mode) -> PyResult<(Held, Option<Api>, bool)> {
     if let Ok(a) = obj.cast::<PyArray>() {
         let array = a.get().array().clone();
         let writable = !array.is_read_only();
-        return Ok(Imported { held: Held::Array(array), api: None, writable });
+        return Ok((Held::Array(array), None, writable));
     }
     if let Some(api) = exchange::lookup(obj)? {
         // The borrowed DLTensor carries no flags: only arguments that are read take it.
         if mode == Mode::KeepGil && !writable && api.can_borrow() {
-            return Ok(Imported { held: Held::Lent, api: Some(api), writable: false });
+            return Ok((Held::Lent, Some(api), false));
         }
         let m = api.managed(obj)?;
         let writable = !m.is_read_only();
-        return Ok(Imported { held: Held::Managed(m), api: Some(api), writable });
+        return Ok((Held::Managed(m), Some(api), writable));
     }
     if has_dlpack(obj)? {
         let c = capsule::consume_object(obj, Request::default())?;
         let writable = c.writable();
-        return Ok(Imported { held: Held::Managed(c.tensor), api: None, writable });
+        return Ok((Held::Managed(c.tensor), None, writable));
     }
     match crate::buffer::import(obj, writable) {
         Ok(t) => {
             let writable = !t.is_read_only();
-            Ok(Imported { held: Held::Managed(t), api: None, writable })
+            Ok((Held::Managed(t), None, writable))
         }
         Err(e) if e.is_instance_of::<PyTypeError>(obj.py()) => Err(PyTypeError::new_err(format!(
             "expected a tensor (an object with __dlpack__ or the buffer protocol), got {}",

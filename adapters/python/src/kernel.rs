@@ -8,23 +8,28 @@
 //! released while the kernel runs when the call moves at least
 //! [`RELEASE_GIL_MIN`] elements; tiny calls keep it (releasing costs more than
 //! they take, and borrowed exchange views need it).
+//!
+//! Arguments are bound by the registry's binding layer
+//! (`dlbridge_registry::binding`): this module only says how Python objects
+//! become tensors and scalars ([`Objects`]) and which framework allocates the
+//! outputs ([`PyAllocator`]: torch's exchange API, NumPy, else `dlbridge.Array`).
 
 use std::sync::Arc;
 
-use dlbridge_array::Array;
-use dlbridge_core::{DType, Error, ManagedTensor, TensorViewMut};
+use dlbridge_core::{DType, Device, ManagedTensor, Slot};
+use dlbridge_registry::binding::{Adapter, Allocator, ArrayAllocator, Binding, Job, Scalar};
 use dlbridge_registry::signature::{ParamKind, ScalarKind};
-use dlbridge_registry::{Arg, Kernel, OutputSpec};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use dlbridge_registry::{Kernel, OutputSpec};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
 use smallvec::SmallVec;
 
 use crate::array::PyArray;
-use crate::errors::IntoPy;
+use crate::errors::{PyFail, locate};
 use crate::exchange::Api;
-use crate::import::{Held, Imported, Mode, import};
+use crate::import::{Mode, Tensor, import};
 
 /// Calls moving at least this many elements release the GIL while the kernel runs.
 pub const RELEASE_GIL_MIN: usize = 1 << 15;
@@ -43,19 +48,101 @@ impl PyKernel {
     }
 }
 
-/// How outputs are allocated.
-#[derive(Clone, Copy)]
-enum Alloc {
-    Exchange(Api),
-    Numpy,
-    Array,
+/// Python objects as kernel arguments: the registry binding layer's adapter.
+struct Objects<'py> {
+    py: Python<'py>,
 }
 
-/// An output this call allocated.
-enum NewOut {
-    Exchange(Api, ManagedTensor),
-    Numpy(Py<PyAny>, Imported),
-    Array(Array),
+impl<'py> Adapter for Objects<'py> {
+    type Value = Bound<'py, PyAny>;
+    type Tensor = Tensor<'py>;
+    type Error = PyFail;
+
+    fn tensor(&mut self, obj: Bound<'py, PyAny>, writable: bool) -> Result<Tensor<'py>, PyFail> {
+        Ok(import(&obj, writable, Mode::KeepGil)?)
+    }
+    fn scalar(&mut self, obj: Bound<'py, PyAny>, kind: ScalarKind) -> Result<Scalar, PyFail> {
+        Ok(match kind {
+            ScalarKind::F64 => Scalar::F64(scalar_f64(&obj)?),
+            ScalarKind::I64 => Scalar::I64(scalar(&obj, "an int")?),
+            ScalarKind::Bool => Scalar::Bool(scalar(&obj, "a bool")?),
+        })
+    }
+    fn locate(&mut self, e: PyFail, kernel: &str, slot: Slot) -> PyFail {
+        PyFail(locate(self.py, e.0, kernel, &slot))
+    }
+}
+
+type Call<'k, 'py> = Binding<'k, Tensor<'py>, PyFail>;
+
+/// An output allocator for Python callers: it claims a call by its first
+/// tensor argument and turns what it allocated into Python objects.
+trait PyAllocator<'py>: Allocator<PyFail> + Sized {
+    /// Whether this allocator serves a call whose first tensor argument is `first`.
+    fn claim(first: &Tensor<'py>) -> Option<Self>;
+    /// The Python object of an output.
+    fn to_py(&self, py: Python<'py>, out: Self::Tensor) -> PyResult<Bound<'py, PyAny>>;
+}
+
+/// torch (and any producer whose exchange API can allocate): the producer's own allocator.
+struct Exchange<'py> {
+    py: Python<'py>,
+    api: Api,
+}
+
+impl Allocator<PyFail> for Exchange<'_> {
+    type Tensor = ManagedTensor;
+    fn allocate(&mut self, spec: &OutputSpec) -> Result<ManagedTensor, PyFail> {
+        Ok(self.api.allocate(self.py, spec)?)
+    }
+}
+
+impl<'py> PyAllocator<'py> for Exchange<'py> {
+    fn claim(first: &Tensor<'py>) -> Option<Self> {
+        first.api.filter(|a| a.can_allocate()).map(|api| Exchange { py: first.obj.py(), api })
+    }
+    fn to_py(&self, py: Python<'py>, out: ManagedTensor) -> PyResult<Bound<'py, PyAny>> {
+        self.api.to_py(py, out)
+    }
+}
+
+/// NumPy: `numpy.empty`; a dtype NumPy lacks (bf16, float8, ...) becomes a `dlbridge.Array`.
+struct Numpy<'py> {
+    py: Python<'py>,
+}
+
+impl<'py> Allocator<PyFail> for Numpy<'py> {
+    type Tensor = Tensor<'py>;
+    fn allocate(&mut self, spec: &OutputSpec) -> Result<Tensor<'py>, PyFail> {
+        let py = self.py;
+        let obj = match numpy_dtype(spec.dtype).filter(|_| spec.device == Device::CPU) {
+            Some(dtype) => {
+                let shape = PyTuple::new(py, spec.shape.iter())?;
+                py.import(pyo3::intern!(py, "numpy"))?.call_method1(pyo3::intern!(py, "empty"), (shape, dtype))?
+            }
+            None => Bound::new(py, PyArray::new(<ArrayAllocator as Allocator<PyFail>>::allocate(&mut ArrayAllocator, spec)?))?.into_any(),
+        };
+        Ok(import(&obj, true, Mode::Own)?)
+    }
+}
+
+impl<'py> PyAllocator<'py> for Numpy<'py> {
+    fn claim(first: &Tensor<'py>) -> Option<Self> {
+        is_ndarray(&first.obj).then(|| Numpy { py: first.obj.py() })
+    }
+    fn to_py(&self, _: Python<'py>, out: Tensor<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(out.obj)
+    }
+}
+
+/// Anything else: `dlbridge.Array`.
+impl<'py> PyAllocator<'py> for ArrayAllocator {
+    fn claim(_: &Tensor<'py>) -> Option<Self> {
+        Some(ArrayAllocator)
+    }
+    fn to_py(&self, py: Python<'py>, out: dlbridge_array::Array) -> PyResult<Bound<'py, PyAny>> {
+        Ok(Bound::new(py, PyArray::new(out))?.into_any())
+    }
 }
 
 static NDARRAY: PyOnceLock<Option<Py<PyType>>> = PyOnceLock::new();
@@ -87,43 +174,14 @@ fn numpy_dtype(d: DType) -> Option<&'static str> {
     })
 }
 
-fn arity_error(k: &Kernel, given: usize) -> PyErr {
-    let sig = k.signature();
-    let names: Vec<&str> = sig.params.iter().map(|p| p.name.as_str()).collect();
-    let outs: Vec<&str> = sig.outputs.iter().map(|p| p.name.as_str()).collect();
-    PyTypeError::new_err(format!(
-        "{}() takes {} arguments ({}){} but {given} were given",
-        sig.name,
-        names.len(),
-        names.join(", "),
-        if outs.is_empty() {
-            String::new()
-        } else {
-            format!(", or {} with the outputs ({}) appended", names.len() + outs.len(), outs.join(", "))
-        }
-    ))
-}
-
-enum In<'py> {
-    Tensor(Bound<'py, PyAny>, Imported, bool),
-    Scalar(Arg<'static>),
-}
-
 impl PyKernel {
-    fn run<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>, out: Option<&Bound<'py, PyAny>>) -> PyResult<Py<PyAny>> {
-        let k = &*self.kernel;
-        let sig = k.signature();
-        let (np, no) = (sig.params.len(), sig.outputs.len());
-        let nargs = args.len();
-        // Which objects are outputs given by the caller?
-        let given_outs: Option<SmallVec<[Bound<'py, PyAny>; 2]>> = match out {
-            Some(o) if !o.is_none() => {
-                if nargs != np {
-                    return Err(arity_error(k, nargs));
-                }
-                if no == 0 {
-                    return Err(PyTypeError::new_err(format!("{}() has no outputs; out= is not accepted", sig.name)));
-                }
+    /// Binds `args` (and `out=`) to the kernel's parameters.
+    fn bind<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>, out: Option<&Bound<'py, PyAny>>) -> PyResult<Call<'_, 'py>> {
+        let k: &Kernel = &self.kernel;
+        let mut objects = Objects { py };
+        let b = match out.filter(|o| !o.is_none()) {
+            None => k.bind(&mut objects, args.iter()),
+            Some(o) => {
                 let list: SmallVec<[Bound<'py, PyAny>; 2]> = if let Ok(t) = o.cast::<PyTuple>() {
                     t.iter().collect()
                 } else if let Ok(l) = o.cast::<pyo3::types::PyList>() {
@@ -131,235 +189,88 @@ impl PyKernel {
                 } else {
                     smallvec::smallvec![o.clone()]
                 };
-                if list.len() != no {
-                    let plural = if no == 1 { "" } else { "s" };
-                    return Err(PyTypeError::new_err(format!("{}(): out= needs {no} tensor{plural}, got {}", sig.name, list.len())));
-                }
-                Some(list)
+                k.bind_out(&mut objects, args.iter(), list)
             }
-            _ if nargs == np => None,
-            _ if no > 0 && nargs == np + no => Some(args.iter().skip(np).collect()),
-            _ => return Err(arity_error(k, nargs)),
-        };
+        }?;
+        Ok(b)
+    }
 
-        let mut mode = Mode::KeepGil;
-        let mut ins = self.import_inputs(py, args, mode)?;
-        let mut outs_imported: SmallVec<[(Bound<'py, PyAny>, Imported); 2]> = SmallVec::new();
-        if let Some(list) = &given_outs {
-            for o in list {
-                outs_imported.push((
-                    o.clone(),
-                    import(o, true, mode)
-                        .map_err(|e| arg_context(py, e, &sig.name, &format!("output {}", sig.outputs[outs_imported.len()].name)))?,
-                ));
+    fn run<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>, out: Option<&Bound<'py, PyAny>>) -> PyResult<Py<PyAny>> {
+        let mut call = self.bind(py, args, out)?;
+        // Large calls release the GIL: lent exchange views need it, so own them first.
+        let total = call.operands().fold(0usize, |n, t| n.saturating_add(t.numel));
+        let release = total >= RELEASE_GIL_MIN;
+        if release {
+            for t in call.operands_mut() {
+                t.own()?;
             }
-        }
-
-        // A first look at every tensor: sizes for the GIL decision, output specs.
-        // Lent DLTensors are borrowed only for this block, in which no Python runs.
-        let (total, specs) = {
-            lend_all(&mut ins)?;
-            let result = self.measure(&ins, &outs_imported, given_outs.is_none() && no > 0);
-            unlend_all(&mut ins);
-            result?
-        };
-        // Large calls release the GIL: take owning references instead of lent ones.
-        if total >= RELEASE_GIL_MIN {
-            mode = Mode::Own;
-            for (idx, i) in ins.iter_mut().enumerate() {
-                if let In::Tensor(obj, t, w) = i
-                    && matches!(t.held, Held::Lent)
-                {
-                    *t = import(obj, *w, mode).map_err(|e| arg_context(py, e, &sig.name, &format!("argument {}", sig.params[idx].name)))?;
-                }
-            }
-        }
-
-        // Framework of the first tensor argument decides how outputs are allocated.
-        let alloc = ins
-            .iter()
-            .find_map(|i| match i {
-                In::Tensor(obj, t, _) => Some(match t.api {
-                    Some(api) if api.can_allocate() => Alloc::Exchange(api),
-                    _ if is_ndarray(obj) => Alloc::Numpy,
-                    _ => Alloc::Array,
-                }),
-                In::Scalar(_) => None,
-            })
-            .unwrap_or(Alloc::Array);
-        // Declared before the views that borrow them.
-        let mut new_outs: SmallVec<[NewOut; 2]> = SmallVec::new();
-        for spec in &specs {
-            new_outs.push(allocate(py, alloc, spec, mode)?);
         }
         // Autograd learns about the writes, as from torch's own in-place ops.
-        bump_versions(py, &ins, &outs_imported)?;
+        bump_versions(py, &call)?;
+        // The kernel runs on the caller's current stream (torch's, through the exchange API).
+        let stream = match call.operands().find_map(|t| t.api.map(|a| (a, t.device))) {
+            Some((api, device)) => api.current_stream(py, device)?,
+            None => std::ptr::null_mut(),
+        } as usize;
 
-        // From here to the kernel call no Python code runs: lent DLTensors are
-        // borrowed now and stay valid until the views are dropped.
-        lend_all(&mut ins)?;
-        // Views of the inputs.
-        let mut views: SmallVec<[Arg<'_>; 8]> = SmallVec::new();
-        for (idx, i) in ins.iter().enumerate() {
-            views.push(match i {
-                In::Scalar(a) => match a {
-                    Arg::F64(x) => Arg::F64(*x),
-                    Arg::I64(x) => Arg::I64(*x),
-                    Arg::Bool(x) => Arg::Bool(*x),
-                    _ => return Err(pyo3::exceptions::PyRuntimeError::new_err("internal error: a scalar slot holds a tensor")),
-                },
-                In::Tensor(_, t, writable) => {
-                    let v = t.view()?;
-                    if *writable {
-                        // SAFETY: Python tensors are shared-mutable memory; this call is
-                        // the writer, and the registry refuses any overlap between a
-                        // written tensor and every other argument before the kernel runs.
-                        Arg::TensorMut(unsafe { TensorViewMut::from_view(v) }.map_err(|e| {
-                            arg_context(py, crate::errors::to_pyerr(e), &sig.name, &format!("argument {}", sig.params[idx].name))
-                        })?)
-                    } else {
-                        Arg::Tensor(v)
-                    }
-                }
-            });
-        }
-
-        let mut out_views: SmallVec<[TensorViewMut<'_>; 2]> = SmallVec::new();
-        for (idx, (_, t)) in outs_imported.iter().enumerate() {
-            // SAFETY: as for writable inputs: the registry refuses overlaps.
-            out_views.push(
-                unsafe { TensorViewMut::from_view(t.view()?) }
-                    .map_err(|e| arg_context(py, crate::errors::to_pyerr(e), &sig.name, &format!("output {}", sig.outputs[idx].name)))?,
-            );
-        }
-        for n in new_outs.iter_mut() {
-            out_views.push(match n {
-                NewOut::Exchange(_, m) => m.view_mut().py_err()?,
-                // SAFETY: a freshly allocated NumPy array nobody else has seen yet.
-                NewOut::Numpy(_, t) => unsafe { TensorViewMut::from_view(t.view()?) }.py_err()?,
-                NewOut::Array(a) => a.view_mut().py_err()?,
-            });
-        }
-
-        let stream = match (alloc, views.iter().find_map(|a| a.tensor_meta())) {
-            (Alloc::Exchange(api), Some((_, _, dev))) => api.current_stream(py, dev)?,
-            _ => std::ptr::null_mut(),
-        };
-        let stream_addr = stream as usize;
-        let result = if mode == Mode::Own {
-            py.detach(|| k.call_on_stream(&mut views, &mut out_views, stream_addr as *mut std::ffi::c_void))
-        } else {
-            k.call_on_stream(&mut views, &mut out_views, stream)
-        };
-        drop(out_views);
-        drop(views);
-        result.py_err()?;
-        drop(ins);
-
-        // Results.
-        if let Some(list) = given_outs {
+        if call.given_outputs().is_some() {
+            finish(py, &mut call, ArrayAllocator, stream, release)?;
+            let given = call.into_given_outputs().unwrap_or_default();
             if let Some(o) = out.filter(|o| !o.is_none()) {
                 return Ok(o.clone().unbind());
             }
-            return Ok(if list.len() == 1 { list[0].clone().unbind() } else { PyTuple::new(py, list)?.into_any().unbind() });
-        }
-        let mut results: SmallVec<[Bound<'py, PyAny>; 2]> = SmallVec::new();
-        for n in new_outs {
-            results.push(match n {
-                NewOut::Exchange(api, m) => api.to_py(py, m)?,
-                NewOut::Numpy(obj, _) => obj.into_bound(py),
-                NewOut::Array(a) => Bound::new(py, PyArray::new(a))?.into_any(),
+            return Ok(match given.len() {
+                1 => given.into_iter().next().map(|t| t.obj.unbind()).unwrap_or_else(|| py.None()),
+                _ => PyTuple::new(py, given.into_iter().map(|t| t.obj))?.into_any().unbind(),
             });
         }
-        Ok(match results.len() {
-            0 => py.None(),
-            1 => results.pop().map(|r| r.unbind()).unwrap_or_else(|| py.None()),
-            _ => PyTuple::new(py, results)?.into_any().unbind(),
-        })
-    }
-
-    /// Elements moved by the call (saturating: zero-stride views can claim 2^62
-    /// each) and, when `specs`, the outputs to allocate. Every lent tensor must be borrowed.
-    fn measure(&self, ins: &[In<'_>], outs: &[(Bound<'_, PyAny>, Imported)], specs: bool) -> PyResult<(usize, SmallVec<[OutputSpec; 2]>)> {
-        let mut total = 0usize;
-        let mut views: SmallVec<[Arg<'_>; 8]> = SmallVec::new();
-        for i in ins {
-            views.push(match i {
-                In::Scalar(Arg::F64(x)) => Arg::F64(*x),
-                In::Scalar(Arg::I64(x)) => Arg::I64(*x),
-                In::Scalar(Arg::Bool(x)) => Arg::Bool(*x),
-                In::Scalar(_) => {
-                    return Err(crate::errors::to_pyerr(Error::Runtime("internal error: a scalar slot holds a tensor".into())));
-                }
-                In::Tensor(_, t, _) => {
-                    let v = t.view()?;
-                    total = total.saturating_add(v.numel());
-                    Arg::Tensor(v)
-                }
-            });
+        // The framework of the first tensor argument allocates the outputs: the
+        // first allocator that claims it. A new framework adds one line here.
+        let first = call.operands().next();
+        if let Some(a) = first.and_then(Exchange::claim) {
+            return finish(py, &mut call, a, stream, release);
         }
-        for (_, t) in outs {
-            total = total.saturating_add(t.view()?.numel());
+        if let Some(a) = first.and_then(Numpy::claim) {
+            return finish(py, &mut call, a, stream, release);
         }
-        let specs = if specs { self.kernel.prepare_outputs(&views).py_err()?.into_iter().collect() } else { SmallVec::new() };
-        Ok((total, specs))
-    }
-
-    fn import_inputs<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>, mode: Mode) -> PyResult<SmallVec<[In<'py>; 8]>> {
-        let sig = self.kernel.signature();
-        let mut ins: SmallVec<[In<'py>; 8]> = SmallVec::new();
-        for (i, p) in sig.params.iter().enumerate() {
-            let obj = args.get_item(i)?;
-            let ctx = |e: PyErr| arg_context(py, e, &sig.name, &format!("argument {}", p.name));
-            ins.push(match &p.kind {
-                ParamKind::Scalar(kind) => In::Scalar(match kind {
-                    ScalarKind::F64 => Arg::F64(scalar_f64(&obj).map_err(ctx)?),
-                    ScalarKind::I64 => Arg::I64(scalar(&obj, "an int").map_err(ctx)?),
-                    ScalarKind::Bool => Arg::Bool(scalar(&obj, "a bool").map_err(ctx)?),
-                }),
-                ParamKind::Tensor(t) => {
-                    let imported = import(&obj, t.mutable, mode).map_err(ctx)?;
-                    In::Tensor(obj, imported, t.mutable)
-                }
-            });
-        }
-        Ok(ins)
+        finish(py, &mut call, ArrayAllocator, stream, release)
     }
 }
 
-/// Borrows every lent DLTensor of `ins` (see [`Held::Borrowed`]): the caller runs
-/// no Python code until [`unlend_all`] or until `ins` is dropped.
-fn lend_all(ins: &mut [In<'_>]) -> PyResult<()> {
-    for i in ins.iter_mut() {
-        if let In::Tensor(obj, t, _) = i {
-            // SAFETY: `obj` lives in `ins` beside `t`; the caller's contract above.
-            unsafe { t.lend(obj) }?;
-        }
+/// Allocates with `alloc`, runs (releasing the GIL when asked) and returns
+/// the outputs as one object, a tuple, or None.
+fn finish<'py, A: PyAllocator<'py>>(
+    py: Python<'py>,
+    call: &mut Call<'_, 'py>,
+    mut alloc: A,
+    stream: usize,
+    release: bool,
+) -> PyResult<Py<PyAny>> {
+    let outs = call.run_with(
+        &mut alloc,
+        stream as *mut std::ffi::c_void,
+        |job: Job<'_>| if release { py.detach(|| job.run()) } else { job.run() },
+    )?;
+    let mut results: SmallVec<[Bound<'py, PyAny>; 2]> = SmallVec::new();
+    for o in outs {
+        results.push(alloc.to_py(py, o)?);
     }
-    Ok(())
-}
-
-fn unlend_all(ins: &mut [In<'_>]) {
-    for i in ins.iter_mut() {
-        if let In::Tensor(_, t, _) = i {
-            t.unlend();
-        }
-    }
+    Ok(match results.len() {
+        0 => py.None(),
+        1 => results.pop().map(|r| r.unbind()).unwrap_or_else(|| py.None()),
+        _ => PyTuple::new(py, results)?.into_any().unbind(),
+    })
 }
 
 /// Tells torch's autograd that the torch tensors this call writes (mut
 /// arguments, given outputs) are modified, in one call.
-fn bump_versions<'a, 'py>(py: Python<'py>, ins: &'a [In<'py>], outs: &'a [(Bound<'py, PyAny>, Imported)]) -> PyResult<()> {
-    let written_ins = ins.iter().filter_map(|i| match i {
-        In::Tensor(obj, t, true) => Some((obj, t)),
-        _ => None,
-    });
+fn bump_versions<'py>(py: Python<'py>, call: &Call<'_, 'py>) -> PyResult<()> {
     let mut api = None;
-    let mut written: SmallVec<[&'a Bound<'py, PyAny>; 4]> = SmallVec::new();
-    for (obj, t) in written_ins.chain(outs.iter().map(|(o, t)| (o, t))) {
+    let mut written: SmallVec<[&Bound<'py, PyAny>; 4]> = SmallVec::new();
+    for t in call.operands().filter(|t| t.writable) {
         if let Some(a) = t.api.filter(|a| a.is_torch()) {
             api = Some(a);
-            written.push(obj);
+            written.push(&t.obj);
         }
     }
     match api {
@@ -401,38 +312,6 @@ fn scalar<'py, T: pyo3::conversion::FromPyObjectOwned<'py>>(obj: &Bound<'py, PyA
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
-}
-
-/// Prefixes an exception's message with the kernel and argument, keeping its type.
-fn arg_context(py: Python<'_>, e: PyErr, kernel: &str, what: &str) -> PyErr {
-    let msg = e.value(py).str().map(|s| s.to_string()).unwrap_or_default();
-    if msg.starts_with(&format!("{kernel}:")) {
-        return e;
-    }
-    let ty = e.get_type(py);
-    match ty.call1((format!("{kernel}: {what}: {msg}"),)) {
-        Ok(v) => PyErr::from_value(v),
-        Err(_) => e,
-    }
-}
-
-fn allocate(py: Python<'_>, alloc: Alloc, spec: &OutputSpec, mode: Mode) -> PyResult<NewOut> {
-    match alloc {
-        Alloc::Exchange(api) => Ok(NewOut::Exchange(api, api.allocate(py, spec)?)),
-        Alloc::Numpy if numpy_dtype(spec.dtype).is_some() && spec.device == dlbridge_core::Device::CPU => {
-            let np = py.import("numpy")?;
-            let shape = PyTuple::new(py, spec.shape.iter())?;
-            let obj = np.call_method1("empty", (shape, numpy_dtype(spec.dtype)))?;
-            let t = import(&obj, true, mode)?;
-            Ok(NewOut::Numpy(obj.unbind(), t))
-        }
-        _ => {
-            if spec.device != dlbridge_core::Device::CPU {
-                return Err(PyValueError::new_err(format!("cannot allocate {spec}: dlbridge.Array lives on the CPU")));
-            }
-            Ok(NewOut::Array(Array::zeros(spec.dtype, &spec.shape).py_err()?))
-        }
-    }
 }
 
 #[pymethods]
@@ -488,15 +367,11 @@ impl PyKernel {
     /// `(shape, dtype, device)` of every output for these inputs (what `__call__` allocates).
     #[pyo3(signature = (*args))]
     fn prepare_outputs<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>) -> PyResult<Vec<(Vec<i64>, String, String)>> {
-        let sig = self.kernel.signature();
-        if args.len() != sig.params.len() {
-            return Err(arity_error(&self.kernel, args.len()));
+        let call = self.bind(py, args, None)?;
+        if call.given_outputs().is_some() {
+            return Err(PyTypeError::new_err(format!("{}.prepare_outputs() takes the inputs only, not the outputs", self.kernel.name())));
         }
-        let mut ins = self.import_inputs(py, args, Mode::KeepGil)?;
-        lend_all(&mut ins)?;
-        let specs = self.measure(&ins, &[], true).map(|(_, specs)| specs);
-        unlend_all(&mut ins);
-        let specs = specs?;
+        let specs = call.output_specs()?;
         Ok(specs.iter().map(|s| (s.shape.to_vec(), s.dtype.to_string(), s.device.to_string())).collect())
     }
 

@@ -18,8 +18,8 @@
 //!
 //! Devices: CPU here (the exchange API passes CUDA tensors and streams through
 //! to kernels registered for CUDA). Unsafe code lives in `exchange` (the C
-//! exchange API), `buffer` (the buffer protocol), `array` (buffer export) and
-//! the view construction in `kernel`, each with its invariants written down.
+//! exchange API), `buffer` (the buffer protocol), `array` (buffer export),
+//! `capsule`, `import` (views of imported tensors) and `inspect`, each with its invariants written down.
 
 #![deny(unsafe_code)]
 
@@ -36,7 +36,6 @@ pub mod exchange;
 pub mod import;
 #[allow(unsafe_code)]
 pub mod inspect;
-#[allow(unsafe_code)]
 pub mod kernel;
 
 pub use array::PyArray;

@@ -24,25 +24,17 @@
 #[allow(unsafe_code)]
 mod raw;
 
-use dlbridge_core::{DType, Device, Error, Flags, ManagedTensor, Result, TensorViewMut};
-use dlbridge_registry::signature::{ParamKind, ScalarKind};
-use dlbridge_registry::{Arg, Kernel};
-use smallvec::SmallVec;
+use dlbridge_core::{DType, Device, Error, Flags, ManagedTensor, Result, Slot, TensorView, TensorViewMut};
+use dlbridge_registry::binding::{Adapter, Allocator, Operand};
+use dlbridge_registry::signature::ScalarKind;
+use dlbridge_registry::{Kernel, OutputSpec};
 use tch::{Kind, Tensor};
 
 /// The libtorch directory this crate was built against.
 pub const LIBTORCH_DIR: &str = env!("DLBRIDGE_TCH_LIBTORCH");
 
-/// A scalar argument of [`call`].
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Scalar {
-    /// `f64` parameters.
-    F64(f64),
-    /// `i64` parameters.
-    I64(i64),
-    /// `bool` parameters.
-    Bool(bool),
-}
+/// A scalar argument of [`call`] (the registry's).
+pub use dlbridge_registry::Scalar;
 
 /// The tch kind of a dtype, for allocating outputs.
 pub fn kind_of(dtype: DType) -> Result<Kind> {
@@ -125,81 +117,82 @@ pub fn from_dlpack(m: ManagedTensor) -> Result<Tensor> {
 /// Runs `kernel` on tch tensors: `tensors` are the signature's tensor
 /// parameters in order (`mut` ones are written in place), `scalars` its
 /// scalars in order. Outputs are allocated with tch on the inputs' device from
-/// `prepare_outputs` and returned.
+/// the shapes the signature gives, and returned.
 pub fn call(kernel: &Kernel, tensors: &[&Tensor], scalars: &[Scalar]) -> Result<Vec<Tensor>> {
-    run(kernel, tensors, scalars, None)
+    let mut binding = kernel.bind_split(&mut Tch::default(), tensors.iter().copied(), scalars, None::<[&Tensor; 0]>)?;
+    Ok(binding.run(&mut TchAllocator, std::ptr::null_mut())?.into_iter().map(|o| o.0).collect())
 }
 
 /// Like [`call`], writing into the given output tensors instead (destination-passing style).
 pub fn call_into(kernel: &Kernel, tensors: &[&Tensor], scalars: &[Scalar], outputs: &[&Tensor]) -> Result<()> {
-    run(kernel, tensors, scalars, Some(outputs)).map(drop)
+    let mut binding = kernel.bind_split(&mut Tch::default(), tensors.iter().copied(), scalars, Some(outputs.iter().copied()))?;
+    binding.run(&mut TchAllocator, std::ptr::null_mut()).map(drop)
 }
 
-#[allow(unsafe_code)]
-fn run(kernel: &Kernel, tensors: &[&Tensor], scalars: &[Scalar], given: Option<&[&Tensor]>) -> Result<Vec<Tensor>> {
-    let sig = kernel.signature();
-    let n_tensors = sig.params.iter().filter(|p| matches!(p.kind, ParamKind::Tensor(_))).count();
-    if tensors.len() != n_tensors || scalars.len() != sig.params.len() - n_tensors {
-        return Err(Error::InvalidArgument(format!(
-            "{}: expected {n_tensors} tensors and {} scalars, got {} and {}",
-            sig.name,
-            sig.params.len() - n_tensors,
-            tensors.len(),
-            scalars.len()
-        )));
-    }
-    // Declared before the views that borrow it.
-    let mut allocated: Vec<Tensor> = Vec::new();
-    let mut args: SmallVec<[Arg<'_>; 8]> = SmallVec::new();
-    let (mut ti, mut si) = (0, 0);
-    for p in &sig.params {
-        let what = || format!("{}: argument {}", sig.name, p.name);
-        args.push(match &p.kind {
-            ParamKind::Tensor(t) => {
-                let tensor = tensors[ti];
-                ti += 1;
-                // The shim refuses grad-requiring, sparse and quantized tensors in the same call.
-                let view = raw::borrow(tensor, Flags::empty()).map_err(|e| e.context(what()))?;
-                if t.mutable {
-                    // SAFETY: the caller hands the tensor to the kernel for writing; the
-                    // registry refuses overlap with every other argument before it runs.
-                    Arg::TensorMut(unsafe { TensorViewMut::from_view(view) }.map_err(|e| e.context(what()))?)
-                } else {
-                    Arg::Tensor(view)
-                }
-            }
-            ParamKind::Scalar(k) => {
-                let s = scalars[si];
-                si += 1;
-                match (k, s) {
-                    (ScalarKind::F64, Scalar::F64(x)) => Arg::F64(x),
-                    (ScalarKind::I64, Scalar::I64(x)) => Arg::I64(x),
-                    (ScalarKind::Bool, Scalar::Bool(x)) => Arg::Bool(x),
-                    (k, s) => return Err(Error::InvalidArgument(format!("{}: expected a {k} scalar, got {s:?}", what()))),
-                }
-            }
-        });
-    }
-    if given.is_none() {
-        for s in kernel.prepare_outputs(&args)?.iter() {
-            let t = Tensor::f_empty(&s.shape[..], (kind_of(s.dtype)?, device_of(s.device)?))
-                .map_err(|e| Error::Runtime(format!("allocating {s}: {e}")))?;
-            allocated.push(t);
+/// The binding layer's [`Adapter`] for tch tensors borrowed for `'t`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tch<'t>(std::marker::PhantomData<&'t Tensor>);
+
+/// A tch tensor bound to a kernel argument.
+#[derive(Debug)]
+pub struct TchOperand<'t> {
+    tensor: &'t Tensor,
+    /// Read arguments: borrowed once, at bind time.
+    view: Option<TensorView<'t>>,
+}
+
+impl Operand for TchOperand<'_> {
+    fn view(&self) -> Result<TensorView<'_>> {
+        match &self.view {
+            Some(v) => Ok(v.clone()),
+            None => raw::borrow(self.tensor, Flags::empty()),
         }
     }
-    let outs: Vec<&Tensor> = match given {
-        Some(g) => g.to_vec(),
-        None => allocated.iter().collect(),
-    };
-    let mut out_views: SmallVec<[TensorViewMut<'_>; 2]> = SmallVec::new();
-    for (j, o) in outs.iter().enumerate() {
-        let what = format!("{}: output {}", sig.name, sig.outputs.get(j).map_or("?", |p| p.name.as_str()));
-        let view = raw::borrow(o, Flags::empty()).map_err(|e| e.context(what.clone()))?;
-        // SAFETY: outputs are written by the kernel; the registry refuses overlaps.
-        out_views.push(unsafe { TensorViewMut::from_view(view) }.map_err(|e| e.context(what))?);
+    fn view_mut(&mut self) -> Result<TensorViewMut<'_>> {
+        raw::borrow_mut(self.tensor)
     }
-    kernel.call(&mut args, &mut out_views)?;
-    drop(out_views);
-    drop(args);
-    Ok(allocated)
+}
+
+impl<'t> Adapter for Tch<'t> {
+    type Value = &'t Tensor;
+    type Tensor = TchOperand<'t>;
+    type Error = Error;
+
+    fn tensor(&mut self, tensor: &'t Tensor, writable: bool) -> Result<TchOperand<'t>> {
+        // The shim refuses grad-requiring, sparse and quantized tensors.
+        let view = raw::borrow(tensor, Flags::empty())?;
+        Ok(TchOperand { tensor, view: (!writable).then_some(view) })
+    }
+    fn scalar(&mut self, tensor: &'t Tensor, kind: ScalarKind) -> Result<Scalar> {
+        Err(Error::InvalidArgument(format!("expected a {kind} scalar but got a tensor of shape {:?}", tensor.size())))
+    }
+    fn locate(&mut self, error: Error, kernel: &str, slot: Slot) -> Error {
+        error.at(kernel, slot)
+    }
+}
+
+/// Allocates outputs with `Tensor::f_empty` on the inputs' device.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TchAllocator;
+
+/// A tensor [`TchAllocator`] allocated.
+#[derive(Debug)]
+pub struct TchOutput(pub Tensor);
+
+impl Operand for TchOutput {
+    fn view(&self) -> Result<TensorView<'_>> {
+        raw::borrow(&self.0, Flags::empty())
+    }
+    fn view_mut(&mut self) -> Result<TensorViewMut<'_>> {
+        raw::borrow_mut(&self.0)
+    }
+}
+
+impl Allocator<Error> for TchAllocator {
+    type Tensor = TchOutput;
+    fn allocate(&mut self, s: &OutputSpec) -> Result<TchOutput> {
+        let t = Tensor::f_empty(&s.shape[..], (kind_of(s.dtype)?, device_of(s.device)?))
+            .map_err(|e| Error::Runtime(format!("allocating {s}: {e}")))?;
+        Ok(TchOutput(t))
+    }
 }

@@ -9,14 +9,15 @@
 //! fresh `at::Tensor*` that `Tensor::from_ptr` then owns.
 //! `to_dlpack` returns an owning DLPack tensor validated like any foreign one.
 //! A borrowed DLTensor is only turned into a view whose lifetime is bounded by
-//! a borrow of the `Tensor` it came from. No C++ exception crosses into Rust:
+//! a borrow of the `Tensor` it came from; a writable one ([`borrow_mut`]) only
+//! for a tensor the caller hands to a kernel for writing. No C++ exception crosses into Rust:
 //! the shim catches them all and reports through the error buffer.
 
 use std::ffi::{c_char, c_void};
 
 use dlbridge_core::ffi::{DLDataType, DLDataTypeCode, DLDevice, DLDeviceType, DLManagedTensorVersioned, DLTensor};
 use dlbridge_core::raw::view_from_dltensor;
-use dlbridge_core::{Error, ErrorKind, Flags, ManagedTensor, Result, TensorView};
+use dlbridge_core::{Error, ErrorKind, Flags, ManagedTensor, Result, TensorView, TensorViewMut};
 use tch::Tensor;
 
 unsafe extern "C" {
@@ -88,4 +89,15 @@ pub(crate) fn borrow(t: &Tensor, flags: Flags) -> Result<TensorView<'_>> {
     // SAFETY: shape, strides and data point into `t`'s TensorImpl and storage,
     // which live (unmodified: nothing else runs on `t` meanwhile) while `t` is borrowed.
     unsafe { view_from_dltensor(&out, flags) }
+}
+
+/// A writable view of `t`'s memory, for a tensor the caller hands to a kernel
+/// for writing (a `mut` argument, an output).
+pub(crate) fn borrow_mut(t: &Tensor) -> Result<TensorViewMut<'_>> {
+    let view = borrow(t, Flags::empty())?;
+    // SAFETY: torch memory is shared-mutable (any holder of the tensor may
+    // write it); the caller passed `t` to be written, and the registry refuses
+    // every overlap between a written view and the other views of a call
+    // before the kernel runs, so the kernel's writes alias nothing it reads.
+    unsafe { TensorViewMut::from_view(view) }
 }

@@ -226,7 +226,29 @@ pub enum Error {
         message: String,
     },
 
-    /// Another error with the place it happened (kernel, argument, path).
+    /// An error about one argument or output of a kernel call, with the
+    /// kernel and the slot as structure (`matmul: argument b: ...`).
+    #[error("{kernel}: {slot}: {source}")]
+    Argument {
+        /// The kernel's name.
+        kernel: String,
+        /// The parameter or output.
+        slot: Slot,
+        /// What is wrong with it.
+        #[source]
+        source: Box<Error>,
+    },
+    /// A call whose arguments do not fit the kernel's parameter list (their
+    /// number, `out=`); Python's `TypeError`.
+    #[error("{message}")]
+    Arity {
+        /// The kernel's name.
+        kernel: String,
+        /// What was expected and what came.
+        message: String,
+    },
+
+    /// Another error with the place it happened (kernel, path).
     #[error("{context}: {source}")]
     Context {
         /// Where: "matmul: argument b", a plugin path, ...
@@ -256,11 +278,12 @@ impl Error {
             | Error::ReadOnly { .. }
             | Error::Buffer(_) => ErrorKind::Buffer,
             Error::NotFound(_) => ErrorKind::NotFound,
+            Error::Arity { .. } => ErrorKind::Type,
             Error::OutOfMemory { .. } => ErrorKind::Memory,
             Error::FileNotFound { .. } => ErrorKind::FileNotFound,
             Error::Runtime(_) => ErrorKind::Runtime,
             Error::Coded { kind, .. } => *kind,
-            Error::Context { source, .. } => source.kind(),
+            Error::Context { source, .. } | Error::Argument { source, .. } => source.kind(),
         }
     }
 
@@ -269,10 +292,24 @@ impl Error {
         Error::Context { context: context.into(), source: Box::new(self) }
     }
 
-    /// The innermost error, below every [`Error::Context`].
+    /// The error about argument or output `slot` of `kernel`.
+    pub fn at(self, kernel: impl Into<String>, slot: Slot) -> Error {
+        Error::Argument { kernel: kernel.into(), slot, source: Box::new(self) }
+    }
+
+    /// The kernel and slot an [`Error::Argument`] (possibly under contexts) is about.
+    pub fn slot(&self) -> Option<(&str, &Slot)> {
+        match self {
+            Error::Argument { kernel, slot, .. } => Some((kernel, slot)),
+            Error::Context { source, .. } => source.slot(),
+            _ => None,
+        }
+    }
+
+    /// The innermost error, below every [`Error::Context`] and [`Error::Argument`].
     pub fn root(&self) -> &Error {
         match self {
-            Error::Context { source, .. } => source.root(),
+            Error::Context { source, .. } | Error::Argument { source, .. } => source.root(),
             other => other,
         }
     }
@@ -283,6 +320,37 @@ impl Error {
 
     pub(crate) fn overflow(what: impl Into<String>) -> Error {
         Error::Overflow { what: what.into() }
+    }
+}
+
+/// One argument or output of a kernel call, as errors name it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Slot {
+    /// The parameter of this name (a tensor, `mut` tensor or scalar).
+    Argument(String),
+    /// The output of this name.
+    Output(String),
+}
+
+impl Slot {
+    /// The parameter's or output's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Slot::Argument(n) | Slot::Output(n) => n,
+        }
+    }
+    /// Whether it is an output.
+    pub fn is_output(&self) -> bool {
+        matches!(self, Slot::Output(_))
+    }
+}
+
+impl fmt::Display for Slot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Slot::Argument(n) => write!(f, "argument {n}"),
+            Slot::Output(n) => write!(f, "output {n}"),
+        }
     }
 }
 

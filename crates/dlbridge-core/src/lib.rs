@@ -48,7 +48,7 @@ pub mod view;
 
 pub use device::{Device, DeviceType};
 pub use dtype::{DType, DTypeCode, Element};
-pub use error::{Error, ErrorKind, Result, ResultExt};
+pub use error::{Error, ErrorKind, Result, ResultExt, Slot};
 pub use managed::{DLPACK_MAJOR, DLPACK_MINOR, ManagedTensor, TensorDesc};
 pub use view::{Iter, IterMut, TensorView, TensorViewMut};
 

@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use dlbridge_core::{DType, Device, Error, Result, TensorView, TensorViewMut};
+use dlbridge_core::{DType, Device, Error, Result, Slot, TensorView, TensorViewMut};
 use smallvec::SmallVec;
 
 use crate::signature::{DTypeRef, Dim, MAX_RESTS, MAX_SYMBOLS, MAX_TYPE_VARS, ParamKind, ScalarKind, Signature, TensorType};
@@ -110,7 +110,11 @@ struct Ctx<'s, 'x> {
 
 impl Ctx<'_, '_> {
     fn arg_err(&self, param: usize, err: Error) -> Error {
-        err.context(format!("{}: argument {}", self.sig.name, self.param_name(param)))
+        err.at(self.sig.name.clone(), self.slot(param))
+    }
+    fn slot(&self, i: usize) -> Slot {
+        let n = self.sig.params.len();
+        if i < n { Slot::Argument(self.sig.params[i].name.clone()) } else { Slot::Output(self.sig.outputs[i - n].name.clone()) }
     }
     fn param_name(&self, i: usize) -> &str {
         let n = self.sig.params.len();
@@ -352,17 +356,10 @@ pub fn check_outputs(sig: &Signature, b: &mut Bindings, args: &[Arg<'_>], outs: 
     let ctx = Ctx { sig, args };
     for (j, (param, out)) in sig.outputs.iter().zip(outs).enumerate() {
         if let Some(t) = param.tensor() {
-            ctx.tensor(b, sig.params.len() + j, t, out.shape(), out.dtype(), out.device()).map_err(retitle_output)?;
+            ctx.tensor(b, sig.params.len() + j, t, out.shape(), out.dtype(), out.device())?;
         }
     }
     Ok(())
-}
-
-fn retitle_output(e: Error) -> Error {
-    match e {
-        Error::Context { context, source } => Error::Context { context: context.replace(": argument ", ": output "), source },
-        other => other,
-    }
 }
 
 /// Shapes, dtypes and devices of every output, from bound inputs alone

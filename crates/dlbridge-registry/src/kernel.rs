@@ -5,7 +5,7 @@ use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use dlbridge_core::{DType, DeviceType, Error, Result, TensorViewMut};
+use dlbridge_core::{DType, DeviceType, Error, Result, Slot, TensorViewMut};
 use smallvec::SmallVec;
 
 use crate::call::{Arg, Bindings, OutputSpec, bind, check_outputs, output_specs};
@@ -395,33 +395,33 @@ impl Kernel {
 
     /// Contiguity (when required) and aliasing between writable tensors and the rest.
     fn check_layouts(&self, args: &[Arg<'_>], outs: &[TensorViewMut<'_>]) -> Result<()> {
-        let name = &self.sig.name;
         let n = self.sig.params.len();
-        let pname = |i: usize| {
-            if i < n { format!("argument {}", self.sig.params[i].name) } else { format!("output {}", self.sig.outputs[i - n].name) }
+        let slot = |i: usize| {
+            if i < n { Slot::Argument(self.sig.params[i].name.clone()) } else { Slot::Output(self.sig.outputs[i - n].name.clone()) }
         };
-        let mut slots: SmallVec<[Slot<'_>; 8]> = SmallVec::new();
+        let mut slots: SmallVec<[Region<'_>; 8]> = SmallVec::new();
         for (i, a) in args.iter().enumerate() {
             match a {
-                Arg::Tensor(v) => slots.push(Slot::new(i, false, v)),
+                Arg::Tensor(v) => slots.push(Region::new(i, false, v)),
                 Arg::TensorMut(v) => {
                     let mutable = self.sig.params[i].tensor().is_some_and(|t| t.mutable);
-                    slots.push(Slot::new(i, mutable, v.as_view()));
+                    slots.push(Region::new(i, mutable, v.as_view()));
                 }
                 _ => {}
             }
         }
         for (j, o) in outs.iter().enumerate() {
-            slots.push(Slot::new(n + j, true, o.as_view()));
+            slots.push(Region::new(n + j, true, o.as_view()));
         }
         if self.opts.contiguous {
             for s in &slots {
                 if !s.view.is_contiguous() {
                     return Err(Error::NotContiguous {
-                        what: format!("{name}: {} (this kernel needs contiguous tensors; copy it first)", pname(s.index)),
+                        what: "this kernel (copy the tensor first)".into(),
                         shape: s.view.shape().to_vec(),
                         strides: s.view.strides().to_vec(),
-                    });
+                    }
+                    .at(self.sig.name.clone(), slot(s.index)));
                 }
             }
         }
@@ -436,15 +436,15 @@ impl Kernel {
                 let exact = w.ptr == other.ptr && w.view.shape() == other.view.shape() && w.view.strides() == other.view.strides();
                 if !(exact && self.opts.alias_outputs && w.index >= n && !other.writable) {
                     return Err(Error::InvalidArgument(format!(
-                        "{name}: {} overlaps {} in memory{}",
-                        pname(w.index),
-                        pname(other.index),
+                        "overlaps {} in memory{}",
+                        slot(other.index),
                         if self.opts.alias_outputs {
                             " (only an output that is exactly an input is allowed)"
                         } else {
                             " (this kernel does not allow aliasing)"
                         }
-                    )));
+                    ))
+                    .at(self.sig.name.clone(), slot(w.index)));
                 }
             }
         }
@@ -453,7 +453,7 @@ impl Kernel {
 }
 
 /// One tensor of a call, as the layout checks see it.
-struct Slot<'v> {
+struct Region<'v> {
     index: usize,
     writable: bool,
     ptr: usize,
@@ -462,13 +462,13 @@ struct Slot<'v> {
     view: &'v dlbridge_core::TensorView<'v>,
 }
 
-impl<'v> Slot<'v> {
-    fn new(index: usize, writable: bool, v: &'v dlbridge_core::TensorView<'v>) -> Slot<'v> {
+impl<'v> Region<'v> {
+    fn new(index: usize, writable: bool, v: &'v dlbridge_core::TensorView<'v>) -> Region<'v> {
         let e = v.extent();
-        Slot { index, writable, ptr: v.data_ptr() as usize, lo: e.byte_lo, hi: e.byte_hi, view: v }
+        Region { index, writable, ptr: v.data_ptr() as usize, lo: e.byte_lo, hi: e.byte_hi, view: v }
     }
 
-    fn overlaps(&self, o: &Slot<'_>) -> bool {
+    fn overlaps(&self, o: &Region<'_>) -> bool {
         if self.hi == self.lo || o.hi == o.lo {
             return false;
         }
@@ -490,7 +490,7 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 fn guard(name: &str, f: impl FnOnce() -> Result<()>) -> Result<()> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e @ Error::Context { .. })) => Err(e),
+        Ok(Err(e @ (Error::Context { .. } | Error::Argument { .. }))) => Err(e),
         Ok(Err(e)) => Err(e.context(name.to_owned())),
         Err(panic) => Err(Error::Runtime(format!("{name}: kernel panicked: {}", panic_message(panic.as_ref())))),
     }

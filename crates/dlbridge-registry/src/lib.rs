@@ -16,6 +16,7 @@
 //! calling foreign entry points) and `export` (the plugin side of the ABI).
 #![deny(unsafe_code)]
 
+pub mod binding;
 pub mod call;
 #[allow(unsafe_code)]
 pub mod export;
@@ -25,7 +26,9 @@ pub mod plugin;
 pub mod registry;
 pub mod signature;
 
+pub use binding::{Adapter, Allocator, ArrayAllocator, Binding, Job, Operand, Scalar, Value};
 pub use call::{Arg, Bindings, OutputSpec};
+pub use dlbridge_array;
 pub use dlbridge_core;
 pub use dlbridge_core::DType;
 pub use kernel::{Call, DynKernelFn, Impl, Inputs, Kernel, KernelDef, KernelFn, KernelOpts, Outputs};

@@ -192,7 +192,9 @@ fn overlapping_output_is_refused_unless_exactly_an_input_of_an_elementwise_kerne
     };
     let add = reg.get("add").unwrap();
     let e = add.call(&mut [Arg::Tensor(view(0)), Arg::Tensor(view(4))], &mut [view_mut(2)]).unwrap_err();
-    assert_eq!(e.to_string(), "add: output out overlaps argument a in memory (only an output that is exactly an input is allowed)");
+    assert_eq!(e.to_string(), "add: output out: overlaps argument a in memory (only an output that is exactly an input is allowed)");
+    // The kernel and the slot are structure, not text.
+    assert_eq!(e.slot(), Some(("add", &dlbridge_core::Slot::Output("out".into()))));
     assert_eq!(runs.load(Ordering::SeqCst), 0);
     add.call(&mut [Arg::Tensor(view(0)), Arg::Tensor(view(4))], &mut [view_mut(0)]).unwrap();
     assert_eq!(runs.load(Ordering::SeqCst), 1, "exact alias: runs in place");
@@ -227,7 +229,9 @@ fn contiguous_kernels_refuse_strided_tensors_clearly() {
     let k = reg.get("scan").unwrap();
     let mut y = zeros(&[2, 3]);
     let e = k.call(&mut [Arg::Tensor(x.view())], &mut [y.view_mut().unwrap()]).unwrap_err();
-    assert!(e.to_string().starts_with("scan: argument x (this kernel needs contiguous tensors; copy it first)"), "{e}");
+    assert!(e.to_string().starts_with("scan: argument x: this kernel (copy the tensor first): needs a contiguous"), "{e}");
+    assert_eq!(e.slot(), Some(("scan", &dlbridge_core::Slot::Argument("x".into()))));
+    assert!(matches!(e.root(), dlbridge_core::Error::NotContiguous { .. }), "{e:?}");
     assert_eq!(runs.load(Ordering::SeqCst), 0);
     let xc = x.contiguous().unwrap();
     k.call(&mut [Arg::Tensor(xc.view())], &mut [y.view_mut().unwrap()]).unwrap();

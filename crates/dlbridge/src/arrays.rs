@@ -1,7 +1,13 @@
-//! Calling registry kernels on [`Array`]s: outputs are allocated as Arrays
-//! from `prepare_outputs`, or written into the Arrays you pass.
+//! Calling registry kernels on [`Array`]s, through the registry's binding
+//! layer: outputs are allocated as Arrays ([`ArrayAllocator`]) from the shapes
+//! the signature gives, or written into the Arrays you pass.
 
-use crate::{Arg, Array, Kernel, Result};
+use std::marker::PhantomData;
+
+use dlbridge_registry::binding::{Adapter, ArrayAllocator, Operand, Scalar};
+use dlbridge_registry::signature::ScalarKind;
+
+use crate::{Array, Error, Kernel, Result, TensorView, TensorViewMut};
 
 /// One argument of [`call`]: an array to read, an array to write in place
 /// (`mut` parameters), or a scalar.
@@ -19,36 +25,106 @@ pub enum ArrayArg<'r> {
     Bool(bool),
 }
 
-fn to_args<'r>(args: &'r mut [ArrayArg<'_>]) -> Result<Vec<Arg<'r>>> {
-    let mut out = Vec::with_capacity(args.len());
-    for a in args.iter_mut() {
-        out.push(match a {
-            ArrayArg::In(x) => Arg::Tensor(x.view()),
-            ArrayArg::Mut(x) => Arg::TensorMut(x.view_mut()?),
-            ArrayArg::F64(v) => Arg::F64(*v),
-            ArrayArg::I64(v) => Arg::I64(*v),
-            ArrayArg::Bool(v) => Arg::Bool(*v),
-        });
+/// An Array argument, borrowed for the call.
+#[derive(Debug)]
+pub enum ArrayRef<'r> {
+    /// Read only.
+    Shared(&'r Array),
+    /// Written (a `mut` parameter or an output).
+    Unique(&'r mut Array),
+}
+
+impl Operand for ArrayRef<'_> {
+    fn view(&self) -> Result<TensorView<'_>> {
+        Ok(match self {
+            ArrayRef::Shared(a) => a.view(),
+            ArrayRef::Unique(a) => a.view(),
+        })
     }
-    Ok(out)
+    fn view_mut(&mut self) -> Result<TensorViewMut<'_>> {
+        match self {
+            ArrayRef::Unique(a) => a.view_mut(),
+            ArrayRef::Shared(_) => {
+                Err(Error::ReadOnly { what: "parameter is `mut`: pass ArrayArg::Mut, not ArrayArg::In; the Array".into() })
+            }
+        }
+    }
+}
+
+impl<'r> ArrayArg<'r> {
+    /// The same argument, borrowed for a shorter time.
+    pub fn reborrow(&mut self) -> ArrayArg<'_> {
+        match self {
+            ArrayArg::In(a) => ArrayArg::In(a),
+            ArrayArg::Mut(a) => ArrayArg::Mut(a),
+            ArrayArg::F64(x) => ArrayArg::F64(*x),
+            ArrayArg::I64(x) => ArrayArg::I64(*x),
+            ArrayArg::Bool(x) => ArrayArg::Bool(*x),
+        }
+    }
+}
+
+/// The [`Adapter`] for [`ArrayArg`]s borrowed for `'r` (it holds no state).
+#[derive(Debug)]
+pub struct Arrays<'r>(PhantomData<ArrayArg<'r>>);
+
+impl Default for Arrays<'_> {
+    fn default() -> Self {
+        Arrays(PhantomData)
+    }
+}
+
+impl<'r> Adapter for Arrays<'r> {
+    type Value = ArrayArg<'r>;
+    type Tensor = ArrayRef<'r>;
+    type Error = Error;
+
+    fn tensor(&mut self, value: Self::Value, writable: bool) -> Result<ArrayRef<'r>> {
+        match value {
+            ArrayArg::In(a) if writable => Err(Error::ReadOnly {
+                what: format!("the kernel writes this {} Array: pass ArrayArg::Mut, not ArrayArg::In; the Array", a.dtype()),
+            }),
+            ArrayArg::In(a) => Ok(ArrayRef::Shared(a)),
+            ArrayArg::Mut(a) => Ok(ArrayRef::Unique(a)),
+            other => Err(Error::InvalidArgument(format!("expected a tensor but got {}", describe(&other)))),
+        }
+    }
+
+    fn scalar(&mut self, value: Self::Value, kind: ScalarKind) -> Result<Scalar> {
+        match value {
+            ArrayArg::F64(x) => Ok(Scalar::F64(x)),
+            ArrayArg::I64(x) => Ok(Scalar::I64(x)),
+            ArrayArg::Bool(x) => Ok(Scalar::Bool(x)),
+            other => Err(Error::InvalidArgument(format!("expected a {kind} scalar but got {}", describe(&other)))),
+        }
+    }
+
+    fn locate(&mut self, error: Error, kernel: &str, slot: dlbridge_core::Slot) -> Error {
+        error.at(kernel, slot)
+    }
+}
+
+fn describe(a: &ArrayArg<'_>) -> String {
+    match a {
+        ArrayArg::In(x) => format!("a {} Array of shape {:?}", x.dtype(), x.shape()),
+        ArrayArg::Mut(x) => format!("a writable {} Array of shape {:?}", x.dtype(), x.shape()),
+        ArrayArg::F64(x) => format!("f64 {x}"),
+        ArrayArg::I64(x) => format!("i64 {x}"),
+        ArrayArg::Bool(x) => format!("bool {x}"),
+    }
 }
 
 /// Checks the arguments, allocates the outputs as zeroed Arrays of the shapes
 /// and dtypes the signature gives, runs the kernel and returns the outputs.
+/// `args` are the parameters in signature order.
 pub fn call(kernel: &Kernel, args: &mut [ArrayArg<'_>]) -> Result<Vec<Array>> {
-    let mut views = to_args(args)?;
-    let specs = kernel.prepare_outputs(&views)?;
-    let mut outs: Vec<Array> = specs.iter().map(|s| Array::zeros(s.dtype, &s.shape)).collect::<Result<_>>()?;
-    {
-        let mut out_views = outs.iter_mut().map(|o| o.view_mut()).collect::<Result<Vec<_>>>()?;
-        kernel.call(&mut views, &mut out_views)?;
-    }
-    Ok(outs)
+    let mut binding = kernel.bind(&mut Arrays::default(), args.iter_mut().map(ArrayArg::reborrow))?;
+    Ok(binding.run(&mut ArrayAllocator, std::ptr::null_mut())?.into_vec())
 }
 
 /// Runs the kernel writing into the given output Arrays (destination-passing style).
 pub fn call_into(kernel: &Kernel, args: &mut [ArrayArg<'_>], outs: &mut [&mut Array]) -> Result<()> {
-    let mut views = to_args(args)?;
-    let mut out_views = outs.iter_mut().map(|o| o.view_mut()).collect::<Result<Vec<_>>>()?;
-    kernel.call(&mut views, &mut out_views)
+    let outs = outs.iter_mut().map(|o| ArrayArg::Mut(o));
+    let mut binding = kernel.bind_out(&mut Arrays::default(), args.iter_mut().map(ArrayArg::reborrow), outs)?;
+    binding.run(&mut ArrayAllocator, std::ptr::null_mut()).map(drop)
 }

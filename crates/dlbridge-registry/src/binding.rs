@@ -1,0 +1,480 @@
+//! The one binding layer: framework arguments become kernel arguments here.
+//!
+//! Every adapter — Python objects, tch tensors, [`Array`]s — calls kernels
+//! through [`Kernel::bind`] (or [`Kernel::bind_out`], [`Kernel::bind_split`])
+//! and [`Binding::run`]:
+//!
+//! 1. **bind**: the caller's values are matched to the signature's parameters
+//!    and outputs — positionally, with the outputs optionally appended
+//!    (destination-passing style, as TVM); with `out=`; or as tensors and
+//!    scalars in two lists (tch). Each tensor is imported by the framework's
+//!    [`Adapter`] (asked for a writable tensor for `mut` parameters and
+//!    outputs), each scalar converted to the parameter's kind. Errors carry
+//!    the kernel and the argument as structure ([`Error::Argument`],
+//!    [`Adapter::locate`]), attached here, once.
+//! 2. **run**: the outputs the caller did not give are allocated by an
+//!    [`Allocator`] — the caller's own framework — from the shapes the
+//!    signature derives (Tensor Comprehensions' prepareOutputs); then every
+//!    operand's view is taken, the registry checks them all (dtypes, shapes,
+//!    devices, read-only, overlap, contiguity) and the implementation for
+//!    their device runs.
+//!
+//! Adding a framework is implementing [`Operand`] for its tensors, [`Adapter`]
+//! for its arguments and [`Allocator`] for its outputs: nothing here changes.
+//!
+//! **Guarantee adapters may rely on**: the binding layer calls no adapter or
+//! allocator code while it holds a view from [`Operand::view`] or
+//! [`Operand::view_mut`]. Views are taken after the last allocation and live
+//! until the implementation returns, so an adapter whose views borrow
+//! structures the framework may change when its own code runs (a Python
+//! object's metadata, say) knows that none of that code runs meanwhile.
+
+use std::ffi::c_void;
+use std::marker::PhantomData;
+
+use dlbridge_array::Array;
+use dlbridge_core::{Device, Error, ManagedTensor, Result, Slot, TensorView, TensorViewMut};
+use smallvec::SmallVec;
+
+use crate::call::{Arg, OutputSpec};
+use crate::kernel::Kernel;
+use crate::signature::{ParamKind, ScalarKind};
+
+/// A scalar argument.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scalar {
+    /// For `f64` parameters.
+    F64(f64),
+    /// For `i64` parameters.
+    I64(i64),
+    /// For `bool` parameters.
+    Bool(bool),
+}
+
+impl Scalar {
+    /// The parameter kind this scalar fits.
+    pub fn kind(self) -> ScalarKind {
+        match self {
+            Scalar::F64(_) => ScalarKind::F64,
+            Scalar::I64(_) => ScalarKind::I64,
+            Scalar::Bool(_) => ScalarKind::Bool,
+        }
+    }
+
+    fn arg<'a>(self) -> Arg<'a> {
+        match self {
+            Scalar::F64(x) => Arg::F64(x),
+            Scalar::I64(x) => Arg::I64(x),
+            Scalar::Bool(x) => Arg::Bool(x),
+        }
+    }
+}
+
+/// A framework's tensor, imported for one call.
+pub trait Operand {
+    /// A view for reading.
+    fn view(&self) -> Result<TensorView<'_>>;
+    /// A view the kernel writes. Asked only of operands the adapter imported
+    /// writable (`mut` parameters, outputs) and of allocated outputs. The
+    /// registry refuses every overlap between a written view and any other
+    /// view of the call before the implementation runs.
+    fn view_mut(&mut self) -> Result<TensorViewMut<'_>>;
+}
+
+/// How one framework's arguments become operands and scalars.
+pub trait Adapter {
+    /// One argument as the framework's caller passes it.
+    type Value;
+    /// An imported tensor.
+    type Tensor: Operand;
+    /// The framework's error type (a Python exception, say).
+    type Error: From<Error>;
+    /// Imports a tensor argument. `writable`: the kernel writes it (a `mut`
+    /// parameter or an output): refuse memory the framework does not let us write.
+    fn tensor(&mut self, value: Self::Value, writable: bool) -> Result<Self::Tensor, Self::Error>;
+    /// Converts a scalar argument to `kind` (refusing, not rounding, what does not fit).
+    fn scalar(&mut self, value: Self::Value, kind: ScalarKind) -> Result<Scalar, Self::Error>;
+    /// Attaches the kernel and the argument to an error this adapter raised
+    /// while importing or converting it.
+    fn locate(&mut self, error: Self::Error, kernel: &str, slot: Slot) -> Self::Error;
+}
+
+/// Allocates outputs with a framework's own allocator.
+pub trait Allocator<E> {
+    /// The tensors it allocates.
+    type Tensor: Operand;
+    /// A new tensor of `spec`'s shape, dtype and device (contents unspecified).
+    fn allocate(&mut self, spec: &OutputSpec) -> Result<Self::Tensor, E>;
+}
+
+/// One bound parameter.
+#[derive(Debug)]
+pub enum Value<T> {
+    /// A tensor parameter (`mut` ones were imported writable).
+    Tensor(T),
+    /// A scalar parameter.
+    Scalar(Scalar),
+}
+
+/// The bound parameters of one call (inline up to 8).
+type Values<T> = SmallVec<[Value<T>; 8]>;
+
+/// A call's arguments bound to a kernel's parameters, ready to [`run`](Binding::run).
+#[derive(Debug)]
+pub struct Binding<'k, T, E> {
+    kernel: &'k Kernel,
+    params: Values<T>,
+    given: Option<SmallVec<[T; 2]>>,
+    _error: PhantomData<fn() -> E>,
+}
+
+/// The kernel call, handed to a runner (e.g. one that releases Python's GIL around it).
+pub struct Job<'j> {
+    f: &'j mut (dyn FnMut() -> Result<()> + Send + 'j),
+}
+
+impl std::fmt::Debug for Job<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Job")
+    }
+}
+
+impl Job<'_> {
+    /// Runs the checks and the implementation.
+    pub fn run(self) -> Result<()> {
+        (self.f)()
+    }
+}
+
+fn names(params: &[crate::signature::Param]) -> String {
+    params.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+impl Kernel {
+    fn arity(&self, message: String) -> Error {
+        Error::Arity { kernel: self.name().to_owned(), message }
+    }
+
+    /// `name() takes ...` for a positional call with `given` values.
+    #[cold]
+    fn positional_arity(&self, given: usize) -> Error {
+        let sig = self.signature();
+        let (np, no) = (sig.params.len(), sig.outputs.len());
+        self.arity(format!(
+            "{}() takes {np} argument{} ({}){} but {given} {} given",
+            sig.name,
+            if np == 1 { "" } else { "s" },
+            names(&sig.params),
+            if no == 0 { String::new() } else { format!(", or {} with the outputs ({}) appended", np + no, names(&sig.outputs)) },
+            if given == 1 { "was" } else { "were" }
+        ))
+    }
+
+    /// Binds values given positionally: one per parameter in signature order,
+    /// optionally followed by one per output (destination-passing style).
+    pub fn bind<A: Adapter, I>(&self, adapter: &mut A, values: I) -> Result<Binding<'_, A::Tensor, A::Error>, A::Error>
+    where
+        I: IntoIterator<Item = A::Value>,
+        I::IntoIter: ExactSizeIterator,
+    {
+        let mut values = values.into_iter();
+        let sig = self.signature();
+        let (np, no) = (sig.params.len(), sig.outputs.len());
+        let n = values.len();
+        let given = if n == np {
+            false
+        } else if no > 0 && n == np + no {
+            true
+        } else {
+            return Err(self.positional_arity(n).into());
+        };
+        let params = self.bind_params(adapter, values.by_ref().take(np), None)?;
+        let given = if given { Some(self.bind_outputs(adapter, values)?) } else { None };
+        Ok(Binding { kernel: self, params, given, _error: PhantomData })
+    }
+
+    /// Binds one value per parameter and the outputs given apart (`out=`).
+    pub fn bind_out<A: Adapter, I, O>(&self, adapter: &mut A, values: I, outputs: O) -> Result<Binding<'_, A::Tensor, A::Error>, A::Error>
+    where
+        I: IntoIterator<Item = A::Value>,
+        I::IntoIter: ExactSizeIterator,
+        O: IntoIterator<Item = A::Value>,
+        O::IntoIter: ExactSizeIterator,
+    {
+        let (values, outputs) = (values.into_iter(), outputs.into_iter());
+        let sig = self.signature();
+        let (np, no) = (sig.params.len(), sig.outputs.len());
+        if values.len() != np {
+            return Err(self.positional_arity(values.len()).into());
+        }
+        if no == 0 {
+            return Err(self.arity(format!("{}() has no outputs; out= is not accepted", sig.name)).into());
+        }
+        if outputs.len() != no {
+            return Err(self
+                .arity(format!("{}(): out= needs {no} tensor{}, got {}", sig.name, if no == 1 { "" } else { "s" }, outputs.len()))
+                .into());
+        }
+        let params = self.bind_params(adapter, values, None)?;
+        let given = Some(self.bind_outputs(adapter, outputs)?);
+        Ok(Binding { kernel: self, params, given, _error: PhantomData })
+    }
+
+    /// Binds tensors and scalars given in two lists, each in signature order,
+    /// and optionally the outputs (destination-passing style).
+    pub fn bind_split<A: Adapter, I, O>(
+        &self,
+        adapter: &mut A,
+        tensors: I,
+        scalars: &[Scalar],
+        outputs: Option<O>,
+    ) -> Result<Binding<'_, A::Tensor, A::Error>, A::Error>
+    where
+        I: IntoIterator<Item = A::Value>,
+        I::IntoIter: ExactSizeIterator,
+        O: IntoIterator<Item = A::Value>,
+        O::IntoIter: ExactSizeIterator,
+    {
+        let tensors = tensors.into_iter();
+        let sig = self.signature();
+        let nt = sig.params.iter().filter(|p| p.tensor().is_some()).count();
+        let ns = sig.params.len() - nt;
+        if tensors.len() != nt || scalars.len() != ns {
+            return Err(self
+                .arity(format!("{}: expected {nt} tensors and {ns} scalars, got {} and {}", sig.name, tensors.len(), scalars.len()))
+                .into());
+        }
+        let outputs = outputs.map(IntoIterator::into_iter);
+        if let Some(o) = &outputs
+            && o.len() != sig.outputs.len()
+        {
+            return Err(self
+                .arity(format!("{}: expected {} outputs ({}) but got {}", sig.name, sig.outputs.len(), names(&sig.outputs), o.len()))
+                .into());
+        }
+        let params = self.bind_params(adapter, tensors, Some(scalars))?;
+        let given = match outputs {
+            Some(o) => Some(self.bind_outputs(adapter, o)?),
+            None => None,
+        };
+        Ok(Binding { kernel: self, params, given, _error: PhantomData })
+    }
+
+    /// Imports or converts each parameter's value. With `scalars`, `values`
+    /// holds the tensors only and scalar parameters take from `scalars`.
+    fn bind_params<A: Adapter>(
+        &self,
+        adapter: &mut A,
+        mut values: impl Iterator<Item = A::Value>,
+        scalars: Option<&[Scalar]>,
+    ) -> Result<Values<A::Tensor>, A::Error> {
+        let sig = self.signature();
+        let split = scalars.is_some();
+        let mut scalars = scalars.unwrap_or_default().iter();
+        let mut bound = SmallVec::new();
+        for p in &sig.params {
+            let slot = || Slot::Argument(p.name.clone());
+            let v = match &p.kind {
+                ParamKind::Tensor(t) => {
+                    let value = values.next().ok_or_else(|| self.positional_arity(0))?;
+                    Value::Tensor(adapter.tensor(value, t.mutable).map_err(|e| adapter.locate(e, &sig.name, slot()))?)
+                }
+                ParamKind::Scalar(kind) => {
+                    let s = if split {
+                        *scalars.next().ok_or_else(|| self.positional_arity(0))?
+                    } else {
+                        let value = values.next().ok_or_else(|| self.positional_arity(0))?;
+                        adapter.scalar(value, *kind).map_err(|e| adapter.locate(e, &sig.name, slot()))?
+                    };
+                    if s.kind() != *kind {
+                        let got = match s {
+                            Scalar::F64(x) => format!("f64 {x}"),
+                            Scalar::I64(x) => format!("i64 {x}"),
+                            Scalar::Bool(x) => format!("bool {x}"),
+                        };
+                        return Err(Error::InvalidArgument(format!("expected a {kind} scalar, got {got}"))
+                            .at(sig.name.clone(), slot())
+                            .into());
+                    }
+                    Value::Scalar(s)
+                }
+            };
+            bound.push(v);
+        }
+        Ok(bound)
+    }
+
+    fn bind_outputs<A: Adapter>(
+        &self,
+        adapter: &mut A,
+        values: impl Iterator<Item = A::Value>,
+    ) -> Result<SmallVec<[A::Tensor; 2]>, A::Error> {
+        let sig = self.signature();
+        let mut outs = SmallVec::new();
+        for (p, value) in sig.outputs.iter().zip(values) {
+            outs.push(adapter.tensor(value, true).map_err(|e| adapter.locate(e, &sig.name, Slot::Output(p.name.clone())))?);
+        }
+        Ok(outs)
+    }
+}
+
+impl<'k, T: Operand, E: From<Error>> Binding<'k, T, E> {
+    /// The kernel this call runs.
+    pub fn kernel(&self) -> &'k Kernel {
+        self.kernel
+    }
+
+    /// The bound parameters, in signature order.
+    pub fn values(&self) -> &[Value<T>] {
+        &self.params
+    }
+
+    /// The tensor operands: parameters in signature order, then the outputs the caller gave.
+    pub fn operands(&self) -> impl Iterator<Item = &T> {
+        let params = self.params.iter().filter_map(|v| match v {
+            Value::Tensor(t) => Some(t),
+            Value::Scalar(_) => None,
+        });
+        params.chain(self.given.iter().flatten())
+    }
+
+    /// [`Binding::operands`], mutably (an adapter may re-import one, e.g. to own it).
+    pub fn operands_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        let params = self.params.iter_mut().filter_map(|v| match v {
+            Value::Tensor(t) => Some(t),
+            Value::Scalar(_) => None,
+        });
+        params.chain(self.given.iter_mut().flatten())
+    }
+
+    /// The outputs the caller gave (None: [`Binding::run`] allocates them).
+    pub fn given_outputs(&self) -> Option<&[T]> {
+        self.given.as_deref()
+    }
+
+    /// The outputs the caller gave, back (after [`Binding::run`]).
+    pub fn into_given_outputs(self) -> Option<SmallVec<[T; 2]>> {
+        self.given
+    }
+
+    /// Shape, dtype and device of every output for the bound inputs.
+    pub fn output_specs(&self) -> Result<SmallVec<[OutputSpec; 2]>, E> {
+        let name = self.kernel.name();
+        let sig = self.kernel.signature();
+        let mut views: SmallVec<[Arg<'_>; 8]> = SmallVec::new();
+        for (p, v) in sig.params.iter().zip(&self.params) {
+            views.push(match v {
+                Value::Scalar(s) => s.arg(),
+                Value::Tensor(t) => Arg::Tensor(t.view().map_err(|e| e.at(name, Slot::Argument(p.name.clone())))?),
+            });
+        }
+        Ok(self.kernel.prepare_outputs(&views)?)
+    }
+
+    /// The device of the first tensor operand (every operand must share it).
+    pub fn device(&self) -> Result<Option<Device>, E> {
+        match self.operands().next() {
+            Some(t) => Ok(Some(t.view()?.device())),
+            None => Ok(None),
+        }
+    }
+
+    /// Allocates the outputs the caller did not give with `alloc`, checks
+    /// everything and runs the kernel on `stream` (NULL on the CPU). Returns
+    /// the allocated outputs (none when the caller gave them).
+    pub fn run<A: Allocator<E>>(&mut self, alloc: &mut A, stream: *mut c_void) -> Result<SmallVec<[A::Tensor; 2]>, E> {
+        self.run_with(alloc, stream, |job| job.run())
+    }
+
+    /// [`Binding::run`], with `runner` calling [`Job::run`] — around which it
+    /// may, say, release Python's GIL.
+    pub fn run_with<A, R>(&mut self, alloc: &mut A, stream: *mut c_void, runner: R) -> Result<SmallVec<[A::Tensor; 2]>, E>
+    where
+        A: Allocator<E>,
+        R: FnOnce(Job<'_>) -> Result<()>,
+    {
+        let kernel = self.kernel;
+        let (name, sig) = (kernel.name(), kernel.signature());
+        let mut allocated: SmallVec<[A::Tensor; 2]> = SmallVec::new();
+        if self.given.is_none() && !sig.outputs.is_empty() {
+            for spec in self.output_specs()?.iter() {
+                allocated.push(alloc.allocate(spec)?);
+            }
+        }
+        // No adapter or allocator code runs from here until the views are dropped.
+        let result = {
+            let mut args: SmallVec<[Arg<'_>; 8]> = SmallVec::new();
+            for (p, v) in sig.params.iter().zip(self.params.iter_mut()) {
+                let at = |e: Error| e.at(name, Slot::Argument(p.name.clone()));
+                let written = p.tensor().is_some_and(|t| t.mutable);
+                args.push(match v {
+                    Value::Scalar(s) => s.arg(),
+                    Value::Tensor(t) => {
+                        if written {
+                            Arg::TensorMut(t.view_mut().map_err(at)?)
+                        } else {
+                            Arg::Tensor(t.view().map_err(at)?)
+                        }
+                    }
+                });
+            }
+            let mut outs: SmallVec<[TensorViewMut<'_>; 2]> = SmallVec::new();
+            let at = |j: usize| move |e: Error| e.at(name, Slot::Output(sig.outputs[j].name.clone()));
+            match &mut self.given {
+                Some(given) => {
+                    for (j, t) in given.iter_mut().enumerate() {
+                        outs.push(t.view_mut().map_err(at(j))?);
+                    }
+                }
+                None => {
+                    for (j, t) in allocated.iter_mut().enumerate() {
+                        outs.push(t.view_mut().map_err(at(j))?);
+                    }
+                }
+            }
+            // Raw pointers are not Send; the stream handle crosses as an address.
+            let stream = stream as usize;
+            runner(Job { f: &mut || kernel.call_on_stream(&mut args, &mut outs, stream as *mut c_void) })
+        };
+        result?;
+        Ok(allocated)
+    }
+}
+
+/// The project's own [`Array`] is an operand: writable when unshared.
+impl Operand for Array {
+    fn view(&self) -> Result<TensorView<'_>> {
+        Ok(Array::view(self))
+    }
+    fn view_mut(&mut self) -> Result<TensorViewMut<'_>> {
+        Array::view_mut(self)
+    }
+}
+
+/// An owning DLPack tensor is an operand: writable unless flagged READ_ONLY.
+impl Operand for ManagedTensor {
+    fn view(&self) -> Result<TensorView<'_>> {
+        Ok(ManagedTensor::view(self).clone())
+    }
+    fn view_mut(&mut self) -> Result<TensorViewMut<'_>> {
+        ManagedTensor::view_mut(self)
+    }
+}
+
+/// Allocates outputs as [`Array`]s in host memory (zeroed).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ArrayAllocator;
+
+impl<E: From<Error>> Allocator<E> for ArrayAllocator {
+    type Tensor = Array;
+    fn allocate(&mut self, spec: &OutputSpec) -> Result<Array, E> {
+        if !spec.device.is_host_accessible() {
+            return Err(Error::UnsupportedDevice {
+                got: spec.device,
+                what: format!("cannot allocate {spec}: an Array lives in host memory"),
+            }
+            .into());
+        }
+        Ok(Array::zeros(spec.dtype, &spec.shape)?)
+    }
+}
