@@ -171,3 +171,49 @@ def test_an_out_of_range_dlpack_device_names_the_field():
 
     with pytest.raises(ValueError, match="device_id"):
         dlbridge.from_dlpack(HugeDevice(), device="cpu")
+
+
+def _attrs(e):
+    return (e.kernel, e.argument, e.output)
+
+
+def test_argument_errors_carry_kernel_and_argument_as_attributes():
+    add = dlbridge.get_kernel("add")
+    # A check of the registry (shapes).
+    with pytest.raises(ValueError, match=r"^add: argument b: \.\.\.S = \[3\] \(bound by a\) but got \[4\]$") as ei:
+        add(np.ones(3, np.float32), np.ones(4, np.float32))
+    assert _attrs(ei.value) == ("add", "b", False)
+    # An overlap between an output and an argument.
+    x = torch.zeros(4)
+    with pytest.raises(ValueError, match="^add: output out: overlaps argument a") as ei:
+        add(x[:3], x[:3], out=x[1:])
+    assert _attrs(ei.value) == ("add", "out", True)
+    # A refusal met while importing (a read-only NumPy array given as the output).
+    ro = np.ones(3, np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(BufferError, match=r"^add: output out: the tensor is read-only \(DLPack READ_ONLY\) and this argument is written$") as ei:
+        add(np.ones(3, np.float32), np.ones(3, np.float32), out=ro)
+    assert _attrs(ei.value) == ("add", "out", True)
+    assert (ro == 1).all()
+    # A scalar of the wrong type.
+    with pytest.raises(TypeError, match="^axpy: argument alpha: expected a float, got str$") as ei:
+        dlbridge.get_kernel("axpy")("two", torch.ones(2), torch.ones(2))
+    assert _attrs(ei.value) == ("axpy", "alpha", False)
+    # The context is attached once, never twice.
+    assert str(ei.value).count("axpy:") == 1
+
+
+def test_an_exception_from_user_code_keeps_its_type_and_gains_a_note():
+    class Boom(Exception):
+        pass
+
+    class Alpha:
+        def __float__(self):
+            raise Boom("no float today")
+
+    y = torch.ones(2)
+    with pytest.raises(Boom, match="^no float today") as ei:
+        dlbridge.get_kernel("axpy")(Alpha(), torch.ones(2), y)
+    assert _attrs(ei.value) == ("axpy", "alpha", False)
+    assert ei.value.__notes__ == ["in dlbridge kernel axpy: argument alpha"]
+    assert torch.equal(y, torch.ones(2)), "nothing written"

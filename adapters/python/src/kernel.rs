@@ -54,11 +54,11 @@ struct Objects<'py> {
 }
 
 impl<'py> Adapter for Objects<'py> {
-    type Value = Bound<'py, PyAny>;
-    type Tensor = Tensor<'py>;
+    type Value<'a> = Bound<'py, PyAny>;
+    type Tensor<'a> = Tensor<'py>;
     type Error = PyFail;
 
-    fn tensor(&mut self, obj: Bound<'py, PyAny>, writable: bool) -> Result<Tensor<'py>, PyFail> {
+    fn tensor<'a>(&mut self, obj: Self::Value<'a>, writable: bool) -> Result<Self::Tensor<'a>, PyFail> {
         Ok(import(&obj, writable, Mode::KeepGil)?)
     }
     fn scalar(&mut self, obj: Bound<'py, PyAny>, kind: ScalarKind) -> Result<Scalar, PyFail> {

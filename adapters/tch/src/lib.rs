@@ -119,19 +119,19 @@ pub fn from_dlpack(m: ManagedTensor) -> Result<Tensor> {
 /// scalars in order. Outputs are allocated with tch on the inputs' device from
 /// the shapes the signature gives, and returned.
 pub fn call(kernel: &Kernel, tensors: &[&Tensor], scalars: &[Scalar]) -> Result<Vec<Tensor>> {
-    let mut binding = kernel.bind_split(&mut Tch::default(), tensors.iter().copied(), scalars, None::<[&Tensor; 0]>)?;
+    let mut binding = kernel.bind_split(&mut Tch, tensors.iter().copied(), scalars, None::<[&Tensor; 0]>)?;
     Ok(binding.run(&mut TchAllocator, std::ptr::null_mut())?.into_iter().map(|o| o.0).collect())
 }
 
 /// Like [`call`], writing into the given output tensors instead (destination-passing style).
 pub fn call_into(kernel: &Kernel, tensors: &[&Tensor], scalars: &[Scalar], outputs: &[&Tensor]) -> Result<()> {
-    let mut binding = kernel.bind_split(&mut Tch::default(), tensors.iter().copied(), scalars, Some(outputs.iter().copied()))?;
+    let mut binding = kernel.bind_split(&mut Tch, tensors.iter().copied(), scalars, Some(outputs.iter().copied()))?;
     binding.run(&mut TchAllocator, std::ptr::null_mut()).map(drop)
 }
 
-/// The binding layer's [`Adapter`] for tch tensors borrowed for `'t`.
+/// The binding layer's [`Adapter`] for tch tensors.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Tch<'t>(std::marker::PhantomData<&'t Tensor>);
+pub struct Tch;
 
 /// A tch tensor bound to a kernel argument.
 #[derive(Debug)]
@@ -153,17 +153,17 @@ impl Operand for TchOperand<'_> {
     }
 }
 
-impl<'t> Adapter for Tch<'t> {
-    type Value = &'t Tensor;
-    type Tensor = TchOperand<'t>;
+impl Adapter for Tch {
+    type Value<'t> = &'t Tensor;
+    type Tensor<'t> = TchOperand<'t>;
     type Error = Error;
 
-    fn tensor(&mut self, tensor: &'t Tensor, writable: bool) -> Result<TchOperand<'t>> {
+    fn tensor<'t>(&mut self, tensor: Self::Value<'t>, writable: bool) -> Result<Self::Tensor<'t>> {
         // The shim refuses grad-requiring, sparse and quantized tensors.
         let view = raw::borrow(tensor, Flags::empty())?;
         Ok(TchOperand { tensor, view: (!writable).then_some(view) })
     }
-    fn scalar(&mut self, tensor: &'t Tensor, kind: ScalarKind) -> Result<Scalar> {
+    fn scalar(&mut self, tensor: &Tensor, kind: ScalarKind) -> Result<Scalar> {
         Err(Error::InvalidArgument(format!("expected a {kind} scalar but got a tensor of shape {:?}", tensor.size())))
     }
     fn locate(&mut self, error: Error, kernel: &str, slot: Slot) -> Error {

@@ -83,17 +83,17 @@ pub trait Operand {
 
 /// How one framework's arguments become operands and scalars.
 pub trait Adapter {
-    /// One argument as the framework's caller passes it.
-    type Value;
-    /// An imported tensor.
-    type Tensor: Operand;
+    /// One argument as the framework's caller passes it, borrowed for `'a`.
+    type Value<'a>;
+    /// An imported tensor, borrowing what its value borrowed.
+    type Tensor<'a>: Operand;
     /// The framework's error type (a Python exception, say).
     type Error: From<Error>;
     /// Imports a tensor argument. `writable`: the kernel writes it (a `mut`
     /// parameter or an output): refuse memory the framework does not let us write.
-    fn tensor(&mut self, value: Self::Value, writable: bool) -> Result<Self::Tensor, Self::Error>;
+    fn tensor<'a>(&mut self, value: Self::Value<'a>, writable: bool) -> Result<Self::Tensor<'a>, Self::Error>;
     /// Converts a scalar argument to `kind` (refusing, not rounding, what does not fit).
-    fn scalar(&mut self, value: Self::Value, kind: ScalarKind) -> Result<Scalar, Self::Error>;
+    fn scalar(&mut self, value: Self::Value<'_>, kind: ScalarKind) -> Result<Scalar, Self::Error>;
     /// Attaches the kernel and the argument to an error this adapter raised
     /// while importing or converting it.
     fn locate(&mut self, error: Self::Error, kernel: &str, slot: Slot) -> Self::Error;
@@ -172,9 +172,9 @@ impl Kernel {
 
     /// Binds values given positionally: one per parameter in signature order,
     /// optionally followed by one per output (destination-passing style).
-    pub fn bind<A: Adapter, I>(&self, adapter: &mut A, values: I) -> Result<Binding<'_, A::Tensor, A::Error>, A::Error>
+    pub fn bind<'a, A: Adapter, I>(&self, adapter: &mut A, values: I) -> Result<Binding<'_, A::Tensor<'a>, A::Error>, A::Error>
     where
-        I: IntoIterator<Item = A::Value>,
+        I: IntoIterator<Item = A::Value<'a>>,
         I::IntoIter: ExactSizeIterator,
     {
         let mut values = values.into_iter();
@@ -194,11 +194,16 @@ impl Kernel {
     }
 
     /// Binds one value per parameter and the outputs given apart (`out=`).
-    pub fn bind_out<A: Adapter, I, O>(&self, adapter: &mut A, values: I, outputs: O) -> Result<Binding<'_, A::Tensor, A::Error>, A::Error>
+    pub fn bind_out<'a, A: Adapter, I, O>(
+        &self,
+        adapter: &mut A,
+        values: I,
+        outputs: O,
+    ) -> Result<Binding<'_, A::Tensor<'a>, A::Error>, A::Error>
     where
-        I: IntoIterator<Item = A::Value>,
+        I: IntoIterator<Item = A::Value<'a>>,
         I::IntoIter: ExactSizeIterator,
-        O: IntoIterator<Item = A::Value>,
+        O: IntoIterator<Item = A::Value<'a>>,
         O::IntoIter: ExactSizeIterator,
     {
         let (values, outputs) = (values.into_iter(), outputs.into_iter());
@@ -222,17 +227,17 @@ impl Kernel {
 
     /// Binds tensors and scalars given in two lists, each in signature order,
     /// and optionally the outputs (destination-passing style).
-    pub fn bind_split<A: Adapter, I, O>(
+    pub fn bind_split<'a, A: Adapter, I, O>(
         &self,
         adapter: &mut A,
         tensors: I,
         scalars: &[Scalar],
         outputs: Option<O>,
-    ) -> Result<Binding<'_, A::Tensor, A::Error>, A::Error>
+    ) -> Result<Binding<'_, A::Tensor<'a>, A::Error>, A::Error>
     where
-        I: IntoIterator<Item = A::Value>,
+        I: IntoIterator<Item = A::Value<'a>>,
         I::IntoIter: ExactSizeIterator,
-        O: IntoIterator<Item = A::Value>,
+        O: IntoIterator<Item = A::Value<'a>>,
         O::IntoIter: ExactSizeIterator,
     {
         let tensors = tensors.into_iter();
@@ -262,12 +267,12 @@ impl Kernel {
 
     /// Imports or converts each parameter's value. With `scalars`, `values`
     /// holds the tensors only and scalar parameters take from `scalars`.
-    fn bind_params<A: Adapter>(
+    fn bind_params<'a, A: Adapter>(
         &self,
         adapter: &mut A,
-        mut values: impl Iterator<Item = A::Value>,
+        mut values: impl Iterator<Item = A::Value<'a>>,
         scalars: Option<&[Scalar]>,
-    ) -> Result<Values<A::Tensor>, A::Error> {
+    ) -> Result<Values<A::Tensor<'a>>, A::Error> {
         let sig = self.signature();
         let split = scalars.is_some();
         let mut scalars = scalars.unwrap_or_default().iter();
@@ -304,11 +309,11 @@ impl Kernel {
         Ok(bound)
     }
 
-    fn bind_outputs<A: Adapter>(
+    fn bind_outputs<'a, A: Adapter>(
         &self,
         adapter: &mut A,
-        values: impl Iterator<Item = A::Value>,
-    ) -> Result<SmallVec<[A::Tensor; 2]>, A::Error> {
+        values: impl Iterator<Item = A::Value<'a>>,
+    ) -> Result<SmallVec<[A::Tensor<'a>; 2]>, A::Error> {
         let sig = self.signature();
         let mut outs = SmallVec::new();
         for (p, value) in sig.outputs.iter().zip(values) {

@@ -2,8 +2,6 @@
 //! layer: outputs are allocated as Arrays ([`ArrayAllocator`]) from the shapes
 //! the signature gives, or written into the Arrays you pass.
 
-use std::marker::PhantomData;
-
 use dlbridge_registry::binding::{Adapter, ArrayAllocator, Operand, Scalar};
 use dlbridge_registry::signature::ScalarKind;
 
@@ -37,13 +35,13 @@ pub enum ArrayRef<'r> {
 impl Operand for ArrayRef<'_> {
     fn view(&self) -> Result<TensorView<'_>> {
         Ok(match self {
-            ArrayRef::Shared(a) => a.view(),
-            ArrayRef::Unique(a) => a.view(),
+            ArrayRef::Shared(a) => Array::view(a),
+            ArrayRef::Unique(a) => Array::view(a),
         })
     }
     fn view_mut(&mut self) -> Result<TensorViewMut<'_>> {
         match self {
-            ArrayRef::Unique(a) => a.view_mut(),
+            ArrayRef::Unique(a) => Array::view_mut(a),
             ArrayRef::Shared(_) => {
                 Err(Error::ReadOnly { what: "parameter is `mut`: pass ArrayArg::Mut, not ArrayArg::In; the Array".into() })
             }
@@ -64,22 +62,16 @@ impl<'r> ArrayArg<'r> {
     }
 }
 
-/// The [`Adapter`] for [`ArrayArg`]s borrowed for `'r` (it holds no state).
-#[derive(Debug)]
-pub struct Arrays<'r>(PhantomData<ArrayArg<'r>>);
+/// The [`Adapter`] for [`ArrayArg`]s.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Arrays;
 
-impl Default for Arrays<'_> {
-    fn default() -> Self {
-        Arrays(PhantomData)
-    }
-}
-
-impl<'r> Adapter for Arrays<'r> {
-    type Value = ArrayArg<'r>;
-    type Tensor = ArrayRef<'r>;
+impl Adapter for Arrays {
+    type Value<'r> = ArrayArg<'r>;
+    type Tensor<'r> = ArrayRef<'r>;
     type Error = Error;
 
-    fn tensor(&mut self, value: Self::Value, writable: bool) -> Result<ArrayRef<'r>> {
+    fn tensor<'r>(&mut self, value: Self::Value<'r>, writable: bool) -> Result<Self::Tensor<'r>> {
         match value {
             ArrayArg::In(a) if writable => Err(Error::ReadOnly {
                 what: format!("the kernel writes this {} Array: pass ArrayArg::Mut, not ArrayArg::In; the Array", a.dtype()),
@@ -90,7 +82,7 @@ impl<'r> Adapter for Arrays<'r> {
         }
     }
 
-    fn scalar(&mut self, value: Self::Value, kind: ScalarKind) -> Result<Scalar> {
+    fn scalar(&mut self, value: ArrayArg<'_>, kind: ScalarKind) -> Result<Scalar> {
         match value {
             ArrayArg::F64(x) => Ok(Scalar::F64(x)),
             ArrayArg::I64(x) => Ok(Scalar::I64(x)),
@@ -118,13 +110,13 @@ fn describe(a: &ArrayArg<'_>) -> String {
 /// and dtypes the signature gives, runs the kernel and returns the outputs.
 /// `args` are the parameters in signature order.
 pub fn call(kernel: &Kernel, args: &mut [ArrayArg<'_>]) -> Result<Vec<Array>> {
-    let mut binding = kernel.bind(&mut Arrays::default(), args.iter_mut().map(ArrayArg::reborrow))?;
+    let mut binding = kernel.bind(&mut Arrays, args.iter_mut().map(ArrayArg::reborrow))?;
     Ok(binding.run(&mut ArrayAllocator, std::ptr::null_mut())?.into_vec())
 }
 
 /// Runs the kernel writing into the given output Arrays (destination-passing style).
 pub fn call_into(kernel: &Kernel, args: &mut [ArrayArg<'_>], outs: &mut [&mut Array]) -> Result<()> {
     let outs = outs.iter_mut().map(|o| ArrayArg::Mut(o));
-    let mut binding = kernel.bind_out(&mut Arrays::default(), args.iter_mut().map(ArrayArg::reborrow), outs)?;
+    let mut binding = kernel.bind_out(&mut Arrays, args.iter_mut().map(ArrayArg::reborrow), outs)?;
     binding.run(&mut ArrayAllocator, std::ptr::null_mut()).map(drop)
 }

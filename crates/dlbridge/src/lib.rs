@@ -6,10 +6,11 @@
 
 pub use dlbridge_array::{self as array, Array};
 pub use dlbridge_core::{
-    self as core, DType, Device, DeviceType, Element, Error, ErrorKind, Flags, ManagedTensor, Result, TensorDesc, TensorView,
+    self as core, DType, Device, DeviceType, Element, Error, ErrorKind, Flags, ManagedTensor, Result, Slot, TensorDesc, TensorView,
     TensorViewMut, half,
 };
 
+pub use dlbridge_registry::binding;
 pub use dlbridge_registry::{
     self as registry_crate, Arg, Kernel, KernelDef, KernelOpts, OutputSpec, Plugin, PluginInfo, Registry, Signature,
 };
