@@ -120,10 +120,10 @@ pub fn import(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<ManagedTensor>
     let v = &*owner.view;
     let itemsize = v.itemsize as usize;
     let format = if v.format.is_null() {
-        "B".to_owned()
+        std::borrow::Cow::Borrowed("B")
     } else {
         // SAFETY: the exporter provides a NUL-terminated format string while the buffer is held.
-        unsafe { CStr::from_ptr(v.format) }.to_string_lossy().into_owned()
+        unsafe { CStr::from_ptr(v.format) }.to_string_lossy()
     };
     let dtype = parse_format(&format, itemsize).map_err(crate::errors::to_pyerr)?;
     // Bound ndim before anything reads `shape`/`strides` (or sizes a Vec by it).

@@ -22,6 +22,8 @@ use dlbridge_core::{Device, Error, Flags, ManagedTensor, TensorView, TensorViewM
 use dlbridge_registry::binding::Operand;
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyType;
 
 use crate::array::PyArray;
 use crate::capsule::{self, Consumed, Request};
@@ -31,11 +33,13 @@ use crate::exchange::{self, Api};
 /// Where an imported tensor's memory is held while a call uses it.
 #[derive(Debug)]
 pub(crate) enum Held {
-    /// A `dlbridge.Array` (a clone shares its storage).
-    Array(dlbridge_array::Array),
+    /// A `dlbridge.Array`: read in place through [`Tensor::obj`] (a frozen
+    /// object whose array never changes), without cloning it.
+    Array,
     /// An object whose exchange API lends `DLTensor`s: borrowed anew for each
     /// view (see [`Tensor`]'s invariant). Only read arguments come this way (a
-    /// lent DLTensor carries no flags).
+    /// lent DLTensor carries no flags), and torch's written ones (torch has no
+    /// read-only tensors).
     Lent,
     /// An owning DLPack tensor.
     Managed(ManagedTensor),
@@ -69,6 +73,14 @@ pub(crate) struct Tensor<'py> {
 }
 
 impl Tensor<'_> {
+    /// The `dlbridge.Array` of a [`Held::Array`] tensor.
+    fn array(&self) -> dlbridge_core::Result<&dlbridge_array::Array> {
+        match self.obj.cast::<PyArray>() {
+            Ok(a) => Ok(a.get().array()),
+            Err(_) => Err(Error::Runtime("internal error: a dlbridge.Array tensor whose object is not one".into())),
+        }
+    }
+
     /// Re-imports a lent tensor as an owning one (for calls that release the GIL).
     pub(crate) fn own(&mut self) -> PyResult<()> {
         if let (Held::Lent, Some(api)) = (&self.held, self.api) {
@@ -81,7 +93,7 @@ impl Tensor<'_> {
 impl Operand for Tensor<'_> {
     fn view(&self) -> dlbridge_core::Result<TensorView<'_>> {
         Ok(match &self.held {
-            Held::Array(a) => a.view(),
+            Held::Array => self.array()?.view(),
             Held::Managed(m) => m.view().clone(),
             Held::Lent => {
                 let api = self.api.ok_or_else(|| Error::Runtime("internal error: a lent tensor without an exchange API".into()))?;
@@ -98,16 +110,29 @@ impl Operand for Tensor<'_> {
         if !self.writable {
             return Err(Error::ReadOnly { what: "internal error: a tensor imported read-only was asked for writing; it".into() });
         }
-        match &mut self.held {
-            Held::Managed(m) => m.view_mut(),
-            // SAFETY: Python memory is shared-mutable (every holder of the array may
-            // write it); the caller passed this array to be written, it is not
-            // read-only (checked at import), and the registry refuses every overlap
-            // between a written view and the call's other views before the kernel runs.
-            Held::Array(a) => unsafe { TensorViewMut::from_view(a.view()) },
-            Held::Lent => Err(Error::Runtime("internal error: a lent tensor was asked for writing".into())),
+        if matches!(self.held, Held::Managed(_)) {
+            return match &mut self.held {
+                Held::Managed(m) => m.view_mut(),
+                _ => unreachable_lent(),
+            };
         }
+        let view = match &self.held {
+            Held::Array => self.array()?.view(),
+            // Only torch's lent tensors are writable (see `import_any`).
+            Held::Lent => self.view()?,
+            Held::Managed(_) => return unreachable_lent(),
+        };
+        // SAFETY: Python memory is shared-mutable (every holder of the array or
+        // tensor may write it); the caller passed it to be written, the producer
+        // allows writes (checked at import), a lent view lives under the type's
+        // invariant, and the registry refuses every overlap between a written view
+        // and the call's other views before the kernel runs.
+        unsafe { TensorViewMut::from_view(view) }
     }
+}
+
+fn unreachable_lent<T>() -> dlbridge_core::Result<T> {
+    Err(Error::Runtime("internal error: a managed tensor changed its variant".into()))
 }
 
 /// How hard to try: borrowed exchange views are only valid while the GIL is held.
@@ -127,7 +152,10 @@ pub(crate) fn import<'py>(obj: &Bound<'py, PyAny>, writable: bool, mode: Mode) -
     let (held, api, can_write) = import_any(obj, writable, mode)?;
     // Size, device and dtype, read now; a lent DLTensor is copied out before any Python code runs.
     let (numel, device, dtype) = match &held {
-        Held::Array(a) => (a.view().numel(), a.device(), a.dtype()),
+        Held::Array => {
+            let a = obj.cast::<PyArray>()?.get().array();
+            (a.view().numel(), a.device(), a.dtype())
+        }
         Held::Managed(m) => (m.view().numel(), m.device(), m.dtype()),
         Held::Lent => {
             let api = api.ok_or_else(|| PyTypeError::new_err("internal error: a lent tensor without an exchange API"))?;
@@ -157,18 +185,30 @@ pub(crate) fn import<'py>(obj: &Bound<'py, PyAny>, writable: bool, mode: Mode) -
 /// Where the memory is held, the exchange API, and whether it may be written.
 fn import_any(obj: &Bound<'_, PyAny>, writable: bool, mode: Mode) -> PyResult<(Held, Option<Api>, bool)> {
     if let Ok(a) = obj.cast::<PyArray>() {
-        let array = a.get().array().clone();
-        let writable = !array.is_read_only();
-        return Ok((Held::Array(array), None, writable));
+        let writable = !a.get().array().is_read_only();
+        return Ok((Held::Array, None, writable));
     }
     if let Some(api) = exchange::lookup(obj)? {
-        // The borrowed DLTensor carries no flags: only arguments that are read take it.
-        if mode == Mode::KeepGil && !writable && api.can_borrow() {
-            return Ok((Held::Lent, Some(api), false));
+        // The borrowed DLTensor carries no flags: only arguments that are read
+        // take it — and torch's, written or not: torch has no read-only tensors
+        // (its DLPack exports never set READ_ONLY, even for memory it got from a
+        // read-only NumPy array), so its flag-less tensor says all there is.
+        if mode == Mode::KeepGil && api.can_borrow() && (!writable || api.is_torch()) {
+            return Ok((Held::Lent, Some(api), api.is_torch()));
         }
         let m = api.managed(obj)?;
         let writable = !m.is_read_only();
         return Ok((Held::Managed(m), Some(api), writable));
+    }
+    // NumPy arrays (exactly `numpy.ndarray`) through the buffer protocol: one
+    // C call, where `__dlpack__` costs a method call with keywords and a capsule.
+    // A buffer NumPy will not give (a read-only array asked for writing, a
+    // dtype the buffer protocol lacks) takes the DLPack path and its errors.
+    if is_ndarray(obj)
+        && let Ok(t) = crate::buffer::import(obj, writable)
+    {
+        let writable = !t.is_read_only();
+        return Ok((Held::Managed(t), None, writable));
     }
     if has_dlpack(obj)? {
         let c = capsule::consume_object(obj, Request::default())?;
@@ -186,6 +226,17 @@ fn import_any(obj: &Bound<'_, PyAny>, writable: bool, mode: Mode) -> PyResult<(H
         ))),
         Err(e) => Err(e),
     }
+}
+
+static NDARRAY: PyOnceLock<Option<Py<PyType>>> = PyOnceLock::new();
+
+/// Whether `obj` is exactly a `numpy.ndarray` (not a subclass: a subclass may
+/// override `__dlpack__`); false when NumPy is not installed.
+pub(crate) fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
+    let py = obj.py();
+    let ty = NDARRAY
+        .get_or_init(py, || py.import("numpy").and_then(|m| m.getattr("ndarray")).and_then(|t| Ok(t.cast_into::<PyType>()?.unbind())).ok());
+    ty.as_ref().is_some_and(|t| obj.get_type().is(t.bind(py)))
 }
 
 /// Whether `obj` is a capsule or has `__dlpack__`; an error other than

@@ -29,7 +29,7 @@ use smallvec::SmallVec;
 use crate::array::PyArray;
 use crate::errors::{PyFail, locate};
 use crate::exchange::Api;
-use crate::import::{Mode, Tensor, import};
+use crate::import::{Mode, Tensor, import, is_ndarray};
 
 /// Calls moving at least this many elements release the GIL while the kernel runs.
 pub const RELEASE_GIL_MIN: usize = 1 << 15;
@@ -143,15 +143,6 @@ impl<'py> PyAllocator<'py> for ArrayAllocator {
     fn to_py(&self, py: Python<'py>, out: dlbridge_array::Array) -> PyResult<Bound<'py, PyAny>> {
         Ok(Bound::new(py, PyArray::new(out))?.into_any())
     }
-}
-
-static NDARRAY: PyOnceLock<Option<Py<PyType>>> = PyOnceLock::new();
-
-fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
-    let py = obj.py();
-    let ty = NDARRAY
-        .get_or_init(py, || py.import("numpy").and_then(|m| m.getattr("ndarray")).and_then(|t| Ok(t.cast_into::<PyType>()?.unbind())).ok());
-    ty.as_ref().is_some_and(|t| obj.get_type().is(t.bind(py)))
 }
 
 fn numpy_dtype(d: DType) -> Option<&'static str> {

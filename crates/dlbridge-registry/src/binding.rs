@@ -116,8 +116,9 @@ pub enum Value<T> {
     Scalar(Scalar),
 }
 
-/// The bound parameters of one call (inline up to 8).
-type Values<T> = SmallVec<[Value<T>; 8]>;
+/// The bound parameters of one call (inline up to 4: a call moves its binding
+/// around, and most kernels take at most 4 parameters).
+type Values<T> = SmallVec<[Value<T>; 4]>;
 
 /// A call's arguments bound to a kernel's parameters, ready to [`run`](Binding::run).
 #[derive(Debug)]

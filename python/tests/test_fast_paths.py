@@ -1,0 +1,101 @@
+"""The call path's fast paths (issue #12) skip no check the slow paths make.
+
+NumPy arrays come in through the buffer protocol (one C call) instead of
+`__dlpack__`; torch tensors that are written are borrowed through the exchange
+API (torch has no read-only tensors) instead of exported; `dlbridge.Array`s are
+read in place. Each is zero copy, and each still refuses what it must.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+import dlbridge
+
+add = dlbridge.get_kernel("add")
+axpy = dlbridge.get_kernel("axpy")
+
+
+class DlpackCounting(np.ndarray):
+    """A NumPy subclass whose __dlpack__ is observable: subclasses keep the DLPack path."""
+
+    calls = 0
+
+    def __dlpack__(self, *args, **kwargs):
+        type(self).calls += 1
+        return super().__dlpack__(*args, **kwargs)
+
+
+def test_numpy_in_and_out_are_zero_copy_through_the_buffer_protocol():
+    a, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.ones((2, 3), np.float32)
+    out = np.empty((2, 3), np.float32)
+    before = out.__array_interface__["data"][0]
+    r = add(a[:, ::-1], b, out=out)  # a strided input, a given output
+    assert r is out and out.__array_interface__["data"][0] == before
+    np.testing.assert_array_equal(out, a[:, ::-1] + 1)
+    # Outputs allocated for NumPy callers are NumPy arrays.
+    new = add(a, b)
+    assert type(new) is np.ndarray and new.dtype == np.float32
+    np.testing.assert_array_equal(new, a + b)
+
+
+def test_read_only_numpy_is_refused_for_writing_and_never_written():
+    ro = np.zeros(3, np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(BufferError, match=r"^add: output out: the tensor is read-only"):
+        add(np.ones(3, np.float32), np.ones(3, np.float32), out=ro)
+    with pytest.raises(BufferError, match=r"^axpy: argument y: the tensor is read-only"):
+        axpy(1.0, np.ones(3, np.float32), ro)
+    assert (ro == 0).all()
+    # Read-only arrays are fine to read.
+    np.testing.assert_array_equal(add(ro, ro), np.zeros(3, np.float32))
+
+
+def test_numpy_subclasses_and_unusual_arrays_take_the_dlpack_path():
+    DlpackCounting.calls = 0
+    a = np.ones(3, np.float32).view(DlpackCounting)
+    np.testing.assert_array_equal(np.asarray(add(a, a)), np.full(3, 2, np.float32))
+    assert DlpackCounting.calls == 2
+    # A non-native byte order: neither path reads it as native floats.
+    swapped = np.ones(3, np.dtype(np.float32).newbyteorder())
+    with pytest.raises((BufferError, TypeError, ValueError)):
+        add(swapped, swapped)
+
+
+def test_written_torch_tensors_are_borrowed_zero_copy_and_still_checked():
+    x, y = torch.ones(4), torch.arange(4.0)
+    ptr, version = y.data_ptr(), y._version
+    axpy(2.0, x, y)
+    assert y.data_ptr() == ptr and y.tolist() == [2.0, 3.0, 4.0, 5.0]
+    assert y._version > version, "autograd saw the write"
+    z = torch.empty(4)
+    assert add(x, y, out=z) is z and z.tolist() == [3.0, 4.0, 5.0, 6.0]
+    # A strided output view is written in place, through the borrowed layout.
+    big = torch.zeros(4, 2)
+    add(x, x, out=big[:, 1])
+    assert big[:, 1].tolist() == [2.0] * 4 and big[:, 0].tolist() == [0.0] * 4
+    # The checks a written torch tensor must pass are all still made.
+    g = torch.zeros(4, requires_grad=True)
+    with pytest.raises(BufferError, match="requires grad"):
+        axpy(1.0, x, g)
+    with torch.inference_mode():
+        inf = torch.zeros(4)
+    with pytest.raises(BufferError, match="inference tensor"):
+        axpy(1.0, x, inf)
+    with pytest.raises(BufferError, match="negative-bit"):
+        axpy(1.0, x, torch.zeros(4)._neg_view())
+    assert inf.tolist() == [0.0] * 4
+
+
+def test_dlbridge_arrays_are_read_and_written_in_place():
+    a = dlbridge.asarray(np.arange(4, dtype=np.float32))
+    y = dlbridge.zeros((4,), "f32")
+    axpy(1.0, a, y)
+    axpy(1.0, a, y)
+    assert y.tolist() == [0.0, 2.0, 4.0, 6.0]
+    ro_np = np.zeros(4, np.float32)
+    ro_np.flags.writeable = False
+    ro = dlbridge.from_dlpack(ro_np)
+    with pytest.raises(BufferError):
+        axpy(1.0, a, ro)
+    assert ro.tolist() == [0.0] * 4
