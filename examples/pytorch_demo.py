@@ -34,6 +34,23 @@ def fmt(seconds):
     return f"{seconds * 1e6:9.1f} us" if seconds < 1e-3 else f"{seconds * 1e3:9.2f} ms"
 
 
+def layouts(dtype):
+    """(name, x, a) for each layout of a 4096x1024 operand x; `a` is add's first
+    operand: x itself, or for `broadcast` (x a bias row expanded to 4096 rows,
+    stride 0) a contiguous matrix."""
+    g = torch.Generator().manual_seed(1)
+    contiguous = torch.randn(4096, 1024, generator=g).to(dtype)
+    transposed = torch.randn(1024, 4096, generator=g).to(dtype).t()  # strides (1, 4096)
+    bias = torch.randn(1024, generator=g).to(dtype).expand(4096, 1024)  # strides (0, 1)
+    sliced = torch.randn(8192, 2048, generator=g).to(dtype)[::2, 256:1280]  # strides (4096, 1)
+    return [
+        ("contiguous", contiguous, contiguous),
+        ("transposed", transposed, transposed),
+        ("broadcast", bias, contiguous),
+        ("sliced", sliced, sliced),
+    ]
+
+
 def main():
     torch.manual_seed(0)
     print(f"dlbridge {dlbridge.__version__}, torch {torch.__version__}, {torch.get_num_threads()} torch threads")
@@ -51,29 +68,39 @@ def main():
 
     a = torch.randn(1024, 1024)
     b = torch.randn(1024, 1024)
-    v = torch.randn(4096, 1024)
     big = torch.randn(1 << 24)
     cases = [
         ("matmul 1024x1024", "matmul", (a, b), lambda: a.mm(b), 1e-4),
-        ("add 16M", "add", (big, big), lambda: torch.add(big, big), 0),
-        ("relu 4096x1024", "relu", (v,), lambda: torch.relu(v), 0),
-        ("gelu 4096x1024", "gelu", (v,), lambda: torch.nn.functional.gelu(v), 1e-6),
-        ("softmax 4096x1024", "softmax", (v,), lambda: torch.softmax(v, dim=-1), 1e-6),
-        ("sum last dim 4096x1024", "sum", (v,), lambda: v.sum(-1), 1e-5),
         ("matmul on a transposed view", "matmul", (a.t(), b), lambda: a.t().mm(b), 1e-4),
+        ("add 16M", "add", (big, big), lambda: torch.add(big, big), 0),
     ]
-    print(f"{'kernel':30s} {'dlbridge':>12s} {'torch':>12s} {'ratio':>7s}  max |error|")
+    # The elementwise and last-dim kernels on every layout of a 4096x1024
+    # operand, in f32 and bf16 (benches/kernels.rs measures the same cases; its
+    # torch_kernels.py prints torch's side at 1 and 2 threads).
+    for dtype, dname, tol in [(torch.float32, "f32", 1e-6), (torch.bfloat16, "bf16", 1e-2)]:
+        for layout, x, a2 in layouts(dtype):
+            tag = f"{dname} {layout}"
+            cases += [
+                (f"add {tag}", "add", (a2, x), lambda a2=a2, x=x: torch.add(a2, x), tol),
+                (f"relu {tag}", "relu", (x,), lambda x=x: torch.relu(x), 0),
+                (f"gelu {tag}", "gelu", (x,), lambda x=x: torch.nn.functional.gelu(x), tol),
+                (f"softmax {tag}", "softmax", (x,), lambda x=x: torch.softmax(x, dim=-1), tol),
+                (f"sum last dim {tag}", "sum", (x,), lambda x=x: x.sum(-1), 10 * tol),
+                (f"mean last dim {tag}", "mean", (x,), lambda x=x: x.mean(-1), 10 * tol),
+            ]
+    print(f"{'kernel':34s} {'dlbridge':>12s} {'torch':>12s} {'ratio':>7s}  max |error|")
     for label, name, args, reference, tol in cases:
         k = dlbridge.to_pytorch_func(dlbridge.get_kernel(name))
         got = k(*args)
         want = reference()
         assert isinstance(got, torch.Tensor), type(got)
-        err = (got - want).abs().max().item()
-        scale = want.abs().max().item() or 1.0
+        assert got.dtype == want.dtype and got.shape == want.shape, (label, got.dtype, got.shape)
+        err = (got.float() - want.float()).abs().max().item()
+        scale = want.float().abs().max().item() or 1.0
         assert err <= tol * max(1.0, scale) * 10 + 1e-6, f"{label}: error {err}"
         t_ours = median_time(lambda: k(*args))
         t_torch = median_time(reference)
-        print(f"{label:30s} {fmt(t_ours)} {fmt(t_torch)} {t_ours / t_torch:6.2f}x  {err:.2e}")
+        print(f"{label:34s} {fmt(t_ours)} {fmt(t_torch)} {t_ours / t_torch:6.2f}x  {err:.2e}")
 
     # In place, zero copy: axpy writes into the caller's tensor.
     yv = torch.ones(8)

@@ -1,16 +1,35 @@
-//! Registry call overhead and kernel throughput.
+//! Registry call overhead, and kernel throughput on every layout.
 //!
-//! `cargo bench -p dlbridge-kernels-cpu --bench kernels`
+//! `CARGO_TARGET_DIR=target/helper-kernels cargo bench -p dlbridge-kernels-cpu --bench kernels`
+//! (filter with a trailing argument: `... -- 'gelu/f32'`). Rayon's pool size
+//! follows `RAYON_NUM_THREADS` (set it to 1 or 2 to compare with
+//! `benches/torch_kernels.py`, which prints torch's medians for the same cases).
+//!
+//! Layouts, for an operand of logical shape 4096x1024 (the output is always a
+//! fresh contiguous tensor, as the adapters allocate it):
+//! * `contiguous`: row-major;
+//! * `transposed`: the `.t()` of a contiguous 1024x4096 (strides `[1, 4096]`);
+//! * `broadcast`: one 1024-row expanded to 4096 rows (strides `[0, 1]`); for
+//!   `add` only the second operand is broadcast (a bias), the first is contiguous;
+//! * `sliced`: `base[::2, 256:1280]` of a contiguous 8192x2048 (strides `[4096, 1]`);
+//! * `flipped`: `base[::-1, ::-1]` (strides `[-1024, -1]`).
 #![forbid(unsafe_code)]
 
 use std::hint::black_box;
+use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dlbridge_array::Array;
-use dlbridge_core::DType;
+use dlbridge_core::half::bf16;
+use dlbridge_core::{DType, Element, TensorView, TensorViewMut};
 use dlbridge_kernels_cpu::elementwise::map2;
 use dlbridge_kernels_cpu::num::Scalar;
 use dlbridge_registry::{Arg, Registry};
+
+const R: usize = 4096;
+const C: usize = 1024;
+const SHAPE: [i64; 2] = [R as i64, C as i64];
+const ROWS: [i64; 1] = [R as i64];
 
 fn overhead(c: &mut Criterion) {
     dlbridge_kernels_cpu::link();
@@ -33,42 +52,107 @@ fn overhead(c: &mut Criterion) {
     g.finish();
 }
 
-fn throughput(c: &mut Criterion) {
+/// Deterministic values in [-4, 4) (so gelu and softmax do real work).
+fn values<T: Element>(n: usize, conv: fn(f32) -> T) -> Vec<T> {
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            conv(((s >> 40) as f32 / (1u64 << 24) as f32) * 8.0 - 4.0)
+        })
+        .collect()
+}
+
+/// A 4096x1024 operand's memory and layout.
+struct Operand<T> {
+    data: Vec<T>,
+    strides: [i64; 2],
+    offset: usize,
+}
+
+impl<T: Element> Operand<T> {
+    fn new(layout: &str, conv: fn(f32) -> T) -> Operand<T> {
+        let (c, r) = (C as i64, R as i64);
+        match layout {
+            "contiguous" => Operand { data: values(R * C, conv), strides: [c, 1], offset: 0 },
+            "transposed" => Operand { data: values(R * C, conv), strides: [1, r], offset: 0 },
+            "broadcast" => Operand { data: values(C, conv), strides: [0, 1], offset: 0 },
+            "sliced" => Operand { data: values(4 * R * C, conv), strides: [4 * c, 1], offset: 256 },
+            "flipped" => Operand { data: values(R * C, conv), strides: [-c, -1], offset: R * C - 1 },
+            _ => unreachable!("{layout}"),
+        }
+    }
+    fn view(&self) -> TensorView<'_> {
+        TensorView::from_slice_strided(&self.data, &SHAPE, Some(&self.strides), self.offset).unwrap()
+    }
+}
+
+const LAYOUTS: [&str; 5] = ["contiguous", "transposed", "broadcast", "sliced", "flipped"];
+
+fn bench_dtype<T: Element>(c: &mut Criterion, dtype: &str, conv: fn(f32) -> T) {
     dlbridge_kernels_cpu::link();
     let reg = Registry::global();
-    let mut g = c.benchmark_group("throughput");
-    g.sample_size(20);
+    let mut out: Vec<T> = values(R * C, conv);
+    let mut rows: Vec<T> = values(R, conv);
+    for name in ["add", "relu", "gelu", "softmax", "sum", "mean"] {
+        let k = reg.get(name).unwrap();
+        let mut g = c.benchmark_group(format!("{name}/{dtype}"));
+        g.throughput(Throughput::Elements((R * C) as u64));
+        for layout in LAYOUTS {
+            let x = Operand::new(layout, conv);
+            // add: both operands in the layout, except `broadcast` (a contiguous
+            // matrix plus a broadcast bias row).
+            let a = if name == "add" && layout == "broadcast" { Some(Operand::new("contiguous", conv)) } else { None };
+            let reduces = matches!(name, "sum" | "mean");
+            g.bench_function(layout, |bench| {
+                bench.iter(|| {
+                    let mut args = match &a {
+                        Some(a) => vec![Arg::Tensor(a.view()), Arg::Tensor(x.view())],
+                        None if name == "add" => vec![Arg::Tensor(x.view()), Arg::Tensor(x.view())],
+                        None => vec![Arg::Tensor(x.view())],
+                    };
+                    let o = if reduces {
+                        TensorViewMut::from_slice_mut(&mut rows, &ROWS).unwrap()
+                    } else {
+                        TensorViewMut::from_slice_mut(&mut out, &SHAPE).unwrap()
+                    };
+                    k.call(&mut args, &mut [o]).unwrap();
+                    black_box(&out);
+                })
+            });
+        }
+        g.finish();
+    }
+}
 
-    let n = 16 << 20;
-    let x = Array::arange(n, DType::F32).unwrap();
-    let y = Array::arange(n, DType::F32).unwrap();
-    let mut z = Array::zeros(DType::F32, &[n]).unwrap();
-    let add = reg.get("add").unwrap();
-    g.throughput(Throughput::Bytes(3 * 4 * n as u64));
-    g.bench_function("add_16M_f32", |bench| {
-        bench.iter(|| add.call(&mut [Arg::Tensor(x.view()), Arg::Tensor(y.view())], &mut [z.view_mut().unwrap()]).unwrap())
-    });
-    drop((x, y, z));
+fn layouts_f32(c: &mut Criterion) {
+    bench_dtype::<f32>(c, "f32", |v| v);
+}
 
+fn layouts_bf16(c: &mut Criterion) {
+    bench_dtype::<bf16>(c, "bf16", bf16::from_f32);
+}
+
+fn matmul(c: &mut Criterion) {
+    dlbridge_kernels_cpu::link();
+    let mut g = c.benchmark_group("matmul/f32");
     let m = 1024;
     let a = Array::from_vec((0..m * m).map(|i| (i % 17) as f32 * 0.1).collect(), &[m, m]).unwrap();
     let b = Array::from_vec((0..m * m).map(|i| (i % 13) as f32 * 0.1).collect(), &[m, m]).unwrap();
     let mut c_out = Array::zeros(DType::F32, &[m, m]).unwrap();
-    let mm = reg.get("matmul").unwrap();
+    let mm = Registry::global().get("matmul").unwrap();
     g.throughput(Throughput::Elements(2 * (m * m * m) as u64));
-    g.bench_function("matmul_1024_f32", |bench| {
+    g.bench_function("1024", |bench| {
         bench.iter(|| mm.call(&mut [Arg::Tensor(a.view()), Arg::Tensor(b.view())], &mut [c_out.view_mut().unwrap()]).unwrap())
-    });
-
-    let s = Array::from_vec((0..4096 * 1024).map(|i| (i % 101) as f32 * 0.05).collect(), &[4096, 1024]).unwrap();
-    let mut s_out = Array::zeros(DType::F32, &[4096, 1024]).unwrap();
-    let sm = reg.get("softmax").unwrap();
-    g.throughput(Throughput::Elements(4096 * 1024));
-    g.bench_function("softmax_4096x1024_f32", |bench| {
-        bench.iter(|| sm.call(&mut [Arg::Tensor(s.view())], &mut [s_out.view_mut().unwrap()]).unwrap())
     });
     g.finish();
 }
 
-criterion_group!(benches, overhead, throughput);
+fn config() -> Criterion {
+    Criterion::default().sample_size(10).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_millis(800))
+}
+
+criterion_group!(name = benches; config = config(); targets = overhead, layouts_f32, layouts_bf16, matmul);
 criterion_main!(benches);

@@ -1,140 +1,272 @@
 //! Elementwise kernels: add, sub, mul, div, maximum, axpy, relu, gelu.
 //!
-//! Any matching strided layouts are accepted. When every tensor is
-//! contiguous, a vectorisable slice loop runs, split across rayon threads
-//! above [`PAR_MIN`] elements. An output that is exactly an input (the
-//! registry refuses any other overlap) is computed in place.
+//! Any layouts of the same shape are accepted (transposed, broadcast with zero
+//! strides, sliced with steps, negative strides): [`crate::strided`] walks them
+//! in memory order and hands each kernel runs of slices, which the loops here
+//! turn into vector code (runtime dispatch to AVX2 / AVX-512 with `pulp`). Work
+//! is split across rayon threads above [`PAR_MIN`] elements. An output that is
+//! exactly an input (the registry refuses any other overlap) is computed in place.
+// Indexed loops on purpose: they stay inside pulp's `#[target_feature]` functions
+// (an iterator adaptor's `fold` may be left out of line, compiled for the baseline).
+#![allow(clippy::needless_range_loop)]
 
 use dlbridge_core::{Error, Result, TensorView, TensorViewMut};
 use dlbridge_registry::{Call, KernelOpts, register_kernel};
-use rayon::prelude::*;
 
 use crate::num::{Compute, Real, Scalar};
+pub use crate::strided::PAR_MIN;
+use crate::strided::{Src, zip_map};
 
-/// Below this many elements a kernel runs on the calling thread.
-pub const PAR_MIN: usize = 1 << 16;
-/// Elements per rayon task.
-const CHUNK: usize = 1 << 14;
+/// A binary element operation. A trait method marked `inline(always)` rather
+/// than a closure or fn item: LLVM refuses to inline a large `Fn::call` (gelu on
+/// bf16) into pulp's `#[target_feature]` function, and the out-of-line copy is
+/// compiled for the baseline target, scalar.
+pub trait Op2<T>: Copy + Send + Sync {
+    /// `f(a, b)`
+    fn apply(self, a: T, b: T) -> T;
+}
+/// A unary element operation (see [`Op2`]).
+pub trait Op1<T>: Copy + Send + Sync {
+    /// `f(x)`
+    fn apply(self, x: T) -> T;
+}
 
+/// Any closure or fn as an operation (inlined when LLVM's heuristics allow it).
+#[derive(Clone, Copy, Debug)]
+pub struct FnOp<F>(pub F);
+impl<T, F: Fn(T, T) -> T + Copy + Send + Sync> Op2<T> for FnOp<F> {
+    #[inline(always)]
+    fn apply(self, a: T, b: T) -> T {
+        (self.0)(a, b)
+    }
+}
+impl<T, F: Fn(T) -> T + Copy + Send + Sync> Op1<T> for FnOp<F> {
+    #[inline(always)]
+    fn apply(self, x: T) -> T {
+        (self.0)(x)
+    }
+}
+
+macro_rules! ops2 {
+    ($($name:ident: $doc:literal $body:expr),*) => {$(
+        #[doc = $doc]
+        #[derive(Clone, Copy, Debug)]
+        pub struct $name;
+        impl<T: Scalar> Op2<T> for $name {
+            #[inline(always)]
+            fn apply(self, a: T, b: T) -> T {
+                let f: fn(T, T) -> T = $body;
+                f(a, b)
+            }
+        }
+    )*};
+}
+ops2!(Add: "a + b" |a: T, b: T| a.add(b), Sub: "a - b" |a: T, b: T| a.sub(b), Mul: "a * b" |a: T, b: T| a.mul(b),
+      Div: "a / b" |a: T, b: T| a.div(b), Maximum: "max(a, b)" |a: T, b: T| a.maximum(b));
+
+/// `y + alpha * x` (axpy's operation).
+#[derive(Clone, Copy, Debug)]
+struct Axpy<T>(T);
+impl<T: Scalar> Op2<T> for Axpy<T> {
+    #[inline(always)]
+    fn apply(self, y: T, x: T) -> T {
+        y.add(self.0.mul(x))
+    }
+}
+
+/// max(x, 0)
+#[derive(Clone, Copy, Debug)]
+pub struct Relu;
+impl<T: Scalar> Op1<T> for Relu {
+    #[inline(always)]
+    fn apply(self, x: T) -> T {
+        x.maximum(T::zero())
+    }
+}
+
+/// gelu with the exact erf, computed in `T::C`: `0.5 x (1 + erf(x / sqrt 2))`.
+#[derive(Clone, Copy, Debug)]
+pub struct Gelu;
+impl<T: Real> Op1<T> for Gelu {
+    #[inline(always)]
+    fn apply(self, x: T) -> T {
+        let c = x.up();
+        let half = <T::C as Compute>::of(0.5);
+        T::down(half * c * (<T::C as Compute>::ONE + (c * <T::C as Compute>::of(std::f64::consts::FRAC_1_SQRT_2)).erf()))
+    }
+}
+
+/// `o[i] = f(a[i], b[i])` over one run, for every kind of source: each arm is a
+/// plain indexed loop (no iterator adaptors: those are separate functions that
+/// would not be compiled for the dispatched instruction set) that the compiler
+/// vectorises, at the widest instruction set the CPU has (see [`Run2`]).
 #[inline(always)]
-fn run3<T: Scalar>(o: &mut [T], x: &[T], y: &[T], f: impl Fn(T, T) -> T) {
-    for ((o, &x), &y) in o.iter_mut().zip(x).zip(y) {
-        *o = f(x, y);
+fn run2<T: Scalar>(o: &mut [T], a: &Src<'_, T>, b: &Src<'_, T>, op: impl Op2<T>) {
+    let f = |x, y| op.apply(x, y);
+    let n = o.len();
+    match (a, b) {
+        (Src::Slice(x), Src::Slice(y)) => {
+            let (x, y) = (&x[..n], &y[..n]);
+            for i in 0..n {
+                o[i] = f(x[i], y[i]);
+            }
+        }
+        (Src::Slice(x), &Src::Scalar(y)) => {
+            let x = &x[..n];
+            for i in 0..n {
+                o[i] = f(x[i], y);
+            }
+        }
+        (&Src::Scalar(x), Src::Slice(y)) => {
+            let y = &y[..n];
+            for i in 0..n {
+                o[i] = f(x, y[i]);
+            }
+        }
+        (&Src::Scalar(x), &Src::Scalar(y)) => {
+            let v = f(x, y);
+            for o in o.iter_mut() {
+                *o = v;
+            }
+        }
+        (Src::Out, Src::Slice(y)) => {
+            let y = &y[..n];
+            for i in 0..n {
+                o[i] = f(o[i], y[i]);
+            }
+        }
+        (Src::Slice(x), Src::Out) => {
+            let x = &x[..n];
+            for i in 0..n {
+                o[i] = f(x[i], o[i]);
+            }
+        }
+        (Src::Out, &Src::Scalar(y)) => {
+            for i in 0..n {
+                o[i] = f(o[i], y);
+            }
+        }
+        (&Src::Scalar(x), Src::Out) => {
+            for i in 0..n {
+                o[i] = f(x, o[i]);
+            }
+        }
+        (Src::Out, Src::Out) => {
+            for i in 0..n {
+                o[i] = f(o[i], o[i]);
+            }
+        }
     }
 }
 
+/// `o[i] = f(x[i])` over one run (indexed loops, as in [`run2`]).
 #[inline(always)]
-fn run2<T: Scalar>(o: &mut [T], x: &[T], f: impl Fn(T, T) -> T) {
-    for (o, &x) in o.iter_mut().zip(x) {
-        *o = f(*o, x);
+fn run1<T: Scalar>(o: &mut [T], x: &Src<'_, T>, op: impl Op1<T>) {
+    let f = |x| op.apply(x);
+    let n = o.len();
+    match x {
+        Src::Slice(x) => {
+            let x = &x[..n];
+            for i in 0..n {
+                o[i] = f(x[i]);
+            }
+        }
+        &Src::Scalar(x) => {
+            let v = f(x);
+            for o in o.iter_mut() {
+                *o = v;
+            }
+        }
+        Src::Out => {
+            for i in 0..n {
+                o[i] = f(o[i]);
+            }
+        }
     }
 }
 
-#[inline(always)]
-fn run1<T: Scalar>(o: &mut [T], f: impl Fn(T) -> T) {
-    for o in o.iter_mut() {
-        *o = f(*o);
+/// One run of [`run2`] for `pulp`'s dispatch: `with_simd` is `inline(always)`, so
+/// the loop (and the `inline(always)` element function) is compiled inside pulp's
+/// `#[target_feature]` function for AVX2 / AVX-512. (A closure would not do: its
+/// body is a separate function compiled for the baseline target.)
+struct Run2<'r, 's, T, F> {
+    o: &'r mut [T],
+    a: &'r Src<'s, T>,
+    b: &'r Src<'s, T>,
+    f: F,
+}
+impl<T: Scalar, F: Op2<T>> pulp::WithSimd for Run2<'_, '_, T, F> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        run2(self.o, self.a, self.b, self.f)
     }
 }
 
-fn chunks3<T: Scalar>(o: &mut [T], x: &[T], y: &[T], f: impl Fn(T, T) -> T + Sync + Send + Copy) {
-    if o.len() < PAR_MIN {
-        run3(o, x, y, f);
-    } else {
-        o.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK)).zip(y.par_chunks(CHUNK)).for_each(|((o, x), y)| run3(o, x, y, f));
+/// One run of [`run1`] for `pulp`'s dispatch (see [`Run2`]).
+struct Run1<'r, 's, T, F> {
+    o: &'r mut [T],
+    x: &'r Src<'s, T>,
+    f: F,
+}
+impl<T: Scalar, F: Op1<T>> pulp::WithSimd for Run1<'_, '_, T, F> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        run1(self.o, self.x, self.f)
     }
 }
 
-/// `o[i] = f(o[i], x[i])`
-fn chunks2<T: Scalar>(o: &mut [T], x: &[T], f: impl Fn(T, T) -> T + Sync + Send + Copy) {
-    if o.len() < PAR_MIN {
-        run2(o, x, f);
-    } else {
-        o.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK)).for_each(|(o, x)| run2(o, x, f));
-    }
-}
-
-fn chunks1<T: Scalar>(o: &mut [T], f: impl Fn(T) -> T + Sync + Send + Copy) {
-    if o.len() < PAR_MIN {
-        run1(o, f);
-    } else {
-        o.par_chunks_mut(CHUNK).for_each(|o| run1(o, f));
-    }
-}
-
-fn aliases(v: &TensorView<'_>, out: &TensorViewMut<'_>) -> bool {
-    v.numel() > 0 && v.data_ptr() == out.as_view().data_ptr()
-}
-
-/// `out = f(a, b)` over any matching layouts (the body of add, sub, mul, ...; public
-/// so benchmarks can call a kernel without the registry).
+/// `out = f(a, b)` over any layouts of the same shape (the body of add, sub,
+/// mul, ...; public so benchmarks can call a kernel without the registry).
+/// `out` may be exactly `a` or `b`.
 pub fn map2<T: Scalar>(
     a: &TensorView<'_>,
     b: &TensorView<'_>,
     out: &mut TensorViewMut<'_>,
     f: impl Fn(T, T) -> T + Sync + Send + Copy,
 ) -> Result<()> {
-    let (aa, ba) = (aliases(a, out), aliases(b, out));
-    if a.is_contiguous() && b.is_contiguous() && out.is_contiguous() {
-        let o = out.as_slice_mut::<T>()?;
-        match (aa, ba) {
-            (false, false) => chunks3(o, a.as_slice()?, b.as_slice()?, f),
-            (true, false) => chunks2(o, b.as_slice()?, f),
-            (false, true) => chunks2(o, a.as_slice()?, move |o, x| f(x, o)),
-            (true, true) => chunks1(o, move |v| f(v, v)),
-        }
-        return Ok(());
-    }
-    match (aa, ba) {
-        (false, false) => out.iter_mut::<T>()?.zip(a.iter::<T>()?.zip(b.iter::<T>()?)).for_each(|(o, (x, y))| *o = f(x, y)),
-        (true, false) => out.iter_mut::<T>()?.zip(b.iter::<T>()?).for_each(|(o, y)| *o = f(*o, y)),
-        (false, true) => out.iter_mut::<T>()?.zip(a.iter::<T>()?).for_each(|(o, x)| *o = f(x, *o)),
-        (true, true) => out.iter_mut::<T>()?.for_each(|o| *o = f(*o, *o)),
-    }
-    Ok(())
+    map2_op(a, b, out, FnOp(f))
 }
 
-/// `out = f(x)` over any matching layouts.
+/// [`map2`] with an [`Op2`] (always inlined into the vector loop).
+pub fn map2_op<T: Scalar>(a: &TensorView<'_>, b: &TensorView<'_>, out: &mut TensorViewMut<'_>, f: impl Op2<T>) -> Result<()> {
+    let arch = pulp::Arch::new();
+    zip_map::<T, 2>(out, [a, b], |o, [x, y]| arch.dispatch(Run2 { o, a: &x, b: &y, f }))
+}
+
+/// `out = f(x)` over any layouts of the same shape; `out` may be exactly `x`.
 pub fn map1<T: Scalar>(x: &TensorView<'_>, out: &mut TensorViewMut<'_>, f: impl Fn(T) -> T + Sync + Send + Copy) -> Result<()> {
-    let alias = aliases(x, out);
-    if x.is_contiguous() && out.is_contiguous() {
-        let o = out.as_slice_mut::<T>()?;
-        if alias {
-            chunks1(o, f)
-        } else {
-            chunks2(o, x.as_slice()?, move |_, x| f(x))
-        }
-        return Ok(());
-    }
-    if alias {
-        out.iter_mut::<T>()?.for_each(|o| *o = f(*o));
-    } else {
-        out.iter_mut::<T>()?.zip(x.iter::<T>()?).for_each(|(o, x)| *o = f(x));
-    }
-    Ok(())
+    map1_op(x, out, FnOp(f))
 }
 
-fn binary<T: Scalar>(call: &mut Call<'_, '_>, f: impl Fn(T, T) -> T + Sync + Send + Copy) -> Result<()> {
-    let (ins, mut outs) = call.io();
-    map2(ins.tensor("a")?, ins.tensor("b")?, outs.take("out")?, f)
+/// [`map1`] with an [`Op1`] (always inlined into the vector loop).
+pub fn map1_op<T: Scalar>(x: &TensorView<'_>, out: &mut TensorViewMut<'_>, f: impl Op1<T>) -> Result<()> {
+    let arch = pulp::Arch::new();
+    zip_map::<T, 1>(out, [x], |o, [x]| arch.dispatch(Run1 { o, x: &x, f }))
 }
 
-fn unary<T: Scalar>(call: &mut Call<'_, '_>, f: impl Fn(T) -> T + Sync + Send + Copy) -> Result<()> {
+fn binary<T: Scalar>(call: &mut Call<'_, '_>, f: impl Op2<T>) -> Result<()> {
     let (ins, mut outs) = call.io();
-    map1(ins.tensor("x")?, outs.take("y")?, f)
+    map2_op(ins.tensor("a")?, ins.tensor("b")?, outs.take("out")?, f)
+}
+
+fn unary<T: Scalar>(call: &mut Call<'_, '_>, f: impl Op1<T>) -> Result<()> {
+    let (ins, mut outs) = call.io();
+    map1_op(ins.tensor("x")?, outs.take("y")?, f)
 }
 
 fn add<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
-    binary::<T>(call, T::add)
+    binary::<T>(call, Add)
 }
 fn sub<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
-    binary::<T>(call, T::sub)
+    binary::<T>(call, Sub)
 }
 fn mul<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
-    binary::<T>(call, T::mul)
+    binary::<T>(call, Mul)
 }
 fn maximum<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
-    binary::<T>(call, T::maximum)
+    binary::<T>(call, Maximum)
 }
 
 fn div<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
@@ -143,30 +275,23 @@ fn div<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
     if T::IS_INT && b.iter::<T>()?.any(|v| v == T::zero()) {
         return Err(Error::InvalidArgument("integer division by zero (argument b has a zero)".into()));
     }
-    map2(a, b, outs.take("out")?, T::div)
+    map2_op::<T>(a, b, outs.take("out")?, Div)
 }
 
 fn relu<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
-    unary::<T>(call, |x: T| x.maximum(T::zero()))
+    unary::<T>(call, Relu)
 }
 
 fn gelu<T: Real>(call: &mut Call<'_, '_>) -> Result<()> {
-    unary::<T>(call, |x: T| {
-        let c = x.up();
-        let half = <T::C as Compute>::of(0.5);
-        T::down(half * c * (<T::C as Compute>::ONE + (c * <T::C as Compute>::of(std::f64::consts::FRAC_1_SQRT_2)).erf()))
-    })
+    unary::<T>(call, Gelu)
 }
 
 fn axpy<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
     let (ins, mut outs) = call.io();
     let (alpha, x, y) = (T::from_f64(ins.f64("alpha")?), ins.tensor("x")?, outs.take("y")?);
-    if x.is_contiguous() && y.is_contiguous() {
-        chunks2(y.as_slice_mut::<T>()?, x.as_slice::<T>()?, move |y, x| y.add(alpha.mul(x)));
-    } else {
-        y.iter_mut::<T>()?.zip(x.iter::<T>()?).for_each(|(y, x)| *y = y.add(alpha.mul(x)));
-    }
-    Ok(())
+    // y is both an input (read first) and the output: y = y + alpha * x.
+    let arch = pulp::Arch::new();
+    zip_map::<T, 1>(y, [x], |o, [x]| arch.dispatch(Run2 { o, a: &Src::Out, b: &x, f: Axpy(alpha) }))
 }
 
 register_kernel!("add<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])",

@@ -60,21 +60,41 @@ macro_rules! float_scalar {
 float_scalar!(f32, f64);
 
 macro_rules! half_scalar {
-    ($($t:ty),*) => {$(
+    ($($t:ty => $up:path, $down:path);*) => {$(
         impl Scalar for $t {
             const IS_INT: bool = false;
             fn zero() -> Self { <$t>::ZERO }
-            #[inline(always)] fn add(self, b: Self) -> Self { <$t>::from_f32(self.to_f32() + b.to_f32()) }
-            #[inline(always)] fn sub(self, b: Self) -> Self { <$t>::from_f32(self.to_f32() - b.to_f32()) }
-            #[inline(always)] fn mul(self, b: Self) -> Self { <$t>::from_f32(self.to_f32() * b.to_f32()) }
-            #[inline(always)] fn div(self, b: Self) -> Self { <$t>::from_f32(self.to_f32() / b.to_f32()) }
-            #[inline(always)] fn maximum(self, b: Self) -> Self { if self.is_nan() || self > b { self } else { b } }
+            #[inline(always)] fn add(self, b: Self) -> Self { $down($up(self) + $up(b)) }
+            #[inline(always)] fn sub(self, b: Self) -> Self { $down($up(self) - $up(b)) }
+            #[inline(always)] fn mul(self, b: Self) -> Self { $down($up(self) * $up(b)) }
+            #[inline(always)] fn div(self, b: Self) -> Self { $down($up(self) / $up(b)) }
+            #[inline(always)] fn maximum(self, b: Self) -> Self {
+                // Exact (both values are representable), and branch-free so it vectorises.
+                let (a, b) = ($up(self), $up(b));
+                $down(if a.is_nan() || a > b { a } else { b })
+            }
             #[inline(always)] fn to_f64(self) -> f64 { self.to_f64() }
             #[inline(always)] fn from_f64(x: f64) -> Self { <$t>::from_f64(x) }
         }
     )*};
 }
-half_scalar!(f16, bf16);
+half_scalar!(f16 => f16::to_f32, f16::from_f32; bf16 => bf16_to_f32, f32_to_bf16);
+
+/// bf16 -> f32 (exact: the bf16 bits are the f32's upper half). A shift, so loops over it vectorise.
+#[inline(always)]
+pub fn bf16_to_f32(x: bf16) -> f32 {
+    f32::from_bits((x.to_bits() as u32) << 16)
+}
+
+/// f32 -> bf16, rounding to nearest even like `bf16::from_f32` (NaN stays a quiet
+/// NaN with its sign), but branch-free so loops over it vectorise.
+#[inline(always)]
+pub fn f32_to_bf16(x: f32) -> bf16 {
+    let b = x.to_bits();
+    let rounded = b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16;
+    let nan = (b >> 16) | 0x40;
+    bf16::from_bits(if x.is_nan() { nan } else { rounded } as u16)
+}
 
 /// Floating-point elements: computed in `C` (f32 for f32/f16/bf16, f64 for f64).
 pub trait Real: Scalar {
@@ -249,10 +269,10 @@ impl Real for bf16 {
     type C = f32;
     #[inline(always)]
     fn up(self) -> f32 {
-        self.to_f32()
+        bf16_to_f32(self)
     }
     #[inline(always)]
     fn down(c: f32) -> bf16 {
-        bf16::from_f32(c)
+        f32_to_bf16(c)
     }
 }

@@ -40,3 +40,42 @@ fn erf_f32_is_within_1e6_of_the_reference() {
     assert_eq!(erf_f32(f32::INFINITY), 1.0);
     assert_eq!(erf_f32(f32::NEG_INFINITY), -1.0);
 }
+
+#[test]
+fn bf16_conversions_match_the_half_crate_bit_for_bit_except_nan_payloads() {
+    use dlbridge_core::half::bf16;
+    use dlbridge_kernels_cpu::num::{bf16_to_f32, f32_to_bf16};
+    for bits in 0..=u16::MAX {
+        let b = bf16::from_bits(bits);
+        let (got, want) = (bf16_to_f32(b), b.to_f32());
+        if want.is_nan() {
+            // half quiets signalling NaNs; the shift keeps the payload: NaN either way, same sign.
+            assert!(got.is_nan() && got.is_sign_negative() == want.is_sign_negative(), "{bits:#06x}");
+        } else {
+            assert_eq!(got.to_bits(), want.to_bits(), "{bits:#06x}");
+        }
+    }
+    // Every rounding case: all upper halves with a spread of lower halves (ties included).
+    for hi in (0..=u16::MAX as u32).step_by(3) {
+        for lo in [0u32, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x1234] {
+            let x = f32::from_bits(hi << 16 | lo);
+            assert_eq!(f32_to_bf16(x).to_bits(), bf16::from_f32(x).to_bits(), "{:#010x}", x.to_bits());
+        }
+    }
+}
+
+#[test]
+fn gelu_f32_is_within_2e6_absolute_and_1e5_relative_of_the_erf_reference() {
+    use dlbridge_kernels_cpu::elementwise::{Gelu, Op1};
+    let mut worst_abs = 0.0f64;
+    let mut x = -10.0f32;
+    while x < 10.0 {
+        let got = Op1::<f32>::apply(Gelu, x) as f64;
+        let xd = x as f64;
+        let want = 0.5 * xd * (1.0 + libm::erf(xd / std::f64::consts::SQRT_2));
+        worst_abs = worst_abs.max((got - want).abs());
+        assert!((got - want).abs() <= 2e-6 + 1e-5 * want.abs(), "gelu({x}) = {got}, want {want}");
+        x += 0.000_61;
+    }
+    assert!(worst_abs < 2e-6, "max absolute error {worst_abs:e}");
+}
