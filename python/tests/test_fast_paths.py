@@ -99,3 +99,22 @@ def test_dlbridge_arrays_are_read_and_written_in_place():
     with pytest.raises(BufferError):
         axpy(1.0, a, ro)
     assert ro.tolist() == [0.0] * 4
+
+
+@pytest.mark.parametrize("n", [4, 1 << 16])  # the GIL is kept / released (owning imports)
+def test_only_written_torch_tensors_get_their_version_bumped(n):
+    # A tensor autograd saved is only read: backward must still work afterwards.
+    a = torch.ones(n, requires_grad=True)
+    b = a * 2
+    s = b.sin()
+    x, y, z = b.detach(), torch.ones(n), torch.empty(n)
+    versions = (x._version, y._version, z._version)
+    add(x, y, out=z)
+    assert (x._version, y._version) == versions[:2], "read arguments are not modified"
+    assert z._version > versions[2], "the written output is"
+    s.sum().backward()
+    torch.testing.assert_close(a.grad, 2 * torch.cos(b.detach()))
+    w = torch.zeros(n)
+    before = (x._version, w._version)
+    axpy(1.0, x, w)
+    assert x._version == before[0] and w._version > before[1]

@@ -64,8 +64,9 @@ pub(crate) struct Tensor<'py> {
     pub(crate) held: Held,
     /// The producer's exchange API, if its type has one.
     pub(crate) api: Option<Api>,
-    /// Whether the producer allows writes (see the module docs).
-    pub(crate) writable: bool,
+    /// Whether the call writes it (a `mut` argument or an output): it was
+    /// imported writable, which the producer allows (see the module docs).
+    pub(crate) written: bool,
     /// Elements (saturating: a zero-stride view may claim 2^62), read at import.
     pub(crate) numel: usize,
     /// The device, read at import.
@@ -107,7 +108,7 @@ impl Operand for Tensor<'_> {
     }
 
     fn view_mut(&mut self) -> dlbridge_core::Result<TensorViewMut<'_>> {
-        if !self.writable {
+        if !self.written {
             return Err(Error::ReadOnly { what: "internal error: a tensor imported read-only was asked for writing; it".into() });
         }
         if matches!(self.held, Held::Managed(_)) {
@@ -179,7 +180,7 @@ pub(crate) fn import<'py>(obj: &Bound<'py, PyAny>, writable: bool, mode: Mode) -
             _ => "the tensor is read-only (DLPack READ_ONLY) and this argument is written".to_owned(),
         }));
     }
-    Ok(Tensor { obj: obj.clone(), held, api, writable: can_write, numel, device })
+    Ok(Tensor { obj: obj.clone(), held, api, written: writable, numel, device })
 }
 
 /// Where the memory is held, the exchange API, and whether it may be written.

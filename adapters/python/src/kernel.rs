@@ -258,7 +258,7 @@ fn finish<'py, A: PyAllocator<'py>>(
 fn bump_versions<'py>(py: Python<'py>, call: &Call<'_, 'py>) -> PyResult<()> {
     let mut api = None;
     let mut written: SmallVec<[&Bound<'py, PyAny>; 4]> = SmallVec::new();
-    for t in call.operands().filter(|t| t.writable) {
+    for t in call.operands().filter(|t| t.written) {
         if let Some(a) = t.api.filter(|a| a.is_torch()) {
             api = Some(a);
             written.push(&t.obj);

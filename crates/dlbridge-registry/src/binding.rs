@@ -33,7 +33,7 @@ use std::ffi::c_void;
 use std::marker::PhantomData;
 
 use dlbridge_array::Array;
-use dlbridge_core::{Device, Error, ManagedTensor, Result, Slot, TensorView, TensorViewMut};
+use dlbridge_core::{Error, ManagedTensor, Result, Slot, TensorView, TensorViewMut};
 use smallvec::SmallVec;
 
 use crate::call::{Arg, OutputSpec};
@@ -330,11 +330,6 @@ impl<'k, T: Operand, E: From<Error>> Binding<'k, T, E> {
         self.kernel
     }
 
-    /// The bound parameters, in signature order.
-    pub fn values(&self) -> &[Value<T>] {
-        &self.params
-    }
-
     /// The tensor operands: parameters in signature order, then the outputs the caller gave.
     pub fn operands(&self) -> impl Iterator<Item = &T> {
         let params = self.params.iter().filter_map(|v| match v {
@@ -375,14 +370,6 @@ impl<'k, T: Operand, E: From<Error>> Binding<'k, T, E> {
             });
         }
         Ok(self.kernel.prepare_outputs(&views)?)
-    }
-
-    /// The device of the first tensor operand (every operand must share it).
-    pub fn device(&self) -> Result<Option<Device>, E> {
-        match self.operands().next() {
-            Some(t) => Ok(Some(t.view()?.device())),
-            None => Ok(None),
-        }
     }
 
     /// Allocates the outputs the caller did not give with `alloc`, checks
