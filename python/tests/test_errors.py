@@ -118,8 +118,31 @@ def test_tensors_that_require_grad_are_refused_as_outputs():
 
 
 def test_kernel_runtime_errors_are_runtime_or_value_errors():
-    with pytest.raises(ValueError, match="integer division by zero"):
+    with pytest.raises(ValueError, match=r"^div: argument b: integer division by zero \(it has a zero\)$") as ei:
         dlbridge.get_kernel("div")(torch.tensor([1]), torch.tensor([0]))
+    assert _attrs(ei.value) == ("div", "b", False)
+    # A refused call writes nothing, so autograd sees no write either.
+    out = torch.zeros(1, dtype=torch.int64)
+    with pytest.raises(ValueError):
+        dlbridge.get_kernel("div")(torch.tensor([1]), torch.tensor([0]), out=out)
+    assert out._version == 0 and out.tolist() == [0]
+
+
+def test_outputs_given_twice_are_named_as_such():
+    x = torch.ones(2)
+    with pytest.raises(TypeError, match=r"^add\(\): the outputs are given twice, appended to the arguments and with out=; give them once$"):
+        dlbridge.get_kernel("add")(x, x, torch.empty(2), out=torch.empty(2))
+
+
+def test_prepare_outputs_of_a_kernel_with_a_mut_parameter():
+    axpy = dlbridge.get_kernel("axpy")
+    assert axpy.prepare_outputs(1.0, np.ones(3), np.ones(3)) == []
+    assert axpy.prepare_outputs(1.0, torch.ones(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)) == []
+    # Arguments are bound as the call binds them: a read-only tensor in a `mut` slot is refused.
+    ro = np.ones(3)
+    ro.flags.writeable = False
+    with pytest.raises(BufferError, match="^axpy: argument y: the tensor is read-only"):
+        axpy.prepare_outputs(1.0, np.ones(3), ro)
 
 
 @pytest.mark.parametrize("n", [1, 1 << 16])

@@ -196,8 +196,6 @@ impl PyKernel {
                 t.own()?;
             }
         }
-        // Autograd learns about the writes, as from torch's own in-place ops.
-        bump_versions(py, &call)?;
         // The kernel runs on the caller's current stream (torch's, through the exchange API).
         let stream = match call.operands().find_map(|t| t.api.map(|a| (a, t.device))) {
             Some((api, device)) => api.current_stream(py, device)?,
@@ -242,6 +240,9 @@ fn finish<'py, A: PyAllocator<'py>>(
         stream as *mut std::ffi::c_void,
         |job: Job<'_>| if release { py.detach(|| job.run()) } else { job.run() },
     )?;
+    // Autograd learns about the writes, as from torch's own in-place ops (after
+    // the call, and only when it succeeded: a refused call wrote nothing).
+    bump_versions(py, call)?;
     let mut results: SmallVec<[Bound<'py, PyAny>; 2]> = SmallVec::new();
     for o in outs {
         results.push(alloc.to_py(py, o)?);

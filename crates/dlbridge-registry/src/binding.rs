@@ -210,6 +210,11 @@ impl Kernel {
         let (values, outputs) = (values.into_iter(), outputs.into_iter());
         let sig = self.signature();
         let (np, no) = (sig.params.len(), sig.outputs.len());
+        if no > 0 && values.len() == np + no {
+            return Err(self
+                .arity(format!("{}(): the outputs are given twice, appended to the arguments and with out=; give them once", sig.name))
+                .into());
+        }
         if values.len() != np {
             return Err(self.positional_arity(values.len()).into());
         }

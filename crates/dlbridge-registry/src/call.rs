@@ -303,6 +303,16 @@ enum Fail {
 /// Errors name the kernel, the argument, what was expected and what came:
 /// `matmul: argument b: dim K = 3 (bound by a) but got 4`.
 pub fn bind(sig: &Signature, args: &[Arg<'_>]) -> Result<Bindings> {
+    bind_checked(sig, args, true)
+}
+
+/// [`bind`] for computing output specs only: a read-only view in a `mut` slot
+/// is fine there (nothing is written; the call itself checks it).
+pub(crate) fn bind_for_specs(sig: &Signature, args: &[Arg<'_>]) -> Result<Bindings> {
+    bind_checked(sig, args, false)
+}
+
+fn bind_checked(sig: &Signature, args: &[Arg<'_>], writes: bool) -> Result<Bindings> {
     if args.len() != sig.params.len() {
         return Err(Error::InvalidArgument(format!(
             "{}: expected {} arguments ({}) but got {}",
@@ -323,7 +333,7 @@ pub fn bind(sig: &Signature, args: &[Arg<'_>]) -> Result<Bindings> {
                 return Err(ctx.arg_err(i, Error::InvalidArgument(format!("expected a {k} scalar but got {}", other.describe()))));
             }
             (ParamKind::Tensor(t), Arg::Tensor(v)) => {
-                if t.mutable {
+                if t.mutable && writes {
                     return Err(
                         ctx.arg_err(i, Error::ReadOnly { what: "parameter is `mut` (written in place) but the tensor given".into() })
                     );

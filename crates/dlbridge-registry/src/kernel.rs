@@ -8,7 +8,7 @@ use std::sync::Arc;
 use dlbridge_core::{DType, DeviceType, Error, Result, Slot, TensorViewMut};
 use smallvec::SmallVec;
 
-use crate::call::{Arg, Bindings, OutputSpec, bind, check_outputs, output_specs};
+use crate::call::{Arg, Bindings, OutputSpec, bind, bind_for_specs, check_outputs, output_specs};
 use crate::signature::{MAX_EXCERPT, Signature, clip};
 
 /// Most bytes of an origin (`plugin NAME VERSION (PATH)`) an error message quotes.
@@ -325,7 +325,7 @@ impl Kernel {
     /// Shapes, dtypes and devices of the outputs for these inputs: what an
     /// adapter needs to allocate them with its own framework.
     pub fn prepare_outputs(&self, args: &[Arg<'_>]) -> Result<SmallVec<[OutputSpec; 2]>> {
-        let b = bind(&self.sig, args)?;
+        let b = bind_for_specs(&self.sig, args)?;
         output_specs(&self.sig, &b, args)
     }
 

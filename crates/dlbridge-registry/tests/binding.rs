@@ -147,7 +147,40 @@ fn registry() -> (Registry, Arc<AtomicUsize>) {
         doc: String::new(),
     })
     .unwrap();
+    let r = runs.clone();
+    reg.register(KernelDef {
+        signature: "swap_in(x: f32[N], y: mut f32[N]) -> (old: f32[N])".into(),
+        device: DeviceType::CPU,
+        imp: Impl::Dyn(Arc::new(move |call: &mut Call<'_, '_>| {
+            r.fetch_add(1, Ordering::SeqCst);
+            let (ins, mut outs) = call.io();
+            let x = ins.tensor("x")?.to_vec::<f32>()?;
+            let y = outs.take("y")?;
+            let before = y.as_view().to_vec::<f32>()?;
+            y.iter_mut::<f32>()?.zip(&x).for_each(|(y, x)| *y = *x);
+            outs.take("old")?.iter_mut::<f32>()?.zip(before).for_each(|(o, b)| *o = b);
+            Ok(())
+        })),
+        opts: KernelOpts::DEFAULT,
+        origin: "test".into(),
+        doc: String::new(),
+    })
+    .unwrap();
     (reg, runs)
+}
+
+#[test]
+fn a_kernel_with_a_mut_parameter_and_outputs_gets_its_outputs_allocated() {
+    let (reg, runs) = registry();
+    let k = reg.get("swap_in").unwrap();
+    let (mut x, mut y) = (Toy::new(&[1.0, 2.0]), Toy::new(&[7.0, 8.0]));
+    let mut alloc = ToyAllocator::default();
+    let mut call = k.bind(&mut ToyAdapter, [ToyArg::T(&mut x), ToyArg::T(&mut y)]).unwrap();
+    assert_eq!(call.output_specs().unwrap().len(), 1);
+    let outs = call.run(&mut alloc, std::ptr::null_mut()).unwrap();
+    drop(call);
+    assert_eq!((outs[0].0.data.clone(), y.data.clone()), (vec![7.0, 8.0], vec![1.0, 2.0]));
+    assert_eq!((alloc.made.len(), runs.load(Ordering::SeqCst)), (1, 1));
 }
 
 #[test]

@@ -10,12 +10,12 @@
 // (an iterator adaptor's `fold` may be left out of line, compiled for the baseline).
 #![allow(clippy::needless_range_loop)]
 
-use dlbridge_core::{Error, Result, TensorView, TensorViewMut};
+use dlbridge_core::{Error, Result, Slot, TensorView, TensorViewMut};
 use dlbridge_registry::{Call, KernelOpts, register_kernel};
 
 use crate::num::{Compute, Real, Scalar};
 pub use crate::strided::PAR_MIN;
-use crate::strided::{Src, zip_map};
+use crate::strided::{Src, update_map, zip_map};
 
 /// A binary element operation. A trait method marked `inline(always)` rather
 /// than a closure or fn item: LLVM refuses to inline a large `Fn::call` (gelu on
@@ -270,10 +270,11 @@ fn maximum<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
 }
 
 fn div<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
+    let kernel = call.kernel_name();
     let (ins, mut outs) = call.io();
     let (a, b) = (ins.tensor("a")?, ins.tensor("b")?);
     if T::IS_INT && b.iter::<T>()?.any(|v| v == T::zero()) {
-        return Err(Error::InvalidArgument("integer division by zero (argument b has a zero)".into()));
+        return Err(Error::InvalidArgument("integer division by zero (it has a zero)".into()).at(kernel, Slot::Argument("b".into())));
     }
     map2_op::<T>(a, b, outs.take("out")?, Div)
 }
@@ -291,7 +292,7 @@ fn axpy<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
     let (alpha, x, y) = (T::from_f64(ins.f64("alpha")?), ins.tensor("x")?, outs.take("y")?);
     // y is both an input (read first) and the output: y = y + alpha * x.
     let arch = pulp::Arch::new();
-    zip_map::<T, 1>(y, [x], |o, [x]| arch.dispatch(Run2 { o, a: &Src::Out, b: &x, f: Axpy(alpha) }))
+    update_map::<T, 1>(y, [x], |o, [x]| arch.dispatch(Run2 { o, a: &Src::Out, b: &x, f: Axpy(alpha) }))
 }
 
 register_kernel!("add<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])",

@@ -232,6 +232,27 @@ pub fn zip_map<T: Element + Default, const N: usize>(
     ins: [&TensorView<'_>; N],
     f: impl Fn(&mut [T], [Src<'_, T>; N]) + Sync,
 ) -> Result<()> {
+    zip_map_impl(out, ins, false, f)
+}
+
+/// [`zip_map`] for an update of `out` in place (`out = g(out, inputs)`, as axpy):
+/// `f`'s output run holds `out`'s current values, whatever its strides.
+pub fn update_map<T: Element + Default, const N: usize>(
+    out: &mut TensorViewMut<'_>,
+    ins: [&TensorView<'_>; N],
+    f: impl Fn(&mut [T], [Src<'_, T>; N]) + Sync,
+) -> Result<()> {
+    zip_map_impl(out, ins, true, f)
+}
+
+/// `reads_out`: the output run must hold the output's values before `f` runs
+/// (it always does when the output is contiguous; otherwise it is gathered).
+fn zip_map_impl<T: Element + Default, const N: usize>(
+    out: &mut TensorViewMut<'_>,
+    ins: [&TensorView<'_>; N],
+    reads_out: bool,
+    f: impl Fn(&mut [T], [Src<'_, T>; N]) + Sync,
+) -> Result<()> {
     assert!(N < MAX_OPS, "zip_map takes at most {} inputs", MAX_OPS - 1);
     // Typed checks (dtype, host memory, alignment) before any pointer use.
     out.iter_mut::<T>()?;
@@ -314,7 +335,7 @@ pub fn zip_map<T: Element + Default, const N: usize>(
                 // so no other live slice covers them (module invariants).
                 unsafe { std::slice::from_raw_parts_mut(at(0), len) }
             } else {
-                if alias[1..=N].iter().any(|&a| a) {
+                if reads_out || alias[1..=N].iter().any(|&a| a) {
                     // SAFETY: output elements of this run, read before being written.
                     unsafe { gather(at(0).cast_const(), s[0], len, &mut obuf) };
                 }
