@@ -118,3 +118,62 @@ def test_only_written_torch_tensors_get_their_version_bumped(n):
     before = (x._version, w._version)
     axpy(1.0, x, w)
     assert x._version == before[0] and w._version > before[1]
+
+
+# ---- borrowed torch tensors are validated once per call, and never used stale ----------------
+
+
+class _SwapOnAllocation:
+    """A TorchDispatchMode that, when torch allocates the call's output (dlbridge asks
+    torch's exchange-API allocator, which dispatches through Python modes), replaces
+    the storage of `victim` — whose old storage is then freed."""
+
+    def __init__(self, victim, replacement):
+        from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+
+        seen = self.seen = []
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                seen.append(str(func))
+                if func is torch.ops.aten.empty.memory_format and len(seen) == 1:
+                    with _disable_current_modes():
+                        victim.set_(replacement)
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Mode()
+
+
+def test_python_code_run_by_the_output_allocator_makes_every_borrowed_view_be_taken_again():
+    # The inputs are borrowed (and validated) once before the outputs are allocated;
+    # Python code that runs during the allocation changes x: the kernel must see the new x.
+    x, y = torch.ones(4), torch.ones(4)
+    old = x.data_ptr()
+    swap = _SwapOnAllocation(x, torch.full((4,), 5.0))
+    with swap.mode:
+        out = add(x, y)
+    assert swap.seen == ["aten.empty.memory_format"]
+    assert x.data_ptr() != old
+    assert out.tolist() == [6.0] * 4  # a stale view would have read the freed storage (ones)
+
+
+def test_a_tensor_reshaped_during_allocation_is_checked_again_not_read_out_of_bounds():
+    x, y = torch.ones(4), torch.ones(4)
+    swap = _SwapOnAllocation(x, torch.full((2,), 5.0))
+    # The output was sized from x's old shape [4]; x is now [2], and says so.
+    with swap.mode, pytest.raises(ValueError, match=r"add: argument b: \.\.\.S = \[2\] \(bound by a\) but got \[4\]"):
+        add(x, y)
+
+
+def test_complex_torch_tensors_have_their_conjugate_bit_checked_after_the_deferred_borrow():
+    copy = dlbridge.get_kernel("copy")
+    z = torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex64)
+    assert copy(z).tolist() == [1 + 2j, 3 - 1j]
+    with pytest.raises(BufferError, match="conjugate-bit view") as e:
+        copy(z.conj())
+    assert (e.value.kernel, e.value.argument) == ("copy", "x")
+    w = torch.zeros(2, dtype=torch.complex64)
+    with pytest.raises(BufferError, match="conjugate-bit view") as e:
+        copy(z, out=w.conj())
+    assert (e.value.argument, e.value.output) == ("y", True)
+    assert w.tolist() == [0j, 0j]

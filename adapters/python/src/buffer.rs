@@ -13,11 +13,12 @@
 
 use std::ffi::{CStr, c_void};
 
-use dlbridge_core::layout::MAX_NDIM;
-use dlbridge_core::{DType, Device, Error, Flags, ManagedTensor, Result, TensorDesc};
+use dlbridge_core::layout::{Extent, MAX_NDIM, contiguous_strides};
+use dlbridge_core::{DType, Device, Error, Flags, ManagedTensor, Result, TensorDesc, TensorView};
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
+use smallvec::SmallVec;
 
 /// Owns one `Py_buffer`; releases it (with the GIL) on drop.
 struct BufferOwner {
@@ -102,10 +103,74 @@ pub fn format_of(dtype: DType) -> Option<&'static CStr> {
     })
 }
 
+/// A buffer held for one kernel call: the `Py_buffer`, with its shape and
+/// strides (in elements) copied out and validated once.
+pub(crate) struct BufferTensor {
+    owner: BufferOwner,
+    shape: SmallVec<[i64; 6]>,
+    strides: SmallVec<[i64; 6]>,
+    dtype: DType,
+    flags: Flags,
+    extent: Extent,
+}
+
+impl std::fmt::Debug for BufferTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BufferTensor").field("shape", &self.shape).field("strides", &self.strides).field("dtype", &self.dtype).finish()
+    }
+}
+
+impl BufferTensor {
+    /// The view (validated at import).
+    pub(crate) fn view(&self) -> TensorView<'_> {
+        // SAFETY: `extent` is what check_layout returned for exactly these
+        // shape, strides, dtype, flags and address (byte offset 0) in
+        // `import_held`; the exporter keeps `buf` valid while the buffer is held
+        // (by `self.owner`), and a read-only buffer carries READ_ONLY.
+        unsafe {
+            TensorView::from_validated_parts(
+                self.owner.view.buf.cast_const().cast(),
+                &self.shape,
+                &self.strides,
+                self.dtype,
+                Device::CPU,
+                self.flags,
+                self.extent,
+            )
+        }
+    }
+
+    /// Whether the buffer is read-only.
+    pub(crate) fn is_read_only(&self) -> bool {
+        self.flags.contains(Flags::READ_ONLY)
+    }
+
+    /// An owning DLPack tensor holding the buffer.
+    pub(crate) fn into_managed(self) -> PyResult<ManagedTensor> {
+        let data = self.owner.view.buf;
+        let desc = TensorDesc {
+            dtype: self.dtype,
+            device: Device::CPU,
+            shape: &self.shape,
+            strides: Some(&self.strides),
+            byte_offset: 0,
+            flags: self.flags,
+        };
+        // SAFETY: as in `view`: `owner` keeps `buf` valid for the layout it
+        // described until the DLPack deleter runs; read-only buffers are flagged.
+        unsafe { ManagedTensor::export_owner(self.owner, data.cast::<c_void>(), &desc) }.map_err(crate::errors::to_pyerr)
+    }
+}
+
 /// Imports `obj` through the buffer protocol with zero copies. With
 /// `writable`, a read-only buffer is refused; otherwise the tensor carries
 /// READ_ONLY when the buffer is read-only.
 pub fn import(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<ManagedTensor> {
+    import_held(obj, writable)?.into_managed()
+}
+
+/// [`import`], held for a call (no DLPack struct built).
+pub(crate) fn import_held(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<BufferTensor> {
     let mut view: Box<ffi::Py_buffer> = Box::new(
         // SAFETY: Py_buffer is a plain C struct; all-zero is its documented empty state.
         unsafe { std::mem::zeroed() },
@@ -119,14 +184,18 @@ pub fn import(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<ManagedTensor>
     let owner = BufferOwner { view };
     let v = &*owner.view;
     let itemsize = v.itemsize as usize;
-    let format = if v.format.is_null() {
-        std::borrow::Cow::Borrowed("B")
+    let dtype = if v.format.is_null() {
+        parse_format("B", itemsize)
     } else {
         // SAFETY: the exporter provides a NUL-terminated format string while the buffer is held.
-        unsafe { CStr::from_ptr(v.format) }.to_string_lossy()
-    };
-    let dtype = parse_format(&format, itemsize).map_err(crate::errors::to_pyerr)?;
-    // Bound ndim before anything reads `shape`/`strides` (or sizes a Vec by it).
+        let f = unsafe { CStr::from_ptr(v.format) };
+        match f.to_str() {
+            Ok(f) => parse_format(f, itemsize),
+            Err(_) => parse_format(&f.to_string_lossy(), itemsize),
+        }
+    }
+    .map_err(crate::errors::to_pyerr)?;
+    // Bound ndim before anything reads `shape`/`strides`.
     let ndim = usize::try_from(v.ndim).ok().filter(|&n| n <= MAX_NDIM).ok_or_else(|| {
         crate::errors::to_pyerr(Error::InvalidField {
             field: "Py_buffer.ndim".into(),
@@ -134,27 +203,24 @@ pub fn import(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<ManagedTensor>
             reason: format!("must be in 0..={MAX_NDIM}"),
         })
     })?;
-    let mut shape = Vec::with_capacity(ndim);
-    let mut strides = Vec::with_capacity(ndim);
     if ndim > 0 && v.shape.is_null() {
         return Err(PyBufferError::new_err("buffer has ndim > 0 but no shape"));
     }
+    let mut shape: SmallVec<[i64; 6]> = SmallVec::with_capacity(ndim);
     for d in 0..ndim {
         // SAFETY: shape has ndim entries (PyBUF_ND is part of PyBUF_RECORDS_RO).
-        let n = unsafe { *v.shape.add(d) } as i64;
-        shape.push(n);
-        let s = if v.strides.is_null() {
-            None
-        } else {
+        shape.push(unsafe { *v.shape.add(d) } as i64);
+    }
+    let strides: SmallVec<[i64; 6]> = if v.strides.is_null() {
+        contiguous_strides(&shape).map_err(crate::errors::to_pyerr)?
+    } else {
+        // itemsize >= 1: parse_format matched it to a byte-sized dtype.
+        let item =
+            i64::try_from(itemsize).ok().filter(|&i| i > 0).ok_or_else(|| PyBufferError::new_err(format!("buffer itemsize {itemsize}")))?;
+        let mut strides = SmallVec::with_capacity(ndim);
+        for d in 0..ndim {
             // SAFETY: strides has ndim entries when non-NULL.
-            Some(unsafe { *v.strides.add(d) } as i64)
-        };
-        if let Some(bytes) = s {
-            // itemsize >= 1: parse_format matched it to a byte-sized dtype.
-            let item = i64::try_from(itemsize)
-                .ok()
-                .filter(|&i| i > 0)
-                .ok_or_else(|| PyBufferError::new_err(format!("buffer itemsize {itemsize}")))?;
+            let bytes = unsafe { *v.strides.add(d) } as i64;
             if bytes.checked_rem(item) != Some(0) {
                 return Err(PyBufferError::new_err(format!(
                     "buffer stride {bytes} bytes (dim {d}) is not a multiple of the itemsize {itemsize}: DLPack strides count elements"
@@ -162,22 +228,18 @@ pub fn import(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<ManagedTensor>
             }
             strides.push(bytes / item);
         }
-    }
+        strides
+    };
     let read_only = v.readonly != 0;
     if writable && read_only {
         return Err(PyBufferError::new_err("the buffer is read-only and this argument is written"));
     }
-    let data = v.buf;
-    let desc = TensorDesc {
-        dtype,
-        device: Device::CPU,
-        shape: &shape,
-        strides: if v.strides.is_null() { None } else { Some(&strides) },
-        byte_offset: 0,
-        flags: if read_only { Flags::READ_ONLY } else { Flags::empty() },
-    };
-    // SAFETY: the exporter guarantees `buf` covers the layout it described while
-    // the buffer is held; `owner` holds it until the DLPack deleter runs; the
-    // layout is validated like any foreign tensor; read-only buffers are flagged.
-    unsafe { ManagedTensor::export_owner(owner, data.cast::<c_void>(), &desc) }.map_err(crate::errors::to_pyerr)
+    let flags = if read_only { Flags::READ_ONLY } else { Flags::empty() };
+    // SAFETY: the exporter guarantees `buf` covers the layout it described
+    // while the buffer is held (and `owner` holds it); the layout is validated
+    // here like any foreign tensor.
+    let extent = unsafe { TensorView::from_raw_parts(v.buf.cast_const().cast(), 0, &shape, Some(&strides), dtype, Device::CPU, flags) }
+        .map_err(crate::errors::to_pyerr)?
+        .extent();
+    Ok(BufferTensor { owner, shape, strides, dtype, flags, extent })
 }

@@ -11,8 +11,8 @@
 //! call into the table happens with the GIL held and with objects of the type
 //! the table came from. Borrowed `DLTensor`s from
 //! `dltensor_from_py_object_no_sync` are only used while the GIL is held, the
-//! object is alive and no Python code runs (see `import::Held::Borrowed`), and
-//! never outlive the call that borrowed them. Every pointer a producer returns is checked
+//! object is alive and no Python code can have run since they were borrowed
+//! (see `import::Lent`), and never outlive the call that borrowed them. Every pointer a producer returns is checked
 //! for NULL and then validated like any foreign tensor.
 
 use std::collections::HashMap;
@@ -189,36 +189,46 @@ impl Api {
     /// (`x.conj()` of a complex tensor) views: DLPack would hand over the raw
     /// memory, and reading or writing it would silently give wrong results.
     /// Written arguments that require grad are refused too. `dtype` (when known)
-    /// skips the conjugate check for real dtypes, which never carry the bit.
+    /// skips the conjugate check for real dtypes, which never carry the bit;
+    /// `None` leaves the conjugate check to [`Api::check_conj`] (the caller
+    /// learns the dtype later).
     pub fn check_tensor(&self, obj: &Bound<'_, PyAny>, dtype: Option<dlbridge_core::DType>, writable: bool) -> PyResult<()> {
         let py = obj.py();
-        let flag = |m: &Option<Py<PyAny>>| -> PyResult<bool> {
-            match m {
-                Some(m) => m.bind(py).call1((obj,))?.is_truthy(),
-                None => Ok(false),
-            }
-        };
-        if flag(&self.checks.is_neg)? {
+        if flag(py, self.checks.is_neg.as_ref(), obj)? {
             return Err(PyBufferError::new_err(
                 "the tensor is a negative-bit view (torch._neg_view, or the imaginary part of a conj() view): its memory holds the negated values; call .resolve_neg() (or .clone()) first",
             ));
         }
-        if dtype.is_none_or(|d| d.code() == dlbridge_core::DTypeCode::Complex) && flag(&self.checks.is_conj)? {
-            return Err(PyBufferError::new_err(
-                "the tensor is a conjugate-bit view (x.conj()): its memory holds the unconjugated values; call .resolve_conj() first",
-            ));
+        if let Some(d) = dtype {
+            self.check_conj(obj, d)?;
         }
         if writable && let Some(t) = &self.checks.torch {
             if obj.getattr(pyo3::intern!(py, "requires_grad"))?.is_truthy()? {
                 return Err(PyBufferError::new_err("the tensor requires grad and this argument is written in place; detach() it first"));
             }
-            if t.is_inference.bind(py).call1((obj,))?.is_truthy()? && !t.inference_mode_enabled.bind(py).call0()?.is_truthy()? {
+            if flag(py, Some(&t.is_inference), obj)? && !t.inference_mode_enabled.bind(py).call0()?.is_truthy()? {
                 return Err(PyBufferError::new_err(
                     "the tensor is an inference tensor, which may only be written inside torch.inference_mode() (torch refuses in-place updates to it too)",
                 ));
             }
         }
         Ok(())
+    }
+
+    /// The conjugate-bit half of [`Api::check_tensor`], for a tensor of dtype
+    /// `dtype` (only complex tensors can carry the bit: real ones cost nothing).
+    pub fn check_conj(&self, obj: &Bound<'_, PyAny>, dtype: dlbridge_core::DType) -> PyResult<()> {
+        if dtype.code() == dlbridge_core::DTypeCode::Complex && flag(obj.py(), self.checks.is_conj.as_ref(), obj)? {
+            return Err(PyBufferError::new_err(
+                "the tensor is a conjugate-bit view (x.conj()): its memory holds the unconjugated values; call .resolve_conj() first",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether the type has a conjugate-bit check (torch).
+    pub fn has_conj_check(&self) -> bool {
+        self.checks.is_conj.is_some()
     }
 
     /// Tells autograd that these tensors (all of this API's type) are about to be
@@ -358,6 +368,37 @@ impl Api {
         }
         // SAFETY: a new reference to a Python object.
         Ok(unsafe { Bound::from_owned_ptr(py, out.cast()) })
+    }
+}
+
+/// `m(obj)` is truthy: one vectorcall with the argument on the stack (no
+/// tuple allocated; `m` is a method such as `torch.Tensor.is_neg`).
+fn flag(py: Python<'_>, m: Option<&Py<PyAny>>, obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let Some(m) = m else { return Ok(false) };
+    let args = [obj.as_ptr()];
+    // SAFETY: `m` and `obj` are live objects and the GIL is held; `args` holds
+    // one borrowed reference for the duration of the call; the result is a new
+    // reference or NULL with an exception set.
+    let r = unsafe { vectorcall::PyObject_Vectorcall(m.as_ptr(), args.as_ptr(), 1, std::ptr::null_mut()) };
+    if r.is_null() {
+        return Err(fetch_err(py, "a tensor check"));
+    }
+    // SAFETY: a new, non-NULL reference.
+    unsafe { Bound::from_owned_ptr(py, r) }.is_truthy()
+}
+
+/// `PyObject_Vectorcall` is exported as a function by every CPython this
+/// wheel supports (3.11 exports it; it is part of the stable ABI from 3.12),
+/// but pyo3 declares it for limited-API builds only from 3.12 on.
+mod vectorcall {
+    use pyo3::ffi::PyObject;
+    unsafe extern "C" {
+        pub fn PyObject_Vectorcall(
+            callable: *mut PyObject,
+            args: *const *mut PyObject,
+            nargsf: usize,
+            kwnames: *mut PyObject,
+        ) -> *mut PyObject;
     }
 }
 

@@ -16,9 +16,12 @@
 //! could not have said READ_ONLY). torch tensors whose memory does not hold
 //! their values (conjugate-bit and negative-bit views) are refused outright.
 
-use dlbridge_core::ffi::DLTensor;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use dlbridge_core::layout::Extent;
 use dlbridge_core::raw::view_from_dltensor;
-use dlbridge_core::{Device, Error, Flags, ManagedTensor, TensorView, TensorViewMut};
+use dlbridge_core::{DType, Device, Error, Flags, ManagedTensor, TensorView, TensorViewMut};
 use dlbridge_registry::binding::Operand;
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
@@ -26,9 +29,28 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
 
 use crate::array::PyArray;
+use crate::buffer::BufferTensor;
 use crate::capsule::{self, Consumed, Request};
 use crate::errors::IntoPy;
 use crate::exchange::{self, Api};
+
+/// Counts the moments at which Python code may have run (ours or, through a
+/// released GIL, another thread's): see [`Lent`]. Every adapter step that
+/// calls into Python or allocates Python objects calls [`python_may_run`]
+/// first.
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// Records that Python code may run from now on: every borrowed DLTensor
+/// taken before is stale.
+#[inline]
+pub(crate) fn python_may_run() {
+    EPOCH.fetch_add(1, Ordering::Relaxed);
+}
+
+#[inline]
+fn epoch() -> u64 {
+    EPOCH.load(Ordering::Relaxed)
+}
 
 /// Where an imported tensor's memory is held while a call uses it.
 #[derive(Debug)]
@@ -36,26 +58,49 @@ pub(crate) enum Held {
     /// A `dlbridge.Array`: read in place through [`Tensor::obj`] (a frozen
     /// object whose array never changes), without cloning it.
     Array,
-    /// An object whose exchange API lends `DLTensor`s: borrowed anew for each
-    /// view (see [`Tensor`]'s invariant). Only read arguments come this way (a
-    /// lent DLTensor carries no flags), and torch's written ones (torch has no
-    /// read-only tensors).
-    Lent,
+    /// A torch tensor, whose exchange API lends `DLTensor`s (see [`Lent`]):
+    /// read and written arguments alike (a lent DLTensor carries no flags,
+    /// and torch has no read-only tensors).
+    Lent(Lent),
+    /// A buffer-protocol export (exact NumPy arrays), held for the call.
+    Buffer(Box<BufferTensor>),
     /// An owning DLPack tensor.
-    Managed(ManagedTensor),
+    Managed(Box<ManagedTensor>),
+}
+
+/// A DLTensor the producer lends: it points into the producer's own
+/// structures (sizes, strides, storage), which any Python code may change or
+/// free (`x.set_(...)`, a `__torch_function__`, a finalizer run by the
+/// garbage collector, another thread while the GIL is released).
+///
+/// **Invariant**: a borrowed DLTensor is used only while no Python code can
+/// have run since it was borrowed. Each borrow is validated once and kept
+/// with the [`EPOCH`] it was taken at; a view reuses it only while the epoch
+/// is unchanged, and borrows (and validates) anew otherwise. Every adapter
+/// step that may run Python code bumps the epoch first ([`python_may_run`]);
+/// the registry's binding layer runs no adapter code while it holds a view,
+/// and the kernels are Rust or C code that does not call into Python; a call
+/// that releases the GIL first turns every lent tensor into an owning one
+/// ([`Tensor::own`]).
+#[derive(Debug, Default)]
+pub(crate) struct Lent {
+    snap: Cell<Option<Snapshot>>,
+}
+
+/// A validated borrow: the parts of its view, and when it was taken.
+#[derive(Debug, Clone, Copy)]
+struct Snapshot {
+    epoch: u64,
+    data: *const u8,
+    shape: *const i64,
+    strides: *const i64,
+    ndim: usize,
+    dtype: DType,
+    device: Device,
+    extent: Extent,
 }
 
 /// One imported Python tensor, bound to a kernel argument.
-///
-/// **Invariant** (what makes [`Held::Lent`] views sound): a lent DLTensor
-/// points into the producer's own structures (sizes, strides, storage), which
-/// any Python code may change or free (`x.set_(...)`, a `__torch_function__`,
-/// a finalizer run by the garbage collector). A `Tensor` is therefore only
-/// handed to the registry's binding layer (`dlbridge_registry::binding`), which
-/// runs no adapter or allocator code — so no Python code — while it holds a
-/// view, and the kernels it runs are Rust or C code that does not call into
-/// Python; and a call that releases the GIL first turns every `Lent` tensor
-/// into an owning one ([`Tensor::own`]).
 #[derive(Debug)]
 pub(crate) struct Tensor<'py> {
     /// The Python object (kept alive for the call).
@@ -67,10 +112,9 @@ pub(crate) struct Tensor<'py> {
     /// Whether the call writes it (a `mut` argument or an output): it was
     /// imported writable, which the producer allows (see the module docs).
     pub(crate) written: bool,
-    /// Elements (saturating: a zero-stride view may claim 2^62), read at import.
-    pub(crate) numel: usize,
-    /// The device, read at import.
-    pub(crate) device: Device,
+    /// A lent tensor whose conjugate bit is still to be checked (its dtype
+    /// was not known at import): [`Tensor::check_deferred`] does it.
+    conj_unchecked: bool,
 }
 
 impl Tensor<'_> {
@@ -84,10 +128,80 @@ impl Tensor<'_> {
 
     /// Re-imports a lent tensor as an owning one (for calls that release the GIL).
     pub(crate) fn own(&mut self) -> PyResult<()> {
-        if let (Held::Lent, Some(api)) = (&self.held, self.api) {
-            self.held = Held::Managed(api.managed(&self.obj)?);
+        if let (Held::Lent(_), Some(api)) = (&self.held, self.api) {
+            python_may_run();
+            self.held = Held::Managed(Box::new(api.managed(&self.obj)?));
         }
         Ok(())
+    }
+
+    /// The checks that needed the dtype, which a lent tensor learns at its
+    /// first view: torch's conjugate bit (complex tensors only; calls into
+    /// Python, so it bumps the epoch).
+    pub(crate) fn check_deferred(&mut self) -> PyResult<()> {
+        if !self.conj_unchecked {
+            return Ok(());
+        }
+        let dtype = match &self.held {
+            Held::Lent(l) => self.lent_view(l).map_err(crate::errors::to_pyerr)?.dtype(),
+            _ => self.view().map_err(crate::errors::to_pyerr)?.dtype(),
+        };
+        if let Some(api) = self.api
+            && dtype.code() == dlbridge_core::DTypeCode::Complex
+        {
+            python_may_run();
+            api.check_conj(&self.obj, dtype)?;
+        }
+        self.conj_unchecked = false;
+        Ok(())
+    }
+
+    /// A lent tensor's view: the snapshot while no Python code can have run
+    /// since it was taken, else a new borrow (validated, and kept).
+    fn lent_view(&self, lent: &Lent) -> dlbridge_core::Result<TensorView<'_>> {
+        let now = epoch();
+        if let Some(s) = lent.snap.get()
+            && s.epoch == now
+        {
+            // SAFETY: `s` was validated by `view_from_dltensor` from a borrow of
+            // `self.obj` at this same epoch: no Python code has run since (the
+            // type's invariant), so the producer's arrays and data are unchanged
+            // and alive (`self.obj` is held); `extent` is check_layout's result
+            // for exactly these parts at this address (byte offset folded in).
+            return Ok(unsafe {
+                TensorView::from_validated_parts(
+                    s.data,
+                    std::slice::from_raw_parts(s.shape, s.ndim),
+                    std::slice::from_raw_parts(s.strides, s.ndim),
+                    s.dtype,
+                    s.device,
+                    Flags::empty(),
+                    s.extent,
+                )
+            });
+        }
+        let api = self.api.ok_or_else(|| Error::Runtime("internal error: a lent tensor without an exchange API".into()))?;
+        let t = api.borrow(&self.obj).map_err(crate::errors::from_pyerr)?;
+        // SAFETY: the producer lent `t`; its arrays and data stay valid while
+        // `self.obj` lives (it does, for `&self`) and no Python code runs, which
+        // the type's invariant guarantees for as long as the view lives.
+        let v = unsafe { view_from_dltensor(&t, Flags::empty()) }?;
+        let strides = v.strides();
+        // Only views whose strides are the producer's own array can be kept
+        // (a NULL-strides DLTensor gets strides computed into the view).
+        if v.ndim() == 0 || std::ptr::eq(strides.as_ptr(), t.strides) {
+            lent.snap.set(Some(Snapshot {
+                epoch: now,
+                data: v.data_ptr().cast(),
+                shape: v.shape().as_ptr(),
+                strides: strides.as_ptr(),
+                ndim: v.ndim(),
+                dtype: v.dtype(),
+                device: v.device(),
+                extent: v.extent(),
+            }));
+        }
+        Ok(v)
     }
 }
 
@@ -95,14 +209,17 @@ impl Operand for Tensor<'_> {
     fn view(&self) -> dlbridge_core::Result<TensorView<'_>> {
         Ok(match &self.held {
             Held::Array => self.array()?.view(),
+            Held::Buffer(b) => b.view(),
             Held::Managed(m) => m.view().clone(),
-            Held::Lent => {
-                let api = self.api.ok_or_else(|| Error::Runtime("internal error: a lent tensor without an exchange API".into()))?;
-                let t: DLTensor = api.borrow(&self.obj).map_err(crate::errors::from_pyerr)?;
-                // SAFETY: the producer lent `t`; its arrays and data stay valid while
-                // `self.obj` lives (it does, for `&self`) and no Python code runs, which
-                // the type's invariant guarantees for as long as the view lives.
-                unsafe { view_from_dltensor(&t, Flags::empty()) }?
+            Held::Lent(l) => {
+                if self.conj_unchecked && self.api.is_some_and(|a| a.has_conj_check()) {
+                    let v = self.lent_view(l)?;
+                    if v.dtype().code() == dlbridge_core::DTypeCode::Complex {
+                        return Err(Error::Runtime("internal error: a complex tensor's conjugate bit was not checked".into()));
+                    }
+                    return Ok(v);
+                }
+                self.lent_view(l)?
             }
         })
     }
@@ -117,17 +234,16 @@ impl Operand for Tensor<'_> {
                 _ => unreachable_lent(),
             };
         }
-        let view = match &self.held {
-            Held::Array => self.array()?.view(),
-            // Only torch's lent tensors are writable (see `import_any`).
-            Held::Lent => self.view()?,
-            Held::Managed(_) => return unreachable_lent(),
-        };
+        let view = self.view()?;
+        if view.is_read_only() {
+            return Err(Error::ReadOnly { what: "internal error: a read-only tensor was asked for writing; it".into() });
+        }
         // SAFETY: Python memory is shared-mutable (every holder of the array or
         // tensor may write it); the caller passed it to be written, the producer
-        // allows writes (checked at import), a lent view lives under the type's
-        // invariant, and the registry refuses every overlap between a written view
-        // and the call's other views before the kernel runs.
+        // allows writes (checked at import: a writable Array, a writable buffer,
+        // torch's lent tensors), a lent view lives under [`Lent`]'s invariant,
+        // and the registry refuses every overlap between a written view and the
+        // call's other views before the kernel runs.
         unsafe { TensorViewMut::from_view(view) }
     }
 }
@@ -150,25 +266,18 @@ pub enum Mode {
 /// corrupt gradients; read-only inputs that require grad are read, and the
 /// results do not track gradients).
 pub(crate) fn import<'py>(obj: &Bound<'py, PyAny>, writable: bool, mode: Mode) -> PyResult<Tensor<'py>> {
+    python_may_run();
     let (held, api, can_write) = import_any(obj, writable, mode)?;
-    // Size, device and dtype, read now; a lent DLTensor is copied out before any Python code runs.
-    let (numel, device, dtype) = match &held {
-        Held::Array => {
-            let a = obj.cast::<PyArray>()?.get().array();
-            (a.view().numel(), a.device(), a.dtype())
-        }
-        Held::Managed(m) => (m.view().numel(), m.device(), m.dtype()),
-        Held::Lent => {
-            let api = api.ok_or_else(|| PyTypeError::new_err("internal error: a lent tensor without an exchange API"))?;
-            let t: DLTensor = api.borrow(obj)?;
-            // SAFETY: the producer lent `t`, valid while `obj` lives and no Python
-            // code runs: the view is dropped at the end of this block.
-            let v = unsafe { view_from_dltensor(&t, Flags::empty()) }.py_err()?;
-            (v.numel(), v.device(), v.dtype())
-        }
-    };
+    let mut conj_unchecked = false;
     if let Some(api) = api {
-        api.check_tensor(obj, Some(dtype), writable)?;
+        // A lent tensor's dtype is learnt at its first view, after every
+        // argument is bound: its conjugate bit is checked then (complex only).
+        let dtype = match &held {
+            Held::Managed(m) => Some(m.dtype()),
+            _ => None,
+        };
+        conj_unchecked = dtype.is_none() && api.has_conj_check();
+        api.check_tensor(obj, dtype, writable)?;
     }
     if writable && !can_write {
         return Err(PyBufferError::new_err(match &held {
@@ -180,7 +289,7 @@ pub(crate) fn import<'py>(obj: &Bound<'py, PyAny>, writable: bool, mode: Mode) -
             _ => "the tensor is read-only (DLPack READ_ONLY) and this argument is written".to_owned(),
         }));
     }
-    Ok(Tensor { obj: obj.clone(), held, api, written: writable, numel, device })
+    Ok(Tensor { obj: obj.clone(), held, api, written: writable, conj_unchecked })
 }
 
 /// Where the memory is held, the exchange API, and whether it may be written.
@@ -190,36 +299,38 @@ fn import_any(obj: &Bound<'_, PyAny>, writable: bool, mode: Mode) -> PyResult<(H
         return Ok((Held::Array, None, writable));
     }
     if let Some(api) = exchange::lookup(obj)? {
-        // The borrowed DLTensor carries no flags: only arguments that are read
-        // take it — and torch's, written or not: torch has no read-only tensors
-        // (its DLPack exports never set READ_ONLY, even for memory it got from a
-        // read-only NumPy array), so its flag-less tensor says all there is.
-        if mode == Mode::KeepGil && api.can_borrow() && (!writable || api.is_torch()) {
-            return Ok((Held::Lent, Some(api), api.is_torch()));
+        // Only torch's tensors are borrowed: torch's borrow is C++ that runs no
+        // Python code, which [`Lent`]'s invariant needs (another producer's
+        // borrow, taken while views of other tensors are held, could run any
+        // code); and the flag-less borrowed DLTensor says all there is of a torch
+        // tensor, written or not: torch has no read-only tensors (its DLPack
+        // exports never set READ_ONLY, even for memory from a read-only NumPy array).
+        if mode == Mode::KeepGil && api.can_borrow() && api.is_torch() {
+            return Ok((Held::Lent(Lent::default()), Some(api), true));
         }
         let m = api.managed(obj)?;
         let writable = !m.is_read_only();
-        return Ok((Held::Managed(m), Some(api), writable));
+        return Ok((Held::Managed(Box::new(m)), Some(api), writable));
     }
     // NumPy arrays (exactly `numpy.ndarray`) through the buffer protocol: one
     // C call, where `__dlpack__` costs a method call with keywords and a capsule.
     // A buffer NumPy will not give (a read-only array asked for writing, a
     // dtype the buffer protocol lacks) takes the DLPack path and its errors.
     if is_ndarray(obj)
-        && let Ok(t) = crate::buffer::import(obj, writable)
+        && let Ok(t) = crate::buffer::import_held(obj, writable)
     {
         let writable = !t.is_read_only();
-        return Ok((Held::Managed(t), None, writable));
+        return Ok((Held::Buffer(Box::new(t)), None, writable));
     }
     if has_dlpack(obj)? {
         let c = capsule::consume_object(obj, Request::default())?;
         let writable = c.writable();
-        return Ok((Held::Managed(c.tensor), None, writable));
+        return Ok((Held::Managed(Box::new(c.tensor)), None, writable));
     }
-    match crate::buffer::import(obj, writable) {
+    match crate::buffer::import_held(obj, writable) {
         Ok(t) => {
             let writable = !t.is_read_only();
-            Ok((Held::Managed(t), None, writable))
+            Ok((Held::Buffer(Box::new(t)), None, writable))
         }
         Err(e) if e.is_instance_of::<PyTypeError>(obj.py()) => Err(PyTypeError::new_err(format!(
             "expected a tensor (an object with __dlpack__ or the buffer protocol), got {}",

@@ -17,7 +17,7 @@
 use std::sync::Arc;
 
 use dlbridge_core::{DType, Device, ManagedTensor, Slot};
-use dlbridge_registry::binding::{Adapter, Allocator, ArrayAllocator, Binding, Job, Scalar};
+use dlbridge_registry::binding::{Adapter, Allocator, ArrayAllocator, Binding, Job, Operand, Scalar};
 use dlbridge_registry::signature::{ParamKind, ScalarKind};
 use dlbridge_registry::{Kernel, OutputSpec};
 use pyo3::exceptions::PyTypeError;
@@ -29,7 +29,7 @@ use smallvec::SmallVec;
 use crate::array::PyArray;
 use crate::errors::{PyFail, locate};
 use crate::exchange::Api;
-use crate::import::{Mode, Tensor, import, is_ndarray};
+use crate::import::{Mode, Tensor, import, is_ndarray, python_may_run};
 
 /// Calls moving at least this many elements release the GIL while the kernel runs.
 pub const RELEASE_GIL_MIN: usize = 1 << 15;
@@ -62,6 +62,7 @@ impl<'py> Adapter for Objects<'py> {
         Ok(import(&obj, writable, Mode::KeepGil)?)
     }
     fn scalar(&mut self, obj: Bound<'py, PyAny>, kind: ScalarKind) -> Result<Scalar, PyFail> {
+        python_may_run();
         Ok(match kind {
             ScalarKind::F64 => Scalar::F64(scalar_f64(&obj)?),
             ScalarKind::I64 => Scalar::I64(scalar(&obj, "an int")?),
@@ -93,6 +94,8 @@ struct Exchange<'py> {
 impl Allocator<PyFail> for Exchange<'_> {
     type Tensor = ManagedTensor;
     fn allocate(&mut self, spec: &OutputSpec) -> Result<ManagedTensor, PyFail> {
+        // torch's allocator may dispatch to Python (a TorchDispatchMode).
+        python_may_run();
         Ok(self.api.allocate(self.py, spec)?)
     }
 }
@@ -114,6 +117,7 @@ struct Numpy<'py> {
 impl<'py> Allocator<PyFail> for Numpy<'py> {
     type Tensor = Tensor<'py>;
     fn allocate(&mut self, spec: &OutputSpec) -> Result<Tensor<'py>, PyFail> {
+        python_may_run();
         let py = self.py;
         let obj = match numpy_dtype(spec.dtype).filter(|_| spec.device == Device::CPU) {
             Some(dtype) => {
@@ -186,10 +190,47 @@ impl PyKernel {
         Ok(b)
     }
 
+    /// After binding: the checks that needed a lent tensor's dtype, then the
+    /// call's size and the device of the first tensor whose producer has a
+    /// stream API. The views taken here are the snapshots the call goes on
+    /// using (see `import::Lent`); errors name their argument.
+    fn survey<'py>(&self, py: Python<'py>, call: &mut Call<'_, 'py>) -> PyResult<(usize, Option<(Api, Device)>)> {
+        let k: &Kernel = &self.kernel;
+        let sig = k.signature();
+        // The slot of the i-th operand (tensor parameters, then outputs), built only for errors.
+        let slot = |i: usize| -> Slot {
+            let mut tensors = sig.params.iter().filter(|p| p.tensor().is_some());
+            match tensors.nth(i) {
+                Some(p) => Slot::Argument(p.name.clone()),
+                None => Slot::Output(
+                    sig.outputs
+                        .get(i - sig.params.iter().filter(|p| p.tensor().is_some()).count())
+                        .map(|p| p.name.clone())
+                        .unwrap_or_default(),
+                ),
+            }
+        };
+        for (i, t) in call.operands_mut().enumerate() {
+            t.check_deferred().map_err(|e| locate(py, e, k.name(), &slot(i)))?;
+        }
+        let mut total = 0usize;
+        let mut device = None;
+        for (i, t) in call.operands().enumerate() {
+            let v = t.view().map_err(|e| locate(py, crate::errors::to_pyerr(e), k.name(), &slot(i)))?;
+            total = total.saturating_add(v.numel());
+            if device.is_none()
+                && let Some(api) = t.api
+            {
+                device = Some((api, v.device()));
+            }
+        }
+        Ok((total, device))
+    }
+
     fn run<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>, out: Option<&Bound<'py, PyAny>>) -> PyResult<Py<PyAny>> {
         let mut call = self.bind(py, args, out)?;
+        let (total, device) = self.survey(py, &mut call)?;
         // Large calls release the GIL: lent exchange views need it, so own them first.
-        let total = call.operands().fold(0usize, |n, t| n.saturating_add(t.numel));
         let release = total >= RELEASE_GIL_MIN;
         if release {
             for t in call.operands_mut() {
@@ -197,7 +238,7 @@ impl PyKernel {
             }
         }
         // The kernel runs on the caller's current stream (torch's, through the exchange API).
-        let stream = match call.operands().find_map(|t| t.api.map(|a| (a, t.device))) {
+        let stream = match device {
             Some((api, device)) => api.current_stream(py, device)?,
             None => std::ptr::null_mut(),
         } as usize;
@@ -359,7 +400,8 @@ impl PyKernel {
     /// `(shape, dtype, device)` of every output for these inputs (what `__call__` allocates).
     #[pyo3(signature = (*args))]
     fn prepare_outputs<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>) -> PyResult<Vec<(Vec<i64>, String, String)>> {
-        let call = self.bind(py, args, None)?;
+        let mut call = self.bind(py, args, None)?;
+        self.survey(py, &mut call)?;
         if call.given_outputs().is_some() {
             return Err(PyTypeError::new_err(format!("{}.prepare_outputs() takes the inputs only, not the outputs", self.kernel.name())));
         }
