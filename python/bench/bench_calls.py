@@ -40,6 +40,28 @@ PAIRS = [
     ("add(x, y) (new torch tensor)", "dlbridge add(x, y)", "torch.add(x, y)", 1.0),
 ]
 
+# Importing a dlbridge.Array elsewhere: through its C exchange API
+# (`__dlpack_c_exchange_api__`) against the same Array seen through
+# `__dlpack__` only (what every consumer got before the Array offered the API).
+IMPORTS = [
+    ("tvm_ffi.from_dlpack(Array)", "tvm-ffi from_dlpack(Array)", "tvm-ffi from_dlpack(Array via __dlpack__)"),
+    ("tvm-ffi nop(3 Arrays)", "tvm-ffi nop(Array)", "tvm-ffi nop(Array via __dlpack__)"),
+    ("torch.from_dlpack(Array)", "torch.from_dlpack(Array)", "torch.from_dlpack(Array via __dlpack__)"),
+]
+
+
+class DlpackOnly:
+    """An Array seen through `__dlpack__` only (no C exchange API on its type)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, *args, **kwargs):
+        return self.a.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
 
 def build_nop(tmp):
     out = Path(tmp) / "libdlbridge_bench_nop.so"
@@ -63,7 +85,10 @@ def cases(nop):
         "dlbridge add(x, y)": lambda: add(x, y),
         "torch.add(x, y, out=z)": lambda: torch.add(x, y, out=z),
         "torch.add(x, y)": lambda: torch.add(x, y),
+        "torch.from_dlpack(Array)": lambda: torch.from_dlpack(p),
+        "torch.from_dlpack(Array via __dlpack__)": lambda: torch.from_dlpack(po),
     }
+    po, qo, ro = DlpackOnly(p), DlpackOnly(q), DlpackOnly(r)
     try:
         import tvm_ffi
     except ImportError:  # reported as missing in the table
@@ -72,6 +97,9 @@ def cases(nop):
     out["tvm-ffi nop(torch)"] = lambda: tnop(x, y, z)
     out["tvm-ffi nop(numpy)"] = lambda: tnop(a, b, c)
     out["tvm-ffi nop(Array)"] = lambda: tnop(p, q, r)
+    out["tvm-ffi nop(Array via __dlpack__)"] = lambda: tnop(po, qo, ro)
+    out["tvm-ffi from_dlpack(Array)"] = lambda: tvm_ffi.from_dlpack(p)
+    out["tvm-ffi from_dlpack(Array via __dlpack__)"] = lambda: tvm_ffi.from_dlpack(po)
     return out
 
 
@@ -120,6 +148,13 @@ def main():
         ratio = m / a
         verdict = "" if target is None else (f"<={target:.1f} " + ("met" if ratio <= target else "NOT met"))
         print(f"{what:36s} {m:9.0f} {a:9.0f} {ratio:6.2f}x {verdict:>7s}  {anchor}")
+    print(f"\n{'importing a dlbridge.Array':36s} {'C API':>9s} {'dlpack':>9s} {'ratio':>7s}")
+    for what, fast, slow in IMPORTS:
+        m, a = med.get(fast), med.get(slow)
+        if m is None or a is None:
+            print(f"{what:36s} {'-':>9s} {'-':>9s} {'-':>7s}  (missing)")
+            continue
+        print(f"{what:36s} {m:9.0f} {a:9.0f} {m / a:6.2f}x")
     return 0
 
 

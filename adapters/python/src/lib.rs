@@ -14,17 +14,20 @@
 //! |----------|-----------|
 //! | `dlbridge.Array.__dlpack__` (stream, max_version, dl_device, copy) | yes unless `copy=True` |
 //! | `dlbridge.Array` buffer protocol | yes |
+//! | `dlbridge.Array.__dlpack_c_exchange_api__` (the DLPack C exchange API: one C call per import) | yes |
 //! | kernel outputs: torch via the exchange allocator, NumPy via `numpy.empty`, else `dlbridge.Array` | allocated by the caller's framework |
 //!
 //! Devices: CPU here (the exchange API passes CUDA tensors and streams through
 //! to kernels registered for CUDA). Unsafe code lives in `exchange` (the C
-//! exchange API), `buffer` (the buffer protocol), `array` (buffer export),
+//! exchange API, consumed), `array_exchange` (the C exchange API dlbridge.Array offers), `buffer` (the buffer protocol), `array` (buffer export),
 //! `capsule`, `import` (views of imported tensors) and `inspect`, each with its invariants written down.
 
 #![deny(unsafe_code)]
 
 #[allow(unsafe_code)]
 pub mod array;
+#[allow(unsafe_code)]
+pub mod array_exchange;
 #[allow(unsafe_code)]
 pub mod buffer;
 #[allow(unsafe_code)]
