@@ -4,9 +4,9 @@ import inspect
 import os
 import sys
 from types import EllipsisType
-from typing import Any, Literal, Sequence, SupportsIndex, final, overload
+from typing import Any, ClassVar, Literal, Sequence, SupportsIndex, final, overload
 
-from typing_extensions import TypeAlias
+from typing_extensions import CapsuleType, TypeAlias
 
 from ._device import DLDeviceType
 
@@ -43,6 +43,8 @@ class Array:
     ``dtype`` is dlbridge's dtype name (``"f32"``).
     """
 
+    __dlpack_c_exchange_api__: ClassVar[CapsuleType]
+    """The DLPack C exchange API (a ``"dlpack_exchange_api"`` capsule): one C call per import."""
     @property
     def shape(self) -> tuple[int, ...]: ...
     @property
