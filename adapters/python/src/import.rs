@@ -212,14 +212,12 @@ impl Operand for Tensor<'_> {
             Held::Buffer(b) => b.view(),
             Held::Managed(m) => m.view().clone(),
             Held::Lent(l) => {
-                if self.conj_unchecked && self.api.is_some_and(|a| a.has_conj_check()) {
-                    let v = self.lent_view(l)?;
-                    if v.dtype().code() == dlbridge_core::DTypeCode::Complex {
-                        return Err(Error::Runtime("internal error: a complex tensor's conjugate bit was not checked".into()));
-                    }
-                    return Ok(v);
+                let v = self.lent_view(l)?;
+                // Set only for types with a conjugate bit; cleared by `check_deferred`.
+                if self.conj_unchecked && v.dtype().code() == dlbridge_core::DTypeCode::Complex {
+                    return Err(Error::Runtime("internal error: a complex tensor's conjugate bit was not checked".into()));
                 }
-                self.lent_view(l)?
+                v
             }
         })
     }
