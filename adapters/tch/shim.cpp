@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <ATen/DLConvertor.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -14,6 +15,22 @@ void write_err(char* err, size_t len, const char* msg) {
     std::snprintf(err, len, "%s", msg);
   }
 }
+// Why a tensor cannot be lent as a DLTensor view (0: it can). The Rust side
+// (raw.rs) holds the messages.
+// 1 = requires grad, 2 = not strided (sparse, mkldnn, ...), 3 = quantized.
+int refusal(const at::Tensor& t) {
+  if (t.requires_grad()) {
+    return 1;
+  }
+  if (t.layout() != at::kStrided) {
+    return 2;
+  }
+  if (t.is_quantized()) {
+    return 3;
+  }
+  return 0;
+}
+
 }  // namespace
 
 extern "C" {
@@ -47,22 +64,13 @@ DLManagedTensorVersioned* dlbridge_tch_to_dlpack(void* tensor, char* err, size_t
 
 // Fills `out` with a view of `tensor` (no allocation: shape, strides and data
 // point into the TensorImpl, valid while the tensor lives unmodified).
-// Refuses (in one call, no round trips) tensors dlbridge must not touch:
-// 1 = requires grad, 2 = not strided (sparse, mkldnn, ...), 3 = quantized.
+// Returns 0, a refusal code (above), or -1 with the C++ exception's message in `err`.
 int dlbridge_tch_borrow(void* tensor, DLTensor* out, char* err, size_t err_len) {
   try {
     const at::Tensor& t = *static_cast<at::Tensor*>(tensor);
-    if (t.requires_grad()) {
-      write_err(err, err_len, "the tensor requires grad; call detach() first (dlbridge kernels do not record gradients)");
-      return 1;
-    }
-    if (t.layout() != at::kStrided) {
-      write_err(err, err_len, "sparse (non-strided) tensors have no DLPack form");
-      return 2;
-    }
-    if (t.is_quantized()) {
-      write_err(err, err_len, "quantized tensors have no DLPack form");
-      return 3;
+    int code = refusal(t);
+    if (code != 0) {
+      return code;
     }
     at::toDLPackNonOwning(t, out);
     return 0;
@@ -72,6 +80,24 @@ int dlbridge_tch_borrow(void* tensor, DLTensor* out, char* err, size_t err_len) 
     write_err(err, err_len, "unknown C++ exception in at::toDLPackNonOwning");
   }
   return -1;
+}
+
+// dlbridge_tch_borrow for `n` tensors in one call (a kernel call lends all of
+// its tensors at once): codes[i] is tensor i's result (0, a refusal code, or
+// -1 for a C++ exception, whose message dlbridge_tch_borrow on that one
+// tensor gives). Never throws.
+void dlbridge_tch_borrow_n(void* const* tensors, size_t n, DLTensor* out, int32_t* codes) {
+  for (size_t i = 0; i < n; ++i) {
+    try {
+      const at::Tensor& t = *static_cast<at::Tensor*>(tensors[i]);
+      codes[i] = refusal(t);
+      if (codes[i] == 0) {
+        at::toDLPackNonOwning(t, &out[i]);
+      }
+    } catch (...) {
+      codes[i] = -1;
+    }
+  }
 }
 
 }  // extern "C"

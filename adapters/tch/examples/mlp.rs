@@ -1,7 +1,12 @@
 //! A small MLP forward pass in tch where some layers run registry kernels on tch
 //! tensors mid-graph (matmul, add, gelu, softmax), checked against tch's own result.
 //!
-//! `LIBTORCH_USE_PYTORCH=1 cargo run --release -p dlbridge-tch --example mlp`
+//! `LIBTORCH_USE_PYTORCH=1 cargo run --release -p dlbridge-tch --example mlp [-- THREADS]`
+//!
+//! THREADS, if given, is passed to `tch::set_num_threads` (torch's intra-op
+//! pool); registry kernels called through dlbridge-tch follow torch's count.
+//! The two forward passes are timed alternately (after a warm-up), and the
+//! medians printed.
 #![forbid(unsafe_code)]
 
 use std::time::Instant;
@@ -10,20 +15,29 @@ use dlbridge_registry::Registry;
 use dlbridge_tch::call;
 use tch::{Device, Kind, Tensor};
 
-fn median_ms(mut f: impl FnMut(), runs: usize) -> f64 {
-    let mut t: Vec<f64> = (0..runs)
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    t[runs / 2]
+fn time_ms(f: &mut impl FnMut()) -> f64 {
+    let s = Instant::now();
+    f();
+    s.elapsed().as_secs_f64() * 1e3
+}
+
+/// Medians of `a` and `b` over `runs` alternate runs (after `runs / 4` of each to warm up).
+fn medians_ms(mut a: impl FnMut(), mut b: impl FnMut(), runs: usize) -> (f64, f64) {
+    for _ in 0..runs / 4 {
+        a();
+        b();
+    }
+    let (mut ta, mut tb): (Vec<f64>, Vec<f64>) = (0..runs).map(|_| (time_ms(&mut a), time_ms(&mut b))).unzip();
+    ta.sort_by(f64::total_cmp);
+    tb.sort_by(f64::total_cmp);
+    (ta[runs / 2], tb[runs / 2])
 }
 
 fn main() -> dlbridge_core::Result<()> {
     dlbridge_kernels_cpu::link();
+    if let Some(n) = std::env::args().nth(1) {
+        tch::set_num_threads(n.parse().expect("THREADS: a positive integer"));
+    }
     let reg = Registry::global();
     let (matmul, add, gelu, softmax) = (reg.get("matmul")?, reg.get("add")?, reg.get("gelu")?, reg.get("softmax")?);
     tch::manual_seed(0);
@@ -50,9 +64,13 @@ fn main() -> dlbridge_core::Result<()> {
     let want = reference();
     let got = mixed()?;
     let err = (&got - &want).abs().max().double_value(&[]);
-    let t_tch = median_ms(|| drop(reference()), 15);
-    let t_mixed = median_ms(|| drop(mixed().expect("forward")), 15);
+    let (t_tch, t_mixed) = medians_ms(|| drop(reference()), || drop(mixed().expect("forward")), 41);
     println!("MLP {batch}x{d_in} -> {hidden} (gelu) -> {d_out} (softmax), f32 on CPU");
+    println!(
+        "  threads            : torch {}, registry kernels (through dlbridge-tch) {}",
+        tch::get_num_threads(),
+        dlbridge_tch::with_torch_threads(dlbridge_registry::threads::num_threads)
+    );
     println!("  tch only           : {t_tch:8.3} ms");
     println!("  tch + dlbridge     : {t_mixed:8.3} ms  ({:.2}x)", t_mixed / t_tch);
     println!("  max |error|        : {err:.3e}");

@@ -6,7 +6,7 @@
 //! |------|-----------|-----|
 //! | `tch::Tensor` -> [`ManagedTensor`] ([`to_dlpack`]) | yes | `at::toDLPackVersioned`: torch keeps the storage alive until the DLPack deleter runs |
 //! | [`ManagedTensor`] -> `tch::Tensor` ([`from_dlpack`]) | yes | `at::fromDLPackVersioned`: the deleter runs when torch frees the storage |
-//! | kernel arguments ([`call`], [`call_into`]) | yes | `at::toDLPackNonOwning`: a borrowed view, no allocation |
+//! | kernel arguments ([`call`], [`call_into`]) | yes | `at::toDLPackNonOwning`: borrowed views, no allocation; every tensor of a call lent in one shim call |
 //! | kernel outputs ([`call`]) | allocated by tch (`Tensor::empty`) on the inputs' device | |
 //!
 //! Dtypes: every tch `Kind` DLPack expresses (f16, bf16, f32, f64, i8, u8,
@@ -15,6 +15,11 @@
 //! of torch and a kernel registered for CUDA). Tensors that require grad are
 //! refused (call `detach()`: dlbridge kernels do not record gradients); sparse
 //! tensors are refused by torch's DLPack export and reported as errors.
+//!
+//! Threads: a registry kernel called through [`call`] or [`call_into`] uses at
+//! most torch's intra-op thread count (`tch::get_num_threads`, asked only
+//! when the kernel is large enough to split; [`with_torch_threads`]), never
+//! more than `DLBRIDGE_NUM_THREADS`.
 //!
 //! The C++ shim (`shim.cpp`) is compiled by `build.rs` against the torch that
 //! torch-sys links (`LIBTORCH_USE_PYTORCH=1` with torch==2.13.0), and the
@@ -25,7 +30,7 @@
 mod raw;
 
 use dlbridge_core::{DType, Device, Error, Flags, ManagedTensor, Result, Slot, TensorView, TensorViewMut};
-use dlbridge_registry::binding::{Adapter, Allocator, Operand};
+use dlbridge_registry::binding::{Adapter, Allocator, Job, Operand};
 use dlbridge_registry::signature::ScalarKind;
 use dlbridge_registry::{Kernel, OutputSpec};
 use tch::{Kind, Tensor};
@@ -119,38 +124,68 @@ pub fn from_dlpack(m: ManagedTensor) -> Result<Tensor> {
 /// scalars in order. Outputs are allocated with tch on the inputs' device from
 /// the shapes the signature gives, and returned.
 pub fn call(kernel: &Kernel, tensors: &[&Tensor], scalars: &[Scalar]) -> Result<Vec<Tensor>> {
-    let mut binding = kernel.bind_split(&mut Tch, tensors.iter().copied(), scalars, None::<[&Tensor; 0]>)?;
-    Ok(binding.run(&mut TchAllocator, std::ptr::null_mut())?.into_iter().map(|o| o.0).collect())
+    let lent = raw::Lending::new(tensors, &[]);
+    let ins = (0..lent.len()).map(|i| (&lent, i));
+    let none = None::<[(&raw::Lending<'_>, usize); 0]>;
+    let outs = kernel.call_split(&mut Lent, ins, scalars, none, &mut TchAllocator, std::ptr::null_mut(), run_with_torch_threads)?;
+    Ok(outs.into_iter().map(|o| o.0).collect())
 }
 
 /// Like [`call`], writing into the given output tensors instead (destination-passing style).
 pub fn call_into(kernel: &Kernel, tensors: &[&Tensor], scalars: &[Scalar], outputs: &[&Tensor]) -> Result<()> {
-    let mut binding = kernel.bind_split(&mut Tch, tensors.iter().copied(), scalars, Some(outputs.iter().copied()))?;
-    binding.run(&mut TchAllocator, std::ptr::null_mut()).map(drop)
+    // Every tensor lent in one shim call, checked (as the binding layer binds
+    // each one) in the same order and with the same errors as [`Tch`].
+    let lent = raw::Lending::new(tensors, outputs);
+    let (ins, outs) = ((0..tensors.len()).map(|i| (&lent, i)), (tensors.len()..lent.len()).map(|i| (&lent, i)));
+    kernel.call_split(&mut Lent, ins, scalars, Some(outs), &mut TchAllocator, std::ptr::null_mut(), run_with_torch_threads).map(drop)
 }
 
-/// The binding layer's [`Adapter`] for tch tensors.
+/// Runs a kernel call under [`with_torch_threads`].
+fn run_with_torch_threads(job: Job<'_>) -> Result<()> {
+    with_torch_threads(|| job.run())
+}
+
+/// Runs `f` (a kernel call) with registry kernels limited to torch's intra-op
+/// thread count (`tch::get_num_threads`, never more than `DLBRIDGE_NUM_THREADS`):
+/// between torch operations a kernel uses no more cores than torch would.
+/// Torch is asked only when a kernel is large enough to split.
+#[inline]
+pub fn with_torch_threads<R>(f: impl FnOnce() -> R) -> R {
+    dlbridge_registry::threads::with_num_threads_from(torch_threads, f)
+}
+
+/// Torch's intra-op thread count (at least 1).
+pub fn torch_threads() -> usize {
+    usize::try_from(tch::get_num_threads()).unwrap_or(1).max(1)
+}
+
+/// The binding layer's [`Adapter`] for tch tensors, one at a time ([`call`]
+/// and [`call_into`] lend all of a call's tensors at once, then bind them the
+/// same way).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Tch;
 
-/// A tch tensor bound to a kernel argument.
+/// A tch tensor bound to a kernel argument: its view, taken once when bound
+/// (the binding layer calls no tch code between binding and the kernel's end).
 #[derive(Debug)]
 pub struct TchOperand<'t> {
-    tensor: &'t Tensor,
-    /// Read arguments: borrowed once, at bind time.
-    view: Option<TensorView<'t>>,
+    view: TensorView<'t>,
 }
 
 impl Operand for TchOperand<'_> {
+    #[inline]
     fn view(&self) -> Result<TensorView<'_>> {
-        match &self.view {
-            Some(v) => Ok(v.clone()),
-            None => raw::borrow(self.tensor, Flags::empty()),
-        }
+        Ok(self.view.clone())
     }
+    #[inline]
     fn view_mut(&mut self) -> Result<TensorViewMut<'_>> {
-        raw::borrow_mut(self.tensor)
+        // Asked only of tensors bound writable (`mut` parameters, outputs).
+        raw::writable(self.view.clone())
     }
+}
+
+fn no_scalar(tensor: &Tensor, kind: ScalarKind) -> Error {
+    Error::InvalidArgument(format!("expected a {kind} scalar but got a tensor of shape {:?}", tensor.size()))
 }
 
 impl Adapter for Tch {
@@ -158,13 +193,57 @@ impl Adapter for Tch {
     type Tensor<'t> = TchOperand<'t>;
     type Error = Error;
 
-    fn tensor<'t>(&mut self, tensor: Self::Value<'t>, writable: bool) -> Result<Self::Tensor<'t>> {
+    fn tensor<'t>(&mut self, tensor: Self::Value<'t>, _writable: bool) -> Result<Self::Tensor<'t>> {
         // The shim refuses grad-requiring, sparse and quantized tensors.
-        let view = raw::borrow(tensor, Flags::empty())?;
-        Ok(TchOperand { tensor, view: (!writable).then_some(view) })
+        Ok(TchOperand { view: raw::borrow(tensor, Flags::empty())? })
     }
     fn scalar(&mut self, tensor: &Tensor, kind: ScalarKind) -> Result<Scalar> {
-        Err(Error::InvalidArgument(format!("expected a {kind} scalar but got a tensor of shape {:?}", tensor.size())))
+        Err(no_scalar(tensor, kind))
+    }
+    fn locate(&mut self, error: Error, kernel: &str, slot: Slot) -> Error {
+        error.at(kernel, slot)
+    }
+}
+
+/// [`Tch`] for tensors already lent, all at once, by [`raw::Lending`]: a
+/// value is tensor `i` of a lending. Binding checks the shim's verdict on it;
+/// its view is validated when the call takes it (the binding layer takes each
+/// operand's view once, right before the kernel runs), straight into place.
+#[derive(Debug, Clone, Copy, Default)]
+struct Lent;
+
+/// Tensor `i` of a lending, bound to a kernel argument.
+#[derive(Debug)]
+struct LentOperand<'t> {
+    lent: &'t raw::Lending<'t>,
+    i: usize,
+}
+
+impl Operand for LentOperand<'_> {
+    #[inline]
+    fn view(&self) -> Result<TensorView<'_>> {
+        self.lent.view(self.i)
+    }
+    #[inline]
+    fn view_mut(&mut self) -> Result<TensorViewMut<'_>> {
+        // Asked only of tensors bound writable (`mut` parameters, outputs).
+        raw::writable(self.lent.view(self.i)?)
+    }
+}
+
+impl Adapter for Lent {
+    type Value<'t> = (&'t raw::Lending<'t>, usize);
+    type Tensor<'t> = LentOperand<'t>;
+    type Error = Error;
+
+    #[inline]
+    fn tensor<'t>(&mut self, (lent, i): Self::Value<'t>, _writable: bool) -> Result<Self::Tensor<'t>> {
+        // The shim refused grad-requiring, sparse and quantized tensors.
+        lent.check(i)?;
+        Ok(LentOperand { lent, i })
+    }
+    fn scalar(&mut self, (lent, i): Self::Value<'_>, kind: ScalarKind) -> Result<Scalar> {
+        Err(no_scalar(lent.tensor(i), kind))
     }
     fn locate(&mut self, error: Error, kernel: &str, slot: Slot) -> Error {
         error.at(kernel, slot)

@@ -10,20 +10,25 @@
 //! `to_dlpack` returns an owning DLPack tensor validated like any foreign one.
 //! A borrowed DLTensor is only turned into a view whose lifetime is bounded by
 //! a borrow of the `Tensor` it came from; a writable one ([`borrow_mut`]) only
-//! for a tensor the caller hands to a kernel for writing. No C++ exception crosses into Rust:
-//! the shim catches them all and reports through the error buffer.
+//! for a tensor the caller hands to a kernel for writing. [`borrow_all`] lends
+//! every tensor of a call in one shim call; a [`Lent`] DLTensor is turned into
+//! a view (validated like any foreign tensor) bounded by the borrow of its
+//! `Tensor`. No C++ exception crosses into Rust: the shim catches them all
+//! and reports through the error buffer (or a code, for the batch).
 
 use std::ffi::{c_char, c_void};
 
 use dlbridge_core::ffi::{DLDataType, DLDataTypeCode, DLDevice, DLDeviceType, DLManagedTensorVersioned, DLTensor};
 use dlbridge_core::raw::view_from_dltensor;
 use dlbridge_core::{Error, ErrorKind, Flags, ManagedTensor, Result, TensorView, TensorViewMut};
+use smallvec::SmallVec;
 use tch::Tensor;
 
 unsafe extern "C" {
     fn dlbridge_tch_from_dlpack(src: *mut DLManagedTensorVersioned, err: *mut c_char, err_len: usize) -> *mut c_void;
     fn dlbridge_tch_to_dlpack(tensor: *mut c_void, err: *mut c_char, err_len: usize) -> *mut DLManagedTensorVersioned;
     fn dlbridge_tch_borrow(tensor: *mut c_void, out: *mut DLTensor, err: *mut c_char, err_len: usize) -> i32;
+    fn dlbridge_tch_borrow_n(tensors: *const *mut c_void, n: usize, out: *mut DLTensor, codes: *mut i32);
 }
 
 fn text(buf: &[u8]) -> String {
@@ -64,9 +69,9 @@ pub(crate) fn from_managed(m: ManagedTensor) -> Result<Tensor> {
     Ok(unsafe { Tensor::from_ptr(t.cast()) })
 }
 
-/// A validated view of `t`'s memory, borrowing `t` (no allocation).
-pub(crate) fn borrow(t: &Tensor, flags: Flags) -> Result<TensorView<'_>> {
-    let mut out = DLTensor {
+/// A DLTensor with every field zero, for the shim to fill.
+fn blank() -> DLTensor {
+    DLTensor {
         data: std::ptr::null_mut(),
         device: DLDevice { device_type: DLDeviceType(0), device_id: 0 },
         ndim: 0,
@@ -74,30 +79,121 @@ pub(crate) fn borrow(t: &Tensor, flags: Flags) -> Result<TensorView<'_>> {
         shape: std::ptr::null_mut(),
         strides: std::ptr::null_mut(),
         byte_offset: 0,
-    };
-    let mut err = [0u8; 512];
-    // SAFETY: `t` is a live tch tensor; `out` is a valid slot; exceptions are caught in the shim.
-    match unsafe { dlbridge_tch_borrow(c_tensor(t), &mut out, err.as_mut_ptr().cast(), err.len()) } {
-        0 => {}
-        1 => return Err(Error::InvalidArgument(text(&err))),
-        2 => return Err(Error::Buffer(text(&err))),
-        3 => {
-            return Err(Error::DTypeMismatch { expected: "a non-quantized kind".into(), got: dlbridge_core::DType::U8 }.context(text(&err)));
+    }
+}
+
+/// The error for a tensor the shim refused to lend (its codes 1 to 3), or
+/// for the C++ exception it caught (-1: asked again, one tensor, for the message).
+#[cold]
+#[inline(never)]
+fn refused(t: &Tensor, code: i32) -> Error {
+    match code {
+        1 => Error::InvalidArgument("the tensor requires grad; call detach() first (dlbridge kernels do not record gradients)".into()),
+        2 => Error::Buffer("sparse (non-strided) tensors have no DLPack form".into()),
+        3 => Error::DTypeMismatch { expected: "a non-quantized kind".into(), got: dlbridge_core::DType::U8 }
+            .context("quantized tensors have no DLPack form"),
+        _ => {
+            let mut out = blank();
+            let mut err = [0u8; 512];
+            // SAFETY: `t` is a live tch tensor; `out` is a valid slot; exceptions are caught in the shim.
+            match unsafe { dlbridge_tch_borrow(c_tensor(t), &mut out, err.as_mut_ptr().cast(), err.len()) } {
+                -1 => shim_error("at::toDLPackNonOwning", &err),
+                0 => Error::Runtime("at::toDLPackNonOwning failed once, then succeeded".into()),
+                code => refused(t, code),
+            }
         }
-        _ => return Err(shim_error("at::toDLPackNonOwning", &err)),
+    }
+}
+
+/// A validated view of `t`'s memory, borrowing `t` (no allocation).
+pub(crate) fn borrow(t: &Tensor, flags: Flags) -> Result<TensorView<'_>> {
+    let mut out = blank();
+    // SAFETY: `t` is a live tch tensor; `out` is a valid slot; exceptions are
+    // caught in the shim (no buffer: `refused` asks again for the message).
+    match unsafe { dlbridge_tch_borrow(c_tensor(t), &mut out, std::ptr::null_mut(), 0) } {
+        0 => {}
+        code => return Err(refused(t, code)),
     }
     // SAFETY: shape, strides and data point into `t`'s TensorImpl and storage,
     // which live (unmodified: nothing else runs on `t` meanwhile) while `t` is borrowed.
     unsafe { view_from_dltensor(&out, flags) }
 }
 
+/// Every tensor of a call, lent by [`Lending::new`] in one shim call: the
+/// shim's DLTensor for each (valid where its code is 0) while the tensors are
+/// borrowed for 't.
+#[derive(Debug)]
+pub(crate) struct Lending<'t> {
+    /// The tensors: `first`, then `then` (slices: the lending stays covariant in 't).
+    first: &'t [&'t Tensor],
+    then: &'t [&'t Tensor],
+    dls: SmallVec<[DLTensor; 8]>,
+    codes: SmallVec<[i32; 8]>,
+}
+
+impl<'t> Lending<'t> {
+    /// Lends the tensors of `first`, then those of `then`, in order (what
+    /// [`borrow`] does for one); each one is validated when its view is taken
+    /// ([`Lending::view`]).
+    #[inline(always)]
+    pub(crate) fn new(first: &'t [&'t Tensor], then: &'t [&'t Tensor]) -> Lending<'t> {
+        let ptrs: SmallVec<[*mut c_void; 8]> = first.iter().chain(then).map(|t| c_tensor(t)).collect();
+        let mut dls: SmallVec<[DLTensor; 8]> = smallvec::smallvec![blank(); ptrs.len()];
+        let mut codes: SmallVec<[i32; 8]> = smallvec::smallvec![-1; ptrs.len()];
+        // SAFETY: `ptrs` holds live tch tensors (borrowed for 't); `dls` and
+        // `codes` have one writable slot per tensor; the shim catches every C++
+        // exception (code -1).
+        unsafe { dlbridge_tch_borrow_n(ptrs.as_ptr(), ptrs.len(), dls.as_mut_ptr(), codes.as_mut_ptr()) };
+        Lending { first, then, dls, codes }
+    }
+
+    /// How many tensors it lends.
+    pub(crate) fn len(&self) -> usize {
+        self.first.len() + self.then.len()
+    }
+
+    /// Tensor `i`.
+    pub(crate) fn tensor(&self, i: usize) -> &'t Tensor {
+        match self.first.get(i) {
+            Some(t) => t,
+            None => self.then[i - self.first.len()],
+        }
+    }
+
+    /// The shim's refusal of tensor `i`, if it refused it (grad, sparse, quantized).
+    #[inline]
+    pub(crate) fn check(&self, i: usize) -> Result<()> {
+        match self.codes[i] {
+            0 => Ok(()),
+            code => Err(refused(self.tensor(i), code)),
+        }
+    }
+
+    /// A validated view of tensor `i`'s memory, borrowing the tensor (the
+    /// shim's refusal, if it refused it).
+    #[inline]
+    pub(crate) fn view(&self, i: usize) -> Result<TensorView<'t>> {
+        self.check(i)?;
+        // SAFETY: code 0: the shim filled dls[i] from tensor i with
+        // at::toDLPackNonOwning, so shape, strides and data point into its
+        // TensorImpl and storage, which live (unmodified: nothing else runs on
+        // the tensor meanwhile) while it is borrowed for 't.
+        unsafe { view_from_dltensor(&self.dls[i], Flags::empty()) }
+    }
+}
+
 /// A writable view of `t`'s memory, for a tensor the caller hands to a kernel
 /// for writing (a `mut` argument, an output).
 pub(crate) fn borrow_mut(t: &Tensor) -> Result<TensorViewMut<'_>> {
-    let view = borrow(t, Flags::empty())?;
+    writable(borrow(t, Flags::empty())?)
+}
+
+/// `view` (of a tensor lent by [`borrow`] or [`borrow_all`]), writable: for
+/// a tensor the caller hands to a kernel for writing (a `mut` argument, an output).
+pub(crate) fn writable(view: TensorView<'_>) -> Result<TensorViewMut<'_>> {
     // SAFETY: torch memory is shared-mutable (any holder of the tensor may
-    // write it); the caller passed `t` to be written, and the registry refuses
-    // every overlap between a written view and the other views of a call
-    // before the kernel runs, so the kernel's writes alias nothing it reads.
+    // write it); the caller passed the tensor to be written, and the registry
+    // refuses every overlap between a written view and the other views of a
+    // call before the kernel runs, so the kernel's writes alias nothing it reads.
     unsafe { TensorViewMut::from_view(view) }
 }

@@ -145,6 +145,67 @@ fn tensors_that_require_grad_are_refused() {
 }
 
 #[test]
+fn every_tensor_of_a_call_is_lent_at_once_and_a_refusal_names_its_slot() {
+    let reg = registry();
+    let add = reg.get("add").unwrap();
+    let x = Tensor::ones([2], (Kind::Float, Device::Cpu));
+    let grad = Tensor::zeros([2], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+    let e = call_into(&add, &[&x, &x], &[], &[&grad]).unwrap_err();
+    assert!(e.to_string().starts_with("add: output out: the tensor requires grad"), "{e}");
+    let q = Tensor::ones([2], (Kind::Float, Device::Cpu)).quantize_per_tensor(0.1, 0, Kind::QUInt8);
+    let e = call(&add, &[&x, &q], &[]).unwrap_err();
+    assert!(e.to_string().starts_with("add: argument b: ") && e.to_string().contains("quantized"), "{e}");
+    let s = Tensor::eye(2, (Kind::Float, Device::Cpu)).to_sparse_sparse_dim(2);
+    let e = call(&add, &[&s, &x], &[]).unwrap_err();
+    assert!(e.to_string().starts_with("add: argument a: ") && e.to_string().contains("sparse"), "{e}");
+    assert_eq!(e.kind(), ErrorKind::Buffer);
+    // Refused tensors were neither read nor written; a valid call still runs.
+    let out = Tensor::zeros([2], (Kind::Float, Device::Cpu));
+    call_into(&add, &[&x, &x], &[], &[&out]).unwrap();
+    assert_eq!(Vec::<f32>::try_from(&out).unwrap(), vec![2.0, 2.0]);
+}
+
+#[test]
+fn the_tch_adapter_binds_one_tensor_at_a_time_as_call_into_does() {
+    let reg = registry();
+    let mul = reg.get("mul").unwrap();
+    let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0]);
+    let (a, b) = (Tensor::zeros([3], (Kind::Float, Device::Cpu)), Tensor::zeros([3], (Kind::Float, Device::Cpu)));
+    call_into(&mul, &[&x, &x], &[], &[&a]).unwrap();
+    let mut binding = mul.bind_split(&mut dlbridge_tch::Tch, [&x, &x], &[], Some([&b])).unwrap();
+    binding.run(&mut dlbridge_tch::TchAllocator, std::ptr::null_mut()).unwrap();
+    assert_eq!(Vec::<f32>::try_from(&a).unwrap(), vec![1.0, 4.0, 9.0]);
+    assert!(a.equal(&b));
+    let grad = Tensor::zeros([3], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+    let e = mul.bind_split(&mut dlbridge_tch::Tch, [&x, &grad], &[], None::<[&Tensor; 0]>).unwrap_err();
+    assert!(e.to_string().starts_with("mul: argument b: the tensor requires grad"), "{e}");
+}
+
+#[test]
+fn registry_kernels_called_from_tch_follow_torchs_thread_count() {
+    use dlbridge_registry::threads::{global_num_threads, num_threads};
+    let before = tch::get_num_threads();
+    for n in [1, 2, 3] {
+        tch::set_num_threads(n);
+        let want = (n as usize).min(global_num_threads());
+        assert_eq!(dlbridge_tch::with_torch_threads(num_threads), want, "torch at {n} threads");
+    }
+    tch::set_num_threads(before);
+    // And the results do not depend on it (a kernel large enough to split).
+    let reg = registry();
+    let x = Tensor::randn([300, 400], (Kind::Float, Device::Cpu));
+    let outs: Vec<Tensor> = [1, 2]
+        .into_iter()
+        .map(|n| {
+            tch::set_num_threads(n);
+            call(&reg.get("softmax").unwrap(), &[&x], &[]).unwrap().remove(0)
+        })
+        .collect();
+    tch::set_num_threads(before);
+    assert!(outs[0].equal(&outs[1]));
+}
+
+#[test]
 fn quantized_and_sparse_tensors_are_refused() {
     let q = Tensor::ones([4], (Kind::Float, Device::Cpu)).quantize_per_tensor(0.1, 0, Kind::QUInt8);
     let e = to_dlpack(&q).unwrap_err();

@@ -173,6 +173,7 @@ impl Kernel {
 
     /// Binds values given positionally: one per parameter in signature order,
     /// optionally followed by one per output (destination-passing style).
+    #[inline(always)]
     pub fn bind<'a, A: Adapter, I>(&self, adapter: &mut A, values: I) -> Result<Binding<'_, A::Tensor<'a>, A::Error>, A::Error>
     where
         I: IntoIterator<Item = A::Value<'a>>,
@@ -189,18 +190,63 @@ impl Kernel {
         } else {
             return Err(self.positional_arity(n).into());
         };
-        let params = self.bind_params(adapter, values.by_ref().take(np), None)?;
-        let given = if given { Some(self.bind_outputs(adapter, values)?) } else { None };
-        Ok(Binding { kernel: self, params, given, _error: PhantomData })
+        let mut binding = Binding::new(self);
+        self.bind_params(adapter, values.by_ref().take(np), None, &mut binding.params)?;
+        if given {
+            self.bind_outputs(adapter, values, binding.given.insert(SmallVec::new()))?;
+        }
+        Ok(binding)
     }
 
     /// Binds one value per parameter and the outputs given apart (`out=`).
+    #[inline(always)]
     pub fn bind_out<'a, A: Adapter, I, O>(
         &self,
         adapter: &mut A,
         values: I,
         outputs: O,
     ) -> Result<Binding<'_, A::Tensor<'a>, A::Error>, A::Error>
+    where
+        I: IntoIterator<Item = A::Value<'a>>,
+        I::IntoIter: ExactSizeIterator,
+        O: IntoIterator<Item = A::Value<'a>>,
+        O::IntoIter: ExactSizeIterator,
+    {
+        let mut binding = Binding::new(self);
+        self.bind_out_into(adapter, values, outputs, &mut binding)?;
+        Ok(binding)
+    }
+
+    /// [`Kernel::bind_out`] then [`Binding::run`], in one step: what a call
+    /// that keeps nothing between the two does (the binding is never moved).
+    #[inline(always)]
+    pub fn call_out<'a, A: Adapter, I, O, Al: Allocator<A::Error>>(
+        &self,
+        adapter: &mut A,
+        values: I,
+        outputs: O,
+        alloc: &mut Al,
+        stream: *mut c_void,
+    ) -> Result<SmallVec<[Al::Tensor; 2]>, A::Error>
+    where
+        I: IntoIterator<Item = A::Value<'a>>,
+        I::IntoIter: ExactSizeIterator,
+        O: IntoIterator<Item = A::Value<'a>>,
+        O::IntoIter: ExactSizeIterator,
+    {
+        let mut binding = Binding::new(self);
+        self.bind_out_into(adapter, values, outputs, &mut binding)?;
+        binding.run(alloc, stream)
+    }
+
+    #[inline(always)]
+    fn bind_out_into<'a, A: Adapter, I, O>(
+        &self,
+        adapter: &mut A,
+        values: I,
+        outputs: O,
+        binding: &mut Binding<'_, A::Tensor<'a>, A::Error>,
+    ) -> Result<(), A::Error>
     where
         I: IntoIterator<Item = A::Value<'a>>,
         I::IntoIter: ExactSizeIterator,
@@ -226,13 +272,13 @@ impl Kernel {
                 .arity(format!("{}(): out= needs {no} tensor{}, got {}", sig.name, if no == 1 { "" } else { "s" }, outputs.len()))
                 .into());
         }
-        let params = self.bind_params(adapter, values, None)?;
-        let given = Some(self.bind_outputs(adapter, outputs)?);
-        Ok(Binding { kernel: self, params, given, _error: PhantomData })
+        self.bind_params(adapter, values, None, &mut binding.params)?;
+        self.bind_outputs(adapter, outputs, binding.given.insert(SmallVec::new()))
     }
 
     /// Binds tensors and scalars given in two lists, each in signature order,
     /// and optionally the outputs (destination-passing style).
+    #[inline(always)]
     pub fn bind_split<'a, A: Adapter, I, O>(
         &self,
         adapter: &mut A,
@@ -240,6 +286,52 @@ impl Kernel {
         scalars: &[Scalar],
         outputs: Option<O>,
     ) -> Result<Binding<'_, A::Tensor<'a>, A::Error>, A::Error>
+    where
+        I: IntoIterator<Item = A::Value<'a>>,
+        I::IntoIter: ExactSizeIterator,
+        O: IntoIterator<Item = A::Value<'a>>,
+        O::IntoIter: ExactSizeIterator,
+    {
+        let mut binding = Binding::new(self);
+        self.bind_split_into(adapter, tensors, scalars, outputs, &mut binding)?;
+        Ok(binding)
+    }
+
+    /// [`Kernel::bind_split`] then [`Binding::run_with`], in one step (the
+    /// binding is never moved).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn call_split<'a, A: Adapter, I, O, Al: Allocator<A::Error>, R>(
+        &self,
+        adapter: &mut A,
+        tensors: I,
+        scalars: &[Scalar],
+        outputs: Option<O>,
+        alloc: &mut Al,
+        stream: *mut c_void,
+        runner: R,
+    ) -> Result<SmallVec<[Al::Tensor; 2]>, A::Error>
+    where
+        I: IntoIterator<Item = A::Value<'a>>,
+        I::IntoIter: ExactSizeIterator,
+        O: IntoIterator<Item = A::Value<'a>>,
+        O::IntoIter: ExactSizeIterator,
+        R: FnOnce(Job<'_>) -> Result<()>,
+    {
+        let mut binding = Binding::new(self);
+        self.bind_split_into(adapter, tensors, scalars, outputs, &mut binding)?;
+        binding.run_with(alloc, stream, runner)
+    }
+
+    #[inline(always)]
+    fn bind_split_into<'a, A: Adapter, I, O>(
+        &self,
+        adapter: &mut A,
+        tensors: I,
+        scalars: &[Scalar],
+        outputs: Option<O>,
+        binding: &mut Binding<'_, A::Tensor<'a>, A::Error>,
+    ) -> Result<(), A::Error>
     where
         I: IntoIterator<Item = A::Value<'a>>,
         I::IntoIter: ExactSizeIterator,
@@ -263,26 +355,26 @@ impl Kernel {
                 .arity(format!("{}: expected {} outputs ({}) but got {}", sig.name, sig.outputs.len(), names(&sig.outputs), o.len()))
                 .into());
         }
-        let params = self.bind_params(adapter, tensors, Some(scalars))?;
-        let given = match outputs {
-            Some(o) => Some(self.bind_outputs(adapter, o)?),
-            None => None,
-        };
-        Ok(Binding { kernel: self, params, given, _error: PhantomData })
+        self.bind_params(adapter, tensors, Some(scalars), &mut binding.params)?;
+        match outputs {
+            Some(o) => self.bind_outputs(adapter, o, binding.given.insert(SmallVec::new())),
+            None => Ok(()),
+        }
     }
 
     /// Imports or converts each parameter's value. With `scalars`, `values`
     /// holds the tensors only and scalar parameters take from `scalars`.
+    #[inline(always)]
     fn bind_params<'a, A: Adapter>(
         &self,
         adapter: &mut A,
         mut values: impl Iterator<Item = A::Value<'a>>,
         scalars: Option<&[Scalar]>,
-    ) -> Result<Values<A::Tensor<'a>>, A::Error> {
+        bound: &mut Values<A::Tensor<'a>>,
+    ) -> Result<(), A::Error> {
         let sig = self.signature();
         let split = scalars.is_some();
         let mut scalars = scalars.unwrap_or_default().iter();
-        let mut bound = SmallVec::new();
         for p in &sig.params {
             let slot = || Slot::Argument(p.name.clone());
             let v = match &p.kind {
@@ -312,20 +404,29 @@ impl Kernel {
             };
             bound.push(v);
         }
-        Ok(bound)
+        Ok(())
     }
 
+    #[inline(always)]
     fn bind_outputs<'a, A: Adapter>(
         &self,
         adapter: &mut A,
         values: impl Iterator<Item = A::Value<'a>>,
-    ) -> Result<SmallVec<[A::Tensor<'a>; 2]>, A::Error> {
+        outs: &mut SmallVec<[A::Tensor<'a>; 2]>,
+    ) -> Result<(), A::Error> {
         let sig = self.signature();
-        let mut outs = SmallVec::new();
         for (p, value) in sig.outputs.iter().zip(values) {
             outs.push(adapter.tensor(value, true).map_err(|e| adapter.locate(e, &sig.name, Slot::Output(p.name.clone())))?);
         }
-        Ok(outs)
+        Ok(())
+    }
+}
+
+impl<'k, T, E> Binding<'k, T, E> {
+    /// Nothing bound yet.
+    #[inline(always)]
+    fn new(kernel: &'k Kernel) -> Self {
+        Binding { kernel, params: SmallVec::new(), given: None, _error: PhantomData }
     }
 }
 
@@ -380,63 +481,81 @@ impl<'k, T: Operand, E: From<Error>> Binding<'k, T, E> {
     /// Allocates the outputs the caller did not give with `alloc`, checks
     /// everything and runs the kernel on `stream` (NULL on the CPU). Returns
     /// the allocated outputs (none when the caller gave them).
+    #[inline(always)]
     pub fn run<A: Allocator<E>>(&mut self, alloc: &mut A, stream: *mut c_void) -> Result<SmallVec<[A::Tensor; 2]>, E> {
         self.run_with(alloc, stream, |job| job.run())
     }
 
     /// [`Binding::run`], with `runner` calling [`Job::run`] — around which it
     /// may, say, release Python's GIL.
+    #[inline(always)]
     pub fn run_with<A, R>(&mut self, alloc: &mut A, stream: *mut c_void, runner: R) -> Result<SmallVec<[A::Tensor; 2]>, E>
     where
         A: Allocator<E>,
         R: FnOnce(Job<'_>) -> Result<()>,
     {
         let kernel = self.kernel;
-        let (name, sig) = (kernel.name(), kernel.signature());
+        if let Some(given) = &mut self.given {
+            run_on(kernel, &mut self.params, given, stream, runner)?;
+            return Ok(SmallVec::new());
+        }
         let mut allocated: SmallVec<[A::Tensor; 2]> = SmallVec::new();
-        if self.given.is_none() && !sig.outputs.is_empty() {
+        if !kernel.signature().outputs.is_empty() {
             for spec in self.output_specs()?.iter() {
                 allocated.push(alloc.allocate(spec)?);
             }
         }
-        // No adapter or allocator code runs from here until the views are dropped.
-        let result = {
-            let mut args: SmallVec<[Arg<'_>; 8]> = SmallVec::new();
-            for (p, v) in sig.params.iter().zip(self.params.iter_mut()) {
-                let at = |e: Error| e.at(name, Slot::Argument(p.name.clone()));
-                let written = p.tensor().is_some_and(|t| t.mutable);
-                args.push(match v {
-                    Value::Scalar(s) => s.arg(),
-                    Value::Tensor(t) => {
-                        if written {
-                            Arg::TensorMut(t.view_mut().map_err(at)?)
-                        } else {
-                            Arg::Tensor(t.view().map_err(at)?)
-                        }
-                    }
-                });
-            }
-            let mut outs: SmallVec<[TensorViewMut<'_>; 2]> = SmallVec::new();
-            let at = |j: usize| move |e: Error| e.at(name, Slot::Output(sig.outputs[j].name.clone()));
-            match &mut self.given {
-                Some(given) => {
-                    for (j, t) in given.iter_mut().enumerate() {
-                        outs.push(t.view_mut().map_err(at(j))?);
-                    }
-                }
-                None => {
-                    for (j, t) in allocated.iter_mut().enumerate() {
-                        outs.push(t.view_mut().map_err(at(j))?);
-                    }
-                }
-            }
-            // Raw pointers are not Send; the stream handle crosses as an address.
-            let stream = stream as usize;
-            runner(Job { f: &mut || kernel.call_on_stream(&mut args, &mut outs, stream as *mut c_void) })
-        };
-        result?;
+        run_on(kernel, &mut self.params, &mut allocated, stream, runner)?;
         Ok(allocated)
     }
+}
+
+/// Takes every operand's view (no adapter or allocator code runs from here
+/// until they are dropped) and hands the checked kernel call to `runner`.
+#[inline(always)]
+fn run_on<T: Operand, O: Operand, E: From<Error>, R>(
+    kernel: &Kernel,
+    params: &mut Values<T>,
+    outs: &mut [O],
+    stream: *mut c_void,
+    runner: R,
+) -> Result<(), E>
+where
+    R: FnOnce(Job<'_>) -> Result<()>,
+{
+    let (name, sig) = (kernel.name(), kernel.signature());
+    // Each view goes from the operand straight into its slot (a view is
+    // ~100 bytes; every extra move of one just written costs a stall).
+    let mut args: SmallVec<[Arg<'_>; 8]> = SmallVec::new();
+    for (p, v) in sig.params.iter().zip(params.iter_mut()) {
+        match v {
+            Value::Scalar(s) => args.push(s.arg()),
+            Value::Tensor(t) => {
+                if p.tensor().is_some_and(|t| t.mutable) {
+                    match t.view_mut() {
+                        Ok(view) => args.push(Arg::TensorMut(view)),
+                        Err(e) => return Err(e.at(name, Slot::Argument(p.name.clone())).into()),
+                    }
+                } else {
+                    match t.view() {
+                        Ok(view) => args.push(Arg::Tensor(view)),
+                        Err(e) => return Err(e.at(name, Slot::Argument(p.name.clone())).into()),
+                    }
+                }
+            }
+        }
+    }
+    let mut views: SmallVec<[TensorViewMut<'_>; 2]> = SmallVec::new();
+    for (p, t) in sig.outputs.iter().zip(outs.iter_mut()) {
+        match t.view_mut() {
+            Ok(view) => views.push(view),
+            Err(e) => return Err(e.at(name, Slot::Output(p.name.clone())).into()),
+        }
+    }
+    // Raw pointers are not Send; the stream handle crosses as an address.
+    let stream = stream as usize;
+    runner(Job { f: &mut || kernel.call_on_stream(&mut args, &mut views, stream as *mut c_void) })?;
+    Ok(())
 }
 
 /// The project's own [`Array`] is an operand: writable when unshared.

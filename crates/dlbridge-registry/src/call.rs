@@ -194,7 +194,7 @@ impl Ctx<'_, '_> {
                     let got = &shape[axis..axis + rest_len];
                     match b.rest(r, self.args) {
                         Some(bound) => {
-                            if bound != got {
+                            if !same_dims(bound, got) {
                                 return Err(Fail::Rest(r));
                             }
                         }
@@ -303,65 +303,240 @@ enum Fail {
 /// Errors name the kernel, the argument, what was expected and what came:
 /// `matmul: argument b: dim K = 3 (bound by a) but got 4`.
 pub fn bind(sig: &Signature, args: &[Arg<'_>]) -> Result<Bindings> {
-    bind_checked(sig, args, true)
+    let mut b = Bindings::default();
+    bind_into(sig, args, true, &mut b)?;
+    Ok(b)
 }
 
 /// [`bind`] for computing output specs only: a read-only view in a `mut` slot
 /// is fine there (nothing is written; the call itself checks it).
 pub(crate) fn bind_for_specs(sig: &Signature, args: &[Arg<'_>]) -> Result<Bindings> {
-    bind_checked(sig, args, false)
+    let mut b = Bindings::default();
+    bind_into(sig, args, false, &mut b)?;
+    Ok(b)
 }
 
-fn bind_checked(sig: &Signature, args: &[Arg<'_>], writes: bool) -> Result<Bindings> {
+/// Checks the inputs into `b` (fresh: [`Bindings::default`]), in place: a
+/// call's hot path does not move its bindings around. `writes`: a read-only
+/// view in a `mut` slot is an error.
+pub(crate) fn bind_into(sig: &Signature, args: &[Arg<'_>], writes: bool, b: &mut Bindings) -> Result<()> {
     if args.len() != sig.params.len() {
-        return Err(Error::InvalidArgument(format!(
-            "{}: expected {} arguments ({}) but got {}",
-            sig.name,
-            sig.params.len(),
-            sig.params.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
-            args.len()
-        )));
+        return Err(arity_error(sig, args.len()));
     }
     let ctx = Ctx { sig, args };
-    let mut b = Bindings::default();
     for (i, (param, arg)) in sig.params.iter().zip(args).enumerate() {
         match (&param.kind, arg) {
+            (ParamKind::Tensor(t), Arg::Tensor(v)) => {
+                if t.mutable && writes {
+                    return Err(read_only_error(&ctx, i));
+                }
+                ctx.tensor(b, i, t, v.shape(), v.dtype(), v.device())?;
+            }
+            (ParamKind::Tensor(t), Arg::TensorMut(v)) => ctx.tensor(b, i, t, v.shape(), v.dtype(), v.device())?,
             (ParamKind::Scalar(ScalarKind::F64), Arg::F64(_))
             | (ParamKind::Scalar(ScalarKind::I64), Arg::I64(_))
             | (ParamKind::Scalar(ScalarKind::Bool), Arg::Bool(_)) => {}
-            (ParamKind::Scalar(k), other) => {
-                return Err(ctx.arg_err(i, Error::InvalidArgument(format!("expected a {k} scalar but got {}", other.describe()))));
-            }
-            (ParamKind::Tensor(t), Arg::Tensor(v)) => {
-                if t.mutable && writes {
-                    return Err(
-                        ctx.arg_err(i, Error::ReadOnly { what: "parameter is `mut` (written in place) but the tensor given".into() })
-                    );
-                }
-                ctx.tensor(&mut b, i, t, v.shape(), v.dtype(), v.device())?;
-            }
-            (ParamKind::Tensor(t), Arg::TensorMut(v)) => ctx.tensor(&mut b, i, t, v.shape(), v.dtype(), v.device())?,
-            (ParamKind::Tensor(t), other) => {
-                return Err(ctx.arg_err(
-                    i,
-                    Error::InvalidArgument(format!("expected a tensor {} but got {}", sig.fmt_dims(&t.dims), other.describe())),
-                ));
-            }
+            (kind, other) => return Err(kind_error(&ctx, i, kind, other)),
         }
     }
-    Ok(b)
+    Ok(())
+}
+
+/// A signature compiled once, when its kernel is made, into one rule per
+/// parameter and output: the check a call runs first ([`check_call`]).
+///
+/// The rules make the same checks as [`bind`] and [`check_outputs`] and bind
+/// the same [`Bindings`]; the common tensor type `T[...S]` (a whole shape
+/// bound as one group, as every elementwise signature has) is checked with a
+/// shape comparison instead of a walk over the type's dims. When any rule
+/// fails, the call runs the checks again the general way, which builds the
+/// error: a rule only ever decides "accepted", never what the error says.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    /// Parameters in signature order, then outputs; `None` when a tensor
+    /// type is not of the `D[...R]` form (the call then takes the general
+    /// checks directly).
+    rules: Option<Box<[Rule]>>,
+    /// Whether a parameter is `mut` (the layout checks then take the general path).
+    pub(crate) has_mut: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Rule {
+    /// A scalar parameter of this kind.
+    Scalar(ScalarKind),
+    /// A tensor of type `D[...R]`: its whole shape is group `rest`.
+    Whole { dtype: DTypeRef, rest: usize, mutable: bool },
+}
+
+impl Plan {
+    pub(crate) fn new(sig: &Signature) -> Plan {
+        let rule = |p: &crate::signature::Param| match &p.kind {
+            ParamKind::Scalar(k) => Some(Rule::Scalar(*k)),
+            ParamKind::Tensor(t) => match (t.dtype, &t.dims[..]) {
+                (DTypeRef::Var(v), _) if v >= MAX_TYPE_VARS => None,
+                (dtype, [Dim::Rest(r)]) if *r < MAX_RESTS => Some(Rule::Whole { dtype, rest: *r, mutable: t.mutable }),
+                _ => None,
+            },
+        };
+        Plan {
+            rules: sig.params.iter().chain(&sig.outputs).map(rule).collect(),
+            has_mut: sig.params.iter().any(|p| p.tensor().is_some_and(|t| t.mutable)),
+        }
+    }
+}
+
+/// Checks a call's arguments and outputs against `sig` into `b` (fresh:
+/// [`Bindings::default`]): [`bind`] then [`check_outputs`], the same checks
+/// and bindings, through `plan` (made from `sig`) first.
+#[inline]
+pub(crate) fn check_call(sig: &Signature, plan: &Plan, args: &[Arg<'_>], outs: &[TensorViewMut<'_>], b: &mut Bindings) -> Result<()> {
+    if let Some(rules) = &plan.rules
+        && planned(sig, rules, args, outs, b)
+    {
+        return Ok(());
+    }
+    // Something is wrong, or the signature needs the general walk: the
+    // general checks decide, and name what is wrong.
+    *b = Bindings::default();
+    bind_into(sig, args, true, b)?;
+    check_outputs(sig, b, args, outs)
+}
+
+/// What the rules bound so far. Kept apart from [`Bindings`] (and copied in
+/// once, at the end) so the checks read back registers, not the bytes they
+/// just stored.
+struct Planned<'s> {
+    dtypes: [Option<(DType, u8)>; MAX_TYPE_VARS],
+    device: Option<(Device, u8)>,
+    groups: [Option<(&'s [i64], u8)>; MAX_RESTS],
+}
+
+/// The rules over a call: true when every one holds, with `b` then holding
+/// what [`bind`] and [`check_outputs`] would have bound.
+#[inline]
+fn planned(sig: &Signature, rules: &[Rule], args: &[Arg<'_>], outs: &[TensorViewMut<'_>], b: &mut Bindings) -> bool {
+    let n = args.len();
+    if n != sig.params.len() || outs.len() != sig.outputs.len() || rules.len() != n + outs.len() {
+        return false;
+    }
+    let mut st = Planned { dtypes: [None; MAX_TYPE_VARS], device: None, groups: [None; MAX_RESTS] };
+    let (params, outputs) = rules.split_at(n);
+    for (i, (rule, arg)) in params.iter().zip(args).enumerate() {
+        let (view, read_only_in_mut_slot) = match (*rule, arg) {
+            (Rule::Scalar(ScalarKind::F64), Arg::F64(_))
+            | (Rule::Scalar(ScalarKind::I64), Arg::I64(_))
+            | (Rule::Scalar(ScalarKind::Bool), Arg::Bool(_)) => continue,
+            (Rule::Whole { mutable, .. }, Arg::Tensor(v)) => (v, mutable),
+            (Rule::Whole { .. }, Arg::TensorMut(v)) => (v.as_view(), false),
+            _ => return false,
+        };
+        if read_only_in_mut_slot || !whole(sig, &mut st, i, true, *rule, view) {
+            return false;
+        }
+    }
+    for (j, (rule, out)) in outputs.iter().zip(outs).enumerate() {
+        if !whole(sig, &mut st, n + j, false, *rule, out.as_view()) {
+            return false;
+        }
+    }
+    b.dtypes = st.dtypes;
+    b.device = st.device;
+    for (r, g) in st.groups.iter().enumerate() {
+        if let Some((shape, by)) = *g {
+            // ndim <= MAX_NDIM (64): it fits a u8.
+            b.rests[r] = (by, 0, shape.len() as u8);
+            b.rest_mask |= 1 << r;
+        }
+    }
+    true
+}
+
+/// One tensor against its `Whole` rule (`idx`: its slot, parameters then
+/// outputs; only inputs bind a `...` group).
+#[inline(always)]
+fn whole<'s>(sig: &Signature, st: &mut Planned<'s>, idx: usize, input: bool, rule: Rule, view: &'s TensorView<'_>) -> bool {
+    let Rule::Whole { dtype: want, rest: r, .. } = rule else { return false };
+    let (shape, dtype, device) = (view.shape(), view.dtype(), view.device());
+    let by = idx as u8;
+    match want {
+        DTypeRef::Concrete(d) => {
+            if d != dtype {
+                return false;
+            }
+        }
+        // v < MAX_TYPE_VARS: Plan::new made no rule otherwise.
+        DTypeRef::Var(v) => match st.dtypes[v] {
+            Some((bound, _)) => {
+                if bound != dtype {
+                    return false;
+                }
+            }
+            None => {
+                if !sig.type_vars.get(v).is_some_and(|tv| tv.allowed.contains(&dtype)) {
+                    return false;
+                }
+                st.dtypes[v] = Some((dtype, by));
+            }
+        },
+    }
+    match st.device {
+        Some((d, _)) => {
+            if d != device {
+                return false;
+            }
+        }
+        None => st.device = Some((device, by)),
+    }
+    match st.groups[r] {
+        Some((bound, _)) => same_dims(bound, shape),
+        None if input && shape.len() <= u8::MAX as usize => {
+            st.groups[r] = Some((shape, by));
+            true
+        }
+        None => false,
+    }
+}
+
+/// Two dim lists are equal (a loop the compiler keeps inline: these are a few
+/// dims, where a `memcmp` call costs more than the comparison).
+#[inline(always)]
+fn same_dims(a: &[i64], b: &[i64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
+#[cold]
+#[inline(never)]
+fn arity_error(sig: &Signature, got: usize) -> Error {
+    Error::InvalidArgument(format!(
+        "{}: expected {} arguments ({}) but got {got}",
+        sig.name,
+        sig.params.len(),
+        sig.params.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
+    ))
+}
+
+#[cold]
+#[inline(never)]
+fn read_only_error(ctx: &Ctx<'_, '_>, i: usize) -> Error {
+    ctx.arg_err(i, Error::ReadOnly { what: "parameter is `mut` (written in place) but the tensor given".into() })
+}
+
+#[cold]
+#[inline(never)]
+fn kind_error(ctx: &Ctx<'_, '_>, i: usize, kind: &ParamKind, other: &Arg<'_>) -> Error {
+    match kind {
+        ParamKind::Scalar(k) => ctx.arg_err(i, Error::InvalidArgument(format!("expected a {k} scalar but got {}", other.describe()))),
+        ParamKind::Tensor(t) => {
+            ctx.arg_err(i, Error::InvalidArgument(format!("expected a tensor {} but got {}", ctx.sig.fmt_dims(&t.dims), other.describe())))
+        }
+    }
 }
 
 /// Checks caller-given outputs against the bindings (dtype, shape, device).
 pub fn check_outputs(sig: &Signature, b: &mut Bindings, args: &[Arg<'_>], outs: &[TensorViewMut<'_>]) -> Result<()> {
     if outs.len() != sig.outputs.len() {
-        return Err(Error::InvalidArgument(format!(
-            "{}: expected {} outputs ({}) but got {}",
-            sig.name,
-            sig.outputs.len(),
-            sig.outputs.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
-            outs.len()
-        )));
+        return Err(output_arity_error(sig, outs.len()));
     }
     let ctx = Ctx { sig, args };
     for (j, (param, out)) in sig.outputs.iter().zip(outs).enumerate() {
@@ -370,6 +545,17 @@ pub fn check_outputs(sig: &Signature, b: &mut Bindings, args: &[Arg<'_>], outs: 
         }
     }
     Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn output_arity_error(sig: &Signature, got: usize) -> Error {
+    Error::InvalidArgument(format!(
+        "{}: expected {} outputs ({}) but got {got}",
+        sig.name,
+        sig.outputs.len(),
+        sig.outputs.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
+    ))
 }
 
 /// Shapes, dtypes and devices of every output, from bound inputs alone

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use dlbridge_core::{DType, DeviceType, Error, Result, Slot, TensorViewMut};
 use smallvec::SmallVec;
 
-use crate::call::{Arg, Bindings, OutputSpec, bind, bind_for_specs, check_outputs, output_specs};
-use crate::signature::{MAX_EXCERPT, Signature, clip};
+use crate::call::{Arg, Bindings, OutputSpec, Plan, bind_for_specs, check_call, output_specs};
+use crate::signature::{MAX_EXCERPT, MAX_PARAMS, Signature, clip};
 
 /// Most bytes of an origin (`plugin NAME VERSION (PATH)`) an error message quotes.
 const ORIGIN_EXCERPT: usize = 2 * MAX_EXCERPT;
@@ -92,20 +92,24 @@ impl<'c, 'a> Call<'c, 'a> {
     /// let y = outs.take("y")?;
     /// ```
     /// A name the signature does not have is a registration bug (an error, never a panic).
+    #[inline]
     pub fn io(&mut self) -> (Inputs<'_, 'a>, Outputs<'_, 'a>) {
-        let mut reads: SmallVec<[Option<&Arg<'a>>; 8]> = SmallVec::new();
-        let mut writes: SmallVec<[Option<&mut TensorViewMut<'a>>; 8]> = SmallVec::new();
-        for (p, a) in self.sig.params.iter().zip(self.args.iter_mut()) {
+        // Flat arrays indexed like the signature (parameters, then outputs):
+        // the parser allows at most MAX_PARAMS of them together.
+        let mut reads: [Option<&Arg<'a>>; MAX_PARAMS] = [None; MAX_PARAMS];
+        let mut writes: [Option<&mut TensorViewMut<'a>>; MAX_PARAMS] = Default::default();
+        let n = self.sig.params.len();
+        for ((p, a), (r, w)) in self.sig.params.iter().zip(self.args.iter_mut()).zip(reads.iter_mut().zip(writes.iter_mut())) {
             let written = p.tensor().is_some_and(|t| t.mutable) && matches!(a, Arg::TensorMut(_));
             if !written {
-                reads.push(Some(&*a));
-                writes.push(None);
+                *r = Some(&*a);
             } else if let Arg::TensorMut(v) = a {
-                reads.push(None);
-                writes.push(Some(v));
+                *w = Some(v);
             }
         }
-        writes.extend(self.outs.iter_mut().map(Some));
+        for (w, o) in writes.iter_mut().skip(n).zip(self.outs.iter_mut()) {
+            *w = Some(o);
+        }
         (Inputs { sig: self.sig, reads }, Outputs { sig: self.sig, writes })
     }
 
@@ -142,17 +146,27 @@ impl<'c, 'a> Call<'c, 'a> {
 #[derive(Debug)]
 pub struct Inputs<'c, 'a> {
     sig: &'c Signature,
-    reads: SmallVec<[Option<&'c Arg<'a>>; 8]>,
+    reads: [Option<&'c Arg<'a>>; MAX_PARAMS],
+}
+
+/// `a == b` for parameter names, inline (names are a few bytes: a `memcmp`
+/// call costs more than the loop).
+#[inline(always)]
+fn same_name(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
 }
 
 impl<'c, 'a> Inputs<'c, 'a> {
+    #[inline]
     fn get(&self, name: &str) -> Result<&'c Arg<'a>> {
-        let i = self.sig.params.iter().position(|p| p.name == name).ok_or_else(|| no_param(self.sig, name))?;
-        self.reads.get(i).copied().flatten().ok_or_else(|| {
-            Error::Runtime(format!("{}: parameter `{name}` is written (`mut`): take it from the outputs side of io()", self.sig.name))
-        })
+        let Some(i) = self.sig.params.iter().position(|p| same_name(&p.name, name)) else { return Err(no_param(self.sig, name)) };
+        match self.reads.get(i).copied().flatten() {
+            Some(a) => Ok(a),
+            None => Err(written_param(self.sig, name)),
+        }
     }
     /// The tensor parameter `name`, read-only.
+    #[inline]
     pub fn tensor(&self, name: &str) -> Result<&'c dlbridge_core::TensorView<'c>> {
         match self.get(name)? {
             Arg::Tensor(v) => Ok(v),
@@ -161,6 +175,7 @@ impl<'c, 'a> Inputs<'c, 'a> {
         }
     }
     /// The `f64` scalar parameter `name`.
+    #[inline]
     pub fn f64(&self, name: &str) -> Result<f64> {
         match self.get(name)? {
             Arg::F64(x) => Ok(*x),
@@ -168,6 +183,7 @@ impl<'c, 'a> Inputs<'c, 'a> {
         }
     }
     /// The `i64` scalar parameter `name`.
+    #[inline]
     pub fn i64(&self, name: &str) -> Result<i64> {
         match self.get(name)? {
             Arg::I64(x) => Ok(*x),
@@ -175,6 +191,7 @@ impl<'c, 'a> Inputs<'c, 'a> {
         }
     }
     /// The `bool` scalar parameter `name`.
+    #[inline]
     pub fn bool(&self, name: &str) -> Result<bool> {
         match self.get(name)? {
             Arg::Bool(x) => Ok(*x),
@@ -187,30 +204,50 @@ impl<'c, 'a> Inputs<'c, 'a> {
 #[derive(Debug)]
 pub struct Outputs<'c, 'a> {
     sig: &'c Signature,
-    writes: SmallVec<[Option<&'c mut TensorViewMut<'a>>; 8]>,
+    writes: [Option<&'c mut TensorViewMut<'a>>; MAX_PARAMS],
 }
 
 impl<'c, 'a> Outputs<'c, 'a> {
     /// The output or `mut` parameter `name`, writable for the rest of the call.
+    #[inline]
     pub fn take(&mut self, name: &str) -> Result<&'c mut TensorViewMut<'a>> {
         let n = self.sig.params.len();
-        let i = match self.sig.params.iter().position(|p| p.name == name) {
+        let i = match self.sig.params.iter().position(|p| same_name(&p.name, name)) {
             Some(i) => i,
-            None => n + self.sig.outputs.iter().position(|p| p.name == name).ok_or_else(|| no_param(self.sig, name))?,
+            None => match self.sig.outputs.iter().position(|p| same_name(&p.name, name)) {
+                Some(j) => n + j,
+                None => return Err(no_param(self.sig, name)),
+            },
         };
-        self.writes.get_mut(i).and_then(Option::take).ok_or_else(|| {
-            Error::Runtime(format!("{}: `{name}` is not a written tensor, or was taken twice (a bug in the kernel)", self.sig.name))
-        })
+        match self.writes.get_mut(i).and_then(Option::take) {
+            Some(v) => Ok(v),
+            None => Err(taken_twice(self.sig, name)),
+        }
     }
 }
 
 #[cold]
+#[inline(never)]
+fn written_param(sig: &Signature, name: &str) -> Error {
+    Error::Runtime(format!("{}: parameter `{name}` is written (`mut`): take it from the outputs side of io()", sig.name))
+}
+
+#[cold]
+#[inline(never)]
+fn taken_twice(sig: &Signature, name: &str) -> Error {
+    Error::Runtime(format!("{}: `{name}` is not a written tensor, or was taken twice (a bug in the kernel)", sig.name))
+}
+
+#[cold]
+#[inline(never)]
 fn no_param(sig: &Signature, name: &str) -> Error {
     Error::Runtime(format!("{}: the signature has no parameter `{name}` (a bug in the kernel registration)", sig.name))
 }
 
 /// [`Call::layout_bug`] for a kernel name taken before `split` (builds the
 /// error only when needed: the hot path must not allocate).
+#[cold]
+#[inline(never)]
 pub fn layout_bug(kernel: &str) -> Error {
     Error::Runtime(format!("{kernel}: implementation does not match its signature (a bug in the kernel registration)"))
 }
@@ -218,6 +255,7 @@ pub fn layout_bug(kernel: &str) -> Error {
 /// A registered kernel: its signature, options and implementations per device.
 pub struct Kernel {
     sig: Signature,
+    plan: Plan,
     text: String,
     opts: KernelOpts,
     impls: SmallVec<[(DeviceType, Impl, String); 1]>,
@@ -258,7 +296,8 @@ impl Kernel {
     pub(crate) fn from_parsed(sig: Signature, def: KernelDef) -> Result<Kernel> {
         let text = sig.to_string();
         let imp = resolve_impl(&sig, def.device, def.imp)?;
-        Ok(Kernel { sig, text, opts: def.opts, impls: smallvec::smallvec![(def.device, imp, def.origin)], doc: def.doc })
+        let plan = Plan::new(&sig);
+        Ok(Kernel { sig, plan, text, opts: def.opts, impls: smallvec::smallvec![(def.device, imp, def.origin)], doc: def.doc })
     }
 
     /// This kernel plus an implementation for another device (`sig` is the
@@ -290,7 +329,14 @@ impl Kernel {
         let imp = resolve_impl(&sig, def.device, def.imp)?;
         let mut impls = self.impls.clone();
         impls.push((def.device, imp, def.origin));
-        Ok(Kernel { sig: self.sig.clone(), text: self.text.clone(), opts: self.opts, impls, doc: self.doc.clone() })
+        Ok(Kernel {
+            sig: self.sig.clone(),
+            plan: self.plan.clone(),
+            text: self.text.clone(),
+            opts: self.opts,
+            impls,
+            doc: self.doc.clone(),
+        })
     }
 
     /// The kernel's name.
@@ -337,40 +383,49 @@ impl Kernel {
 
     /// [`Kernel::call`] with a stream handle for device kernels.
     pub fn call_on_stream<'a>(&self, args: &mut [Arg<'a>], outs: &mut [TensorViewMut<'a>], stream: *mut c_void) -> Result<()> {
-        let mut b = bind(&self.sig, args)?;
-        check_outputs(&self.sig, &mut b, args, outs)?;
+        let mut b = Bindings::default();
+        check_call(&self.sig, &self.plan, args, outs, &mut b)?;
         self.check_layouts(args, outs)?;
         let device = b.device().map_or(DeviceType::CPU, |d| d.kind);
         let Some((_, imp, _)) = self.impls.iter().find(|(d, _, _)| *d == device) else {
-            let served: Vec<String> = self.devices().map(|d| d.to_string()).collect();
-            return Err(Error::UnsupportedDevice {
-                got: b.device().unwrap_or(dlbridge_core::Device::CPU),
-                what: format!("{} runs on {}", self.sig.name, served.join(", ")),
-            });
+            return Err(self.no_device(&b));
         };
-        let mut call = Call { args, outs, bindings: &b, stream, kernel: &self.sig.name, sig: &self.sig };
         let run = match imp {
             Impl::Generic(f) => *f,
             Impl::PerDType(list) => {
-                let d = b.dtype(0).ok_or_else(|| call.layout_bug())?;
+                let Some(d) = b.dtype(0) else { return Err(layout_bug(&self.sig.name)) };
                 match list.iter().find(|(ld, _)| *ld == d) {
                     Some((_, f)) => *f,
                     None => return Err(self.uncovered(device, d, list)),
                 }
             }
             // Registration turns every resolver into a PerDType table (resolve_impl).
-            Impl::Each(_) => return Err(call.layout_bug()),
+            Impl::Each(_) => return Err(layout_bug(&self.sig.name)),
             Impl::Dyn(f) => {
+                let mut call = Call { args, outs, bindings: &b, stream, kernel: &self.sig.name, sig: &self.sig };
                 return guard(&self.sig.name, || f(&mut call));
             }
         };
+        let mut call = Call { args, outs, bindings: &b, stream, kernel: &self.sig.name, sig: &self.sig };
         guard(&self.sig.name, || run(&mut call))
+    }
+
+    /// The error for tensors on a device this kernel has no implementation for.
+    #[cold]
+    #[inline(never)]
+    fn no_device(&self, b: &Bindings) -> Error {
+        let served: Vec<String> = self.devices().map(|d| d.to_string()).collect();
+        Error::UnsupportedDevice {
+            got: b.device().unwrap_or(dlbridge_core::Device::CPU),
+            what: format!("{} runs on {}", self.sig.name, served.join(", ")),
+        }
     }
 
     /// The type error for a dtype the signature allows but this device's
     /// implementation does not cover: it names the device, the dtype and what
     /// each device serves.
     #[cold]
+    #[inline(never)]
     fn uncovered(&self, device: DeviceType, d: DType, covered: &[(DType, KernelFn)]) -> Error {
         let list = |l: &[(DType, KernelFn)]| l.iter().map(|(d, _)| d.to_string()).collect::<Vec<_>>().join(", ");
         let others: Vec<String> = self
@@ -394,68 +449,120 @@ impl Kernel {
     }
 
     /// Contiguity (when required) and aliasing between writable tensors and the rest.
+    ///
+    /// The tensors are taken in slot order (the tensor arguments, then the
+    /// outputs); each written one (an output, or a `mut` parameter) is compared
+    /// with every other. No list is built: a call has a few tensors, and this
+    /// runs on every call.
+    #[inline]
     fn check_layouts(&self, args: &[Arg<'_>], outs: &[TensorViewMut<'_>]) -> Result<()> {
         let n = self.sig.params.len();
-        let slot = |i: usize| {
-            if i < n { Slot::Argument(self.sig.params[i].name.clone()) } else { Slot::Output(self.sig.outputs[i - n].name.clone()) }
-        };
-        let mut slots: SmallVec<[Region<'_>; 8]> = SmallVec::new();
-        for (i, a) in args.iter().enumerate() {
-            match a {
-                Arg::Tensor(v) => slots.push(Region::new(i, false, v)),
-                Arg::TensorMut(v) => {
-                    let mutable = self.sig.params[i].tensor().is_some_and(|t| t.mutable);
-                    slots.push(Region::new(i, mutable, v.as_view()));
-                }
-                _ => {}
-            }
-        }
-        for (j, o) in outs.iter().enumerate() {
-            slots.push(Region::new(n + j, true, o.as_view()));
-        }
         if self.opts.contiguous {
-            for s in &slots {
-                if !s.view.is_contiguous() {
-                    return Err(Error::NotContiguous {
-                        what: "this kernel (copy the tensor first)".into(),
-                        shape: s.view.shape().to_vec(),
-                        strides: s.view.strides().to_vec(),
-                    }
-                    .at(self.sig.name.clone(), slot(s.index)));
+            for (i, v, _) in self.tensors(args, outs) {
+                if !v.is_contiguous() {
+                    return Err(self.not_contiguous(i, v));
                 }
             }
         }
-        for (x, w) in slots.iter().enumerate() {
-            if !w.writable {
+        if self.plan.has_mut {
+            return self.check_overlaps(args, outs);
+        }
+        // No `mut` parameter: the outputs are the only written tensors.
+        for (j, o) in outs.iter().enumerate() {
+            let w = Region::new(o.as_view());
+            if w.is_empty() {
                 continue;
             }
-            for (y, other) in slots.iter().enumerate() {
-                if x == y || !w.overlaps(other) {
-                    continue;
+            for (i, a) in args.iter().enumerate() {
+                let v = match a {
+                    Arg::Tensor(v) => v,
+                    Arg::TensorMut(v) => v.as_view(),
+                    _ => continue,
+                };
+                if w.overlaps(&Region::new(v)) && !(self.opts.alias_outputs && w.is_exactly(v)) {
+                    return Err(self.overlap(n + j, i));
                 }
-                let exact = w.ptr == other.ptr && w.view.shape() == other.view.shape() && w.view.strides() == other.view.strides();
-                if !(exact && self.opts.alias_outputs && w.index >= n && !other.writable) {
-                    return Err(Error::InvalidArgument(format!(
-                        "overlaps {} in memory{}",
-                        slot(other.index),
-                        if self.opts.alias_outputs {
-                            " (only an output that is exactly an input is allowed)"
-                        } else {
-                            " (this kernel does not allow aliasing)"
-                        }
-                    ))
-                    .at(self.sig.name.clone(), slot(w.index)));
+            }
+            for (k, other) in outs.iter().enumerate() {
+                if k != j && w.overlaps(&Region::new(other.as_view())) {
+                    return Err(self.overlap(n + j, n + k));
                 }
             }
         }
         Ok(())
     }
+
+    /// Aliasing between every written tensor (outputs and `mut` parameters)
+    /// and every other tensor of the call.
+    fn check_overlaps(&self, args: &[Arg<'_>], outs: &[TensorViewMut<'_>]) -> Result<()> {
+        let n = self.sig.params.len();
+        for (x, w, writable) in self.tensors(args, outs) {
+            let w = Region::new(w);
+            if !writable || w.is_empty() {
+                continue;
+            }
+            for (y, other, other_writable) in self.tensors(args, outs) {
+                if x == y || !w.overlaps(&Region::new(other)) {
+                    continue;
+                }
+                if !(w.is_exactly(other) && self.opts.alias_outputs && x >= n && !other_writable) {
+                    return Err(self.overlap(x, y));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every tensor of a call in slot order: (slot, view, written by the kernel).
+    #[inline(always)]
+    fn tensors<'s>(
+        &'s self,
+        args: &'s [Arg<'_>],
+        outs: &'s [TensorViewMut<'_>],
+    ) -> impl Iterator<Item = (usize, &'s dlbridge_core::TensorView<'s>, bool)> + 's {
+        let n = self.sig.params.len();
+        let params = args.iter().zip(&self.sig.params).enumerate().filter_map(|(i, (a, p))| match a {
+            Arg::Tensor(v) => Some((i, v, false)),
+            Arg::TensorMut(v) => Some((i, v.as_view(), p.tensor().is_some_and(|t| t.mutable))),
+            _ => None,
+        });
+        params.chain(outs.iter().enumerate().map(move |(j, o)| (n + j, o.as_view(), true)))
+    }
+
+    fn slot(&self, i: usize) -> Slot {
+        let n = self.sig.params.len();
+        if i < n { Slot::Argument(self.sig.params[i].name.clone()) } else { Slot::Output(self.sig.outputs[i - n].name.clone()) }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn not_contiguous(&self, i: usize, v: &dlbridge_core::TensorView<'_>) -> Error {
+        Error::NotContiguous {
+            what: "this kernel (copy the tensor first)".into(),
+            shape: v.shape().to_vec(),
+            strides: v.strides().to_vec(),
+        }
+        .at(self.sig.name.clone(), self.slot(i))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn overlap(&self, written: usize, other: usize) -> Error {
+        Error::InvalidArgument(format!(
+            "overlaps {} in memory{}",
+            self.slot(other),
+            if self.opts.alias_outputs {
+                " (only an output that is exactly an input is allowed)"
+            } else {
+                " (this kernel does not allow aliasing)"
+            }
+        ))
+        .at(self.sig.name.clone(), self.slot(written))
+    }
 }
 
-/// One tensor of a call, as the layout checks see it.
+/// The bytes one tensor of a call touches, as the layout checks see them.
 struct Region<'v> {
-    index: usize,
-    writable: bool,
     ptr: usize,
     lo: isize,
     hi: isize,
@@ -463,11 +570,25 @@ struct Region<'v> {
 }
 
 impl<'v> Region<'v> {
-    fn new(index: usize, writable: bool, v: &'v dlbridge_core::TensorView<'v>) -> Region<'v> {
+    #[inline(always)]
+    fn new(v: &'v dlbridge_core::TensorView<'v>) -> Region<'v> {
         let e = v.extent();
-        Region { index, writable, ptr: v.data_ptr() as usize, lo: e.byte_lo, hi: e.byte_hi, view: v }
+        Region { ptr: v.data_ptr() as usize, lo: e.byte_lo, hi: e.byte_hi, view: v }
     }
 
+    /// Whether it touches no byte (no element).
+    #[inline(always)]
+    fn is_empty(&self) -> bool {
+        self.hi == self.lo
+    }
+
+    /// Whether `v` is the same tensor: same first element, shape and strides.
+    #[inline(always)]
+    fn is_exactly(&self, v: &dlbridge_core::TensorView<'_>) -> bool {
+        self.view.data_ptr() == v.data_ptr() && self.view.shape() == v.shape() && self.view.strides() == v.strides()
+    }
+
+    #[inline(always)]
     fn overlaps(&self, o: &Region<'_>) -> bool {
         if self.hi == self.lo || o.hi == o.lo {
             return false;

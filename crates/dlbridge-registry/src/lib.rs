@@ -10,6 +10,9 @@
 //! the kernel asks) contiguity — and nothing is written when a check fails.
 //! The hot path (bind, check, dispatch) does no heap allocation.
 //!
+//! Threads: [`threads::num_threads`] is how many threads a kernel may use
+//! (`DLBRIDGE_NUM_THREADS`, narrowed per call by the adapter that calls it).
+//!
 //! Plugins: shared libraries following the C ABI in `include/dlbridge/plugin.h`
 //! are loaded with [`Registry::load_plugin`]; Rust plugin crates export their
 //! table with [`export_plugin!`]. Unsafe code lives in `plugin` (loading and
@@ -25,6 +28,7 @@ pub mod kernel;
 pub mod plugin;
 pub mod registry;
 pub mod signature;
+pub mod threads;
 
 pub use binding::{Adapter, Allocator, ArrayAllocator, Binding, Job, Operand, Scalar, Value};
 pub use call::{Arg, Bindings, OutputSpec};

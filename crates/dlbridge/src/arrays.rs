@@ -32,13 +32,23 @@ pub enum ArrayRef<'r> {
     Unique(&'r mut Array),
 }
 
-impl Operand for ArrayRef<'_> {
-    fn view(&self) -> Result<TensorView<'_>> {
-        Ok(match self {
-            ArrayRef::Shared(a) => Array::view(a),
-            ArrayRef::Unique(a) => Array::view(a),
-        })
+impl ArrayRef<'_> {
+    #[inline(always)]
+    fn array(&self) -> &Array {
+        match self {
+            ArrayRef::Shared(a) => a,
+            ArrayRef::Unique(a) => a,
+        }
     }
+}
+
+impl Operand for ArrayRef<'_> {
+    #[inline]
+    fn view(&self) -> Result<TensorView<'_>> {
+        // One call, its result written straight into ours.
+        Ok(Array::view(self.array()))
+    }
+    #[inline]
     fn view_mut(&mut self) -> Result<TensorViewMut<'_>> {
         match self {
             ArrayRef::Unique(a) => Array::view_mut(a),
@@ -71,6 +81,7 @@ impl Adapter for Arrays {
     type Tensor<'r> = ArrayRef<'r>;
     type Error = Error;
 
+    #[inline(always)]
     fn tensor<'r>(&mut self, value: Self::Value<'r>, writable: bool) -> Result<Self::Tensor<'r>> {
         match value {
             ArrayArg::In(a) if writable => Err(Error::ReadOnly {
@@ -117,6 +128,5 @@ pub fn call(kernel: &Kernel, args: &mut [ArrayArg<'_>]) -> Result<Vec<Array>> {
 /// Runs the kernel writing into the given output Arrays (destination-passing style).
 pub fn call_into(kernel: &Kernel, args: &mut [ArrayArg<'_>], outs: &mut [&mut Array]) -> Result<()> {
     let outs = outs.iter_mut().map(|o| ArrayArg::Mut(o));
-    let mut binding = kernel.bind_out(&mut Arrays, args.iter_mut().map(ArrayArg::reborrow), outs)?;
-    binding.run(&mut ArrayAllocator, std::ptr::null_mut()).map(drop)
+    kernel.call_out(&mut Arrays, args.iter_mut().map(ArrayArg::reborrow), outs, &mut ArrayAllocator, std::ptr::null_mut()).map(drop)
 }

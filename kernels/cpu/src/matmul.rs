@@ -13,7 +13,7 @@
 use dlbridge_core::{Element, Result};
 use dlbridge_registry::{Call, register_kernel};
 
-/// Above this many multiply-adds gemm may use every rayon thread.
+/// Above this many multiply-adds gemm may use every thread of the call's budget.
 const PAR_FLOPS: usize = 1 << 18;
 
 fn matmul<T: Element + GemmScalar>(call: &mut Call<'_, '_>) -> Result<()> {
@@ -34,36 +34,43 @@ fn matmul<T: Element + GemmScalar>(call: &mut Call<'_, '_>) -> Result<()> {
     let (a_rs, a_cs) = (a.strides()[0] as isize, a.strides()[1] as isize);
     let (b_rs, b_cs) = (b.strides()[0] as isize, b.strides()[1] as isize);
     let (c_rs, c_cs) = (c.strides()[0] as isize, c.strides()[1] as isize);
-    // Saturating: broadcast (zero-stride) inputs can make m * n * k exceed usize.
-    let parallelism =
-        if m.saturating_mul(n).saturating_mul(k) >= PAR_FLOPS { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
-    // SAFETY: see the module invariants: shapes match the signature, every address
-    // base + i*rs + j*cs for in-range i, j lies in validated host memory of the
-    // right dtype, c is writable, exclusive and disjoint from a and b. T is f32 or
-    // f64 (GemmScalar is only implemented for those), which gemm supports.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.data_ptr_mut().cast::<T>(),
-            c_cs,
-            c_rs,
-            false,
-            a.data_ptr().cast::<T>(),
-            a_cs,
-            a_rs,
-            b.data_ptr().cast::<T>(),
-            b_cs,
-            b_rs,
-            T::ZERO,
-            T::ONE,
-            false,
-            false,
-            false,
-            parallelism,
-        )
+    let mut run = |parallelism| {
+        // SAFETY: see the module invariants: shapes match the signature, every address
+        // base + i*rs + j*cs for in-range i, j lies in validated host memory of the
+        // right dtype, c is writable, exclusive and disjoint from a and b. T is f32 or
+        // f64 (GemmScalar is only implemented for those), which gemm supports.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                c.data_ptr_mut().cast::<T>(),
+                c_cs,
+                c_rs,
+                false,
+                a.data_ptr().cast::<T>(),
+                a_cs,
+                a_rs,
+                b.data_ptr().cast::<T>(),
+                b_cs,
+                b_rs,
+                T::ZERO,
+                T::ONE,
+                false,
+                false,
+                false,
+                parallelism,
+            )
+        }
     };
+    // Saturating: broadcast (zero-stride) inputs can make m * n * k exceed usize.
+    // Parallel: on the pool of the call's thread budget (crate::threads).
+    match crate::threads::pool_for_call() {
+        Some(pool) if m.saturating_mul(n).saturating_mul(k) >= PAR_FLOPS => {
+            pool.install(|| run(gemm::Parallelism::Rayon(pool.current_num_threads())))
+        }
+        _ => run(gemm::Parallelism::None),
+    }
     Ok(())
 }
 
@@ -85,4 +92,4 @@ impl GemmScalar for f64 {
 
 register_kernel!("matmul<T: f32|f64>(a: T[M, K], b: T[K, N]) -> (c: T[M, N])",
     each gemm_types!(matmul),
-    doc = "c = a @ b (gemm crate: packed SIMD micro-kernels, rayon above 2^18 multiply-adds; any strides)");
+    doc = "c = a @ b (gemm crate: packed SIMD micro-kernels, multi-threaded above 2^18 multiply-adds; any strides)");
