@@ -7,6 +7,7 @@ checked against torch's own result, and timed beside torch.
     ./dev.sh demo
 """
 
+import os
 import time
 
 import numpy as np
@@ -28,6 +29,18 @@ def median_time(f, repeat=7, number=None):
             f()
         samples.append((time.perf_counter() - t0) / number)
     return sorted(samples)[len(samples) // 2]
+
+
+def kernel_threads():
+    """The thread count dlbridge's kernels use (its own setting where the
+    package offers one, else the environment, else every core)."""
+    get = getattr(dlbridge, "get_num_threads", None)
+    if get is not None:
+        return get()
+    env = os.environ.get("DLBRIDGE_NUM_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 def fmt(seconds):
@@ -88,7 +101,14 @@ def main():
                 (f"sum last dim {tag}", "sum", (x,), lambda x=x: x.sum(-1), 10 * tol),
                 (f"mean last dim {tag}", "mean", (x,), lambda x=x: x.mean(-1), 10 * tol),
             ]
-    print(f"{'kernel':34s} {'dlbridge':>12s} {'torch':>12s} {'ratio':>7s}  max |error|")
+    # Both sides at the same thread count: torch follows dlbridge's (its setting,
+    # or DLBRIDGE_NUM_THREADS, else every core).
+    ours_n = kernel_threads()
+    torch_n = torch.get_num_threads()
+    torch.set_num_threads(ours_n)
+    print(f"kernel timings at {ours_n} thread(s) on both sides; 'vs contiguous': dlbridge on this layout / on the contiguous one")
+    print(f"{'kernel':34s} {'dlbridge':>12s} {'torch':>12s} {'ratio':>7s} {'vs contiguous':>14s}  max |error|")
+    contiguous = {}
     for label, name, args, reference, tol in cases:
         k = dlbridge.to_pytorch_func(dlbridge.get_kernel(name))
         got = k(*args)
@@ -100,7 +120,12 @@ def main():
         assert err <= tol * max(1.0, scale) * 10 + 1e-6, f"{label}: error {err}"
         t_ours = median_time(lambda: k(*args))
         t_torch = median_time(reference)
-        print(f"{label:34s} {fmt(t_ours)} {fmt(t_torch)} {t_ours / t_torch:6.2f}x  {err:.2e}")
+        kind, _, layout = label.rpartition(" ")
+        if layout == "contiguous":
+            contiguous[kind] = t_ours
+        vs = f"{t_ours / contiguous[kind]:13.2f}x" if kind in contiguous else f"{'':14s}"
+        print(f"{label:34s} {fmt(t_ours)} {fmt(t_torch)} {t_ours / t_torch:6.2f}x {vs}  {err:.2e}")
+    torch.set_num_threads(torch_n)
 
     # In place, zero copy: axpy writes into the caller's tensor.
     yv = torch.ones(8)

@@ -1,12 +1,15 @@
 //! Registry call overhead, and kernel throughput on every layout.
 //!
-//! `CARGO_TARGET_DIR=target/helper-kernels cargo bench -p dlbridge-kernels-cpu --bench kernels`
-//! (filter with a trailing argument: `... -- 'gelu/f32'`). Rayon's pool size
-//! follows `RAYON_NUM_THREADS` (set it to 1 or 2 to compare with
-//! `benches/torch_kernels.py`, which prints torch's medians for the same cases).
+//! `cargo bench -p dlbridge-kernels-cpu --bench kernels` (filter with a
+//! trailing argument: `... -- 'gelu/f32'`). The kernels' thread count follows
+//! `DLBRIDGE_NUM_THREADS`: `benches/compare.py` runs this bench at 1 and 2
+//! threads beside `benches/torch_kernels.py` (torch's medians for the same
+//! cases at the same thread count) and prints the ratios, ours/torch and
+//! each layout over the contiguous case.
 //!
 //! Layouts, for an operand of logical shape 4096x1024 (the output is always a
-//! fresh contiguous tensor, as the adapters allocate it):
+//! contiguous tensor, as the adapters allocate it; every buffer starts 64-byte
+//! aligned, as torch's do):
 //! * `contiguous`: row-major;
 //! * `transposed`: the `.t()` of a contiguous 1024x4096 (strides `[1, 4096]`);
 //! * `broadcast`: one 1024-row expanded to 4096 rows (strides `[0, 1]`); for
@@ -65,6 +68,16 @@ fn values<T: Element>(n: usize, conv: fn(f32) -> T) -> Vec<T> {
         .collect()
 }
 
+/// `n` values in a buffer whose first element (at the returned index) is
+/// 64-byte aligned, as torch's and dlbridge's own allocations are (a `Vec` of
+/// 16 MiB from the system allocator starts 16 bytes past a page).
+fn aligned<T: Element>(n: usize, conv: fn(f32) -> T) -> (Vec<T>, usize) {
+    let size = std::mem::size_of::<T>();
+    let data = values(n + 64 / size, conv);
+    let pad = (64 - data.as_ptr() as usize % 64) % 64 / size;
+    (data, pad)
+}
+
 /// A 4096x1024 operand's memory and layout.
 struct Operand<T> {
     data: Vec<T>,
@@ -75,14 +88,16 @@ struct Operand<T> {
 impl<T: Element> Operand<T> {
     fn new(layout: &str, conv: fn(f32) -> T) -> Operand<T> {
         let (c, r) = (C as i64, R as i64);
-        match layout {
-            "contiguous" => Operand { data: values(R * C, conv), strides: [c, 1], offset: 0 },
-            "transposed" => Operand { data: values(R * C, conv), strides: [1, r], offset: 0 },
-            "broadcast" => Operand { data: values(C, conv), strides: [0, 1], offset: 0 },
-            "sliced" => Operand { data: values(4 * R * C, conv), strides: [4 * c, 1], offset: 256 },
-            "flipped" => Operand { data: values(R * C, conv), strides: [-c, -1], offset: R * C - 1 },
+        let (n, strides, offset) = match layout {
+            "contiguous" => (R * C, [c, 1], 0),
+            "transposed" => (R * C, [1, r], 0),
+            "broadcast" => (C, [0, 1], 0),
+            "sliced" => (4 * R * C, [4 * c, 1], 256),
+            "flipped" => (R * C, [-c, -1], R * C - 1),
             _ => unreachable!("{layout}"),
-        }
+        };
+        let (data, pad) = aligned(n, conv);
+        Operand { data, strides, offset: offset + pad }
     }
     fn view(&self) -> TensorView<'_> {
         TensorView::from_slice_strided(&self.data, &SHAPE, Some(&self.strides), self.offset).unwrap()
@@ -94,8 +109,8 @@ const LAYOUTS: [&str; 5] = ["contiguous", "transposed", "broadcast", "sliced", "
 fn bench_dtype<T: Element>(c: &mut Criterion, dtype: &str, conv: fn(f32) -> T) {
     dlbridge_kernels_cpu::link();
     let reg = Registry::global();
-    let mut out: Vec<T> = values(R * C, conv);
-    let mut rows: Vec<T> = values(R, conv);
+    let (mut out, out_at) = aligned(R * C, conv);
+    let (mut rows, rows_at) = aligned(R, conv);
     for name in ["add", "relu", "gelu", "softmax", "sum", "mean"] {
         let k = reg.get(name).unwrap();
         let mut g = c.benchmark_group(format!("{name}/{dtype}"));
@@ -114,9 +129,9 @@ fn bench_dtype<T: Element>(c: &mut Criterion, dtype: &str, conv: fn(f32) -> T) {
                         None => vec![Arg::Tensor(x.view())],
                     };
                     let o = if reduces {
-                        TensorViewMut::from_slice_mut(&mut rows, &ROWS).unwrap()
+                        TensorViewMut::from_slice_mut(&mut rows[rows_at..rows_at + R], &ROWS).unwrap()
                     } else {
-                        TensorViewMut::from_slice_mut(&mut out, &SHAPE).unwrap()
+                        TensorViewMut::from_slice_mut(&mut out[out_at..out_at + R * C], &SHAPE).unwrap()
                     };
                     k.call(&mut args, &mut [o]).unwrap();
                     black_box(&out);

@@ -4,7 +4,7 @@
 //! strides, sliced with steps, negative strides): [`crate::strided`] walks them
 //! in memory order and hands each kernel runs of slices, which the loops here
 //! turn into vector code (runtime dispatch to AVX2 / AVX-512 with `pulp`). Work
-//! is split across rayon threads above [`PAR_MIN`] elements. An output that is
+//! is split across dlbridge's thread pool (see `threads`) above [`PAR_MIN`] elements. An output that is
 //! exactly an input (the registry refuses any other overlap) is computed in place.
 // Indexed loops on purpose: they stay inside pulp's `#[target_feature]` functions
 // (an iterator adaptor's `fold` may be left out of line, compiled for the baseline).
@@ -15,7 +15,7 @@ use dlbridge_registry::{Call, KernelOpts, register_kernel};
 
 use crate::num::{Compute, Real, Scalar};
 pub use crate::strided::PAR_MIN;
-use crate::strided::{Src, update_map, zip_map};
+use crate::strided::{RunKernel, Src, update_map, zip_map};
 
 /// A binary element operation. A trait method marked `inline(always)` rather
 /// than a closure or fn item: LLVM refuses to inline a large `Fn::call` (gelu on
@@ -84,15 +84,14 @@ impl<T: Scalar> Op1<T> for Relu {
     }
 }
 
-/// gelu with the exact erf, computed in `T::C`: `0.5 x (1 + erf(x / sqrt 2))`.
+/// gelu with the exact erf, computed in `T::C`: `0.5 x (1 + erf(x / sqrt 2))`
+/// ([`crate::num::gelu_f32`] for f32, f16 and bf16).
 #[derive(Clone, Copy, Debug)]
 pub struct Gelu;
 impl<T: Real> Op1<T> for Gelu {
     #[inline(always)]
     fn apply(self, x: T) -> T {
-        let c = x.up();
-        let half = <T::C as Compute>::of(0.5);
-        T::down(half * c * (<T::C as Compute>::ONE + (c * <T::C as Compute>::of(std::f64::consts::FRAC_1_SQRT_2)).erf()))
+        T::down(x.up().gelu())
     }
 }
 
@@ -185,35 +184,32 @@ fn run1<T: Scalar>(o: &mut [T], x: &Src<'_, T>, op: impl Op1<T>) {
     }
 }
 
-/// One run of [`run2`] for `pulp`'s dispatch: `with_simd` is `inline(always)`, so
-/// the loop (and the `inline(always)` element function) is compiled inside pulp's
-/// `#[target_feature]` function for AVX2 / AVX-512. (A closure would not do: its
-/// body is a separate function compiled for the baseline target.)
-struct Run2<'r, 's, T, F> {
-    o: &'r mut [T],
-    a: &'r Src<'s, T>,
-    b: &'r Src<'s, T>,
-    f: F,
-}
-impl<T: Scalar, F: Op2<T>> pulp::WithSimd for Run2<'_, '_, T, F> {
-    type Output = ();
+/// [`run2`] as a [`RunKernel`]: inlined, with the strided walk, into the function
+/// `pulp` compiles for AVX2 / AVX-512 (a closure would not do: its body is a
+/// separate function compiled for the baseline target).
+struct Run2<F>(F);
+impl<T: Scalar, F: Op2<T>> RunKernel<T, 2> for Run2<F> {
     #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _: S) {
-        run2(self.o, self.a, self.b, self.f)
+    fn run(&self, o: &mut [T], [a, b]: [Src<'_, T>; 2]) {
+        run2(o, &a, &b, self.0)
     }
 }
 
-/// One run of [`run1`] for `pulp`'s dispatch (see [`Run2`]).
-struct Run1<'r, 's, T, F> {
-    o: &'r mut [T],
-    x: &'r Src<'s, T>,
-    f: F,
-}
-impl<T: Scalar, F: Op1<T>> pulp::WithSimd for Run1<'_, '_, T, F> {
-    type Output = ();
+/// [`run1`] as a [`RunKernel`] (see [`Run2`]).
+struct Run1<F>(F);
+impl<T: Scalar, F: Op1<T>> RunKernel<T, 1> for Run1<F> {
     #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _: S) {
-        run1(self.o, self.x, self.f)
+    fn run(&self, o: &mut [T], [x]: [Src<'_, T>; 1]) {
+        run1(o, &x, self.0)
+    }
+}
+
+/// `o = o + alpha * x` (axpy) as a [`RunKernel`] for [`update_map`].
+struct AxpyRun<T>(T);
+impl<T: Scalar> RunKernel<T, 1> for AxpyRun<T> {
+    #[inline(always)]
+    fn run(&self, o: &mut [T], [x]: [Src<'_, T>; 1]) {
+        run2(o, &Src::Out, &x, Axpy(self.0))
     }
 }
 
@@ -231,8 +227,7 @@ pub fn map2<T: Scalar>(
 
 /// [`map2`] with an [`Op2`] (always inlined into the vector loop).
 pub fn map2_op<T: Scalar>(a: &TensorView<'_>, b: &TensorView<'_>, out: &mut TensorViewMut<'_>, f: impl Op2<T>) -> Result<()> {
-    let arch = pulp::Arch::new();
-    zip_map::<T, 2>(out, [a, b], |o, [x, y]| arch.dispatch(Run2 { o, a: &x, b: &y, f }))
+    zip_map::<T, 2>(out, [a, b], &Run2(f))
 }
 
 /// `out = f(x)` over any layouts of the same shape; `out` may be exactly `x`.
@@ -242,8 +237,7 @@ pub fn map1<T: Scalar>(x: &TensorView<'_>, out: &mut TensorViewMut<'_>, f: impl 
 
 /// [`map1`] with an [`Op1`] (always inlined into the vector loop).
 pub fn map1_op<T: Scalar>(x: &TensorView<'_>, out: &mut TensorViewMut<'_>, f: impl Op1<T>) -> Result<()> {
-    let arch = pulp::Arch::new();
-    zip_map::<T, 1>(out, [x], |o, [x]| arch.dispatch(Run1 { o, x: &x, f }))
+    zip_map::<T, 1>(out, [x], &Run1(f))
 }
 
 fn binary<T: Scalar>(call: &mut Call<'_, '_>, f: impl Op2<T>) -> Result<()> {
@@ -291,8 +285,7 @@ fn axpy<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
     let (ins, mut outs) = call.io();
     let (alpha, x, y) = (T::from_f64(ins.f64("alpha")?), ins.tensor("x")?, outs.take("y")?);
     // y is both an input (read first) and the output: y = y + alpha * x.
-    let arch = pulp::Arch::new();
-    update_map::<T, 1>(y, [x], |o, [x]| arch.dispatch(Run2 { o, a: &Src::Out, b: &x, f: Axpy(alpha) }))
+    update_map::<T, 1>(y, [x], &AxpyRun(alpha))
 }
 
 register_kernel!("add<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])",

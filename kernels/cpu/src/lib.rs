@@ -4,17 +4,19 @@
 //!
 //! | kernel | dtypes | notes |
 //! |--------|--------|-------|
-//! | add, sub, mul, div, maximum | f32 f64 f16 bf16 i32 i64 | any layouts (strided iterator: coalesced, memory order, tiled transposes); `out` may be an input |
-//! | relu, gelu | relu: all of the above; gelu: floats | exact erf gelu |
+//! | add, sub, mul, div, maximum | f32 f64 f16 bf16 i32 i64 | any layouts (strided iterator: coalesced, memory order, register-transposed tiles for transposed inputs, prefetched sliced rows); `out` may be an input |
+//! | relu, gelu | relu: all of the above; gelu: floats | gelu with erf as a rational approximation (f32 compute; abs. error 3.3e-7) |
 //! | axpy | f32 f64 f16 bf16 | `y += alpha * x` in place (`mut y`) |
-//! | sum, mean | sum: all; mean: floats | over the last dim; rows read in place when their stride is 1 |
+//! | sum, mean | sum: all; mean: floats | over the last dim; rows read in place when their stride is 1, a transposed input's rows summed vertically |
 //! | sum_all, mean_all | as above | over everything, 0-d result |
 //! | softmax | floats | last dim, max-subtracted |
 //! | matmul | f32 f64 | `gemm` crate, any strides |
 //! | copy | every byte-sized dtype | any layout in, any layout out |
 //!
-//! Multi-threaded with rayon above `PAR_MIN` elements (2^16), single-threaded
-//! below. Hot loops are compiled for the best instruction set the CPU has
+//! Multi-threaded above `PAR_MIN` elements (2^16), single-threaded below, on
+//! a rayon pool of dlbridge's own sized by the registry's thread budget
+//! (`DLBRIDGE_NUM_THREADS`; dlbridge-tch passes torch's thread count): see
+//! [`threads`]. Hot loops are compiled for the best instruction set the CPU has
 //! (SSE2 baseline, AVX2+FMA or AVX-512) through `pulp`'s runtime dispatch.
 //! Unsafe code lives in `matmul` (the `gemm` call) and `strided` (raw-pointer
 //! runs over validated strided views; its invariants open the module). Call [`link`] (the `dlbridge` facade does) so the linker keeps this
@@ -38,6 +40,7 @@ pub mod num;
 pub mod reduce;
 #[allow(unsafe_code)]
 mod strided;
+pub mod threads;
 
 /// Forces the linker to keep this crate (and so its `inventory` registrations).
 #[inline(never)]

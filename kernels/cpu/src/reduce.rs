@@ -5,12 +5,16 @@
 //! their stride is 1 (whatever the batch dims' strides: sliced, broadcast),
 //! and otherwise gather a few rows at a time into a per-thread buffer
 //! ([`crate::strided::map_rows`]); a row whose stride is 0 is one value
-//! repeated, summed without reading it N times. Rows run in parallel above
-//! [`PAR_MIN`] elements. Sums run in blocks of 1024 elements with 32
-//! independent lanes in the element's compute type (f32 for f32/f16/bf16, f64
-//! for f64: vector code, dispatched at run time to AVX2/AVX-512 with `pulp`),
-//! and add the block totals in a wide accumulator (f64 for floats, wrapping
-//! i64 for integers): as fast as a plain f32 sum, far more accurate than one.
+//! repeated, summed without reading it N times. When the input is transposed
+//! (its innermost batch dim has stride 1), sum and mean add blocks of 64
+//! adjacent rows vertically, one vector lane per row, without gathering. Rows
+//! run in parallel above [`PAR_MIN`] elements. Sums run in blocks of 1024
+//! elements with independent lanes in the element's compute type (f32 for
+//! f32/f16/bf16, f64 for f64: vector code, dispatched at run time to
+//! AVX2/AVX-512 with `pulp`; at most 32 elements per lane in a block, as in the
+//! vertical sums), and add the block totals in a wide accumulator (f64 for
+//! floats, wrapping i64 for integers): as fast as a plain f32 sum, far more
+//! accurate than one.
 //!
 //! The all-element reductions copy a strided input into row order first (one
 //! fallibly allocated copy: a broadcast input of 2^46 elements is an
@@ -24,11 +28,10 @@ use std::borrow::Cow;
 use dlbridge_core::half::{bf16, f16};
 use dlbridge_core::{Element, Result, TensorView, TensorViewMut};
 use dlbridge_registry::{Call, KernelOpts, register_kernel};
-use rayon::prelude::*;
 
 use crate::elementwise::PAR_MIN;
 use crate::num::{Compute, Real, Scalar};
-use crate::strided::map_rows;
+use crate::strided::{Cols, ROW_BLOCK, RowKernel, as_u32_pairs, map_rows};
 
 /// Elements that can be summed: in lanes of type `L`, block totals in `A`.
 pub trait Summable: Scalar {
@@ -54,14 +57,23 @@ pub trait Summable: Scalar {
     /// bf16; [`lane_sum`] otherwise).
     #[inline(always)]
     fn simd_sum<S: pulp::Simd>(_simd: S, x: &[Self]) -> Self::A {
-        lane_sum(x)
+        lane_sum::<Self, LANES>(x)
+    }
+    /// The totals of a block of a transposed input's rows, inside pulp's
+    /// dispatch (explicit SIMD for f32 and bf16; [`col_sums`] otherwise).
+    #[inline(always)]
+    fn simd_col_sums<S: pulp::Simd>(_simd: S, c: &Cols<'_, Self>, out: &mut [Self::A; ROW_BLOCK]) {
+        col_sums(c, out)
     }
 }
 
 macro_rules! summable_float {
-    ($($t:ty => $l:ty, $lane:expr $(, $simd:ident)?);*) => {$(
+    ($($t:ty => $l:ty, $lane:expr $(, $simd:ident, $cols:ident)?);*) => {$(
         impl Summable for $t {
             $(#[inline(always)] fn simd_sum<S: pulp::Simd>(simd: S, x: &[Self]) -> f64 { $simd(simd, x) })?
+            $(#[inline(always)] fn simd_col_sums<S: pulp::Simd>(simd: S, c: &Cols<'_, Self>, out: &mut [f64; ROW_BLOCK]) {
+                $cols(simd, c, out)
+            })?
             type L = $l;
             type A = f64;
             const AZ: f64 = 0.0;
@@ -74,7 +86,86 @@ macro_rules! summable_float {
         }
     )*};
 }
-summable_float!(f32 => f32, |x| x, simd_sum_f32; f64 => f64, |x| x; f16 => f32, f16::to_f32; bf16 => f32, crate::num::bf16_to_f32, simd_sum_bf16);
+summable_float!(f32 => f32, |x| x, simd_sum_f32, col_sums_f32; f64 => f64, |x| x; f16 => f32, f16::to_f32;
+                bf16 => f32, crate::num::bf16_to_f32, simd_sum_bf16, col_sums_bf16);
+
+/// The lanes of a vector of f32.
+#[inline(always)]
+fn lanes_f32<S: pulp::Simd>(v: &S::f32s) -> &[f32] {
+    pulp::bytemuck::cast_slice(std::slice::from_ref(v))
+}
+
+/// [`col_sums`] for f32 in explicit SIMD: four vectors of rows at a time, each
+/// accumulating [`LANES`] runs in f32 before the totals are widened to f64.
+#[inline(always)]
+fn col_sums_f32<S: pulp::Simd>(simd: S, c: &Cols<'_, f32>, out: &mut [f64; ROW_BLOCK]) {
+    let (n, l) = (c.n(), S::F32_LANES);
+    if c.width() != ROW_BLOCK || !ROW_BLOCK.is_multiple_of(4 * l) {
+        return col_sums(c, out);
+    }
+    *out = [0.0; ROW_BLOCK];
+    for g in (0..ROW_BLOCK).step_by(4 * l) {
+        let mut k = 0;
+        while k < n {
+            let end = n.min(k + LANES);
+            let z = simd.splat_f32s(0.0);
+            let (mut a0, mut a1, mut a2, mut a3) = (z, z, z, z);
+            while k < end {
+                let (v, _) = S::as_simd_f32s(&c.col(k)[g..g + 4 * l]);
+                a0 = simd.add_f32s(a0, v[0]);
+                a1 = simd.add_f32s(a1, v[1]);
+                a2 = simd.add_f32s(a2, v[2]);
+                a3 = simd.add_f32s(a3, v[3]);
+                k += 1;
+            }
+            for (j, a) in [a0, a1, a2, a3].iter().enumerate() {
+                for (i, &v) in lanes_f32::<S>(a).iter().enumerate() {
+                    out[g + j * l + i] += v as f64;
+                }
+            }
+        }
+    }
+}
+
+/// [`col_sums`] for bf16 in explicit SIMD: each run read as u32 words holding
+/// two neighbouring rows' elements (even row in the low half, odd row in the
+/// high half: [`simd_sum_bf16`]'s shift and mask), accumulated per row pair.
+#[inline(always)]
+fn col_sums_bf16<S: pulp::Simd>(simd: S, c: &Cols<'_, bf16>, out: &mut [f64; ROW_BLOCK]) {
+    let (n, l) = (c.n(), S::F32_LANES);
+    // 32 words per run; the runs must all be word-aligned (the stride is even).
+    let aligned = (0..n.min(2)).all(|k| as_u32_pairs(c.col(k)).0.is_empty());
+    if c.width() != ROW_BLOCK || !(ROW_BLOCK / 2).is_multiple_of(2 * l) || !aligned || cfg!(target_endian = "big") {
+        return col_sums(c, out);
+    }
+    *out = [0.0; ROW_BLOCK];
+    let (mask, sixteen) = (simd.splat_u32s(0xFFFF_0000), simd.splat_u32s(16));
+    for g in (0..ROW_BLOCK / 2).step_by(2 * l) {
+        let mut k = 0;
+        while k < n {
+            let end = n.min(k + LANES);
+            let z = simd.splat_f32s(0.0);
+            let (mut e0, mut o0, mut e1, mut o1) = (z, z, z, z);
+            while k < end {
+                let (_, words, _) = as_u32_pairs(c.col(k));
+                let (v, _) = S::as_simd_u32s(&words[g..g + 2 * l]);
+                e0 = simd.add_f32s(e0, simd.transmute_f32s_u32s(simd.wrapping_dyn_shl_u32s(v[0], sixteen)));
+                o0 = simd.add_f32s(o0, simd.transmute_f32s_u32s(simd.and_u32s(v[0], mask)));
+                e1 = simd.add_f32s(e1, simd.transmute_f32s_u32s(simd.wrapping_dyn_shl_u32s(v[1], sixteen)));
+                o1 = simd.add_f32s(o1, simd.transmute_f32s_u32s(simd.and_u32s(v[1], mask)));
+                k += 1;
+            }
+            for (j, (e, o)) in [(e0, o0), (e1, o1)].iter().enumerate() {
+                let (e, o) = (lanes_f32::<S>(e), lanes_f32::<S>(o));
+                for i in 0..l {
+                    let w = g + j * l + i;
+                    out[2 * w] += e[i] as f64;
+                    out[2 * w + 1] += o[i] as f64;
+                }
+            }
+        }
+    }
+}
 
 /// The sum of a slice of f32 in explicit SIMD: blocks of [`BLOCK`] elements in
 /// four vector accumulators (f32), block totals added in f64.
@@ -110,20 +201,47 @@ fn simd_sum_f32<S: pulp::Simd>(simd: S, x: &[f32]) -> f64 {
     total
 }
 
-/// bf16 blocks widened into an f32 buffer (a vectorised shift), then [`simd_sum_f32`].
+/// The sum of a slice of bf16, read as pairs of elements in u32 words (the
+/// sum does not care about order): the even element of a pair is the word
+/// shifted left by 16, the odd one the word with its low half cleared -- two
+/// vector ops per 32 elements, no widening shuffles. Blocks of [`BLOCK`]
+/// elements in four vector accumulators (f32), block totals in f64 (as
+/// [`simd_sum_f32`]).
 #[inline(always)]
 fn simd_sum_bf16<S: pulp::Simd>(simd: S, x: &[bf16]) -> f64 {
-    let mut buf = [0.0f32; 256];
+    let (head, pairs, tail) = as_u32_pairs(x);
     let mut total = 0.0f64;
+    for &v in head.iter().chain(tail) {
+        total += crate::num::bf16_to_f32(v) as f64;
+    }
+    let (mask, sixteen) = (simd.splat_u32s(0xFFFF_0000), simd.splat_u32s(16));
     let mut start = 0;
-    while start < x.len() {
-        let block = &x[start..x.len().min(start + 256)];
+    while start < pairs.len() {
+        let block = &pairs[start..pairs.len().min(start + BLOCK / 2)];
         start += block.len();
-        let b = &mut buf[..block.len()];
-        for i in 0..b.len() {
-            b[i] = crate::num::bf16_to_f32(block[i]);
+        let (words, rest) = S::as_simd_u32s(block);
+        let z = simd.splat_f32s(0.0);
+        let (mut a0, mut a1, mut a2, mut a3) = (z, z, z, z);
+        let full = words.len() / 2 * 2;
+        let mut i = 0;
+        while i < full {
+            let (u, v) = (words[i], words[i + 1]);
+            a0 = simd.add_f32s(a0, simd.transmute_f32s_u32s(simd.wrapping_dyn_shl_u32s(u, sixteen)));
+            a1 = simd.add_f32s(a1, simd.transmute_f32s_u32s(simd.and_u32s(u, mask)));
+            a2 = simd.add_f32s(a2, simd.transmute_f32s_u32s(simd.wrapping_dyn_shl_u32s(v, sixteen)));
+            a3 = simd.add_f32s(a3, simd.transmute_f32s_u32s(simd.and_u32s(v, mask)));
+            i += 2;
         }
-        total += simd_sum_f32(simd, b);
+        if i < words.len() {
+            let u = words[i];
+            a0 = simd.add_f32s(a0, simd.transmute_f32s_u32s(simd.wrapping_dyn_shl_u32s(u, sixteen)));
+            a1 = simd.add_f32s(a1, simd.transmute_f32s_u32s(simd.and_u32s(u, mask)));
+        }
+        let mut s = simd.reduce_sum_f32s(simd.add_f32s(simd.add_f32s(a0, a1), simd.add_f32s(a2, a3)));
+        for &v in rest {
+            s += f32::from_bits(v << 16) + f32::from_bits(v & 0xFFFF_0000);
+        }
+        total += s as f64;
     }
     total
 }
@@ -145,32 +263,35 @@ macro_rules! summable_int {
 }
 summable_int!(i32, i64);
 
-/// Lanes per block sum (4 AVX-512 registers of f32: enough to hide the add latency).
+/// Lanes per block sum (two AVX-512 registers of f32).
 const LANES: usize = 32;
+/// Lanes of softmax's max (4 AVX-512 registers of f32: independent chains).
+const MAX_LANES: usize = 64;
 /// Elements per block before the lanes are folded into the wide accumulator.
 const BLOCK: usize = 1024;
 
-/// Sum of a slice: blocks of [`BLOCK`] elements summed in [`LANES`] independent
-/// lanes of `T::L`, block totals added in `T::A`. (Integers wrap: lanes of i64
-/// wrap like the total would.)
+/// Sum of a slice: blocks of [`BLOCK`] elements summed in `W` independent
+/// lanes of `T::L` ([`LANES`], or 64 where widening each element costs more than
+/// the add), block totals added in `T::A`. (Integers wrap: lanes of i64 wrap
+/// like the total would.)
 #[inline(always)]
-fn lane_sum<T: Summable>(x: &[T]) -> T::A {
+fn lane_sum<T: Summable, const W: usize>(x: &[T]) -> T::A {
     let mut total = T::AZ;
     let mut start = 0;
     while start < x.len() {
         let block = &x[start..x.len().min(start + BLOCK)];
         start += block.len();
-        let mut lanes = [T::L::default(); LANES];
-        let full = block.len() / LANES * LANES;
+        let mut lanes = [T::L::default(); W];
+        let full = block.len() / W * W;
         let mut i = 0;
         while i < full {
-            let c = &block[i..i + LANES];
-            for l in 0..LANES {
+            let c: &[T; W] = block[i..i + W].try_into().expect("W elements");
+            for l in 0..W {
                 lanes[l] = lanes[l] + c[l].lane();
             }
-            i += LANES;
+            i += W;
         }
-        let mut w = LANES;
+        let mut w = W;
         while w > 1 {
             w /= 2;
             for l in 0..w {
@@ -191,7 +312,7 @@ fn par_sum<T: Summable>(x: &[T]) -> T::A {
     if x.len() < PAR_MIN {
         arch.dispatch(LaneSum(x))
     } else {
-        x.par_chunks(PAR_MIN).map(|c| arch.dispatch(LaneSum(c))).reduce(|| T::AZ, T::plus)
+        crate::threads::map_reduce_chunks(x, PAR_MIN, |c| arch.dispatch(LaneSum(c)), || T::AZ, T::plus)
     }
 }
 
@@ -223,33 +344,88 @@ impl<T: Summable> pulp::WithSimd for LaneSum<'_, T> {
     }
 }
 
-/// [`softmax_row`] for `pulp`'s dispatch.
-struct SoftmaxRow<'r, T: Real>(&'r [T], &'r mut [T], &'r mut [T::C]);
-impl<T: Real> pulp::WithSimd for SoftmaxRow<'_, T> {
-    type Output = ();
-    #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _: S) {
-        softmax_row(self.0, self.1, self.2)
+/// `T::A` of one row, inside `pulp`'s dispatch: `row` is the whole row, or its
+/// one value when the row has stride 0 (then `n` is its length).
+#[inline(always)]
+fn row_total<T: Summable, S: pulp::Simd>(simd: S, row: &[T], n: usize) -> T::A {
+    if row.len() < n { row[0].times(n) } else { T::simd_sum(simd, row) }
+}
+
+/// Totals of the rows of a transposed input's block, read a whole run (element
+/// k of every row) at a time: runs of up to [`LANES`] elements of each row are
+/// added in `T::L` (one lane per row: vector adds down the block), their
+/// totals in `T::A` -- the same accuracy as [`lane_sum`]'s lanes.
+#[inline(always)]
+fn col_sums<T: Summable>(c: &Cols<'_, T>, out: &mut [T::A; ROW_BLOCK]) {
+    let (n, w) = (c.n(), c.width());
+    *out = [T::AZ; ROW_BLOCK];
+    if w == ROW_BLOCK {
+        // A full block: fixed-size loops, so the lanes stay in vector registers.
+        let mut k = 0;
+        while k < n {
+            let end = n.min(k + LANES);
+            let mut lanes = [T::L::default(); ROW_BLOCK];
+            while k < end {
+                let col: &[T; ROW_BLOCK] = c.col(k).try_into().expect("a full block");
+                for i in 0..ROW_BLOCK {
+                    lanes[i] = lanes[i] + col[i].lane();
+                }
+                k += 1;
+            }
+            for i in 0..ROW_BLOCK {
+                out[i] = T::plus(out[i], T::widen(lanes[i]));
+            }
+        }
+        return;
+    }
+    let out = &mut out[..w];
+    let mut lanes = [T::L::default(); ROW_BLOCK];
+    let lanes = &mut lanes[..w];
+    let mut k = 0;
+    while k < n {
+        let end = n.min(k + LANES);
+        lanes.fill(T::L::default());
+        while k < end {
+            let col = &c.col(k)[..w];
+            for i in 0..w {
+                lanes[i] = lanes[i] + col[i].lane();
+            }
+            k += 1;
+        }
+        for i in 0..w {
+            out[i] = T::plus(out[i], T::widen(lanes[i]));
+        }
     }
 }
 
-/// `T::A` of one row: `row` is the whole row, or its one value when the row has
-/// stride 0 (then `n` is its length).
-#[inline]
-fn row_total<T: Summable>(arch: pulp::Arch, row: &[T], n: usize) -> T::A {
-    if row.len() < n { row[0].times(n) } else { arch.dispatch(LaneSum(row)) }
+/// sum (`MEAN = false`) or mean (`MEAN = true`) over the last dim.
+struct SumRows<const MEAN: bool>;
+impl<T: Summable + Default, const MEAN: bool> RowKernel<T, T> for SumRows<MEAN> {
+    type S = u8;
+    const ORDER_FREE: bool = true;
+    #[inline(always)]
+    fn row<V: pulp::Simd>(&self, simd: V, x: &[T], n: usize, y: &mut [T], _: &mut [u8]) {
+        let total = row_total(simd, x, n);
+        y[0] = if MEAN { T::mean(total, n) } else { T::fin(total) };
+    }
+    #[inline(always)]
+    fn cols<V: pulp::Simd>(&self, simd: V, c: &Cols<'_, T>, y: &mut [T]) {
+        let mut acc = [T::AZ; ROW_BLOCK];
+        T::simd_col_sums(simd, c, &mut acc);
+        for (y, &a) in y.iter_mut().zip(&acc) {
+            *y = if MEAN { T::mean(a, c.n()) } else { T::fin(a) };
+        }
+    }
 }
 
 fn sum<T: Summable + Default>(call: &mut Call<'_, '_>) -> Result<()> {
     let (x, out) = io(call)?;
-    let arch = pulp::Arch::new();
-    map_rows::<T, T, u8>(x, out, 0, true, |r, n, o, _| o[0] = T::fin(row_total(arch, r, n)))
+    map_rows::<T, T, _>(x, out, 0, &SumRows::<false>)
 }
 
 fn mean<T: Summable + Default>(call: &mut Call<'_, '_>) -> Result<()> {
     let (x, out) = io(call)?;
-    let arch = pulp::Arch::new();
-    map_rows::<T, T, u8>(x, out, 0, true, |r, n, o, _| o[0] = T::mean(row_total(arch, r, n), n))
+    map_rows::<T, T, _>(x, out, 0, &SumRows::<true>)
 }
 
 fn sum_all<T: Summable>(call: &mut Call<'_, '_>) -> Result<()> {
@@ -265,7 +441,7 @@ fn mean_all<T: Summable>(call: &mut Call<'_, '_>) -> Result<()> {
     write_out(out, std::iter::once(T::mean(total, data.len())))
 }
 
-/// Numerically stable softmax of one row: the max (32 lanes), then e^(x - max)
+/// Numerically stable softmax of one row: the max (64 lanes), then e^(x - max)
 /// into the f32/f64 scratch row with its sum accumulated in the same pass (32
 /// lanes), then the scaled, rounded output. Plain loops the compiler
 /// vectorises ([`crate::num::exp_f32`] is branch-free); a NaN anywhere makes the
@@ -276,25 +452,34 @@ fn softmax_row<T: Real>(x: &[T], y: &mut [T], tmp: &mut [T::C]) {
     let (y, tmp) = (&mut y[..n], &mut tmp[..n]);
     let neg = <T::C as Compute>::NEG_INF;
     let zero = <T::C as Compute>::ZERO;
-    let full = n / LANES * LANES;
-    let mut lanes = [neg; LANES];
+    // The max in MAX_LANES independent lanes (a plain `>` select: one vector max per
+    // lane group, no dependency chain through NaN checks). A NaN is skipped here and
+    // turns the row into NaN in the next pass (e^(NaN - m) is NaN, so is the sum).
+    let wide = n / MAX_LANES * MAX_LANES;
+    let mut lanes = [neg; MAX_LANES];
     let mut i = 0;
-    while i < full {
-        let c = &x[i..i + LANES];
-        for l in 0..LANES {
+    while i < wide {
+        let c = &x[i..i + MAX_LANES];
+        for l in 0..MAX_LANES {
             let v = c[l].up();
-            lanes[l] = if v > lanes[l] || v.is_nan() { v } else { lanes[l] };
+            lanes[l] = if v > lanes[l] { v } else { lanes[l] };
         }
-        i += LANES;
+        i += MAX_LANES;
     }
-    let mut m = neg;
-    for l in 0..LANES {
-        m = if lanes[l] > m || lanes[l].is_nan() { lanes[l] } else { m };
+    // A tree over the lanes (vector maxes), not a scalar fold of MAX_LANES values.
+    let mut w = MAX_LANES;
+    while w > 1 {
+        w /= 2;
+        for l in 0..w {
+            lanes[l] = if lanes[l + w] > lanes[l] { lanes[l + w] } else { lanes[l] };
+        }
     }
-    for &v in &x[full..] {
+    let mut m = lanes[0];
+    for &v in &x[wide..] {
         let v = v.up();
-        m = if v > m || v.is_nan() { v } else { m };
+        m = if v > m { v } else { m };
     }
+    let full = n / LANES * LANES;
     let mut acc = [zero; LANES];
     let mut i = 0;
     while i < full {
@@ -334,8 +519,21 @@ where
         return Ok(());
     }
     let n = x.shape().last().copied().unwrap_or(1) as usize;
-    let arch = pulp::Arch::new();
-    map_rows::<T, T, T::C>(x, out, n, false, |r, _, o, tmp| arch.dispatch(SoftmaxRow(r, o, tmp)))
+    map_rows::<T, T, _>(x, out, n, &SoftmaxRows)
+}
+
+/// [`softmax_row`] on every row.
+struct SoftmaxRows;
+impl<T: Real + Default> RowKernel<T, T> for SoftmaxRows
+where
+    T::C: Default,
+{
+    type S = T::C;
+    const ORDER_FREE: bool = false;
+    #[inline(always)]
+    fn row<V: pulp::Simd>(&self, _: V, x: &[T], _: usize, y: &mut [T], tmp: &mut [T::C]) {
+        softmax_row(x, y, tmp)
+    }
 }
 
 register_kernel!("sum<T: f32|f64|f16|bf16|i32|i64>(x: T[...B, N]) -> (y: T[...B])",

@@ -7,14 +7,26 @@
 //! (elementwise work does not care about order), dims are sorted by the
 //! output's strides (so the output, and any operand laid out like it, is walked
 //! in memory order), and neighbours that are contiguous with respect to each
-//! other in every operand are merged. When an input is transposed with
-//! respect to the output (its unit stride sits on another dim), that dim is
-//! moved next to the innermost one and the innermost dim is cut into tiles, so
-//! the transposed reads stay in cache. The kernel then sees runs: the output
+//! other in every operand are merged. The kernel then sees runs: the output
 //! as a `&mut [T]` and every input as a [`Src`]: a slice (inner stride 1), a
 //! scalar (inner stride 0), the output itself (an exactly aliased input), or a
-//! slice gathered into a small buffer (any other stride, negative included).
-//! Runs are split across rayon above [`PAR_MIN`] elements.
+//! slice read through a per-thread buffer:
+//! * an input transposed with respect to the output (its unit stride on
+//!   another dim): that dim is moved next to the innermost one, and the input
+//!   is read in tiles of [`TILE`] source rows x one cache line, moved with 8x8
+//!   (4x4 for 8-byte elements) register transposes ([`transpose_into`]);
+//! * stride -1: reversed with vector permutes; any other stride: gathered.
+//!
+//! Runs are walked by a cursor (no division per run) inside one `pulp`
+//! dispatch per thread ([`RunKernel`], [`RowKernel`]): the walk and the
+//! kernel's loop are one function compiled for AVX2 / AVX-512, so a run of a
+//! broadcast or sliced operand costs little more than its loop. When
+//! consecutive runs of a contiguous operand have gaps between them (rows of a
+//! sliced tensor), the hardware prefetcher stops at each gap: the next run is
+//! prefetched a piece at a time while the current one is computed. The
+//! last-dim reductions read a transposed input's adjacent rows as [`Cols`]
+//! (vertical sums) or transpose blocks of them into a row buffer (softmax).
+//! Runs and rows are split across dlbridge's thread pool (`threads`) above [`PAR_MIN`] elements.
 //!
 //! Invariants: every view here was validated by dlbridge-core (its layout's
 //! logical elements all lie in its extent of host memory, readable for the
@@ -37,20 +49,27 @@
 use std::mem::size_of;
 
 use dlbridge_core::{Element, Error, Result, TensorView, TensorViewMut};
-use rayon::prelude::*;
 use smallvec::SmallVec;
 
 /// Below this many elements a kernel runs on the calling thread.
 pub const PAR_MIN: usize = 1 << 16;
 /// Longest run when nothing needs gathering (elements).
 const CHUNK: usize = 1 << 14;
-/// Longest run when something is gathered or tiled (the gather buffers' length).
-const BUF: usize = 256;
-/// Run length along the innermost dim when an input is transposed: its reads
-/// touch one page per element, so a run must stay within the L1 TLB.
-const TILE: usize = 64;
-/// Runs (along dims[1]) read together as one tile of a transposed input.
-const TILE_ROWS: usize = 16;
+/// Longest run when something is gathered or reversed (the length of the
+/// per-thread buffers).
+const BUF: usize = 1 << 10;
+/// A cache line.
+const LINE: usize = 64;
+/// Width of a tile of a transposed input (elements along the output's
+/// contiguous dim, i.e. source rows of the input); a tile is one cache line of
+/// each source row, so every line is read once, whole. Measured on 4096x1024
+/// f32: 256 source rows per tile beat 64 (more runs) and 1024 (more pages
+/// and cache sets in flight).
+const TILE: usize = 256;
+/// Bytes computed between prefetches of the next run (when runs have gaps).
+const PIECE: usize = 1 << 10;
+/// Bytes of the next row prefetched by [`map_rows`] (when rows have gaps).
+const ROW_PREFETCH: usize = 1 << 13;
 /// At most this many operands (the output and three inputs).
 const MAX_OPS: usize = 4;
 
@@ -82,7 +101,7 @@ struct Plan {
     /// Run length along dims[0].
     block: usize,
     /// Whether some input is transposed with respect to the output (its unit
-    /// stride is on dims[1]): dims[0] is cut into tiles of [`TILE`].
+    /// stride is on dims[1]): dims[0] is cut into tiles [`TILE`] wide.
     tiled: bool,
 }
 
@@ -168,28 +187,128 @@ impl Plan {
         self.blocks0() * self.dims[1..].iter().map(|d| d.n).product::<usize>()
     }
 
-    /// Element offsets of run `r`'s first element in every operand, and its length.
-    /// Order: dims[1] fastest (so tiles of a transposed operand are reused), then
-    /// the block of dims[0], then dims[2..].
-    fn run(&self, r: usize) -> ([isize; MAX_OPS], usize) {
-        let mut off = self.base;
-        let mut rest = r;
-        let (n1, nb) = (self.dims[1].n, self.blocks0());
-        let j = rest % n1;
-        rest /= n1;
-        let b = rest % nb;
-        rest /= nb;
+    /// The two innermost axes of the run order, fastest first, as (count,
+    /// stride per operand): the blocks of dims[0] and dims[1] -- blocks first
+    /// (memory order), or dims[1] first when tiled (the runs of a tile).
+    fn axes(&self) -> [(usize, [isize; MAX_OPS]); 2] {
+        let d1 = self.dims[1];
+        let mut sb = [0isize; MAX_OPS];
         for op in 0..self.k {
-            off[op] += (b * self.block) as isize * self.dims[0].s[op] + j as isize * self.dims[1].s[op];
+            sb[op] = self.block as isize * self.dims[0].s[op];
         }
-        for d in &self.dims[2..] {
-            let i = rest % d.n;
-            rest /= d.n;
-            for op in 0..self.k {
-                off[op] += i as isize * d.s[op];
+        let blocks = (self.blocks0(), sb);
+        if self.tiled { [(d1.n, d1.s), blocks] } else { [blocks, (d1.n, d1.s)] }
+    }
+}
+
+/// A position in a plan's runs, stepped without divisions: the run's index on
+/// the two innermost axes ([`Plan::axes`]) and on dims[2..], and its first
+/// element's offset in every operand.
+#[derive(Debug)]
+struct Cursor<'p> {
+    plan: &'p Plan,
+    axes: [(usize, [isize; MAX_OPS]); 2],
+    idx: [usize; 2],
+    outer: SmallVec<[usize; 8]>,
+    off: [isize; MAX_OPS],
+}
+
+impl<'p> Cursor<'p> {
+    /// At run `r`.
+    fn new(plan: &'p Plan, r: usize) -> Cursor<'p> {
+        let axes = plan.axes();
+        if r == 0 {
+            // The first run (the only start on one thread): no divisions.
+            let outer = SmallVec::from_elem(0, plan.dims.len() - 2);
+            return Cursor { plan, axes, idx: [0; 2], outer, off: plan.base };
+        }
+        let mut off = plan.base;
+        let mut rest = r;
+        let mut idx = [0usize; 2];
+        for (a, &(n, st)) in axes.iter().enumerate() {
+            idx[a] = rest % n;
+            rest /= n;
+            for op in 0..plan.k {
+                off[op] += idx[a] as isize * st[op];
             }
         }
-        (off, self.block.min(self.dims[0].n - b * self.block))
+        let outer = plan.dims[2..]
+            .iter()
+            .map(|d| {
+                let i = rest % d.n;
+                rest /= d.n;
+                for op in 0..plan.k {
+                    off[op] += i as isize * d.s[op];
+                }
+                i
+            })
+            .collect();
+        Cursor { plan, axes, idx, outer, off }
+    }
+
+    /// The current run's length.
+    #[inline(always)]
+    fn len(&self) -> usize {
+        let b = self.idx[usize::from(self.plan.tiled)];
+        self.plan.block.min(self.plan.dims[0].n - b * self.plan.block)
+    }
+
+    /// The index along dims[1] (the fastest axis when tiled).
+    #[inline(always)]
+    fn j(&self) -> usize {
+        self.idx[usize::from(!self.plan.tiled)]
+    }
+
+    /// The next run's offsets, when it is on the same outer index (else None).
+    #[inline(always)]
+    fn peek(&self) -> Option<[isize; MAX_OPS]> {
+        let [(n0, s0), (n1, s1)] = self.axes;
+        let mut off = self.off;
+        if self.idx[0] + 1 < n0 {
+            for op in 0..self.plan.k {
+                off[op] += s0[op];
+            }
+        } else if self.idx[1] + 1 < n1 {
+            for op in 0..self.plan.k {
+                off[op] += s1[op] - (n0 as isize - 1) * s0[op];
+            }
+        } else {
+            return None;
+        }
+        Some(off)
+    }
+
+    /// Steps to the next run.
+    #[inline(always)]
+    fn advance(&mut self) {
+        let k = self.plan.k;
+        for a in 0..2 {
+            let (n, st) = self.axes[a];
+            self.idx[a] += 1;
+            if self.idx[a] < n {
+                for op in 0..k {
+                    self.off[op] += st[op];
+                }
+                return;
+            }
+            self.idx[a] = 0;
+            for op in 0..k {
+                self.off[op] -= (n as isize - 1) * st[op];
+            }
+        }
+        for (i, d) in self.outer.iter_mut().zip(&self.plan.dims[2..]) {
+            *i += 1;
+            if *i < d.n {
+                for op in 0..k {
+                    self.off[op] += d.s[op];
+                }
+                return;
+            }
+            *i = 0;
+            for op in 0..k {
+                self.off[op] -= (d.n as isize - 1) * d.s[op];
+            }
+        }
     }
 }
 
@@ -212,10 +331,8 @@ unsafe fn gather<T: Element>(p: *const T, s: isize, len: usize, buf: &mut [T]) {
     let buf = &mut buf[..len];
     if s == -1 {
         // SAFETY: the caller's addresses are p - (len-1) ..= p, contiguous.
-        let src = unsafe { std::slice::from_raw_parts(p.offset(1 - len as isize), len) };
-        for (o, &v) in buf.iter_mut().zip(src.iter().rev()) {
-            *o = v;
-        }
+        let src = unsafe { std::slice::from_raw_parts(p.wrapping_offset(1 - len as isize), len) };
+        reverse_into(src, buf);
     } else {
         for (i, o) in buf.iter_mut().enumerate() {
             // SAFETY: p + i*s for i < len is readable (caller contract).
@@ -224,34 +341,519 @@ unsafe fn gather<T: Element>(p: *const T, s: isize, len: usize, buf: &mut [T]) {
     }
 }
 
-/// `f(out_run, input_runs)` over every element of `out` and the inputs (same
-/// shape as `out`, any strides; an input may be exactly `out`). Runs are split
-/// across rayon above [`PAR_MIN`] elements.
+/// A slice of 2-byte elements as its unaligned head, its middle read as u32
+/// words (two elements each; on a little-endian machine the first of the two
+/// in the low half) and its tail.
+pub fn as_u32_pairs<T: Element>(x: &[T]) -> (&[T], &[u32], &[T]) {
+    assert_eq!(size_of::<T>(), 2, "as_u32_pairs: 2-byte elements only");
+    // SAFETY: an `Element` is plain bits without padding (every bit pattern valid, all
+    // bytes initialised), and so is u32; `align_to` splits at u32 alignment and keeps
+    // every length in bounds. The words borrow the same (shared) memory.
+    unsafe { x.align_to::<u32>() }
+}
+
+/// `dst[i] = src[len - 1 - i]` (vector permutes where the CPU has AVX2).
+#[inline]
+fn reverse_into<T: Element>(src: &[T], dst: &mut [T]) {
+    #[cfg(target_arch = "x86_64")]
+    if simd::avx2() {
+        // SAFETY: the CPU has AVX2 (checked at run time).
+        return unsafe { simd::reverse(src, dst) };
+    }
+    for (o, &v) in dst.iter_mut().zip(src.iter().rev()) {
+        *o = v;
+    }
+}
+
+/// `dst[j * ld + i] = src[i * sa + j]` for `i < rows`, `j < cols`: a block whose
+/// source rows are contiguous, written transposed (source columns become rows).
+/// Register transposes where the CPU has them (8x8 for 2- and 4-byte elements,
+/// 4x4 for 8-byte ones), the block's source rows read 8 (or 4) at a time, each
+/// row's `cols` elements together (a tile is one cache line of each row).
+///
+/// # Safety
+/// For every `i < rows`, `src + i * sa + j` (`j < cols`) must address readable,
+/// initialised `T`s that nobody writes during the call.
+#[inline]
+unsafe fn transpose_into<T: Element>(src: *const T, sa: isize, rows: usize, cols: usize, dst: &mut [T], ld: usize) {
+    if rows == 0 || cols == 0 {
+        return;
+    }
+    assert!(rows <= ld && (cols - 1) * ld + rows <= dst.len(), "transpose_into: destination too small");
+    #[cfg(target_arch = "x86_64")]
+    {
+        let d = dst.as_mut_ptr();
+        // In all three arms: the source as the caller promises; the destination's
+        // elements j * ld + i (i < rows <= ld, j < cols) lie in `dst` (asserted above),
+        // which is exclusively borrowed, so it does not overlap the (shared) source. An
+        // `Element` is plain bits of its size, so it moves as a u16 / u32 / u64 (the
+        // loads and stores are unaligned ones).
+        match size_of::<T>() {
+            // SAFETY: see above (SSE2 is part of the x86-64 baseline).
+            2 => return unsafe { simd::transpose16(src.cast(), sa, rows, cols, d.cast(), ld) },
+            // SAFETY: see above; the CPU has AVX (checked).
+            4 if simd::avx() => return unsafe { simd::transpose32(src.cast(), sa, rows, cols, d.cast(), ld) },
+            // SAFETY: see above; the CPU has AVX (checked).
+            8 if simd::avx() => return unsafe { simd::transpose64(src.cast(), sa, rows, cols, d.cast(), ld) },
+            _ => {}
+        }
+    }
+    for i in 0..rows {
+        for j in 0..cols {
+            // SAFETY: element j of source row i (caller contract).
+            dst[j * ld + i] = unsafe { *src.offset(i as isize * sa + j as isize) };
+        }
+    }
+}
+
+/// Register transposes and reversals for x86-64 (SSE2 is part of the baseline;
+/// AVX and AVX2 are detected at run time by the callers).
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    use std::arch::x86_64::*;
+
+    pub(super) fn avx() -> bool {
+        std::arch::is_x86_feature_detected!("avx")
+    }
+
+    pub(super) fn avx2() -> bool {
+        std::arch::is_x86_feature_detected!("avx2")
+    }
+
+    /// [`super::reverse_into`], compiled for AVX2 (the loop becomes vector loads,
+    /// lane permutes and stores).
+    #[target_feature(enable = "avx2")]
+    pub(super) fn reverse<T: Copy>(src: &[T], dst: &mut [T]) {
+        for (o, &v) in dst.iter_mut().zip(src.iter().rev()) {
+            *o = v;
+        }
+    }
+
+    /// Hints the cache line at `p` into L1.
+    #[inline]
+    #[target_feature(enable = "sse")]
+    pub(super) fn prefetch(p: *const u8) {
+        _mm_prefetch::<_MM_HINT_T0>(p.cast());
+    }
+
+    /// Source rows this far ahead are prefetched: a transposed operand's rows are
+    /// often a power of two apart, so their lines share a few cache sets, and what is
+    /// fetched much earlier is evicted before use.
+    const PREFETCH: usize = 32;
+
+    /// Hints the first and last cache line of source rows `from..to` into L1.
+    #[inline]
+    #[target_feature(enable = "sse")]
+    fn prefetch_rows<U>(src: *const U, sa: isize, from: usize, to: usize, cols: usize) {
+        for i in from..to {
+            let p = src.wrapping_offset(i as isize * sa);
+            // A prefetch never faults, whatever the address (and these are inside the block).
+            _mm_prefetch::<_MM_HINT_T1>(p.cast());
+            _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(cols - 1).cast());
+        }
+    }
+
+    /// Scalar copy of the block's rows `i0..rows` x columns `0..cols`, and columns
+    /// `jr..cols` of rows `0..i0`, where `done = (i0, jr)` (what the register blocks
+    /// left).
+    ///
+    /// # Safety
+    /// As [`transpose32`].
+    #[inline(always)]
+    unsafe fn edges<U: Copy>(src: *const U, sa: isize, rows: usize, cols: usize, dst: *mut U, ld: usize, done: (usize, usize)) {
+        let (i0, jr) = done;
+        for i in 0..rows {
+            let j_from = if i < i0 { jr } else { 0 };
+            for j in j_from..cols {
+                // SAFETY: element j of source row i, and slot j * ld + i of the destination
+                // (caller contract).
+                unsafe { *dst.add(j * ld + i) = *src.offset(i as isize * sa + j as isize) };
+            }
+        }
+    }
+
+    /// `dst[j * ld + i] = src[i * sa + j]` for 32-bit elements, 8x8 blocks in AVX registers.
+    ///
+    /// # Safety
+    /// Source rows `i < rows` readable for `cols` elements at `src + i * sa`;
+    /// `dst + j * ld + i` (`i < rows`, `j < cols`) writable, disjoint from the
+    /// source; the CPU has AVX.
+    #[target_feature(enable = "avx")]
+    pub(super) unsafe fn transpose32(src: *const u32, sa: isize, rows: usize, cols: usize, dst: *mut u32, ld: usize) {
+        let (s, d) = (src.cast::<f32>(), dst.cast::<f32>());
+        let (rb, cb) = (rows / 8 * 8, cols / 8 * 8);
+        for i0 in (0..rb).step_by(8) {
+            prefetch_rows(src, sa, i0 + PREFETCH, (i0 + PREFETCH + 8).min(rows), cols);
+            for j0 in (0..cb).step_by(8) {
+                let at = |k: usize| s.wrapping_offset((i0 + k) as isize * sa + j0 as isize);
+                // SAFETY: elements j0..j0+8 of source rows i0..i0+8 (inside the block).
+                let r = unsafe {
+                    [
+                        _mm256_loadu_ps(at(0)),
+                        _mm256_loadu_ps(at(1)),
+                        _mm256_loadu_ps(at(2)),
+                        _mm256_loadu_ps(at(3)),
+                        _mm256_loadu_ps(at(4)),
+                        _mm256_loadu_ps(at(5)),
+                        _mm256_loadu_ps(at(6)),
+                        _mm256_loadu_ps(at(7)),
+                    ]
+                };
+                // Lane-wise moves only (no arithmetic): any bit pattern passes unchanged.
+                let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+                let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+                let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+                let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+                let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+                let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+                let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+                let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+                let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+                let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+                let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+                let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+                let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+                let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+                let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+                let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+                let o = [
+                    _mm256_permute2f128_ps::<0x20>(u0, u4),
+                    _mm256_permute2f128_ps::<0x20>(u1, u5),
+                    _mm256_permute2f128_ps::<0x20>(u2, u6),
+                    _mm256_permute2f128_ps::<0x20>(u3, u7),
+                    _mm256_permute2f128_ps::<0x31>(u0, u4),
+                    _mm256_permute2f128_ps::<0x31>(u1, u5),
+                    _mm256_permute2f128_ps::<0x31>(u2, u6),
+                    _mm256_permute2f128_ps::<0x31>(u3, u7),
+                ];
+                for (k, v) in o.into_iter().enumerate() {
+                    // SAFETY: destination row j0 + k, slots i0..i0+8 (inside the block).
+                    unsafe { _mm256_storeu_ps(d.add((j0 + k) * ld + i0), v) };
+                }
+            }
+        }
+        // SAFETY: the rest of the same block (caller contract).
+        unsafe { edges(src, sa, rows, cols, dst, ld, (rb, cb)) };
+    }
+
+    /// [`transpose32`] for 16-bit elements: 8x8 blocks in SSE2 registers.
+    ///
+    /// # Safety
+    /// As [`transpose32`] (SSE2 is part of the x86-64 baseline).
+    #[target_feature(enable = "sse2")]
+    pub(super) unsafe fn transpose16(src: *const u16, sa: isize, rows: usize, cols: usize, dst: *mut u16, ld: usize) {
+        let (rb, cb) = (rows / 8 * 8, cols / 8 * 8);
+        for i0 in (0..rb).step_by(8) {
+            prefetch_rows(src, sa, i0 + PREFETCH, (i0 + PREFETCH + 8).min(rows), cols);
+            for j0 in (0..cb).step_by(8) {
+                let at = |k: usize| src.wrapping_offset((i0 + k) as isize * sa + j0 as isize).cast::<__m128i>();
+                // SAFETY: elements j0..j0+8 of source rows i0..i0+8 (inside the block).
+                let r = unsafe {
+                    [
+                        _mm_loadu_si128(at(0)),
+                        _mm_loadu_si128(at(1)),
+                        _mm_loadu_si128(at(2)),
+                        _mm_loadu_si128(at(3)),
+                        _mm_loadu_si128(at(4)),
+                        _mm_loadu_si128(at(5)),
+                        _mm_loadu_si128(at(6)),
+                        _mm_loadu_si128(at(7)),
+                    ]
+                };
+                let a0 = _mm_unpacklo_epi16(r[0], r[1]);
+                let a1 = _mm_unpackhi_epi16(r[0], r[1]);
+                let a2 = _mm_unpacklo_epi16(r[2], r[3]);
+                let a3 = _mm_unpackhi_epi16(r[2], r[3]);
+                let a4 = _mm_unpacklo_epi16(r[4], r[5]);
+                let a5 = _mm_unpackhi_epi16(r[4], r[5]);
+                let a6 = _mm_unpacklo_epi16(r[6], r[7]);
+                let a7 = _mm_unpackhi_epi16(r[6], r[7]);
+                let b0 = _mm_unpacklo_epi32(a0, a2);
+                let b1 = _mm_unpackhi_epi32(a0, a2);
+                let b2 = _mm_unpacklo_epi32(a1, a3);
+                let b3 = _mm_unpackhi_epi32(a1, a3);
+                let b4 = _mm_unpacklo_epi32(a4, a6);
+                let b5 = _mm_unpackhi_epi32(a4, a6);
+                let b6 = _mm_unpacklo_epi32(a5, a7);
+                let b7 = _mm_unpackhi_epi32(a5, a7);
+                let o = [
+                    _mm_unpacklo_epi64(b0, b4),
+                    _mm_unpackhi_epi64(b0, b4),
+                    _mm_unpacklo_epi64(b1, b5),
+                    _mm_unpackhi_epi64(b1, b5),
+                    _mm_unpacklo_epi64(b2, b6),
+                    _mm_unpackhi_epi64(b2, b6),
+                    _mm_unpacklo_epi64(b3, b7),
+                    _mm_unpackhi_epi64(b3, b7),
+                ];
+                for (k, v) in o.into_iter().enumerate() {
+                    // SAFETY: destination row j0 + k, slots i0..i0+8 (inside the block).
+                    unsafe { _mm_storeu_si128(dst.add((j0 + k) * ld + i0).cast(), v) };
+                }
+            }
+        }
+        // SAFETY: the rest of the same block (caller contract).
+        unsafe { edges(src, sa, rows, cols, dst, ld, (rb, cb)) };
+    }
+
+    /// [`transpose32`] for 64-bit elements: 4x4 blocks in AVX registers.
+    ///
+    /// # Safety
+    /// As [`transpose32`].
+    #[target_feature(enable = "avx")]
+    pub(super) unsafe fn transpose64(src: *const u64, sa: isize, rows: usize, cols: usize, dst: *mut u64, ld: usize) {
+        let (s, d) = (src.cast::<f64>(), dst.cast::<f64>());
+        let (rb, cb) = (rows / 4 * 4, cols / 4 * 4);
+        for i0 in (0..rb).step_by(4) {
+            prefetch_rows(src, sa, i0 + PREFETCH, (i0 + PREFETCH + 4).min(rows), cols);
+            for j0 in (0..cb).step_by(4) {
+                let at = |k: usize| s.wrapping_offset((i0 + k) as isize * sa + j0 as isize);
+                // SAFETY: elements j0..j0+4 of source rows i0..i0+4 (inside the block).
+                let r = unsafe { [_mm256_loadu_pd(at(0)), _mm256_loadu_pd(at(1)), _mm256_loadu_pd(at(2)), _mm256_loadu_pd(at(3))] };
+                let t0 = _mm256_unpacklo_pd(r[0], r[1]);
+                let t1 = _mm256_unpackhi_pd(r[0], r[1]);
+                let t2 = _mm256_unpacklo_pd(r[2], r[3]);
+                let t3 = _mm256_unpackhi_pd(r[2], r[3]);
+                let o = [
+                    _mm256_permute2f128_pd::<0x20>(t0, t2),
+                    _mm256_permute2f128_pd::<0x20>(t1, t3),
+                    _mm256_permute2f128_pd::<0x31>(t0, t2),
+                    _mm256_permute2f128_pd::<0x31>(t1, t3),
+                ];
+                for (k, v) in o.into_iter().enumerate() {
+                    // SAFETY: destination row j0 + k, slots i0..i0+4 (inside the block).
+                    unsafe { _mm256_storeu_pd(d.add((j0 + k) * ld + i0), v) };
+                }
+            }
+        }
+        // SAFETY: the rest of the same block (caller contract).
+        unsafe { edges(src, sa, rows, cols, dst, ld, (rb, cb)) };
+    }
+}
+
+/// A kernel over one run: `run(out_run, input_runs)`. Called inside `pulp`'s
+/// dispatch (the whole loop over runs is compiled for AVX2 / AVX-512 there),
+/// so `run` should be `#[inline(always)]` and made of plain loops.
+pub trait RunKernel<T, const N: usize>: Sync {
+    /// Computes one run of the output from the inputs' runs.
+    fn run(&self, o: &mut [T], srcs: [Src<'_, T>; N]);
+}
+
+/// `k.run(out_run, input_runs)` over every element of `out` and the inputs
+/// (same shape as `out`, any strides; an input may be exactly `out`). Runs are
+/// split across dlbridge's thread pool above [`PAR_MIN`] elements.
 pub fn zip_map<T: Element + Default, const N: usize>(
     out: &mut TensorViewMut<'_>,
     ins: [&TensorView<'_>; N],
-    f: impl Fn(&mut [T], [Src<'_, T>; N]) + Sync,
+    k: &impl RunKernel<T, N>,
 ) -> Result<()> {
-    zip_map_impl(out, ins, false, f)
+    zip_map_impl(out, ins, false, k)
 }
 
 /// [`zip_map`] for an update of `out` in place (`out = g(out, inputs)`, as axpy):
-/// `f`'s output run holds `out`'s current values, whatever its strides.
+/// the kernel's output run holds `out`'s current values, whatever its strides.
 pub fn update_map<T: Element + Default, const N: usize>(
     out: &mut TensorViewMut<'_>,
     ins: [&TensorView<'_>; N],
-    f: impl Fn(&mut [T], [Src<'_, T>; N]) + Sync,
+    k: &impl RunKernel<T, N>,
 ) -> Result<()> {
-    zip_map_impl(out, ins, true, f)
+    zip_map_impl(out, ins, true, k)
 }
 
-/// `reads_out`: the output run must hold the output's values before `f` runs
-/// (it always does when the output is contiguous; otherwise it is gathered).
-fn zip_map_impl<T: Element + Default, const N: usize>(
+/// What every thread's walk over the runs needs (see [`exec_runs`]).
+struct Walk<'p, const N: usize> {
+    plan: &'p Plan,
+    ptrs: [usize; MAX_OPS],
+    /// Input i (operand i + 1) is exactly the output.
+    alias: [bool; MAX_OPS],
+    /// Inputs read through a per-thread buffer: any inner stride but 0 and 1.
+    needs_buf: [bool; N],
+    /// Inputs read as tiles (transposed with respect to the output).
+    tiled: [bool; N],
+    /// Runs per tile (one cache line of each source row).
+    tile_rows: usize,
+    /// The output run must hold the output's values before the kernel runs.
+    reads_out: bool,
+    /// Contiguous operands whose rows have gaps between them (a sliced operand:
+    /// not continued by the next row, nor re-read as a broadcast row is): their
+    /// next run is prefetched while a run is computed. All false when tiled.
+    prefetch: [bool; MAX_OPS],
+}
+
+/// One thread's share of the runs, `lo..hi`, for `pulp`'s dispatch: the walk
+/// and the kernel are inlined into one function compiled for the CPU's vector
+/// instruction set, so a run costs a few adds and a kernel loop.
+struct ExecRuns<'w, 'p, T, K, const N: usize> {
+    walk: &'w Walk<'p, N>,
+    lo: usize,
+    hi: usize,
+    k: &'w K,
+    _t: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T: Element + Default, K: RunKernel<T, N>, const N: usize> pulp::WithSimd for ExecRuns<'_, '_, T, K, N> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        // Two copies of the walk: the one without prefetches has nothing in its way.
+        if self.walk.prefetch.iter().any(|&p| p) {
+            exec_runs::<T, K, N, true>(self.walk, self.lo, self.hi, self.k)
+        } else {
+            exec_runs::<T, K, N, false>(self.walk, self.lo, self.hi, self.k)
+        }
+    }
+}
+
+/// Runs `lo..hi` of the walk's plan (see [`ExecRuns`]).
+#[inline(always)]
+fn exec_runs<T: Element + Default, K: RunKernel<T, N>, const N: usize, const PREFETCH: bool>(w: &Walk<'_, N>, lo: usize, hi: usize, k: &K) {
+    let plan = w.plan;
+    let (s0, s1) = (plan.dims[0].s, plan.dims[1].s);
+    let (blen, n1, alias, ptrs) = (plan.block, plan.dims[1].n, w.alias, w.ptrs);
+    let mut obuf: Vec<T> = if s0[0] != 1 { vec![T::default(); blen] } else { Vec::new() };
+    let mut bufs: [Vec<T>; N] = std::array::from_fn(|i| {
+        let rows = if w.tiled[i] { w.tile_rows } else { 1 };
+        if w.needs_buf[i] { vec![T::default(); blen * rows] } else { Vec::new() }
+    });
+    // The prefetched operands whose next run does not start inside (or right after)
+    // this one: the next run of a sliced operand's row, not the next block of a row.
+    let gapped = |off: &[isize; MAX_OPS], next: &[isize; MAX_OPS], len: usize| {
+        let mut g = [false; MAX_OPS];
+        for op in 0..=N {
+            g[op] = w.prefetch[op] && !(0..=len as isize).contains(&(next[op] - off[op]));
+        }
+        g
+    };
+    let (mut tile_row, mut tile_cnt) = (0usize, 0usize);
+    let mut cur = Cursor::new(plan, lo);
+    for r in lo..hi {
+        if r > lo {
+            cur.advance();
+        }
+        let (off, len) = (cur.off, cur.len());
+        let s = &s0;
+        let at = |op: usize| (ptrs[op] as *mut T).wrapping_offset(off[op]);
+        if plan.tiled {
+            if tile_row >= tile_cnt {
+                // Runs r .. r + tile_cnt share their block and outer index: only dims[1] moves.
+                tile_cnt = w.tile_rows.min(n1 - cur.j()).min(hi - r);
+                tile_row = 0;
+                for (i, buf) in bufs.iter_mut().enumerate() {
+                    if !w.tiled[i] {
+                        continue;
+                    }
+                    let (p, sa, sb) = (at(i + 1).cast_const(), s[i + 1], s1[i + 1]);
+                    if sb == 1 {
+                        // SAFETY: source row c < len of the tile is element c of runs r ..
+                        // r + tile_cnt of this input (same block and outer index, so at
+                        // p + c*sa + jj for jj < tile_cnt), inside its extent, not written
+                        // (the input does not overlap the output).
+                        unsafe { transpose_into(p, sa, len, tile_cnt, buf, blen) };
+                    } else {
+                        for c in 0..len {
+                            for jj in 0..tile_cnt {
+                                // SAFETY: element c of run r + jj of this input (as above,
+                                // with dims[1]'s stride -1), inside its extent, not written.
+                                buf[jj * blen + c] = unsafe { *p.offset(c as isize * sa + jj as isize * sb) };
+                            }
+                        }
+                    }
+                }
+            }
+            tile_row += 1;
+        }
+        let o: &mut [T] = if s[0] == 1 {
+            // SAFETY: the run's output elements are contiguous (stride 1), inside the
+            // output's extent, writable and exclusive; runs partition the index space,
+            // so no other live slice covers them (module invariants).
+            unsafe { std::slice::from_raw_parts_mut(at(0), len) }
+        } else {
+            if w.reads_out || alias[1..=N].iter().any(|&a| a) {
+                // SAFETY: output elements of this run, read before being written.
+                unsafe { gather(at(0).cast_const(), s[0], len, &mut obuf) };
+            }
+            &mut obuf[..len]
+        };
+        let mut op = 0;
+        let srcs: [Src<'_, T>; N] = bufs.each_mut().map(|buf| {
+            op += 1;
+            if alias[op] {
+                return Src::Out;
+            }
+            let p = at(op).cast_const();
+            match s[op] {
+                // SAFETY: one element of the input, inside its extent.
+                0 => Src::Scalar(unsafe { *p }),
+                // SAFETY: `len` contiguous input elements inside its extent; the input
+                // does not overlap the output (checked above), so nobody writes them.
+                1 => Src::Slice(unsafe { std::slice::from_raw_parts(p, len) }),
+                _ if w.tiled[op - 1] => Src::Slice(&buf[(tile_row - 1) * blen..][..len]),
+                st => {
+                    // SAFETY: the run's input elements p + j*st (j < len) lie in its extent
+                    // and nobody writes them (the input does not overlap the output).
+                    unsafe { gather(p, st, len, buf) };
+                    Src::Slice(&buf[..len])
+                }
+            }
+        });
+        // The next run, when it does not continue this one in some contiguous operand:
+        // the hardware prefetcher stops at each gap (and at each page), so the next
+        // run's lines are prefetched a piece at a time while this run is computed
+        // piece by piece (a whole run of prefetches at once would fill the miss queue).
+        let pf = if PREFETCH && r + 1 < hi { cur.peek() } else { None }
+            .map(|next| (next, gapped(&off, &next, len)))
+            .filter(|(_, g)| g.iter().any(|&g| g));
+        match pf {
+            Some((next, g)) => {
+                let piece = (PIECE / size_of::<T>()).max(1);
+                let mut i = 0;
+                while i < len {
+                    let e = (i + piece).min(len);
+                    for op in 0..=N {
+                        if g[op] {
+                            let p = (ptrs[op] as *const T).wrapping_offset(next[op] + i as isize);
+                            prefetch_lines(p.cast(), (e - i) * size_of::<T>());
+                        }
+                    }
+                    let part = srcs.each_ref().map(|src| match src {
+                        Src::Slice(x) => Src::Slice(&x[i..e]),
+                        &Src::Scalar(v) => Src::Scalar(v),
+                        Src::Out => Src::Out,
+                    });
+                    k.run(&mut o[i..e], part);
+                    i = e;
+                }
+            }
+            _ => k.run(o, srcs),
+        }
+        if s[0] != 1 {
+            for (i, &v) in obuf[..len].iter().enumerate() {
+                // SAFETY: output element i of this run (stride s[0]), writable and exclusive.
+                unsafe { *at(0).offset(i as isize * s[0]) = v };
+            }
+        }
+    }
+}
+
+/// Hints the cache lines of `bytes` bytes from `p` into L1 (nothing off x86-64).
+#[inline(always)]
+fn prefetch_lines(p: *const u8, bytes: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for l in (0..bytes + LINE - 1).step_by(LINE) {
+        // SAFETY: x86-64 always has SSE; a prefetch never faults, whatever the address.
+        unsafe { simd::prefetch(p.wrapping_add(l)) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, bytes);
+}
+
+/// `reads_out`: the output run must hold the output's values before the kernel
+/// runs (it always does when the output is contiguous; otherwise it is gathered).
+fn zip_map_impl<T: Element + Default, K: RunKernel<T, N>, const N: usize>(
     out: &mut TensorViewMut<'_>,
     ins: [&TensorView<'_>; N],
     reads_out: bool,
-    f: impl Fn(&mut [T], [Src<'_, T>; N]) + Sync,
+    k: &K,
 ) -> Result<()> {
     assert!(N < MAX_OPS, "zip_map takes at most {} inputs", MAX_OPS - 1);
     // Typed checks (dtype, host memory, alignment) before any pointer use.
@@ -287,119 +889,315 @@ fn zip_map_impl<T: Element + Default, const N: usize>(
     strides.extend(ins.iter().map(|x| x.strides()));
     let Some(plan) = Plan::new(out.shape(), &strides) else { return Ok(()) };
 
-    let s0 = plan.dims[0].s;
-    let needs_buf: [bool; N] = std::array::from_fn(|i| !alias[i + 1] && s0[i + 1] != 0 && s0[i + 1] != 1);
-    let blen = plan.block.min(BUF);
+    let (s0, s1) = (plan.dims[0].s, plan.dims[1].s);
+    let needs_buf: [bool; N] = std::array::from_fn(|i| !alias[i + 1] && !matches!(s0[i + 1], 0 | 1));
     // Inputs transposed with respect to the output (unit stride on dims[1]) are read
-    // as 2-d tiles of TILE_ROWS runs: along their contiguous dim, each cache line once
-    // (a run-by-run gather would touch one line per element, all in the same cache set).
-    let s1 = plan.dims[1].s;
+    // as 2-d tiles of `tile_rows` runs, one cache line of each source row, moved with
+    // register transposes ([`transpose_into`]); a run-by-run gather would touch one
+    // line per element, all in the same cache set.
     let tiled: [bool; N] = std::array::from_fn(|i| needs_buf[i] && plan.tiled && s1[i + 1].unsigned_abs() == 1);
-    let n1 = plan.dims[1].n;
-    let exec = |lo: usize, hi: usize| {
-        let mut obuf: Vec<T> = if s0[0] != 1 { vec![T::default(); blen] } else { Vec::new() };
-        let mut bufs: [Vec<T>; N] = std::array::from_fn(|i| {
-            let rows = if tiled[i] { TILE_ROWS } else { 1 };
-            if needs_buf[i] { vec![T::default(); blen * rows] } else { Vec::new() }
-        });
-        let (mut tile_row, mut tile_cnt) = (0usize, 0usize);
-        for r in lo..hi {
-            let (off, len) = plan.run(r);
-            let s = &s0;
-            let at = |op: usize| (ptrs[op] as *mut T).wrapping_offset(off[op]);
-            if plan.tiled {
-                if tile_row >= tile_cnt {
-                    // Runs r .. r + tile_cnt share their block and outer index: only dims[1] moves.
-                    tile_cnt = TILE_ROWS.min(n1 - r % n1).min(hi - r);
-                    tile_row = 0;
-                    for (i, buf) in bufs.iter_mut().enumerate() {
-                        if !tiled[i] {
-                            continue;
-                        }
-                        let (p, sa, sb) = (at(i + 1).cast_const(), s[i + 1], s1[i + 1]);
-                        for c in 0..len {
-                            for jj in 0..tile_cnt {
-                                // SAFETY: element (c, jj) of the tile is element c of run r + jj of
-                                // this input (same block and outer index), inside its extent, not
-                                // written (the input does not overlap the output).
-                                buf[jj * blen + c] = unsafe { *p.offset(c as isize * sa + jj as isize * sb) };
-                            }
-                        }
-                    }
-                }
-                tile_row += 1;
-            }
-            let o: &mut [T] = if s[0] == 1 {
-                // SAFETY: the run's output elements are contiguous (stride 1), inside the
-                // output's extent, writable and exclusive; runs partition the index space,
-                // so no other live slice covers them (module invariants).
-                unsafe { std::slice::from_raw_parts_mut(at(0), len) }
-            } else {
-                if reads_out || alias[1..=N].iter().any(|&a| a) {
-                    // SAFETY: output elements of this run, read before being written.
-                    unsafe { gather(at(0).cast_const(), s[0], len, &mut obuf) };
-                }
-                &mut obuf[..len]
-            };
-            let mut op = 0;
-            let srcs: [Src<'_, T>; N] = bufs.each_mut().map(|buf| {
-                op += 1;
-                if alias[op] {
-                    return Src::Out;
-                }
-                let p = at(op).cast_const();
-                match s[op] {
-                    // SAFETY: one element of the input, inside its extent.
-                    0 => Src::Scalar(unsafe { *p }),
-                    // SAFETY: `len` contiguous input elements inside its extent; the input
-                    // does not overlap the output (checked above), so nobody writes them.
-                    1 => Src::Slice(unsafe { std::slice::from_raw_parts(p, len) }),
-                    _ if tiled[op - 1] => Src::Slice(&buf[(tile_row - 1) * blen..][..len]),
-                    st => {
-                        // SAFETY: the run's input elements p + j*st (j < len) lie in its extent
-                        // and nobody writes them (the input does not overlap the output).
-                        unsafe { gather(p, st, len, buf) };
-                        Src::Slice(&buf[..len])
-                    }
-                }
-            });
-            f(o, srcs);
-            if s[0] != 1 {
-                for (i, &v) in obuf[..len].iter().enumerate() {
-                    // SAFETY: output element i of this run (stride s[0]), writable and exclusive.
-                    unsafe { *at(0).offset(i as isize * s[0]) = v };
-                }
-            }
-        }
-    };
+    let tile_rows = if plan.tiled { (LINE / size_of::<T>()).max(1) } else { 1 };
+    let row = plan.dims[0].n as isize;
+    let prefetch: [bool; MAX_OPS] =
+        std::array::from_fn(|op| op <= N && !plan.tiled && plan.dims[1].n > 1 && s0[op] == 1 && !alias[op] && s1[op] != 0 && s1[op] != row);
+    let walk = Walk { plan: &plan, ptrs, alias, needs_buf, tiled, tile_rows, reads_out, prefetch };
+    let arch = pulp::Arch::new();
+    let exec = |lo: usize, hi: usize| arch.dispatch(ExecRuns { walk: &walk, lo, hi, k, _t: std::marker::PhantomData });
 
     let runs = plan.runs();
     if numel < PAR_MIN || runs < 2 {
         exec(0, runs);
     } else {
-        let parts = (rayon::current_num_threads() * 4).min(runs);
-        (0..parts).into_par_iter().for_each(|p| exec(runs * p / parts, runs * (p + 1) / parts));
+        let parts = (crate::threads::budget() * 4).min(runs);
+        crate::threads::for_each_part(parts, |p| exec(runs * p / parts, runs * (p + 1) / parts));
     }
     Ok(())
 }
 
-/// `f(x_row, n, y_row, scratch)` for every last-dim row of `x` (shape
+/// `cnt` adjacent rows of an input whose last dim is not contiguous but whose
+/// innermost batch dim is (a transposed input): element `k` of those rows is
+/// one contiguous run, [`Cols::col`]`(k)`. Reductions that do not care about
+/// the order of a row's elements read it this way, accumulating whole runs at
+/// once (vertically) instead of gathering each row.
+#[derive(Debug)]
+pub struct Cols<'a, T> {
+    p: *const T,
+    xs: isize,
+    n: usize,
+    cnt: usize,
+    _input: std::marker::PhantomData<&'a [T]>,
+}
+
+impl<'a, T> Cols<'a, T> {
+    /// The rows' length (the number of runs).
+    #[inline(always)]
+    pub fn n(&self) -> usize {
+        self.n
+    }
+    /// The number of rows (each run's length).
+    #[inline(always)]
+    pub fn width(&self) -> usize {
+        self.cnt
+    }
+    /// Element `k` of each of the rows, in row order.
+    #[inline(always)]
+    pub fn col(&self, k: usize) -> &'a [T] {
+        assert!(k < self.n);
+        // SAFETY: element k of rows r0 .. r0 + cnt of the input, which sit side by side
+        // (the innermost batch dim has stride 1): cnt contiguous elements inside its
+        // extent, not written while `'a` lasts (the input does not overlap the output).
+        unsafe { std::slice::from_raw_parts(self.p.wrapping_offset(k as isize * self.xs), self.cnt) }
+    }
+}
+
+/// Rows read together as [`Cols`], or gathered into a row buffer at once.
+pub const ROW_BLOCK: usize = 64;
+
+/// A kernel over the last-dim rows of `x` (see [`map_rows`]). Called inside
+/// `pulp`'s dispatch (the loop over rows is compiled for AVX2 / AVX-512 there),
+/// so the methods should be `#[inline(always)]`.
+pub trait RowKernel<T, U>: Sync {
+    /// The element type of the per-thread scratch buffer.
+    type S: Copy + Default;
+    /// Whether the kernel's result does not depend on the order of a row's
+    /// elements (sum, mean): rows of stride 0 and -1 are then passed in memory
+    /// order (see [`map_rows`]), and [`RowKernel::cols`] takes blocks of a
+    /// transposed input's rows.
+    const ORDER_FREE: bool;
+    /// One row: `x` (the row; its one element when its stride is 0 and the
+    /// kernel is order-free), `n` (the row's length) and the output row `y`
+    /// (`n` elements, or one for a reduction).
+    fn row<V: pulp::Simd>(&self, simd: V, x: &[T], n: usize, y: &mut [U], scratch: &mut [Self::S]);
+    /// One result per row of a block of a transposed input's rows (only for
+    /// order-free reductions; the default gathers nothing and is never called).
+    fn cols<V: pulp::Simd>(&self, simd: V, c: &Cols<'_, T>, y: &mut [U]) {
+        let _ = (simd, c, y);
+        unreachable!("cols on a kernel that is not order-free")
+    }
+}
+
+/// The batch index of a row and its offsets in `x` and `y`, stepped without
+/// divisions (the last batch dim fastest, as rows are numbered).
+#[derive(Debug, Clone)]
+struct RowCursor<'d> {
+    dims: &'d [(usize, isize, isize)],
+    idx: SmallVec<[usize; 8]>,
+    xo: isize,
+    yo: isize,
+}
+
+impl<'d> RowCursor<'d> {
+    fn new(dims: &'d [(usize, isize, isize)], r: usize) -> RowCursor<'d> {
+        let (mut rest, mut xo, mut yo) = (r, 0isize, 0isize);
+        let mut idx: SmallVec<[usize; 8]> = SmallVec::from_elem(0, dims.len());
+        for (d, &(m, sx, sy)) in dims.iter().enumerate().rev() {
+            idx[d] = rest % m;
+            xo += idx[d] as isize * sx;
+            yo += idx[d] as isize * sy;
+            rest /= m;
+        }
+        RowCursor { dims, idx, xo, yo }
+    }
+
+    /// The next row's offset in `x` when it is along the innermost batch dim.
+    #[inline(always)]
+    fn peek_x(&self) -> Option<isize> {
+        let (&(m, sx, _), &i) = (self.dims.last()?, self.idx.last()?);
+        (i + 1 < m).then_some(self.xo + sx)
+    }
+
+    /// Moves `by` rows on, where `by` does not leave the innermost batch dim's run
+    /// (or is 1).
+    #[inline(always)]
+    fn advance(&mut self, by: usize) {
+        let mut by = by;
+        for d in (0..self.dims.len()).rev() {
+            let (m, sx, sy) = self.dims[d];
+            self.idx[d] += by;
+            self.xo += by as isize * sx;
+            self.yo += by as isize * sy;
+            if self.idx[d] < m {
+                return;
+            }
+            self.xo -= m as isize * sx;
+            self.yo -= m as isize * sy;
+            self.idx[d] -= m;
+            by = 1;
+        }
+    }
+}
+
+/// How [`map_rows`] reads and writes rows (shared by its threads).
+struct RowWalk<'d> {
+    xptr: usize,
+    yptr: usize,
+    bdims: &'d [(usize, isize, isize)],
+    n: usize,
+    xs: isize,
+    ys: isize,
+    ylen: usize,
+    /// Order-free and stride 0: the row is its one element.
+    constant: bool,
+    /// Order-free and stride -1: the row in memory order.
+    reversed: bool,
+    /// Rows go through the row buffer (any stride but 1, unless constant or reversed).
+    xgather: bool,
+    /// Size of the innermost batch dim when rows are adjacent there (x stride 1), else 1.
+    m_in: usize,
+    /// y's stride along that dim.
+    sy_in: isize,
+    /// Blocks of adjacent rows go to the kernel's `cols`.
+    vertical: bool,
+    /// Rows per block.
+    rb: usize,
+    scratch_len: usize,
+}
+
+/// One thread's rows `lo..hi` for `pulp`'s dispatch (see [`ExecRuns`]).
+struct ExecRows<'w, 'd, T, U, K> {
+    walk: &'w RowWalk<'d>,
+    lo: usize,
+    hi: usize,
+    k: &'w K,
+    _t: std::marker::PhantomData<fn() -> (T, U)>,
+}
+
+impl<T: Element + Default, U: Element + Default, K: RowKernel<T, U>> pulp::WithSimd for ExecRows<'_, '_, T, U, K> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<V: pulp::Simd>(self, simd: V) {
+        exec_rows::<T, U, K, V>(simd, self.walk, self.lo, self.hi, self.k)
+    }
+}
+
+/// Rows `lo..hi` of the walk (see [`map_rows`]).
+#[inline(always)]
+fn exec_rows<T: Element + Default, U: Element + Default, K: RowKernel<T, U>, V: pulp::Simd>(
+    simd: V,
+    w: &RowWalk<'_>,
+    lo: usize,
+    hi: usize,
+    k: &K,
+) {
+    let (n, xs, ys, ylen, rb) = (w.n, w.xs, w.ys, w.ylen, w.rb);
+    let (xp, yp) = (w.xptr as *const T, w.yptr as *mut U);
+    let adjacent = w.m_in > 1;
+    let ystage = ys != 1 && ylen > 1;
+    let mut xbuf: Vec<T> = if w.xgather && !w.vertical { vec![T::default(); rb * n] } else { Vec::new() };
+    let mut ybuf: Vec<U> = if ystage || w.vertical { vec![U::default(); ylen.max(rb)] } else { Vec::new() };
+    let mut scratch: Vec<K::S> = vec![K::S::default(); w.scratch_len];
+    // Element offset of a row's lowest element from its first; elements handed over.
+    let shift = if w.reversed { 1 - n as isize } else { 0 };
+    let xlen = if w.constant { 1 } else { n };
+    let mut cur = RowCursor::new(w.bdims, lo);
+    let mut offs = [(0isize, 0isize); ROW_BLOCK];
+    let mut r0 = lo;
+    while r0 < hi {
+        // A block never leaves its run of adjacent rows.
+        let cnt = if adjacent { rb.min(hi - r0).min(w.m_in - cur.idx.last().copied().unwrap_or(0)) } else { rb.min(hi - r0) };
+        if w.vertical {
+            let c = Cols { p: xp.wrapping_offset(cur.xo), xs, n, cnt, _input: std::marker::PhantomData };
+            k.cols(simd, &c, &mut ybuf[..cnt]);
+            for (i, &v) in ybuf[..cnt].iter().enumerate() {
+                // SAFETY: the output element of row r0 + i (adjacent rows differ along the
+                // innermost batch dim only): writable, exclusive; rows are disjoint.
+                unsafe { *yp.wrapping_offset(cur.yo + i as isize * w.sy_in) = v };
+            }
+            cur.advance(cnt);
+            r0 += cnt;
+            continue;
+        }
+        // The block's row offsets (the cursor ends on the next block's first row).
+        for o in offs[..cnt].iter_mut() {
+            *o = (cur.xo, cur.yo);
+            cur.advance(1);
+        }
+        if w.xgather {
+            if adjacent {
+                // SAFETY: source row k < n is element k of rows r0 .. r0 + cnt, side by side
+                // from offs[0] + k*xs: inside x's extent, not written (x and y do not overlap).
+                unsafe { transpose_into(xp.wrapping_offset(offs[0].0), xs, n, cnt, &mut xbuf, n) };
+            } else if xs == -1 {
+                for (i, &(xo, _)) in offs[..cnt].iter().enumerate() {
+                    // SAFETY: row r0 + i of x: n contiguous elements ending at its first one
+                    // (stride -1), inside its extent, not written.
+                    let row = unsafe { std::slice::from_raw_parts(xp.wrapping_offset(xo + 1 - n as isize), n) };
+                    reverse_into(row, &mut xbuf[i * n..(i + 1) * n]);
+                }
+            } else {
+                for (i, &(xo, _)) in offs[..cnt].iter().enumerate() {
+                    for j in 0..n {
+                        // SAFETY: element j of row r0+i of x: inside its extent, not written
+                        // (x and y do not overlap).
+                        xbuf[i * n + j] = unsafe { *xp.wrapping_offset(xo + j as isize * xs) };
+                    }
+                }
+            }
+        }
+        for i in 0..cnt {
+            let (xo, yo) = offs[i];
+            // Contiguous rows with gaps between them (a sliced input): the next row is
+            // prefetched while this one is computed (the hardware prefetcher stops at gaps).
+            if !w.xgather && xlen > 1 && r0 + i + 1 < hi {
+                let next = if i + 1 < cnt { Some(offs[i + 1].0) } else { cur.peek_x() };
+                if let Some(nxo) = next.filter(|&nxo| nxo != xo + xlen as isize) {
+                    prefetch_lines(xp.wrapping_offset(nxo + shift).cast(), (xlen * size_of::<T>()).min(ROW_PREFETCH));
+                }
+            }
+            let xrow: &[T] = if xlen == 0 {
+                &[]
+            } else if w.xgather {
+                &xbuf[i * n..(i + 1) * n]
+            } else {
+                // SAFETY: row r0+i of x is xlen contiguous elements from its lowest one (stride
+                // 1, or -1 and `shift` steps back to the lowest, or xlen <= 1) inside its
+                // extent; nobody writes them (no overlap with y).
+                unsafe { std::slice::from_raw_parts(xp.wrapping_offset(xo + shift), xlen) }
+            };
+            let yrow_p = yp.wrapping_offset(yo);
+            if ystage {
+                k.row(simd, xrow, n, &mut ybuf[..ylen], &mut scratch);
+                if ys == -1 {
+                    // SAFETY: row r0+i of y: ylen contiguous elements ending at its first one
+                    // (stride -1), writable, exclusive; rows are disjoint.
+                    let yrow = unsafe { std::slice::from_raw_parts_mut(yrow_p.wrapping_offset(1 - ylen as isize), ylen) };
+                    reverse_into(&ybuf[..ylen], yrow);
+                } else {
+                    for (j, &v) in ybuf[..ylen].iter().enumerate() {
+                        // SAFETY: element j of row r0+i of y: writable, exclusive; rows are disjoint.
+                        unsafe { *yrow_p.offset(j as isize * ys) = v };
+                    }
+                }
+            } else {
+                // SAFETY: row r0+i of y: ylen contiguous elements (stride 1 or one element),
+                // writable, exclusive; different rows are disjoint (y is non-overlapping).
+                let yrow = unsafe { std::slice::from_raw_parts_mut(yrow_p, ylen) };
+                k.row(simd, xrow, n, yrow, &mut scratch);
+            }
+        }
+        r0 += cnt;
+    }
+}
+
+/// `k.row(x_row, n, y_row, scratch)` for every last-dim row of `x` (shape
 /// `[..B, N]`) and the matching row of `y`: `y` has shape `[..B, N]` (`y_row`
 /// has N elements) or `[..B]` (`y_row` is one element). Rows are slices when
 /// their stride is 1, gathered into (or staged in and scattered from)
-/// per-thread buffers otherwise. With `order_free` (the kernel's result does not
-/// depend on the order of a row's elements: sum, mean), a row of stride 0 is
-/// passed as its one element and a row of stride -1 as the slice in memory
-/// order (`n` is always the row's length). `scratch` is a
-/// per-thread buffer of `scratch_len` elements for the kernel. Rows run in
-/// parallel above [`PAR_MIN`] elements. `x` and `y` must not overlap. Rows of
-/// length 0 are still visited (with empty slices).
-pub fn map_rows<T: Element + Default, U: Element + Default, S: Copy + Default>(
+/// per-thread buffers otherwise: a block of adjacent rows of a transposed input
+/// (innermost batch dim of stride 1) is moved with register transposes, each
+/// cache line read once; rows of stride -1 with vector reversals. For an
+/// order-free kernel ([`RowKernel::ORDER_FREE`]: sum, mean), a row of stride 0
+/// is passed as its one element and a row of stride -1 as the slice in memory
+/// order (`n` is always the row's length); and when `y` is `[..B]`, blocks of
+/// adjacent rows of a transposed input go to [`RowKernel::cols`] instead, as
+/// [`Cols`]. `scratch` is a per-thread buffer of `scratch_len` elements for the
+/// kernel. Rows run in parallel above [`PAR_MIN`] elements. `x` and `y` must not
+/// overlap. Rows of length 0 are still visited (with empty slices).
+pub fn map_rows<T: Element + Default, U: Element + Default, K: RowKernel<T, U>>(
     x: &TensorView<'_>,
     y: &mut TensorViewMut<'_>,
     scratch_len: usize,
-    order_free: bool,
-    f: impl Fn(&[T], usize, &mut [U], &mut [S]) + Sync,
+    k: &K,
 ) -> Result<()> {
     x.iter::<T>()?;
     y.iter_mut::<U>()?;
@@ -428,80 +1226,35 @@ pub fn map_rows<T: Element + Default, U: Element + Default, S: Copy + Default>(
     let ystrides = y.strides();
     let bdims: SmallVec<[(usize, isize, isize); 8]> =
         bshape.iter().enumerate().map(|(d, &m)| (m as usize, x.strides()[d] as isize, ystrides[d] as isize)).collect();
-    let offsets = |r: usize| {
-        let (mut rest, mut xo, mut yo) = (r, 0isize, 0isize);
-        for &(m, sx, sy) in bdims.iter().rev() {
-            xo += (rest % m) as isize * sx;
-            yo += (rest % m) as isize * sy;
-            rest /= m;
-        }
-        (xo, yo)
-    };
+    let order_free = K::ORDER_FREE;
     let constant = order_free && xs == 0 && n > 1;
     let reversed = order_free && xs == -1 && n > 1;
     let xgather = xs != 1 && n > 1 && !constant && !reversed;
-    // Element offset of a row's lowest element from its first.
-    let shift = if reversed { 1 - n as isize } else { 0 };
-    let xlen = if constant { 1 } else { n };
-    let ystage = ys != 1 && ylen > 1;
-    // Rows gathered together: consecutive rows of a transposed input are read as lines.
-    let rb = if xgather { (16384 / (n * size_of::<T>()).max(1)).clamp(1, 16) } else { 1 };
-    let exec = |lo: usize, hi: usize| {
-        let mut xbuf: Vec<T> = if xgather { vec![T::default(); rb * n] } else { Vec::new() };
-        let mut ybuf: Vec<U> = if ystage { vec![U::default(); ylen] } else { Vec::new() };
-        let mut scratch: Vec<S> = vec![S::default(); scratch_len];
-        let mut xoffs = [0isize; 16];
-        let mut r0 = lo;
-        while r0 < hi {
-            let cnt = rb.min(hi - r0);
-            if xgather {
-                for (i, o) in xoffs[..cnt].iter_mut().enumerate() {
-                    *o = offsets(r0 + i).0;
-                }
-                let p = xptr as *const T;
-                for k in 0..n {
-                    for i in 0..cnt {
-                        // SAFETY: element k of row r0+i of x: inside its extent, not written (x and y
-                        // do not overlap).
-                        xbuf[i * n + k] = unsafe { *p.wrapping_offset(xoffs[i] + k as isize * xs) };
-                    }
-                }
-            }
-            for i in 0..cnt {
-                let (xo, yo) = offsets(r0 + i);
-                let xrow: &[T] = if xlen == 0 {
-                    &[]
-                } else if xgather {
-                    &xbuf[i * n..(i + 1) * n]
-                } else {
-                    // SAFETY: row r0+i of x is xlen contiguous elements from its lowest one (stride
-                    // 1, or -1 and `shift` steps back to the lowest, or xlen <= 1) inside its
-                    // extent; nobody writes them (no overlap with y).
-                    unsafe { std::slice::from_raw_parts((xptr as *const T).wrapping_offset(xo + shift), xlen) }
-                };
-                let yp = (yptr as *mut U).wrapping_offset(yo);
-                if ystage {
-                    f(xrow, n, &mut ybuf, &mut scratch);
-                    for (k, &v) in ybuf.iter().enumerate() {
-                        // SAFETY: element k of row r0+i of y: writable, exclusive; rows are disjoint.
-                        unsafe { *yp.offset(k as isize * ys) = v };
-                    }
-                } else {
-                    // SAFETY: row r0+i of y: ylen contiguous elements (stride 1 or one element),
-                    // writable, exclusive; different rows are disjoint (y is non-overlapping).
-                    let yrow = unsafe { std::slice::from_raw_parts_mut(yp, ylen) };
-                    f(xrow, n, yrow, &mut scratch);
-                }
-            }
-            r0 += cnt;
-        }
+    // Consecutive rows adjacent in x (innermost batch dim of stride 1): a transposed input.
+    let (m_in, sy_in) = match bdims.last() {
+        Some(&(m, 1, sy)) if xgather && m > 1 => (m, sy),
+        _ => (1, 0),
     };
+    let vertical = m_in > 1 && !full && order_free;
+    // Rows gathered together: a cache line of each element of a transposed input's
+    // rows (16 f32 rows), as far as a 256 KiB buffer allows.
+    let rb = if vertical {
+        ROW_BLOCK
+    } else if xgather {
+        let line = if m_in > 1 { (LINE / size_of::<T>()).max(1) } else { 16 };
+        line.min((1 << 18) / (n * size_of::<T>()).max(1)).clamp(1, ROW_BLOCK)
+    } else {
+        ROW_BLOCK
+    };
+    let walk = RowWalk { xptr, yptr, bdims: &bdims, n, xs, ys, ylen, constant, reversed, xgather, m_in, sy_in, vertical, rb, scratch_len };
+    let arch = pulp::Arch::new();
+    let exec = |lo: usize, hi: usize| arch.dispatch(ExecRows { walk: &walk, lo, hi, k, _t: std::marker::PhantomData });
     let work = rows.saturating_mul(n.max(1));
     if work < PAR_MIN || rows < 2 {
         exec(0, rows);
     } else {
-        let parts = (rayon::current_num_threads() * 4).min(rows);
-        (0..parts).into_par_iter().for_each(|p| exec(rows * p / parts, rows * (p + 1) / parts));
+        let parts = (crate::threads::budget() * 4).min(rows);
+        crate::threads::for_each_part(parts, |p| exec(rows * p / parts, rows * (p + 1) / parts));
     }
     Ok(())
 }

@@ -79,3 +79,20 @@ fn gelu_f32_is_within_2e6_absolute_and_1e5_relative_of_the_erf_reference() {
     }
     assert!(worst_abs < 2e-6, "max absolute error {worst_abs:e}");
 }
+
+#[test]
+fn gelu_f32_edge_cases() {
+    use dlbridge_kernels_cpu::num::gelu_f32;
+    assert_eq!(gelu_f32(0.0), 0.0);
+    // erf is exactly 1 from 3.9 sqrt 2 on, so gelu(x) is x there.
+    for x in [5.6f32, 10.0, 1e6, f32::MAX] {
+        assert_eq!(gelu_f32(x), x);
+    }
+    for x in [-5.6f32, -10.0, -1e6] {
+        assert_eq!(gelu_f32(x), 0.0, "gelu({x})");
+    }
+    assert_eq!(gelu_f32(f32::INFINITY), f32::INFINITY);
+    // -inf/2 * (1 + erf(-inf)) is -inf * 0: NaN, as torch gives.
+    assert!(gelu_f32(f32::NEG_INFINITY).is_nan());
+    assert!(gelu_f32(f32::NAN).is_nan());
+}

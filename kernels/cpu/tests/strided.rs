@@ -324,3 +324,126 @@ fn an_output_that_is_exactly_an_input_is_computed_in_place_on_any_layout() {
         }
     }
 }
+
+/// A layout with `extra` unused elements before its first one (to move its alignment).
+fn shifted(l: Layout, extra: usize) -> Layout {
+    Layout { strides: l.strides, offset: l.offset + extra, len: l.len + extra }
+}
+
+/// Transposed inputs whose rows are adjacent in memory (the innermost batch dim
+/// has stride 1): sum and mean add whole blocks of rows at once (full 64-row
+/// blocks and partial ones, across outer batch dims and thread splits), softmax
+/// gathers row blocks with register transposes. bf16 at odd and even offsets
+/// (the word-pair sums need 4-byte alignment, else take the generic path).
+#[test]
+fn reductions_over_transposed_inputs_match_the_reference_in_full_and_partial_blocks() {
+    // (shape, perm): perm puts the innermost batch dim last in memory (stride 1).
+    let cases: [(&[i64], &[usize]); 5] = [
+        (&[130, 70], &[1, 0]),
+        (&[64, 33], &[1, 0]),
+        (&[3, 100, 50], &[0, 2, 1]),
+        (&[3, 200, 150], &[0, 2, 1]),
+        (&[2, 9, 5, 70], &[0, 1, 3, 2]),
+    ];
+    for (i, (shape, perm)) in cases.into_iter().enumerate() {
+        let ones = vec![1i64; shape.len()];
+        let lx = Layout::new(shape, perm, &ones);
+        let b = &shape[..shape.len() - 1];
+        let lo = Layout::new(shape, &(0..shape.len()).collect::<Vec<_>>(), &ones);
+        let lr = Layout::new(b, &(0..b.len()).collect::<Vec<_>>(), &ones[..b.len()]);
+        let seed = 40 + i as u64;
+        check_rows::<f32>(shape, &lx, &lo, &lr, seed);
+        check_rows::<f64>(shape, &lx, &lo, &lr, seed);
+        check_rows::<i32>(shape, &lx, &lo, &lr, seed);
+        check_rows::<bf16>(shape, &lx, &lo, &lr, seed);
+        check_rows::<bf16>(shape, &shifted(lx.clone(), 1), &lo, &lr, seed);
+        // A strided output of the reduction (every other element, reversed).
+        let lr2 = Layout::new(b, &(0..b.len()).collect::<Vec<_>>(), &vec![-2i64; b.len()]);
+        check_rows::<f32>(shape, &lx, &lo, &lr2, seed);
+        check_rows::<bf16>(shape, &lx, &lo, &lr2, seed);
+    }
+}
+
+/// Contiguous bf16 rows summed as u32 word pairs: every alignment of the row's
+/// start and every parity of its length (head, words, tail).
+#[test]
+fn bf16_row_sums_match_the_reference_at_every_alignment_and_length() {
+    for n in [1i64, 2, 3, 31, 32, 33, 63, 64, 65, 1023, 1024, 1025, 2049] {
+        for extra in 0..4 {
+            let shape = [3, n];
+            let lx = shifted(Layout::new(&shape, &[0, 1], &[1, 1]), extra);
+            let lo = Layout::new(&shape, &[0, 1], &[1, 1]);
+            let lr = Layout::new(&shape[..1], &[0], &[1]);
+            check_rows::<bf16>(&shape, &lx, &lo, &lr, 60 + n as u64);
+        }
+    }
+}
+
+/// Rows of stride -1 (and outputs of stride -1): softmax reverses them with
+/// vector permutes, sum and mean read them in memory order.
+#[test]
+fn reversed_rows_match_the_reference() {
+    for shape in [[5i64, 1000], [70, 33], [3, 7]] {
+        let lx = Layout::new(&shape, &[0, 1], &[1, -1]);
+        let lo = Layout::new(&shape, &[0, 1], &[-1, -1]);
+        let lr = Layout::new(&shape[..1], &[0], &[-1]);
+        check_rows::<f32>(&shape, &lx, &lo, &lr, 70);
+        check_rows::<bf16>(&shape, &lx, &lo, &lr, 71);
+        check_rows::<f64>(&shape, &lx, &lo, &lr, 72);
+    }
+}
+
+/// Long contiguous runs with gaps between them (sliced operands): computed
+/// piece by piece while the next run is prefetched; rows of the reductions
+/// likewise. Also runs longer than one block, and the last run of a thread.
+#[test]
+fn sliced_operands_with_long_rows_match_the_reference() {
+    for shape in [[6i64, 3000], [40, 700], [2, 20000], [300, 257]] {
+        // Every other row (step 2 on dim 0): rows of stride 1 with gaps.
+        let la = Layout::new(&shape, &[0, 1], &[2, 1]);
+        let lb = Layout::new(&shape, &[0, 1], &[1, 1]);
+        let lb0 = Layout::new(&shape, &[0, 1], &[0, 1]);
+        let lo = Layout::new(&shape, &[0, 1], &[3, 1]);
+        check_elementwise::<f32>(&shape, &la, &lb, &lo, 80);
+        check_elementwise::<bf16>(&shape, &la, &lb0, &lo, 81);
+        check_elementwise::<i32>(&shape, &lb0, &la, &lo, 82);
+        let lr = Layout::new(&shape[..1], &[0], &[1]);
+        check_rows::<f32>(&shape, &la, &lo, &lr, 83);
+        check_rows::<bf16>(&shape, &la, &lo, &lr, 84);
+    }
+}
+
+/// Transposed inputs of every element size (2, 4 and 8 bytes) in tiles with
+/// ragged edges (shapes that are not multiples of the 8x8 / 4x4 register
+/// blocks), a transposed input that is also reversed along its contiguous dim
+/// (its tile is filled element by element), and a transposed output.
+#[test]
+fn tiles_of_transposed_operands_of_every_element_size_match_the_reference() {
+    for shape in [[37i64, 300], [300, 37], [8, 8], [9, 1000], [1000, 3]] {
+        let t = Layout::new(&shape, &[1, 0], &[1, 1]);
+        let t_rev = Layout::new(&shape, &[1, 0], &[-1, 1]);
+        let c = Layout::new(&shape, &[0, 1], &[1, 1]);
+        check_elementwise::<f32>(&shape, &t, &c, &c, 90);
+        check_elementwise::<bf16>(&shape, &t, &t, &c, 91);
+        check_elementwise::<f64>(&shape, &c, &t, &c, 92);
+        check_elementwise::<i32>(&shape, &t_rev, &t, &c, 93);
+        check_elementwise::<f32>(&shape, &t_rev, &c, &c, 94);
+        check_elementwise::<f32>(&shape, &c, &c, &t, 95);
+        check_elementwise::<bf16>(&shape, &shifted(t.clone(), 1), &c, &shifted(t.clone(), 3), 96);
+    }
+}
+
+/// Runs longer than one block of the innermost dim, several outer dims and
+/// every kind of operand at once (the run cursor's carries).
+#[test]
+fn many_dims_and_split_blocks_match_the_reference() {
+    let shape = [3i64, 2, 5, 20000];
+    let n = shape.len();
+    let c = Layout::new(&shape, &(0..n).collect::<Vec<_>>(), &[1, 1, 1, 1]);
+    let b = Layout::new(&shape, &(0..n).collect::<Vec<_>>(), &[0, 1, 0, 1]);
+    let s = Layout::new(&shape, &[2, 0, 1, 3], &[1, 2, 1, 1]);
+    let o = Layout::new(&shape, &[1, 0, 2, 3], &[1, 1, 1, 1]);
+    check_elementwise::<f32>(&shape, &c, &b, &o, 100);
+    check_elementwise::<bf16>(&shape, &s, &b, &c, 101);
+    check_elementwise::<f64>(&shape, &s, &c, &o, 102);
+}
