@@ -265,11 +265,11 @@ impl<'p> Cursor<'p> {
         let [(n0, s0), (n1, s1)] = self.axes;
         let mut off = self.off;
         if self.idx[0] + 1 < n0 {
-            for op in 0..self.plan.k {
+            for op in 0..MAX_OPS {
                 off[op] += s0[op];
             }
         } else if self.idx[1] + 1 < n1 {
-            for op in 0..self.plan.k {
+            for op in 0..MAX_OPS {
                 off[op] += s1[op] - (n0 as isize - 1) * s0[op];
             }
         } else {
@@ -281,31 +281,33 @@ impl<'p> Cursor<'p> {
     /// Steps to the next run.
     #[inline(always)]
     fn advance(&mut self) {
-        let k = self.plan.k;
+        // Every operand slot is stepped (a slot past `k` holds no pointer): one
+        // vector add over `off`, so the next run's vector load of it is forwarded
+        // from one store rather than stalling on four scalar ones.
         for a in 0..2 {
             let (n, st) = self.axes[a];
             self.idx[a] += 1;
             if self.idx[a] < n {
-                for op in 0..k {
+                for op in 0..MAX_OPS {
                     self.off[op] += st[op];
                 }
                 return;
             }
             self.idx[a] = 0;
-            for op in 0..k {
+            for op in 0..MAX_OPS {
                 self.off[op] -= (n as isize - 1) * st[op];
             }
         }
         for (i, d) in self.outer.iter_mut().zip(&self.plan.dims[2..]) {
             *i += 1;
             if *i < d.n {
-                for op in 0..k {
+                for op in 0..MAX_OPS {
                     self.off[op] += d.s[op];
                 }
                 return;
             }
             *i = 0;
-            for op in 0..k {
+            for op in 0..MAX_OPS {
                 self.off[op] -= (d.n as isize - 1) * d.s[op];
             }
         }
