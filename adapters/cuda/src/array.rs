@@ -1,0 +1,254 @@
+//! CUDA devices (a context, a caching pool) and arrays in device memory,
+//! exported through DLPack as kDLCUDA with zero copies.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::CudaContext;
+use cudarc::driver::sys::{CUdevice_attribute, cudaError_enum};
+use dlbridge_array::Array;
+use dlbridge_core::{DType, Device, Error, Flags, ManagedTensor, Result, TensorDesc};
+
+use crate::pool::{AllocFailure, Block, Pool, PoolStats, RawAlloc};
+use crate::probe::{self, guarded};
+use crate::{raw, stream};
+
+/// `cuMemAlloc` / `cuMemFree` in one device's primary context.
+#[derive(Debug)]
+pub struct DriverAlloc {
+    ctx: Arc<CudaContext>,
+}
+
+impl RawAlloc for DriverAlloc {
+    fn alloc(&mut self, bytes: usize) -> std::result::Result<u64, AllocFailure> {
+        self.ctx.bind_to_thread().map_err(|e| AllocFailure::Other(e.to_string()))?;
+        raw::mem_alloc(bytes).map_err(|e| match e.0 {
+            cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY => AllocFailure::OutOfMemory,
+            _ => AllocFailure::Other(e.to_string()),
+        })
+    }
+
+    fn free(&mut self, ptr: u64) {
+        // A failed free at this point (a context torn down at exit) leaves nothing to do.
+        if self.ctx.bind_to_thread().is_ok() {
+            let _ = raw::mem_free(ptr);
+        }
+    }
+}
+
+/// One CUDA device: its primary context and dlbridge's memory pool on it.
+#[derive(Debug)]
+pub struct CudaDevice {
+    ordinal: usize,
+    ctx: Arc<CudaContext>,
+    pool: Arc<Pool<DriverAlloc>>,
+    sms: u32,
+    capability: (i32, i32),
+    functions: Mutex<HashMap<String, cudarc::driver::CudaFunction>>,
+}
+
+impl CudaDevice {
+    /// The device with this ordinal (one per process, made on first use).
+    pub fn get(ordinal: usize) -> Result<Arc<CudaDevice>> {
+        static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<CudaDevice>>>> = OnceLock::new();
+        let info = probe::driver()?;
+        if ordinal >= info.devices as usize {
+            return Err(Error::UnsupportedDevice {
+                got: Device::cuda(ordinal as i32),
+                what: format!("this machine has {} CUDA device(s)", info.devices),
+            });
+        }
+        let mut map = DEVICES.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = map.get(&ordinal) {
+            return Ok(d.clone());
+        }
+        let err = |what: &str, e: String| Error::Runtime(format!("cuda:{ordinal}: {what}: {e}"));
+        let ctx = guarded("CudaContext::new", || CudaContext::new(ordinal))
+            .map_err(|e| err("context", e))?
+            .map_err(|e| err("context", e.to_string()))?;
+        let sms =
+            ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(|e| err("SM count", e.to_string()))?;
+        let capability = ctx.compute_capability().map_err(|e| err("compute capability", e.to_string()))?;
+        let dev = Arc::new(CudaDevice {
+            ordinal,
+            pool: Pool::new(DriverAlloc { ctx: ctx.clone() }),
+            ctx,
+            sms: sms.max(1) as u32,
+            capability,
+            functions: Mutex::default(),
+        });
+        map.insert(ordinal, dev.clone());
+        Ok(dev)
+    }
+
+    /// The device's ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+    /// Multiprocessors.
+    pub fn sm_count(&self) -> u32 {
+        self.sms
+    }
+    /// Compute capability (major, minor).
+    pub fn capability(&self) -> (i32, i32) {
+        self.capability
+    }
+    /// NVRTC's `--gpu-architecture` for this device (PTX for its compute capability).
+    pub fn nvrtc_arch(&self) -> String {
+        format!("--gpu-architecture=compute_{}{}", self.capability.0, self.capability.1)
+    }
+    /// The cudarc context.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+    /// The kernel `entry` of a built-in source, compiled (NVRTC, cached) and
+    /// loaded into this device's context on first use.
+    pub fn builtin_function(&self, source: &crate::builtins::Source, entry: &str) -> Result<cudarc::driver::CudaFunction> {
+        let mut map = self.functions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = map.get(entry) {
+            return Ok(f.clone());
+        }
+        let ptx = source.ptx(crate::nvrtc::PtxCache::global(), &self.nvrtc_arch())?;
+        let module = self.ctx.load_module(cudarc::nvrtc::Ptx::from_src(ptx.to_string())).map_err(|e| {
+            Error::Runtime(format!(
+                "cuda:{}: loading {} (PTX from NVRTC {:?} for {}) failed: {e}; a driver older than NVRTC cannot load its PTX",
+                self.ordinal,
+                source.name,
+                crate::nvrtc::nvrtc().map(|n| n.version).ok(),
+                self.nvrtc_arch()
+            ))
+        })?;
+        for e in source.entry_points() {
+            let f = module
+                .load_function(&e)
+                .map_err(|err| Error::Runtime(format!("cuda:{}: {} has no kernel {e}: {err}", self.ordinal, source.name)))?;
+            map.insert(e, f);
+        }
+        map.get(entry).cloned().ok_or_else(|| Error::NotFound(format!("CUDA kernel {entry} in {}", source.name)))
+    }
+
+    /// Makes this device's context current on the calling thread.
+    pub fn bind(&self) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(|e| Error::Runtime(format!("cuda:{}: {e}", self.ordinal)))
+    }
+
+    /// The pool's counts.
+    pub fn pool_stats(&self) -> PoolStats {
+        self.pool.stats()
+    }
+    /// Releases the pool's cached blocks to the driver.
+    pub fn empty_cache(&self) {
+        self.pool.empty_cache()
+    }
+}
+
+/// An array in CUDA device memory (compact row-major), from the device's pool.
+#[derive(Debug)]
+pub struct CudaArray {
+    device: Arc<CudaDevice>,
+    block: Block<DriverAlloc>,
+    dtype: DType,
+    shape: Vec<i64>,
+}
+
+fn nbytes(dtype: DType, shape: &[i64]) -> Result<usize> {
+    let numel = shape.iter().try_fold(1u64, |a, &n| u64::try_from(n).ok().and_then(|n| a.checked_mul(n)));
+    let numel = numel.ok_or_else(|| Error::Shape(format!("shape {shape:?} is not a list of non-negative sizes that fits in memory")))?;
+    numel
+        .checked_mul(u64::from(dtype.bits()) * u64::from(dtype.lanes()))
+        .map(|bits| bits.div_ceil(8))
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| Error::Overflow { what: format!("the size of a {dtype} array of shape {shape:?}") })
+}
+
+impl CudaArray {
+    /// Uninitialised device memory for a compact array, ordered on the legacy default stream.
+    pub fn empty(device: &Arc<CudaDevice>, dtype: DType, shape: &[i64]) -> Result<CudaArray> {
+        let bytes = nbytes(dtype, shape)?;
+        let block = device.pool.malloc(bytes, stream::LEGACY)?;
+        Ok(CudaArray { device: device.clone(), block, dtype, shape: shape.to_vec() })
+    }
+
+    /// A device copy of a host array (made compact first if it is strided).
+    pub fn from_host(device: &Arc<CudaDevice>, host: &Array) -> Result<CudaArray> {
+        let compact;
+        let src = if host.is_contiguous() {
+            host
+        } else {
+            compact = host.contiguous()?;
+            &compact
+        };
+        let view = src.view();
+        let bytes = view.as_bytes()?;
+        let out = CudaArray::empty(device, src.dtype(), src.shape())?;
+        device.ctx.bind_to_thread().map_err(|e| Error::Runtime(format!("cuda:{}: {e}", device.ordinal)))?;
+        raw::copy_htod(out.block.ptr(), bytes).map_err(|e| Error::Runtime(format!("copy to cuda:{}: {e}", device.ordinal)))?;
+        Ok(out)
+    }
+
+    /// A host copy.
+    pub fn to_host(&self) -> Result<Array> {
+        let n = nbytes(self.dtype, &self.shape)?;
+        let mut bytes = Vec::new();
+        bytes.try_reserve_exact(n).map_err(|_| Error::OutOfMemory { bytes: n as u128, what: "a host copy of a CUDA array".into() })?;
+        bytes.resize(n, 0u8);
+        self.device.ctx.bind_to_thread().map_err(|e| Error::Runtime(format!("cuda:{}: {e}", self.device.ordinal)))?;
+        raw::copy_dtoh(&mut bytes, self.block.ptr()).map_err(|e| Error::Runtime(format!("copy from cuda:{}: {e}", self.device.ordinal)))?;
+        Array::from_bytes(self.dtype, &self.shape, &bytes)
+    }
+
+    /// The device address of element 0.
+    pub fn device_ptr(&self) -> u64 {
+        self.block.ptr()
+    }
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    /// The shape.
+    pub fn shape(&self) -> &[i64] {
+        &self.shape
+    }
+    /// A read-only view (for registry calls; its memory is on the device).
+    pub fn view(&self) -> Result<dlbridge_core::TensorView<'_>> {
+        raw::device_view(self.block.ptr(), self.block.size(), &self.shape, None, self.dtype, self.device())
+    }
+    /// A read-only strided view of the array's memory (e.g. a transpose), checked
+    /// to stay inside the array's block.
+    pub fn view_strided<'a>(&'a self, shape: &'a [i64], strides: &'a [i64]) -> Result<dlbridge_core::TensorView<'a>> {
+        raw::device_view(self.block.ptr(), self.block.size(), shape, Some(strides), self.dtype, self.device())
+    }
+    /// A writable view (for registry outputs).
+    pub fn view_mut(&mut self) -> Result<dlbridge_core::TensorViewMut<'_>> {
+        let device = self.device();
+        raw::device_view_mut(self.block.ptr(), self.block.size(), &self.shape, self.dtype, device)
+    }
+    /// `cuda:N`.
+    pub fn device(&self) -> Device {
+        Device::cuda(self.device.ordinal as i32)
+    }
+
+    /// Exports the array as a versioned DLPack tensor (kDLCUDA, this device's
+    /// id), with zero copies: the consumer's deleter gives the memory back to
+    /// the pool.
+    pub fn into_dlpack(self) -> Result<ManagedTensor> {
+        let (data, shape) = (self.block.ptr(), self.shape.clone());
+        let desc =
+            TensorDesc { dtype: self.dtype, device: self.device(), shape: &shape, strides: None, byte_offset: 0, flags: Flags::empty() };
+        raw::export_device(self, data, &desc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_checked_before_any_device_call() {
+        assert_eq!(nbytes(DType::F32, &[4096, 1024]).unwrap(), 16 << 20);
+        assert_eq!(nbytes(DType::F32, &[]).unwrap(), 4);
+        assert_eq!(nbytes(DType::BOOL, &[3]).unwrap(), 3);
+        assert!(nbytes(DType::F32, &[-1]).is_err());
+        assert!(nbytes(DType::F64, &[i64::MAX, 4]).is_err());
+    }
+}

@@ -1,0 +1,302 @@
+//! NVRTC: finding the library, compiling CUDA C to PTX (no GPU needed), and a
+//! cache of the results in memory and on disk.
+//!
+//! Where libnvrtc is looked for, in order (the first that loads wins):
+//! 1. `DLBRIDGE_NVRTC`: the path of a `libnvrtc.so.*` file;
+//! 2. the loader's own search (`LD_LIBRARY_PATH`, the system's CUDA);
+//! 3. the `lib` folders of `$CUDA_PATH`, `$CUDA_HOME` and `/usr/local/cuda`;
+//! 4. the NVIDIA wheels of the active Python environment (`$VIRTUAL_ENV`), and
+//!    of this checkout's `.venv` (torch's wheels carry NVRTC under
+//!    `nvidia/cu13/lib`, CUDA 12 wheels under `nvidia/cuda_nvrtc/lib`).
+//!
+//! NVRTC opens `libnvrtc-builtins` by name when it compiles: found next to the
+//! library, it is loaded first.
+//!
+//! The cache key is a SHA-256 of the source, the program name, every option
+//! (the target architecture among them), NVRTC's version and this crate's
+//! version; on disk a PTX file starts with a line naming its key, and a file
+//! whose key or contents do not check out is compiled again and replaced.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use dlbridge_core::{Error, Result};
+use sha2::{Digest, Sha256};
+
+use crate::probe::{Unavailable, guarded};
+use crate::raw;
+
+/// The NVRTC this process uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Nvrtc {
+    /// Where it was loaded from (`None`: found by the loader, by name).
+    pub path: Option<PathBuf>,
+    /// Its version, (major, minor).
+    pub version: (i32, i32),
+}
+
+/// The library majors the bindings accept, newest first.
+const MAJORS: &[u32] = if cfg!(feature = "cuda-12080") { &[12] } else { &[13, 12] };
+
+fn candidate_dirs() -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    for var in ["CUDA_PATH", "CUDA_HOME"] {
+        if let Some(v) = std::env::var_os(var) {
+            dirs.push(Path::new(&v).join("lib64"));
+            dirs.push(Path::new(&v).join("lib"));
+        }
+    }
+    dirs.push(PathBuf::from("/usr/local/cuda/lib64"));
+    let mut envs: Vec<PathBuf> = std::env::var_os("VIRTUAL_ENV").map(PathBuf::from).into_iter().collect();
+    envs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv"));
+    for env in envs {
+        let Ok(entries) = std::fs::read_dir(env.join("lib")) else { continue };
+        for e in entries.flatten() {
+            let site = e.path().join("site-packages/nvidia");
+            dirs.push(site.join("cu13/lib"));
+            dirs.push(site.join("cuda_nvrtc/lib"));
+        }
+    }
+    dirs
+}
+
+/// Loads `libnvrtc-builtins*` found next to `lib`, then `lib` itself.
+fn preload_with_builtins(lib: &Path) -> std::result::Result<(), String> {
+    if let Some(dir) = lib.parent()
+        && let Ok(entries) = std::fs::read_dir(dir)
+    {
+        let mut builtins: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                let n = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                n.starts_with("libnvrtc-builtins.so") && !n.contains(".alt.")
+            })
+            .collect();
+        builtins.sort();
+        for b in builtins {
+            raw::preload(&b)?;
+        }
+    }
+    raw::preload(lib)
+}
+
+fn find() -> std::result::Result<Nvrtc, Unavailable> {
+    let mut tried = Vec::new();
+    let mut path = None;
+    if let Some(p) = std::env::var_os("DLBRIDGE_NVRTC") {
+        let p = PathBuf::from(p);
+        preload_with_builtins(&p).map_err(|e| Unavailable(format!("DLBRIDGE_NVRTC names a library that does not load: {e}")))?;
+        path = Some(p);
+    } else if !raw::nvrtc_present() {
+        'dirs: for dir in candidate_dirs() {
+            for major in MAJORS {
+                let lib = dir.join(format!("libnvrtc.so.{major}"));
+                if lib.is_file() {
+                    match preload_with_builtins(&lib) {
+                        Ok(()) => {
+                            path = Some(lib);
+                            break 'dirs;
+                        }
+                        Err(e) => tried.push(e),
+                    }
+                } else {
+                    tried.push(format!("{}: not there", lib.display()));
+                }
+            }
+        }
+        if path.is_none() {
+            return Err(Unavailable(format!(
+                "libnvrtc (CUDA {MAJORS:?}) not found: not on the loader's path, not in CUDA_PATH, CUDA_HOME, /usr/local/cuda or a Python environment's NVIDIA wheels (set DLBRIDGE_NVRTC to its path); tried {}",
+                tried.join("; ")
+            )));
+        }
+    }
+    if !raw::nvrtc_present() {
+        return Err(Unavailable(
+            "libnvrtc was loaded but cudarc cannot open it by name (its soname does not match the bindings' CUDA version)".into(),
+        ));
+    }
+    let version = guarded("nvrtcVersion", raw::nvrtc_version).map_err(Unavailable)?.map_err(Unavailable)?;
+    Ok(Nvrtc { path, version })
+}
+
+/// NVRTC, found and loaded once per process.
+pub fn nvrtc() -> std::result::Result<&'static Nvrtc, Unavailable> {
+    static FOUND: OnceLock<std::result::Result<Nvrtc, Unavailable>> = OnceLock::new();
+    FOUND.get_or_init(find).as_ref().map_err(Clone::clone)
+}
+
+/// Compiles CUDA C to PTX. `name` is the program's name in NVRTC's messages;
+/// `options` are NVRTC options (e.g. `--gpu-architecture=compute_80`). A
+/// source that does not compile is an error carrying NVRTC's log.
+pub fn compile_ptx(source: &str, name: &str, options: &[String]) -> Result<String> {
+    if source.contains('\0') || name.contains('\0') || options.iter().any(|o| o.contains('\0')) {
+        return Err(Error::InvalidArgument(format!("{name}: CUDA source, name and options cannot contain a NUL byte")));
+    }
+    nvrtc()?;
+    let opts = cudarc::nvrtc::CompileOptions { options: options.to_vec(), name: Some(name.to_string()), ..Default::default() };
+    let compiled = guarded("NVRTC", || cudarc::nvrtc::compile_ptx_with_opts(source, opts)).map_err(Error::Runtime)?;
+    match compiled {
+        Ok(ptx) => Ok(ptx.to_src()),
+        Err(cudarc::nvrtc::CompileError::CompileError { nvrtc, options, log }) => Err(Error::Runtime(format!(
+            "NVRTC could not compile {name} ({nvrtc:?}, options {options:?}):\n{}",
+            log.to_string_lossy().trim_end()
+        ))),
+        Err(e) => Err(Error::Runtime(format!("NVRTC failed on {name}: {e:?}"))),
+    }
+}
+
+/// How often a [`PtxCache`] compiled, and found what it was asked for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Programs compiled by NVRTC.
+    pub compiled: u64,
+    /// Found in memory.
+    pub memory_hits: u64,
+    /// Found on disk.
+    pub disk_hits: u64,
+}
+
+/// Compiled PTX by key: in memory for the process, on disk across processes.
+#[derive(Debug)]
+pub struct PtxCache {
+    dir: Option<PathBuf>,
+    memory: Mutex<HashMap<[u8; 32], Arc<str>>>,
+    compiled: AtomicU64,
+    memory_hits: AtomicU64,
+    disk_hits: AtomicU64,
+}
+
+const HEADER: &str = "// dlbridge-ptx ";
+
+fn hex(key: &[u8; 32]) -> String {
+    key.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl PtxCache {
+    /// A cache writing under `dir` (`None`: memory only).
+    pub fn new(dir: Option<PathBuf>) -> PtxCache {
+        PtxCache {
+            dir,
+            memory: Mutex::new(HashMap::new()),
+            compiled: AtomicU64::new(0),
+            memory_hits: AtomicU64::new(0),
+            disk_hits: AtomicU64::new(0),
+        }
+    }
+
+    /// The process-wide cache: `DLBRIDGE_CACHE_DIR`, else `$XDG_CACHE_HOME/dlbridge/nvrtc`,
+    /// else `~/.cache/dlbridge/nvrtc` (memory only when none of them is set).
+    pub fn global() -> &'static PtxCache {
+        static CACHE: OnceLock<PtxCache> = OnceLock::new();
+        CACHE.get_or_init(|| {
+            let var = |v: &str| std::env::var_os(v).filter(|s| !s.is_empty()).map(PathBuf::from);
+            let dir = var("DLBRIDGE_CACHE_DIR")
+                .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("dlbridge")))
+                .or_else(|| var("HOME").map(|h| h.join(".cache/dlbridge")))
+                .map(|d| d.join("nvrtc"));
+            PtxCache::new(dir)
+        })
+    }
+
+    /// Where PTX files go.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    /// The cache key of one compilation.
+    pub fn key(source: &str, name: &str, options: &[String], nvrtc_version: (i32, i32)) -> [u8; 32] {
+        let mut h = Sha256::new();
+        let mut field = |b: &[u8]| {
+            h.update((b.len() as u64).to_le_bytes());
+            h.update(b);
+        };
+        field(b"dlbridge-cuda");
+        field(env!("CARGO_PKG_VERSION").as_bytes());
+        field(format!("nvrtc {}.{}", nvrtc_version.0, nvrtc_version.1).as_bytes());
+        field(name.as_bytes());
+        field(source.as_bytes());
+        for o in options {
+            field(o.as_bytes());
+        }
+        h.finalize().into()
+    }
+
+    /// The PTX of `source`, compiled at most once per key.
+    pub fn get_or_compile(&self, source: &str, name: &str, options: &[String]) -> Result<Arc<str>> {
+        let version = nvrtc()?.version;
+        let key = Self::key(source, name, options, version);
+        if let Some(p) = self.memory.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            self.memory_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(p.clone());
+        }
+        let file = self.dir.as_ref().map(|d| d.join(format!("{}.ptx", hex(&key))));
+        let from_disk = file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()).and_then(|text| {
+            let rest = text.strip_prefix(HEADER)?;
+            let (k, ptx) = rest.split_once('\n')?;
+            (k == hex(&key) && ptx.contains(".version") && ptx.contains(".target")).then(|| ptx.to_string())
+        });
+        let ptx: Arc<str> = match from_disk {
+            Some(ptx) => {
+                self.disk_hits.fetch_add(1, Ordering::Relaxed);
+                ptx.into()
+            }
+            None => {
+                let ptx = compile_ptx(source, name, options)?;
+                self.compiled.fetch_add(1, Ordering::Relaxed);
+                if let Some(f) = &file {
+                    // A cache that cannot be written is only slower: the error is not the caller's.
+                    let _ = write_atomically(f, &format!("{HEADER}{}\n{ptx}", hex(&key)));
+                }
+                ptx.into()
+            }
+        };
+        self.memory.lock().unwrap_or_else(|p| p.into_inner()).insert(key, ptx.clone());
+        Ok(ptx)
+    }
+
+    /// Counts so far.
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            compiled: self.compiled.load(Ordering::Relaxed),
+            memory_hits: self.memory_hits.load(Ordering::Relaxed),
+            disk_hits: self.disk_hits.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Writes through a temporary file renamed into place, so a reader never sees half a file.
+fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".{}.{}.tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("ptx"), std::process::id()));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_change_with_every_input() {
+        let o = |s: &str| vec![s.to_string()];
+        let base = PtxCache::key("src", "k", &o("--gpu-architecture=compute_80"), (13, 0));
+        assert_eq!(base, PtxCache::key("src", "k", &o("--gpu-architecture=compute_80"), (13, 0)));
+        assert_ne!(base, PtxCache::key("src2", "k", &o("--gpu-architecture=compute_80"), (13, 0)));
+        assert_ne!(base, PtxCache::key("src", "k2", &o("--gpu-architecture=compute_80"), (13, 0)));
+        assert_ne!(base, PtxCache::key("src", "k", &o("--gpu-architecture=compute_90"), (13, 0)));
+        assert_ne!(base, PtxCache::key("src", "k", &o("--gpu-architecture=compute_80"), (12, 8)));
+        // Field boundaries count: moving a byte from the name to the source is another key.
+        assert_ne!(PtxCache::key("ab", "c", &[], (13, 0)), PtxCache::key("b", "ac", &[], (13, 0)));
+    }
+
+    #[test]
+    fn a_nul_byte_in_the_source_is_an_error_not_a_panic() {
+        let e = compile_ptx("__global__ void k() {}\0", "nul", &[]).unwrap_err();
+        assert!(e.to_string().contains("NUL"), "{e}");
+    }
+}

@@ -1,0 +1,179 @@
+//! Every `unsafe` operation of dlbridge-cuda: loading the CUDA libraries,
+//! raw driver calls, and handing device memory to DLPack.
+//!
+//! Invariants:
+//! * cudarc's `dynamic-loading` bindings panic when a library or a symbol
+//!   cannot be loaded. Nothing here calls a cudarc function before
+//!   [`driver_present`] / [`nvrtc_present`] said the library loads, and every
+//!   call that may still panic (a symbol missing from an older library) runs
+//!   inside `catch_unwind` in the safe wrappers of the calling module.
+//! * A library preloaded by path ([`preload`]) is never unloaded: it is kept
+//!   in a process-wide list, so cudarc's later `dlopen` by name finds the same
+//!   object (glibc matches an already loaded object by its soname) and every
+//!   function pointer cudarc caches stays valid for the life of the process.
+//! * Device pointers passed to the driver come from the driver's own
+//!   allocator (`cuMemAlloc`), with the context that owns them current on the
+//!   calling thread, and a freed pointer is never used again (the pool owns
+//!   each block exactly once).
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use cudarc::driver::sys::CUdeviceptr;
+
+/// Libraries loaded by path, kept for the life of the process.
+static PRELOADED: Mutex<Vec<libloading::Library>> = Mutex::new(Vec::new());
+
+/// Loads the shared library at `path` and keeps it loaded for good.
+pub(crate) fn preload(path: &Path) -> Result<(), String> {
+    // SAFETY: loading a library runs its initialisers. The candidates are
+    // NVIDIA's own CUDA libraries (found by name in a CUDA installation or a
+    // Python wheel, or named by the user through DLBRIDGE_NVRTC), whose
+    // initialisers only set up the library itself.
+    let lib = unsafe { libloading::Library::new(path) }.map_err(|e| format!("{}: {e}", path.display()))?;
+    PRELOADED.lock().unwrap_or_else(|p| p.into_inner()).push(lib);
+    Ok(())
+}
+
+/// Whether cudarc can load libcuda by any of its names.
+pub(crate) fn driver_present() -> bool {
+    // SAFETY: only tries to `dlopen` libcuda by name (and closes it again).
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// Whether cudarc can load libnvrtc by any of its names.
+pub(crate) fn nvrtc_present() -> bool {
+    // SAFETY: only tries to `dlopen` libnvrtc by name.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
+/// The driver's CUDA version (e.g. 12040 for 12.4). The driver library is loaded.
+pub(crate) fn driver_version() -> Result<i32, String> {
+    let mut v = 0i32;
+    // SAFETY: writes one int through a valid pointer; libcuda is loadable (caller).
+    let r = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) };
+    if r == cudarc::driver::sys::cudaError_enum::CUDA_SUCCESS { Ok(v) } else { Err(format!("cuDriverGetVersion: {r:?}")) }
+}
+
+/// `cuMemAlloc` of `bytes` in the context current on this thread.
+pub(crate) fn mem_alloc(bytes: usize) -> Result<CUdeviceptr, cudarc::driver::DriverError> {
+    // SAFETY: the caller made the owning context current; the result is a fresh
+    // device allocation owned by the caller (the pool), freed once by `mem_free`.
+    unsafe { cudarc::driver::result::malloc_sync(bytes) }
+}
+
+/// `cuMemFree` of a pointer from [`mem_alloc`] in the same (current) context.
+pub(crate) fn mem_free(ptr: CUdeviceptr) -> Result<(), cudarc::driver::DriverError> {
+    // SAFETY: `ptr` came from `mem_alloc` in the current context and is freed
+    // exactly once (the pool removes it from its books first).
+    unsafe { cudarc::driver::result::free_sync(ptr) }
+}
+
+/// Copies host bytes to device memory (synchronous).
+pub(crate) fn copy_htod(dst: CUdeviceptr, src: &[u8]) -> Result<(), cudarc::driver::DriverError> {
+    // SAFETY: `dst` is a live device allocation of at least `src.len()` bytes
+    // (a pool block the caller holds), its context current.
+    unsafe { cudarc::driver::result::memcpy_htod_sync(dst, src) }
+}
+
+/// Copies device bytes to host memory (synchronous).
+pub(crate) fn copy_dtoh(dst: &mut [u8], src: CUdeviceptr) -> Result<(), cudarc::driver::DriverError> {
+    // SAFETY: `src` is a live device allocation of at least `dst.len()` bytes
+    // (a pool block the caller holds), its context current.
+    unsafe { cudarc::driver::result::memcpy_dtoh_sync(dst, src) }
+}
+
+/// Exports device memory owned by `owner` as a DLPack tensor (kDLCUDA).
+pub(crate) fn export_device<O: Send + 'static>(
+    owner: O,
+    data: CUdeviceptr,
+    desc: &dlbridge_core::TensorDesc<'_>,
+) -> dlbridge_core::Result<dlbridge_core::ManagedTensor> {
+    // SAFETY: `owner` holds the device allocation at `data` (a pool block sized
+    // for the layout `desc` describes) and keeps it alive until the consumer's
+    // deleter drops the owner; the array gave up its own handle (moved in).
+    unsafe { dlbridge_core::ManagedTensor::export_owner(owner, data as usize as *mut std::ffi::c_void, desc) }
+}
+
+/// The device-side layout of a tensor passed to a kernel by value.
+// SAFETY: `Indexer` is `#[repr(C)]` plain data (integers only) with the layout
+// of `DlbIndexer` in kernels/cuda/dlbridge_common.cuh (size and offsets are
+// asserted in `indexer`'s tests).
+unsafe impl cudarc::driver::DeviceRepr for crate::indexer::Indexer {}
+
+/// NVRTC's version (major, minor). libnvrtc is loadable (caller).
+pub(crate) fn nvrtc_version() -> Result<(i32, i32), String> {
+    let (mut major, mut minor) = (0i32, 0i32);
+    // SAFETY: writes two ints through valid pointers.
+    let r = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    if r == cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS { Ok((major, minor)) } else { Err(format!("nvrtcVersion: {r:?}")) }
+}
+
+/// `cuLaunchKernel` of `f` on `stream` (NULL: the legacy default stream).
+/// `params` holds one pointer per kernel parameter, to a value of exactly the
+/// parameter's C type, alive for the call.
+pub(crate) fn launch(
+    f: cudarc::driver::sys::CUfunction,
+    cfg: crate::launch::Launch,
+    stream: *mut std::ffi::c_void,
+    params: &mut [*mut std::ffi::c_void],
+) -> Result<(), cudarc::driver::DriverError> {
+    // SAFETY: `f` is a function of a module loaded in the context current on
+    // this thread (the caller bound it); every entry of `params` points to a
+    // live value whose type matches the kernel's parameter (the callers in
+    // `kernels` build them from the signatures in kernels/cuda, checked by the
+    // NVRTC tests); the device pointers among them are validated views of
+    // device memory the caller holds for the call (the registry's binding
+    // checked dtype, shape, strides and that outputs are writable and do not
+    // overlap inputs), and the kernels only address elements inside them.
+    unsafe { cudarc::driver::result::launch_kernel(f, (cfg.grid, 1, 1), (cfg.block, 1, 1), cfg.shared, stream.cast(), params) }
+}
+
+/// A view of a device array's memory (the device never dereferences it on the host).
+pub(crate) fn device_view<'a>(
+    ptr: CUdeviceptr,
+    size: usize,
+    shape: &'a [i64],
+    strides: Option<&'a [i64]>,
+    dtype: dlbridge_core::DType,
+    device: dlbridge_core::Device,
+) -> dlbridge_core::Result<dlbridge_core::TensorView<'a>> {
+    // SAFETY: the device is not host accessible, so the view's bytes are never
+    // read on the host; `ptr` is a live block of `size` bytes held by the array
+    // the view borrows from, and the layout is checked to lie inside it below
+    // before the view is returned.
+    let view = unsafe {
+        dlbridge_core::TensorView::from_raw_parts(
+            ptr as usize as *const u8,
+            0,
+            shape,
+            strides,
+            dtype,
+            device,
+            dlbridge_core::Flags::empty(),
+        )
+    }?;
+    let e = view.extent();
+    if e.byte_lo < 0 || e.byte_hi as usize > size {
+        return Err(dlbridge_core::Error::InvalidArgument(format!(
+            "a view of shape {shape:?} and strides {strides:?} reaches bytes {}..{} of a {size}-byte device array",
+            e.byte_lo, e.byte_hi
+        )));
+    }
+    Ok(view)
+}
+
+/// A writable view of a device array's memory.
+pub(crate) fn device_view_mut<'a>(
+    ptr: CUdeviceptr,
+    size: usize,
+    shape: &'a [i64],
+    dtype: dlbridge_core::DType,
+    device: dlbridge_core::Device,
+) -> dlbridge_core::Result<dlbridge_core::TensorViewMut<'a>> {
+    let view = device_view(ptr, size, shape, None, dtype, device)?;
+    // SAFETY: the caller holds the array mutably for 'a (`CudaArray::view_mut`
+    // takes `&mut self`), so this is the only view of its memory, and a compact
+    // layout does not overlap itself.
+    unsafe { dlbridge_core::TensorViewMut::from_view(view) }
+}

@@ -1,0 +1,130 @@
+//! Device memory on a real GPU: host round trips, DLPack export with zero
+//! copies, the pool's reuse under the driver. Without a CUDA driver and
+//! device each test prints `skipped: <reason>` and returns.
+
+use dlbridge_array::Array;
+use dlbridge_core::{DType, Device};
+use dlbridge_cuda::{CudaArray, CudaDevice};
+
+fn device_or_skip() -> Option<std::sync::Arc<CudaDevice>> {
+    if let Some(reason) = dlbridge_cuda::skip_reason() {
+        eprintln!("skipped: {reason}");
+        return None;
+    }
+    Some(CudaDevice::get(0).expect("a device the driver reports"))
+}
+
+#[test]
+fn host_arrays_round_trip_through_device_memory() {
+    let Some(dev) = device_or_skip() else { return };
+    let host = Array::from_slice(&[1.0f32, -2.5, 3.0, f32::NAN, 0.0, 7.0], &[2, 3]).unwrap();
+    let d = CudaArray::from_host(&dev, &host).unwrap();
+    assert_eq!(d.device(), Device::cuda(0));
+    let back = d.to_host().unwrap();
+    let (a, b) = (host.to_vec::<f32>().unwrap(), back.to_vec::<f32>().unwrap());
+    assert_eq!(a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), b.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    // A transposed host array arrives compact, in logical order.
+    let t = CudaArray::from_host(&dev, &host.t().unwrap()).unwrap();
+    assert_eq!(t.shape(), &[3, 2]);
+    assert_eq!(t.to_host().unwrap().to_vec::<f32>().unwrap()[..2], [1.0, 3.0]);
+}
+
+#[test]
+fn dlpack_export_is_kdlcuda_with_the_same_device_pointer() {
+    let Some(dev) = device_or_skip() else { return };
+    let a = CudaArray::empty(&dev, DType::F32, &[4, 5]).unwrap();
+    let ptr = a.device_ptr();
+    let m = a.into_dlpack().unwrap();
+    assert_eq!(m.device(), Device::cuda(0));
+    assert_eq!(m.view().data_ptr() as u64, ptr, "exported with a copy");
+    assert_eq!(m.shape(), &[4, 5]);
+    let before = dev.pool_stats().bytes_in_use;
+    drop(m); // the deleter gives the block back
+    assert_eq!(dev.pool_stats().bytes_in_use, before - 512);
+}
+
+#[test]
+fn repeated_allocations_of_one_shape_call_cumemalloc_once() {
+    let Some(dev) = device_or_skip() else { return };
+    let start = dev.pool_stats();
+    for _ in 0..50 {
+        let a = CudaArray::empty(&dev, DType::F32, &[1000, 1000]).unwrap();
+        drop(a);
+    }
+    let s = dev.pool_stats();
+    assert!(s.raw_allocs - start.raw_allocs <= 1, "{s:?}");
+    assert!(s.hits - start.hits >= 49, "{s:?}");
+}
+
+/// Values in [-4, 4), deterministic.
+fn values(n: usize) -> Vec<f32> {
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 8.0 - 4.0
+        })
+        .collect()
+}
+
+fn close(got: &[f32], want: &[f32], tol: f32, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= tol * (1.0 + w.abs()), "{what}[{i}]: {g} vs {w}");
+    }
+}
+
+#[test]
+fn builtin_cuda_kernels_match_the_cpu_kernels_on_every_layout() {
+    let Some(dev) = device_or_skip() else { return };
+    dlbridge_kernels_cpu::link();
+    dlbridge_cuda::link();
+    let reg = dlbridge_registry::Registry::global();
+    let (r, c) = (64i64, 300i64);
+    let a = Array::from_vec(values((r * c) as usize), &[r, c]).unwrap();
+    let b = Array::from_vec(values((r * c) as usize + 7)[7..].to_vec(), &[r, c]).unwrap();
+    let (da, db) = (CudaArray::from_host(&dev, &a).unwrap(), CudaArray::from_host(&dev, &b).unwrap());
+    // b transposed on both sides: a (c, r) array read with strides (1, c).
+    let bt_host = b.t().unwrap().contiguous().unwrap();
+    let dbt = CudaArray::from_host(&dev, &bt_host).unwrap();
+    let (shape, tstrides) = ([r, c], [1i64, r]);
+    for name in ["add", "mul"] {
+        let k = reg.get(name).unwrap();
+        let mut want = Array::zeros(DType::F32, &[r, c]).unwrap();
+        k.call(&mut [dlbridge_registry::Arg::Tensor(a.view()), dlbridge_registry::Arg::Tensor(b.view())], &mut [want.view_mut().unwrap()])
+            .unwrap();
+        for (layout, bv) in [("contiguous", db.view().unwrap()), ("transposed", dbt.view_strided(&shape, &tstrides).unwrap())] {
+            let mut out = CudaArray::empty(&dev, DType::F32, &[r, c]).unwrap();
+            k.call(
+                &mut [dlbridge_registry::Arg::Tensor(da.view().unwrap()), dlbridge_registry::Arg::Tensor(bv)],
+                &mut [out.view_mut().unwrap()],
+            )
+            .unwrap();
+            close(&out.to_host().unwrap().to_vec::<f32>().unwrap(), &want.to_vec::<f32>().unwrap(), 0.0, &format!("{name} {layout}"));
+        }
+    }
+    for (name, tol) in [("relu", 0.0), ("gelu", 1e-6), ("softmax", 1e-6)] {
+        let k = reg.get(name).unwrap();
+        let mut want = Array::zeros(DType::F32, &[r, c]).unwrap();
+        k.call(&mut [dlbridge_registry::Arg::Tensor(a.view())], &mut [want.view_mut().unwrap()]).unwrap();
+        let mut out = CudaArray::empty(&dev, DType::F32, &[r, c]).unwrap();
+        k.call(&mut [dlbridge_registry::Arg::Tensor(da.view().unwrap())], &mut [out.view_mut().unwrap()]).unwrap();
+        close(&out.to_host().unwrap().to_vec::<f32>().unwrap(), &want.to_vec::<f32>().unwrap(), tol, name);
+    }
+    let k = reg.get("sum").unwrap();
+    let mut want = Array::zeros(DType::F32, &[r]).unwrap();
+    k.call(&mut [dlbridge_registry::Arg::Tensor(a.view())], &mut [want.view_mut().unwrap()]).unwrap();
+    let mut out = CudaArray::empty(&dev, DType::F32, &[r]).unwrap();
+    k.call(&mut [dlbridge_registry::Arg::Tensor(da.view().unwrap())], &mut [out.view_mut().unwrap()]).unwrap();
+    close(&out.to_host().unwrap().to_vec::<f32>().unwrap(), &want.to_vec::<f32>().unwrap(), 1e-5, "sum");
+}
+
+#[test]
+fn a_strided_view_outside_the_array_is_refused() {
+    let Some(dev) = device_or_skip() else { return };
+    let a = CudaArray::empty(&dev, DType::F32, &[4, 4]).unwrap();
+    let e = a.view_strided(&[4, 4], &[200, 1]).unwrap_err();
+    assert!(e.to_string().contains("device array"), "{e}");
+}

@@ -1,0 +1,86 @@
+//! NVRTC on this machine: every built-in kernel source compiles to PTX with
+//! every entry point, compile errors carry NVRTC's log, and the disk cache
+//! serves a second process (a second cache) without compiling.
+//! Without NVRTC each test prints `skipped: <reason>` and returns.
+
+use dlbridge_cuda::builtins::{self, SOURCES};
+use dlbridge_cuda::nvrtc::{self, PtxCache};
+
+fn nvrtc_or_skip() -> bool {
+    match nvrtc::nvrtc() {
+        Ok(n) => {
+            eprintln!("NVRTC {}.{} from {:?}", n.version.0, n.version.1, n.path);
+            true
+        }
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            false
+        }
+    }
+}
+
+#[test]
+fn every_builtin_source_compiles_to_ptx_with_all_its_entry_points() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let cache = PtxCache::new(None);
+    for arch in ["--gpu-architecture=compute_75", "--gpu-architecture=compute_90"] {
+        for src in SOURCES {
+            let ptx = src.ptx(&cache, arch).unwrap_or_else(|e| panic!("{} for {arch}: {e}", src.name));
+            assert!(ptx.contains(&format!(".target sm_{}", &arch[arch.len() - 2..])), "{}", src.name);
+            for entry in src.entry_points() {
+                assert!(ptx.contains(&format!(".entry {entry}(")), "{} lacks {entry} for {arch}", src.name);
+            }
+        }
+    }
+    assert_eq!(cache.stats().compiled, 6);
+    assert_eq!(SOURCES.iter().map(|s| s.entry_points().len()).sum::<usize>(), 24);
+}
+
+#[test]
+fn a_compile_error_carries_nvrtcs_log() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let e = nvrtc::compile_ptx("extern \"C\" __global__ void k(float* x) { x[0] = undefined_name; }", "broken.cu", &[]).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("broken.cu") && msg.contains("undefined_name") && msg.contains("NVRTC_ERROR_COMPILATION"), "{msg}");
+    let e = nvrtc::compile_ptx("extern \"C\" __global__ void k() {}", "opts.cu", &["--no-such-option".into()]).unwrap_err();
+    assert!(e.to_string().contains("opts.cu"), "{e}");
+}
+
+#[test]
+fn the_disk_cache_serves_another_cache_and_replaces_a_damaged_file() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = "extern \"C\" __global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }";
+    let opts = builtins::options("--gpu-architecture=compute_80");
+    let first = PtxCache::new(Some(dir.path().to_path_buf()));
+    let a = first.get_or_compile(src, "twice.cu", &opts).unwrap();
+    let again = first.get_or_compile(src, "twice.cu", &opts).unwrap();
+    assert!(std::sync::Arc::ptr_eq(&a, &again));
+    assert_eq!((first.stats().compiled, first.stats().memory_hits), (1, 1));
+
+    // Another process (another cache over the same folder) reads the file.
+    let second = PtxCache::new(Some(dir.path().to_path_buf()));
+    let b = second.get_or_compile(src, "twice.cu", &opts).unwrap();
+    assert_eq!(&*a, &*b);
+    assert_eq!((second.stats().compiled, second.stats().disk_hits), (0, 1));
+
+    // A damaged file is compiled again and rewritten.
+    let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    std::fs::write(&files[0], "// dlbridge-ptx 00\ngarbage").unwrap();
+    let third = PtxCache::new(Some(dir.path().to_path_buf()));
+    let c = third.get_or_compile(src, "twice.cu", &opts).unwrap();
+    assert_eq!(&*c, &*a);
+    assert_eq!((third.stats().compiled, third.stats().disk_hits), (1, 0));
+    assert!(std::fs::read_to_string(&files[0]).unwrap().contains(".entry twice("));
+
+    // Another architecture is another entry.
+    third.get_or_compile(src, "twice.cu", &builtins::options("--gpu-architecture=compute_90")).unwrap();
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+}

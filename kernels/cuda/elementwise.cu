@@ -1,0 +1,114 @@
+// elementwise.cu -- dlbridge built-in elementwise kernels.
+//
+// Entry points: dlbridge_{add,mul,relu,gelu}_{f32,f64,f16,bf16}
+//   binary: (const T* a, DlbIndexer ia, const T* b, DlbIndexer ib,
+//            T* out, DlbIndexer io, long long n, int contiguous)
+//   unary:  (const T* x, DlbIndexer ix, T* out, DlbIndexer io,
+//            long long n, int contiguous)
+// T = float / double / unsigned short (f16 bits) / unsigned short (bf16 bits).
+// All indexers carry the OUTPUT's logical shape and the operand's own element
+// strides (broadcast dims have stride 0). contiguous == 1: every operand is
+// dense row-major with the same layout, offset(i) == i.
+// Any grid / block size works (grid-stride loop), no shared memory.
+// In-place use (out aliasing an input with the same layout) is allowed, so no
+// __restrict__.
+#include "dlbridge_common.cuh"
+
+struct DlbAdd {
+    template <typename A> __device__ __forceinline__ A operator()(A a, A b) const { return a + b; }
+};
+struct DlbMul {
+    template <typename A> __device__ __forceinline__ A operator()(A a, A b) const { return a * b; }
+};
+struct DlbRelu {
+    // x > 0 ? x : 0, but NaN propagates (x != x only for NaN).
+    template <typename A> __device__ __forceinline__ A operator()(A x) const {
+        return (x > A(0) || x != x) ? x : A(0);
+    }
+};
+struct DlbGelu {
+    // exact form: 0.5 * x * (1 + erf(x / sqrt(2)))
+    __device__ __forceinline__ float operator()(float x) const {
+        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f));
+    }
+    __device__ __forceinline__ double operator()(double x) const {
+        return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440));
+    }
+};
+
+template <typename E, typename Op>
+__device__ __forceinline__ void dlb_binary(const typename E::storage* a, const DlbIndexer& ia,
+                                           const typename E::storage* b, const DlbIndexer& ib,
+                                           typename E::storage* out, const DlbIndexer& io,
+                                           long long n, int contiguous) {
+    typedef typename E::acc A;
+    Op op;
+    const long long start = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    const long long step = (long long)gridDim.x * blockDim.x;
+    if (contiguous) {
+        for (long long i = start; i < n; i += step) {
+            const A x = E::load(a[i]);
+            const A y = E::load(b[i]);
+            out[i] = E::store(op(x, y));
+        }
+    } else {
+        for (long long i = start; i < n; i += step) {
+            const A x = E::load(a[dlb_offset(ia, i)]);
+            const A y = E::load(b[dlb_offset(ib, i)]);
+            out[dlb_offset(io, i)] = E::store(op(x, y));
+        }
+    }
+}
+
+template <typename E, typename Op>
+__device__ __forceinline__ void dlb_unary(const typename E::storage* x, const DlbIndexer& ix,
+                                          typename E::storage* out, const DlbIndexer& io,
+                                          long long n, int contiguous) {
+    typedef typename E::acc A;
+    Op op;
+    const long long start = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    const long long step = (long long)gridDim.x * blockDim.x;
+    if (contiguous) {
+        for (long long i = start; i < n; i += step) {
+            out[i] = E::store(op(E::load(x[i])));
+        }
+    } else {
+        for (long long i = start; i < n; i += step) {
+            const A v = E::load(x[dlb_offset(ix, i)]);
+            out[dlb_offset(io, i)] = E::store(op(v));
+        }
+    }
+}
+
+#define DLB_BINARY(NAME, OP, E)                                                                  \
+    extern "C" __global__ void NAME(const E::storage* a, DlbIndexer ia, const E::storage* b,     \
+                                    DlbIndexer ib, E::storage* out, DlbIndexer io, long long n,  \
+                                    int contiguous) {                                            \
+        dlb_binary<E, OP>(a, ia, b, ib, out, io, n, contiguous);                                 \
+    }
+
+#define DLB_UNARY(NAME, OP, E)                                                                   \
+    extern "C" __global__ void NAME(const E::storage* x, DlbIndexer ix, E::storage* out,         \
+                                    DlbIndexer io, long long n, int contiguous) {                \
+        dlb_unary<E, OP>(x, ix, out, io, n, contiguous);                                         \
+    }
+
+DLB_BINARY(dlbridge_add_f32, DlbAdd, DlbF32)
+DLB_BINARY(dlbridge_add_f64, DlbAdd, DlbF64)
+DLB_BINARY(dlbridge_add_f16, DlbAdd, DlbF16)
+DLB_BINARY(dlbridge_add_bf16, DlbAdd, DlbBF16)
+
+DLB_BINARY(dlbridge_mul_f32, DlbMul, DlbF32)
+DLB_BINARY(dlbridge_mul_f64, DlbMul, DlbF64)
+DLB_BINARY(dlbridge_mul_f16, DlbMul, DlbF16)
+DLB_BINARY(dlbridge_mul_bf16, DlbMul, DlbBF16)
+
+DLB_UNARY(dlbridge_relu_f32, DlbRelu, DlbF32)
+DLB_UNARY(dlbridge_relu_f64, DlbRelu, DlbF64)
+DLB_UNARY(dlbridge_relu_f16, DlbRelu, DlbF16)
+DLB_UNARY(dlbridge_relu_bf16, DlbRelu, DlbBF16)
+
+DLB_UNARY(dlbridge_gelu_f32, DlbGelu, DlbF32)
+DLB_UNARY(dlbridge_gelu_f64, DlbGelu, DlbF64)
+DLB_UNARY(dlbridge_gelu_f16, DlbGelu, DlbF16)
+DLB_UNARY(dlbridge_gelu_bf16, DlbGelu, DlbBF16)

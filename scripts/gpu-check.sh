@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The GPU test set, built where Rust is and run where a GPU is.
+#
+#   scripts/gpu-check.sh build     (here: needs Rust) builds the test binaries of
+#                                  every crate with GPU tests into target/gpu-check/
+#   scripts/gpu-check.sh [run]     (on the GPU machine: needs only Linux x86-64, an
+#                                  NVIDIA GPU and a CUDA 12 or 13 driver; no Rust, no
+#                                  internet) runs them, from a checkout or a copy of
+#                                  target/gpu-check/ with this script beside it
+#
+# On the GPU machine a test that reports `skipped:` is a failure: the point of
+# the run is that nothing is skipped. NVRTC is looked for in CUDA_PATH,
+# /usr/local/cuda and the NVIDIA wheels of `python3` (set DLBRIDGE_NVRTC to a
+# libnvrtc.so.* to choose). The report names the GPU, the driver and NVRTC.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+mode=${1:-run}
+
+# Crates whose tests need a GPU (the others run in ./dev.sh test).
+CRATES=(dlbridge-cuda)
+
+build() {
+    cd "$here/.."
+    local out=target/gpu-check
+    rm -rf "$out" && mkdir -p "$out/bin"
+    for c in "${CRATES[@]}"; do
+        cargo test --release -p "$c" --no-run --message-format=json |
+            python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["executable"])' |
+            while read -r exe; do cp "$exe" "$out/bin/"; done
+    done
+    cp "$here/gpu-check.sh" "$out/"
+    ls "$out/bin"
+    echo "copy $out to the GPU machine and run: bash gpu-check.sh"
+}
+
+find_nvrtc() {
+    [ -n "${DLBRIDGE_NVRTC:-}" ] && return
+    local c
+    for c in "${CUDA_PATH:-/nonexistent}"/lib64/libnvrtc.so.1[23] /usr/local/cuda/lib64/libnvrtc.so.1[23]; do
+        [ -f "$c" ] && { export DLBRIDGE_NVRTC=$c; return; }
+    done
+    c=$(python3 -c '
+import glob, os, site
+dirs = site.getsitepackages() + [site.getusersitepackages()]
+for d in dirs:
+    for pat in ("nvidia/cu13/lib/libnvrtc.so.13", "nvidia/cuda_nvrtc/lib/libnvrtc.so.12", "nvidia/cu12/lib/libnvrtc.so.12"):
+        for f in glob.glob(os.path.join(d, pat)):
+            print(f); raise SystemExit' 2>/dev/null || true)
+    [ -n "$c" ] && export DLBRIDGE_NVRTC=$c
+    return 0
+}
+
+run() {
+    local bin
+    if [ -d "$here/bin" ]; then bin="$here/bin"; else bin="$here/../target/gpu-check/bin"; fi
+    [ -d "$bin" ] || { echo "gpu-check: no test binaries: run 'scripts/gpu-check.sh build' where Rust is" >&2; exit 2; }
+    echo "== GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo 'nvidia-smi not found')"
+    find_nvrtc
+    echo "== NVRTC: ${DLBRIDGE_NVRTC:-(by name on the loader path)}"
+    local failed=0 log
+    log=$(mktemp)
+    for t in "$bin"/*; do
+        echo "== $(basename "$t")"
+        if ! "$t" --test-threads=1 --nocapture >"$log" 2>&1; then
+            failed=1
+        fi
+        grep -E "^test |test result|skipped:|panicked|NVRTC " "$log" || true
+        if grep -q "skipped:" "$log"; then
+            echo "!! a test was skipped on the GPU machine (see above)"
+            failed=1
+        fi
+    done
+    rm -f "$log"
+    if [ "$failed" = 0 ]; then echo "== gpu-check: all passed, nothing skipped"; else echo "== gpu-check: FAILED"; fi
+    return "$failed"
+}
+
+case "$mode" in
+    build) build ;;
+    run) run ;;
+    *) echo "usage: $0 [build|run]" >&2; exit 2 ;;
+esac
