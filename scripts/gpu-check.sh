@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The GPU test set, built where Rust is and run where a GPU is.
 #
-#   scripts/gpu-check.sh build     (here: needs Rust) builds the test binaries of
-#                                  every crate with GPU tests into target/gpu-check/
+#   scripts/gpu-check.sh build     (here: needs Rust and ./dev.sh's .venv) builds the
+#                                  test binaries of every crate with GPU tests, the abi3
+#                                  wheel, and gathers pytest's wheels and the Python GPU
+#                                  tests into target/gpu-check/
 #   scripts/gpu-check.sh [run]     (on the GPU machine: needs only Linux x86-64, an
 #                                  NVIDIA GPU and a CUDA 12 or 13 driver; no Rust, no
 #                                  internet) runs them, from a checkout or a copy of
@@ -33,8 +35,13 @@ for line in sys.stdin:
         print(m["executable"])' |
             while read -r exe; do cp "$exe" "$out/bin/"; done
     done
+    # The Python side: the abi3 wheel (any CPython >= 3.11), pytest's wheels (pure
+    # Python), and the tests, for a machine with its own Python and torch but no internet.
+    VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin build --release --quiet -o "$out/wheels"
+    .venv/bin/python -m pip download --quiet --only-binary :all: --python-version 3.11 -d "$out/wheels" pytest
+    mkdir -p "$out/python-tests" && cp python/tests/test_cuda.py "$out/python-tests/"
     cp "$here/gpu-check.sh" "$out/"
-    ls "$out/bin"
+    ls "$out/bin" "$out/wheels"
     echo "copy $out to the GPU machine and run: bash gpu-check.sh"
 }
 
@@ -75,6 +82,25 @@ run() {
             failed=1
         fi
     done
+    local wheels tests
+    if [ -d "$here/wheels" ]; then wheels="$here/wheels" tests="$here/python-tests"; else wheels="$here/../target/gpu-check/wheels" tests="$here/../target/gpu-check/python-tests"; fi
+    if [ -d "$wheels" ] && python3 -c 'import torch' 2>/dev/null; then
+        echo "== Python: $(python3 --version), torch $(python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)')"
+        # Installed beside (not into) the machine's Python, which brings torch.
+        local site
+        site=$(mktemp -d)
+        python3 -m pip install --quiet --no-index --find-links "$wheels" --target "$site" dlbridge pytest
+        if ! (cd "$tests" && PYTHONPATH="$site" python3 -m pytest -q -rs -p no:cacheprovider test_cuda.py \
+            -k "not without_a_driver" >"$log" 2>&1); then failed=1; fi
+        cat "$log"
+        if grep -qE "SKIPPED.*(no GPU|no NVRTC)" "$log"; then
+            echo "!! a Python GPU test was skipped on the GPU machine (see above)"
+            failed=1
+        fi
+    else
+        echo "!! Python GPU tests not run: no wheels in $wheels, or no python3 with torch"
+        failed=1
+    fi
     rm -f "$log"
     if [ "$failed" = 0 ]; then echo "== gpu-check: all passed, nothing skipped"; else echo "== gpu-check: FAILED"; fi
     return "$failed"

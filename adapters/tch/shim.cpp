@@ -3,6 +3,8 @@
 // point catches C++ exceptions and reports them through `err`; none escapes.
 #include <ATen/ATen.h>
 #include <ATen/DLConvertor.h>
+#include <c10/core/Stream.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -98,6 +100,24 @@ void dlbridge_tch_borrow_n(void* const* tensors, size_t n, DLTensor* out, int32_
       codes[i] = -1;
     }
   }
+}
+
+// torch's current stream on CUDA device `device_id` (the cudaStream_t, which is
+// NULL for the legacy default stream), through the device guard of the CUDA
+// backend: no CUDA header is needed here. Returns 0, or -1 with a message (a
+// torch without CUDA, no such device).
+int dlbridge_tch_current_cuda_stream(int device_id, void** out, char* err, size_t err_len) {
+  try {
+    c10::Device device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_id));
+    c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device);
+    *out = stream.native_handle();
+    return 0;
+  } catch (const std::exception& e) {
+    write_err(err, err_len, e.what());
+  } catch (...) {
+    write_err(err, err_len, "unknown C++ exception asking torch for its current CUDA stream");
+  }
+  return -1;
 }
 
 }  // extern "C"

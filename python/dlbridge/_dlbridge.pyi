@@ -24,6 +24,9 @@ __all__ = [
     "zeros",
     "inspect_capsule",
     "arange",
+    "cuda_status",
+    "cuda_raw_kernel",
+    "cuda_raw_kernel_ptx",
     "__version__",
 ]
 
@@ -191,6 +194,14 @@ class Plugin:
         """Its kernels, as registered."""
 
 def list_kernels() -> list[Kernel]: ...
+def cuda_raw_kernel(
+    source: str, name: str, signature: str, options: list[str] = ..., block: int = 256, grid: int | None = None
+) -> Kernel:
+    """The kernel of dlbridge.cuda.RawKernel (compiled once now, with NVRTC)."""
+def cuda_raw_kernel_ptx(source: str, name: str, signature: str, arch: str, options: list[str] = ...) -> str:
+    """The PTX NVRTC makes of a raw kernel's source for one architecture."""
+def cuda_status() -> dict[str, Any]:
+    """CUDA support in this process (keys: available, reason, driver_version, devices, nvrtc, nvrtc_version, nvrtc_error)."""
 def get_kernel(name: str) -> Kernel:
     """Raises KeyError if no kernel has this name."""
 def load_plugin(path: str | os.PathLike[str]) -> Plugin:

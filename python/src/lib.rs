@@ -215,8 +215,68 @@ fn inspect_capsule<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, pyo3::ty
 }
 
 /// The Python module.
+/// What CUDA support this process has: `available`, and if not the `reason`;
+/// the driver's CUDA version and device count; where NVRTC was loaded from and
+/// its version (or why it was not found). Detects once, never raises.
+#[pyfunction]
+fn cuda_status(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyDict>> {
+    use dlbridge::cuda::{nvrtc, probe};
+    let d = pyo3::types::PyDict::new(py);
+    match probe::driver() {
+        Ok(info) => {
+            d.set_item("available", true)?;
+            d.set_item("reason", py.None())?;
+            d.set_item("driver_version", probe::version_text(info.version))?;
+            d.set_item("devices", info.devices)?;
+        }
+        Err(u) => {
+            d.set_item("available", false)?;
+            d.set_item("reason", u.0)?;
+            d.set_item("driver_version", py.None())?;
+            d.set_item("devices", 0)?;
+        }
+    }
+    match nvrtc::nvrtc() {
+        Ok(n) => {
+            d.set_item("nvrtc", n.path.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "(found by name)".into()))?;
+            d.set_item("nvrtc_version", n.version)?;
+            d.set_item("nvrtc_error", py.None())?;
+        }
+        Err(u) => {
+            d.set_item("nvrtc", py.None())?;
+            d.set_item("nvrtc_version", py.None())?;
+            d.set_item("nvrtc_error", u.0.clone())?;
+        }
+    }
+    Ok(d)
+}
+
+/// `dlbridge.cuda.RawKernel`'s kernel: CUDA C `source` whose `extern "C"
+/// __global__` function `name` has the parameters `signature` declares.
+#[pyfunction]
+#[pyo3(signature = (source, name, signature, options = Vec::new(), block = 256, grid = None))]
+fn cuda_raw_kernel(source: &str, name: &str, signature: &str, options: Vec<String>, block: u32, grid: Option<u32>) -> PyResult<PyKernel> {
+    use dlbridge::cuda::raw_kernel::{RawLaunch, raw_kernel};
+    raw_kernel(source, name, signature, &options, RawLaunch { block, grid }).map(PyKernel::new).py_err()
+}
+
+/// The PTX NVRTC makes of a raw kernel's source for `arch` (e.g. `compute_80`).
+#[pyfunction]
+#[pyo3(signature = (source, name, signature, arch, options = Vec::new()))]
+fn cuda_raw_kernel_ptx(source: &str, name: &str, signature: &str, arch: &str, options: Vec<String>) -> PyResult<String> {
+    let arch = format!("--gpu-architecture={arch}");
+    dlbridge::cuda::raw_kernel::raw_kernel_ptx(source, name, signature, &options, &arch).map(|p| p.to_string()).py_err()
+}
+
 #[pymodule]
 fn _dlbridge(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // NVRTC ships in the NVIDIA wheels torch depends on: look in this interpreter's
+    // site-packages (no CUDA library is loaded until CUDA is first used).
+    if let Ok(dirs) = m.py().import("site").and_then(|s| s.call_method0("getsitepackages")).and_then(|d| d.extract::<Vec<String>>()) {
+        for d in dirs {
+            dlbridge::cuda::nvrtc::add_site_packages(d);
+        }
+    }
     m.add_class::<PyArray>()?;
     m.add_class::<PyKernel>()?;
     m.add_class::<dlbridge_python::kernel::PyParam>()?;
@@ -229,6 +289,9 @@ fn _dlbridge(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(zeros, m)?)?;
     m.add_function(wrap_pyfunction!(inspect_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(arange, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_status, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_raw_kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_raw_kernel_ptx, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

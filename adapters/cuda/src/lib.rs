@@ -40,6 +40,7 @@ pub mod pool;
 pub mod probe;
 #[allow(unsafe_code)]
 mod raw;
+pub mod raw_kernel;
 pub mod stream;
 
 pub use array::{CudaArray, CudaDevice};

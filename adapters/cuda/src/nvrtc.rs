@@ -4,10 +4,12 @@
 //! Where libnvrtc is looked for, in order (the first that loads wins):
 //! 1. `DLBRIDGE_NVRTC`: the path of a `libnvrtc.so.*` file;
 //! 2. the loader's own search (`LD_LIBRARY_PATH`, the system's CUDA);
-//! 3. the `lib` folders of `$CUDA_PATH`, `$CUDA_HOME` and `/usr/local/cuda`;
-//! 4. the NVIDIA wheels of the active Python environment (`$VIRTUAL_ENV`), and
-//!    of this checkout's `.venv` (torch's wheels carry NVRTC under
-//!    `nvidia/cu13/lib`, CUDA 12 wheels under `nvidia/cuda_nvrtc/lib`).
+//! 3. the NVIDIA wheels of the Python environment that imported dlbridge
+//!    ([`add_site_packages`]);
+//! 4. the `lib` folders of `$CUDA_PATH`, `$CUDA_HOME` and `/usr/local/cuda`;
+//! 5. the NVIDIA wheels of `$VIRTUAL_ENV` and of this checkout's `.venv`
+//!    (torch's wheels carry NVRTC under `nvidia/cu13/lib`, CUDA 12 wheels under
+//!    `nvidia/cuda_nvrtc/lib`).
 //!
 //! NVRTC opens `libnvrtc-builtins` by name when it compiles: found next to the
 //! library, it is loaded first.
@@ -40,8 +42,22 @@ pub struct Nvrtc {
 /// The library majors the bindings accept, newest first.
 const MAJORS: &[u32] = if cfg!(feature = "cuda-12080") { &[12] } else { &[13, 12] };
 
+static EXTRA_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// Adds a Python environment's `site-packages` to the places NVRTC is looked
+/// for (its NVIDIA wheels' `lib` folders), before the first use of NVRTC. The
+/// Python extension registers its interpreter's site-packages when imported.
+pub fn add_site_packages(dir: impl Into<PathBuf>) {
+    EXTRA_DIRS.lock().unwrap_or_else(|p| p.into_inner()).push(dir.into());
+}
+
 fn candidate_dirs() -> Vec<PathBuf> {
     let mut dirs = Vec::new();
+    for site in EXTRA_DIRS.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        dirs.push(site.join("nvidia/cu13/lib"));
+        dirs.push(site.join("nvidia/cuda_nvrtc/lib"));
+        dirs.push(site.join("nvidia/cu12/lib"));
+    }
     for var in ["CUDA_PATH", "CUDA_HOME"] {
         if let Some(v) = std::env::var_os(var) {
             dirs.push(Path::new(&v).join("lib64"));
@@ -129,6 +145,9 @@ pub fn nvrtc() -> std::result::Result<&'static Nvrtc, Unavailable> {
     FOUND.get_or_init(find).as_ref().map_err(Clone::clone)
 }
 
+/// Lines of NVRTC's log an error carries.
+const MAX_LOG_LINES: usize = 60;
+
 /// Compiles CUDA C to PTX. `name` is the program's name in NVRTC's messages;
 /// `options` are NVRTC options (e.g. `--gpu-architecture=compute_80`). A
 /// source that does not compile is an error carrying NVRTC's log.
@@ -141,10 +160,17 @@ pub fn compile_ptx(source: &str, name: &str, options: &[String]) -> Result<Strin
     let compiled = guarded("NVRTC", || cudarc::nvrtc::compile_ptx_with_opts(source, opts)).map_err(Error::Runtime)?;
     match compiled {
         Ok(ptx) => Ok(ptx.to_src()),
-        Err(cudarc::nvrtc::CompileError::CompileError { nvrtc, options, log }) => Err(Error::Runtime(format!(
-            "NVRTC could not compile {name} ({nvrtc:?}, options {options:?}):\n{}",
-            log.to_string_lossy().trim_end()
-        ))),
+        Err(cudarc::nvrtc::CompileError::CompileError { nvrtc, options, log }) => {
+            // NVRTC stops at 100 errors, but one bad line can cascade into thousands of
+            // lines of log: the first MAX_LOG_LINES are the useful ones.
+            let log = log.to_string_lossy();
+            let lines: Vec<&str> = log.trim_end().lines().collect();
+            let mut shown = lines[..lines.len().min(MAX_LOG_LINES)].join("\n");
+            if lines.len() > MAX_LOG_LINES {
+                shown += &format!("\n... ({} more lines of NVRTC's log)", lines.len() - MAX_LOG_LINES);
+            }
+            Err(Error::Runtime(format!("NVRTC could not compile {name} ({nvrtc:?}, options {options:?}):\n{shown}")))
+        }
         Err(e) => Err(Error::Runtime(format!("NVRTC failed on {name}: {e:?}"))),
     }
 }

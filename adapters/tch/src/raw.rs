@@ -29,6 +29,19 @@ unsafe extern "C" {
     fn dlbridge_tch_to_dlpack(tensor: *mut c_void, err: *mut c_char, err_len: usize) -> *mut DLManagedTensorVersioned;
     fn dlbridge_tch_borrow(tensor: *mut c_void, out: *mut DLTensor, err: *mut c_char, err_len: usize) -> i32;
     fn dlbridge_tch_borrow_n(tensors: *const *mut c_void, n: usize, out: *mut DLTensor, codes: *mut i32);
+    fn dlbridge_tch_current_cuda_stream(device_id: i32, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> i32;
+}
+
+/// torch's current stream on CUDA device `id` (NULL: the legacy default stream).
+pub(crate) fn current_cuda_stream(id: i32) -> Result<*mut c_void> {
+    let mut err = [0u8; 512];
+    let mut out = std::ptr::null_mut();
+    // SAFETY: plain values and a valid out pointer; the shim catches C++ exceptions.
+    let rc = unsafe { dlbridge_tch_current_cuda_stream(id, &mut out, err.as_mut_ptr().cast(), err.len()) };
+    if rc != 0 {
+        return Err(shim_error("torch's current CUDA stream", &err));
+    }
+    Ok(out)
 }
 
 fn text(buf: &[u8]) -> String {

@@ -260,3 +260,52 @@ fn cuda_tensors_round_trip_with_zero_copies() {
     let back = from_dlpack(m).unwrap();
     assert_eq!(back.data_ptr(), t.data_ptr());
 }
+
+/// The registry with the CUDA implementations of the built-in kernels linked in.
+fn registry_with_cuda() -> &'static Registry {
+    dlbridge::registry()
+}
+
+fn cuda_or_skip() -> bool {
+    if !tch::Cuda::is_available() {
+        eprintln!("skipped: torch sees no CUDA device (tch::Cuda::is_available() is false)");
+        return false;
+    }
+    if let Some(reason) = dlbridge::cuda::skip_reason() {
+        eprintln!("skipped: {reason}");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn registry_kernels_run_on_cuda_tensors_on_torchs_stream_with_zero_copies() {
+    if !cuda_or_skip() {
+        return;
+    }
+    let reg = registry_with_cuda();
+    let x = Tensor::randn([300, 64], (Kind::Float, Device::Cuda(0)));
+    let y = call(&reg.get("add").unwrap(), &[&x, &x], &[]).unwrap().remove(0);
+    assert_eq!(y.device(), Device::Cuda(0));
+    assert!(y.allclose(&(&x * 2.0), 0.0, 0.0, false));
+    // Destination passing into a torch CUDA tensor: written in place, no copy.
+    let out = x.empty_like();
+    let ptr = out.data_ptr();
+    call_into(&reg.get("relu").unwrap(), &[&x], &[], &[&out]).unwrap();
+    assert_eq!(out.data_ptr(), ptr);
+    assert!(out.allclose(&x.relu(), 0.0, 0.0, false));
+    // A transposed operand, and the result read back through torch.
+    let s = call(&reg.get("softmax").unwrap(), &[&x.tr().contiguous()], &[]).unwrap().remove(0);
+    assert!(s.allclose(&x.tr().softmax(-1, Kind::Float), 1e-5, 1e-6, false));
+}
+
+#[test]
+fn a_cpu_and_a_cuda_tch_tensor_are_refused() {
+    if !cuda_or_skip() {
+        return;
+    }
+    let reg = registry_with_cuda();
+    let (a, b) = (Tensor::ones([3], (Kind::Float, Device::Cpu)), Tensor::ones([3], (Kind::Float, Device::Cuda(0))));
+    let e = call(&reg.get("add").unwrap(), &[&a, &b], &[]).unwrap_err().to_string();
+    assert!(e.contains("cpu") && e.contains("cuda"), "{e}");
+}

@@ -15,14 +15,21 @@ pub use dlbridge_registry::{
     self as registry_crate, Arg, Kernel, KernelDef, KernelOpts, OutputSpec, Plugin, PluginInfo, Registry, Signature,
 };
 
+/// CUDA: device arrays, the caching pool, NVRTC, the `cuda` kernels (feature `cuda`, on by default).
+#[cfg(feature = "cuda")]
+pub use dlbridge_cuda as cuda;
+
 pub mod arrays;
 pub mod demo;
 
 pub use arrays::{ArrayArg, call, call_into};
 
-/// The process-wide kernel registry, with every built-in CPU kernel.
+/// The process-wide kernel registry, with every built-in CPU kernel (and,
+/// with the `cuda` feature, their CUDA implementations).
 pub fn registry() -> &'static Registry {
     dlbridge_kernels_cpu::link();
+    #[cfg(feature = "cuda")]
+    dlbridge_cuda::link();
     Registry::global()
 }
 

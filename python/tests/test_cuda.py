@@ -1,0 +1,217 @@
+"""CUDA through dlbridge from Python.
+
+Runs everywhere: the status functions, the kernels' device lists, and the error a CUDA
+tensor gets on a machine without a driver. The rest needs a GPU and a CUDA build of torch
+and is skipped with the reason otherwise (scripts/gpu-check.sh runs it on a GPU machine,
+where a skip counts as a failure).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import dlbridge
+import dlbridge.cuda
+from dlbridge import _capsules as caps
+
+torch = pytest.importorskip("torch")
+
+GPU = torch.cuda.is_available() and dlbridge.cuda.is_available()
+NO_GPU_REASON = (
+    f"no GPU: torch.cuda.is_available()={torch.cuda.is_available()}, "
+    f"dlbridge: {dlbridge.cuda.unavailable_reason()}"
+)
+needs_gpu = pytest.mark.skipif(not GPU, reason=NO_GPU_REASON)
+
+
+def test_status_says_whether_cuda_is_usable_and_why_not():
+    s = dlbridge.cuda.status()
+    assert set(s) >= {"available", "reason", "driver_version", "devices", "nvrtc", "nvrtc_version", "nvrtc_error"}
+    if s["available"]:
+        assert s["reason"] is None and s["devices"] >= 1 and s["driver_version"].startswith("CUDA ")
+    else:
+        assert isinstance(s["reason"], str) and s["reason"]
+        assert dlbridge.cuda.unavailable_reason() == s["reason"]
+        assert s["devices"] == 0
+    # NVRTC is either found (torch's CUDA wheels carry it) or its absence is explained.
+    assert (s["nvrtc"] is None) == (s["nvrtc_version"] is None) == (s["nvrtc_error"] is not None)
+
+
+def test_builtin_kernels_list_their_cuda_implementations():
+    for name in ["add", "mul", "relu", "gelu", "softmax", "sum"]:
+        assert dlbridge.get_kernel(name).devices == ["cpu", "cuda"], name
+    assert dlbridge.get_kernel("matmul").devices == ["cpu"]
+    assert "[cpu, cuda]" in repr(dlbridge.get_kernel("add"))
+
+
+def _fake_cuda_producer():
+    # kDLCUDA memory at an address nobody reads on this machine.
+    return caps.Producer(
+        lambda versioned: caps.ManagedTensor(data=0x7F0000000000, shape=(3,), device=(2, 0), versioned=versioned),
+        device=(2, 0),
+    )
+
+
+@pytest.mark.skipif(GPU, reason="checks the error on a machine without a CUDA driver; this one has a GPU")
+def test_a_cuda_tensor_without_a_driver_is_an_error_that_says_why():
+    a, b, out = _fake_cuda_producer(), _fake_cuda_producer(), _fake_cuda_producer()
+    with pytest.raises(Exception) as e:
+        dlbridge.get_kernel("add")(a, b, out=out)
+    msg = str(e.value)
+    assert "CUDA is not available here" in msg and "no CUDA driver" in msg, msg
+    for p in (a, b, out):
+        p.release()
+        assert all(t.deleter_calls == 1 for t in p.tensors), "every imported tensor released exactly once"
+
+
+def test_tensors_on_two_devices_are_an_error_naming_both():
+    a = _fake_cuda_producer()
+    with pytest.raises(Exception) as e:
+        dlbridge.get_kernel("add")(torch.ones(3), a)
+    msg = str(e.value)
+    assert "cpu" in msg and "cuda" in msg, msg
+    a.release()
+
+
+# ---- on a GPU -------------------------------------------------------------------------
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_builtin_cuda_kernels_match_torch(dtype):
+    dt = getattr(torch, dtype)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = (torch.rand(64, 300, device="cuda", generator=g) * 8 - 4).to(dt)
+    y = (torch.rand(64, 300, device="cuda", generator=g) * 8 - 4).to(dt)
+    tol = {"float32": 1e-5, "float64": 1e-12, "float16": 2e-3, "bfloat16": 1e-2}[dtype]
+    cases = {
+        "add": ((x, y), x + y),
+        "mul": ((x, y), x * y),
+        "relu": ((x,), torch.relu(x)),
+        "gelu": ((x,), torch.nn.functional.gelu(x.float()).to(dt)),
+        "softmax": ((x,), torch.softmax(x.float(), -1).to(dt)),
+        "sum": ((x,), x.float().sum(-1).to(dt)),
+    }
+    for name, (args, want) in cases.items():
+        got = dlbridge.get_kernel(name)(*args)
+        assert isinstance(got, torch.Tensor) and got.device == x.device and got.dtype == dt, name
+        torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol * (300 if name == "sum" else 1), msg=name)
+
+
+@needs_gpu
+def test_transposed_and_broadcast_cuda_operands():
+    x = torch.randn(300, 64, device="cuda").t()
+    b = torch.randn(300, device="cuda").expand(64, 300)
+    torch.testing.assert_close(dlbridge.get_kernel("add")(x, b), x + b)
+    torch.testing.assert_close(dlbridge.get_kernel("relu")(x), torch.relu(x))
+
+
+@needs_gpu
+def test_out_is_written_in_place_with_zero_copies():
+    x = torch.randn(1000, device="cuda")
+    out = torch.empty_like(x)
+    ptr = out.data_ptr()
+    r = dlbridge.get_kernel("mul")(x, x, out=out)
+    assert r is out and out.data_ptr() == ptr
+    torch.testing.assert_close(out, x * x)
+
+
+@needs_gpu
+def test_kernels_run_on_torchs_current_stream():
+    s = torch.cuda.Stream()
+    x = torch.randn(1 << 22, device="cuda")
+    with torch.cuda.stream(s):
+        # Queued on s after a long torch op on s: correct only if dlbridge launches on s too.
+        y = torch.mm(torch.randn(2048, 2048, device="cuda"), torch.randn(2048, 2048, device="cuda"))
+        z = x * 2
+        r = dlbridge.get_kernel("add")(z, z)
+    s.synchronize()
+    torch.testing.assert_close(r, x * 4)
+    assert y.shape == (2048, 2048)
+
+
+@needs_gpu
+def test_a_cpu_and_a_cuda_tensor_are_refused():
+    with pytest.raises(Exception) as e:
+        dlbridge.get_kernel("add")(torch.ones(3), torch.ones(3, device="cuda"))
+    assert "cpu" in str(e.value) and "cuda" in str(e.value)
+
+
+# ---- RawKernel ------------------------------------------------------------------------
+
+SCALE = r"""
+extern "C" __global__ void scale(const T* x, double alpha, T* y, long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        y[i] = (T)(alpha * (double)x[i]);
+}
+"""
+SCALE_SIG = "scale<T: f32|f64>(x: T[N], alpha: f64) -> (y: T[N])"
+
+needs_nvrtc = pytest.mark.skipif(
+    dlbridge.cuda.status()["nvrtc"] is None, reason=f"no NVRTC: {dlbridge.cuda.status()['nvrtc_error']}"
+)
+
+
+def test_nvrtc_is_found_in_the_nvidia_wheels_torch_brings():
+    import glob
+    import site
+
+    wheels = [
+        f
+        for d in site.getsitepackages()
+        for f in glob.glob(f"{d}/nvidia/*/lib/libnvrtc.so.1[23]")
+    ]
+    if not wheels:
+        pytest.skip("no NVIDIA NVRTC wheel in this environment")
+    assert dlbridge.cuda.status()["nvrtc"] is not None, dlbridge.cuda.status()["nvrtc_error"]
+
+
+@needs_nvrtc
+def test_a_raw_kernel_compiles_when_made_and_describes_itself():
+    k = dlbridge.cuda.RawKernel(SCALE, "scale", SCALE_SIG)
+    assert k.kernel.devices == ["cuda"]
+    assert k.signature == SCALE_SIG
+    assert repr(k) == f"dlbridge.cuda.RawKernel('scale', '{SCALE_SIG}')"
+    ptx = k.ptx("compute_80")
+    assert ".entry scale(" in ptx and ".target sm_80" in ptx
+
+
+@needs_nvrtc
+def test_a_raw_kernel_that_does_not_compile_raises_with_nvrtcs_log():
+    bad = SCALE.replace("alpha *", "alpha * undefined_thing *")
+    with pytest.raises(RuntimeError) as e:
+        dlbridge.cuda.RawKernel(bad, "scale", SCALE_SIG)
+    msg = str(e.value)
+    # The log names the user's own file and line (the typedefs in front do not shift it).
+    assert "undefined_thing" in msg and "scale.cu(4)" in msg, msg
+
+
+def test_raw_kernel_arguments_are_checked_before_compiling():
+    with pytest.raises(ValueError, match="not a C identifier"):
+        dlbridge.cuda.RawKernel(SCALE, "no such name", SCALE_SIG)
+    with pytest.raises(ValueError, match="block = 0"):
+        dlbridge.cuda.RawKernel(SCALE, "scale", SCALE_SIG, block=0)
+    with pytest.raises(ValueError, match="c64"):
+        dlbridge.cuda.RawKernel(SCALE, "scale", "scale(x: c64[N]) -> (y: c64[N])")
+
+
+@needs_nvrtc
+def test_a_raw_kernel_refuses_host_tensors_by_device():
+    k = dlbridge.cuda.RawKernel(SCALE, "scale", SCALE_SIG)
+    with pytest.raises(BufferError, match="cuda"):
+        k(torch.ones(3), 2.0)
+
+
+@needs_gpu
+def test_a_raw_kernel_runs_on_torch_cuda_tensors():
+    k = dlbridge.cuda.RawKernel(SCALE, "scale", SCALE_SIG)
+    for dt in (torch.float32, torch.float64):
+        x = torch.randn(100_001, device="cuda", dtype=dt)
+        y = k(x, -2.5)
+        assert y.device == x.device and y.dtype == dt
+        torch.testing.assert_close(y, x * -2.5)
+        out = torch.empty_like(x)
+        assert k(x, 3.0, out=out) is out
+        torch.testing.assert_close(out, x * 3.0)
+    with pytest.raises(Exception, match="contiguous"):
+        k(torch.randn(10, 10, device="cuda").t().reshape(-1)[::2], 1.0)
