@@ -13,6 +13,7 @@ const VARIANTS: &[(&str, &[&str])] = &[
     ("duplicate", &["-DPLUGIN_NAME=\"duplicate-c\""]),
     ("duplicate_kernel", &["-DBROKEN_DUPLICATE_KERNEL"]),
     ("cuda_add_then_conflict", &["-DBROKEN_CUDA_ADD_THEN_CONFLICT", "-DPLUGIN_NAME=\"cuda-add-c\""]),
+    ("cuda_stream_probe", &["-DCUDA_STREAM_PROBE", "-DPLUGIN_NAME=\"cuda-stream-probe\""]),
     ("huge_signature", &["-DBROKEN_HUGE_SIGNATURE"]),
     ("huge_name", &["-DBROKEN_HUGE_NAME"]),
 ];

@@ -96,7 +96,23 @@ __attribute__((constructor)) static void fill_huge_text(void) {
 #define KERNEL_PREFIX_DOT "c_dot"
 #endif
 
-#ifdef BROKEN_CUDA_ADD_THEN_CONFLICT
+#ifdef CUDA_STREAM_PROBE
+/* A CUDA kernel's view of a call: reads nothing (the tensors are device
+ * memory), writes nothing, and reports the stream and device it was given as
+ * its error message, so a test sees what crossed the C ABI. */
+static int32_t c_stream_probe(DLTensor* const* t, int32_t nt, const DLBridgeScalar* s, int32_t ns, void* stream, char* err,
+                              size_t err_len) {
+  (void)s; (void)ns;
+  char msg[160];
+  snprintf(msg, sizeof msg, "stream_probe: stream %p, %d tensors, device %d:%d", stream, (int)nt,
+           nt > 0 ? (int)t[0]->device.device_type : -1, nt > 0 ? (int)t[0]->device.device_id : -1);
+  return fail(err, err_len, DLBRIDGE_ERR_RUNTIME, msg);
+}
+
+static const DLBridgeKernel kernels[] = {
+    {"stream_probe(x: f32[N]) -> (y: f32[N])", 2, 0, c_stream_probe, "reports the stream a CUDA kernel gets (test probe)"},
+};
+#elif defined(BROKEN_CUDA_ADD_THEN_CONFLICT)
 /* Stands in for a CUDA kernel; the tests never call it. */
 static int32_t c_not_called(DLTensor* const* t, int32_t nt, const DLBridgeScalar* s, int32_t ns, void* stream, char* err,
                             size_t err_len) {

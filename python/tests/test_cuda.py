@@ -38,9 +38,9 @@ def test_status_says_whether_cuda_is_usable_and_why_not():
 
 
 def test_builtin_kernels_list_their_cuda_implementations():
-    for name in ["add", "mul", "relu", "gelu", "softmax", "sum"]:
+    for name in ["add", "mul", "relu", "gelu", "softmax", "sum", "matmul"]:
         assert dlbridge.get_kernel(name).devices == ["cpu", "cuda"], name
-    assert dlbridge.get_kernel("matmul").devices == ["cpu"]
+    assert dlbridge.get_kernel("sub").devices == ["cpu"]
     assert "[cpu, cuda]" in repr(dlbridge.get_kernel("add"))
 
 
@@ -215,3 +215,17 @@ def test_a_raw_kernel_runs_on_torch_cuda_tensors():
         torch.testing.assert_close(out, x * 3.0)
     with pytest.raises(Exception, match="contiguous"):
         k(torch.randn(10, 10, device="cuda").t().reshape(-1)[::2], 1.0)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_matmul_through_cublas_on_every_layout(dtype):
+    dt = getattr(torch, dtype)
+    a = torch.randn(37, 53, device="cuda", dtype=dt)
+    b = torch.randn(53, 29, device="cuda", dtype=dt)
+    mm = dlbridge.get_kernel("matmul")
+    tol = 1e-4 if dtype == "float32" else 1e-10
+    for x, y in [(a, b), (a.t().contiguous().t(), b), (a, b.t().contiguous().t())]:
+        torch.testing.assert_close(mm(x, y), x @ y, rtol=tol, atol=tol)
+    with pytest.raises(ValueError, match="neither row- nor column-major"):
+        mm(a[:, ::2], b[::2, :])

@@ -120,7 +120,7 @@ def test_wrappers_keep_the_signature():
 
 def test_params_outputs_and_dtypes():
     matmul = dlbridge.get_kernel("matmul")
-    assert matmul.name == "matmul" and matmul.devices == ["cpu"]
+    assert matmul.name == "matmul" and matmul.devices == ["cpu", "cuda"]
     assert matmul.signature == "matmul<T: f32|f64>(a: T[M, K], b: T[K, N]) -> (c: T[M, N])"
     assert matmul.doc.startswith("c = a @ b")
     assert matmul.dtypes == {"T": ["f32", "f64"]}

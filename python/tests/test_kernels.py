@@ -114,8 +114,8 @@ def test_kernel_objects_describe_themselves():
     k = dlbridge.get_kernel("matmul")
     assert k.name == "matmul"
     assert k.signature == "matmul<T: f32|f64>(a: T[M, K], b: T[K, N]) -> (c: T[M, N])"
-    assert repr(k) == "<dlbridge.Kernel matmul<T: f32|f64>(a: T[M, K], b: T[K, N]) -> (c: T[M, N]) [cpu]>"
-    assert k.devices == ["cpu"]
+    assert repr(k) == "<dlbridge.Kernel matmul<T: f32|f64>(a: T[M, K], b: T[K, N]) -> (c: T[M, N]) [cpu, cuda]>"
+    assert k.devices == ["cpu", "cuda"]
     names = [k.name for k in dlbridge.list_kernels()]
     assert names == sorted(names) and {"add", "softmax", "matmul", "axpy"} <= set(names)
     assert k.prepare_outputs(torch.rand(2, 3), torch.rand(3, 4)) == [([2, 4], "f32", "cpu")]

@@ -45,6 +45,7 @@ pub struct CudaDevice {
     sms: u32,
     capability: (i32, i32),
     functions: Mutex<HashMap<String, cudarc::driver::CudaFunction>>,
+    cublas: Mutex<Option<raw::CublasHandle>>,
 }
 
 impl CudaDevice {
@@ -76,6 +77,7 @@ impl CudaDevice {
             sms: sms.max(1) as u32,
             capability,
             functions: Mutex::default(),
+            cublas: Mutex::new(None),
         });
         map.insert(ordinal, dev.clone());
         Ok(dev)
@@ -125,6 +127,27 @@ impl CudaDevice {
             map.insert(e, f);
         }
         map.get(entry).cloned().ok_or_else(|| Error::NotFound(format!("CUDA kernel {entry} in {}", source.name)))
+    }
+
+    /// Runs `f` with this device's cuBLAS handle (made on first use; libcublas
+    /// found like NVRTC), its context current; one call at a time.
+    pub(crate) fn with_cublas<T>(&self, f: impl FnOnce(&mut raw::CublasHandle) -> std::result::Result<T, String>) -> Result<T> {
+        static CUBLAS: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+        CUBLAS
+            .get_or_init(|| crate::matmul::find_cublas().map(drop).map_err(|u| u.0))
+            .clone()
+            .map_err(|e| Error::UnsupportedDevice { got: Device::cuda(self.ordinal as i32), what: format!("matmul needs cuBLAS: {e}") })?;
+        self.bind()?;
+        let mut h = self.cublas.lock().unwrap_or_else(|p| p.into_inner());
+        if h.is_none() {
+            *h = Some(
+                guarded("cublasCreate", raw::CublasHandle::new)
+                    .map_err(Error::Runtime)?
+                    .map_err(|e| Error::Runtime(format!("cuda:{}: {e}", self.ordinal)))?,
+            );
+        }
+        let handle = h.as_mut().ok_or_else(|| Error::Runtime("cuBLAS handle".into()))?;
+        f(handle).map_err(|e| Error::Runtime(format!("cuda:{}: {e}", self.ordinal)))
     }
 
     /// Makes this device's context current on the calling thread.

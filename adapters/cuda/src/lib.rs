@@ -19,12 +19,12 @@
 //! the stream rules of DLPack ([`stream`]), launch arithmetic ([`launch`]),
 //! operand layouts ([`indexer`]) and the pool's bookkeeping run everywhere.
 //!
-//! Kernels ([`kernels`]): `cuda` implementations of the registry's add, mul,
-//! relu, gelu, softmax and sum, registered with `inventory` when this crate is
+//! Kernels ([`kernels`], [`matmul`]): `cuda` implementations of the registry's add, mul,
+//! relu, gelu, softmax, sum and matmul (cuBLAS), registered with `inventory` when this crate is
 //! linked ([`link`]).
 //!
-//! Status (issue 13, in progress): the Python and tch adapters do not use this
-//! crate yet, and nothing here has run on a GPU yet.
+//! Status (issue 13, in progress): the facade, the Python package and tch use
+//! it; nothing here has run on a GPU yet.
 //!
 //! CUDA version: the feature `cuda-13000` (default) or `cuda-12080` picks the
 //! bindings; 13.0 bindings accept libnvrtc.so.13 and .so.12. Unsafe code lives in `raw`.
@@ -35,6 +35,7 @@ pub mod builtins;
 pub mod indexer;
 pub mod kernels;
 pub mod launch;
+pub mod matmul;
 pub mod nvrtc;
 pub mod pool;
 pub mod probe;
@@ -47,7 +48,7 @@ pub use array::{CudaArray, CudaDevice};
 pub use probe::{Unavailable, skip_reason};
 
 /// Forces the linker to keep this crate (and so its `inventory` registrations
-/// of the `cuda` implementations of add, mul, relu, gelu, softmax and sum).
+/// of the `cuda` implementations of add, mul, relu, gelu, softmax, sum, matmul).
 #[inline(never)]
 pub fn link() {
     std::hint::black_box(());

@@ -139,6 +139,37 @@ fn find() -> std::result::Result<Nvrtc, Unavailable> {
     Ok(Nvrtc { path, version })
 }
 
+/// Loads another CUDA library (`cublas`) from the places NVRTC is looked for
+/// when the loader cannot find it by name: first its dependencies in the same
+/// folder (`deps`, e.g. `cublasLt`), then the library. `present` says whether
+/// cudarc can now open it by name.
+pub(crate) fn find_library(stem: &str, deps: &[&str], present: fn() -> bool) -> std::result::Result<Option<PathBuf>, Unavailable> {
+    if present() {
+        return Ok(None);
+    }
+    for dir in candidate_dirs() {
+        for major in MAJORS {
+            let lib = dir.join(format!("lib{stem}.so.{major}"));
+            if !lib.is_file() {
+                continue;
+            }
+            for d in deps {
+                let dep = dir.join(format!("lib{d}.so.{major}"));
+                if dep.is_file() {
+                    raw::preload(&dep).map_err(Unavailable)?;
+                }
+            }
+            raw::preload(&lib).map_err(Unavailable)?;
+            if present() {
+                return Ok(Some(lib));
+            }
+        }
+    }
+    Err(Unavailable(format!(
+        "lib{stem} (CUDA {MAJORS:?}) not found: not on the loader's path, not in a Python environment's NVIDIA wheels, CUDA_PATH, CUDA_HOME or /usr/local/cuda"
+    )))
+}
+
 /// NVRTC, found and loaded once per process.
 pub fn nvrtc() -> std::result::Result<&'static Nvrtc, Unavailable> {
     static FOUND: OnceLock<std::result::Result<Nvrtc, Unavailable>> = OnceLock::new();

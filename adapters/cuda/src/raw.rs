@@ -177,3 +177,99 @@ pub(crate) fn device_view_mut<'a>(
     // layout does not overlap itself.
     unsafe { dlbridge_core::TensorViewMut::from_view(view) }
 }
+
+/// Whether cudarc can load libcublas by any of its names.
+pub(crate) fn cublas_present() -> bool {
+    // SAFETY: only tries to `dlopen` libcublas by name.
+    unsafe { cudarc::cublas::sys::is_culib_present() }
+}
+
+/// A cuBLAS handle for the device whose context is current on this thread.
+pub(crate) struct CublasHandle(cudarc::cublas::sys::cublasHandle_t);
+
+// SAFETY: a cuBLAS handle may be used from any thread, one call at a time: the
+// owner (`CudaDevice`) keeps it behind a mutex.
+unsafe impl Send for CublasHandle {}
+
+impl std::fmt::Debug for CublasHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CublasHandle({:p})", self.0)
+    }
+}
+
+impl CublasHandle {
+    /// `cublasCreate` in the current context (libcublas loads: the caller checked).
+    pub(crate) fn new() -> Result<CublasHandle, String> {
+        cudarc::cublas::result::create_handle().map(CublasHandle).map_err(|e| format!("cublasCreate: {e:?}"))
+    }
+
+    /// `C = op(A) op(B)` (column-major), on `stream`, for f32 (`double == false`) or f64.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn gemm(
+        &mut self,
+        double: bool,
+        g: &crate::matmul::Gemm,
+        ptrs: [CUdeviceptr; 2],
+        c: CUdeviceptr,
+        stream: *mut std::ffi::c_void,
+    ) -> Result<(), String> {
+        use cudarc::cublas::sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
+        let op = |o: crate::matmul::Op| if o == crate::matmul::Op::N { CUBLAS_OP_N } else { CUBLAS_OP_T };
+        let (a, b) = (ptrs[g.a.0], ptrs[g.b.0]);
+        // SAFETY: the handle is live and used by one thread at a time (the caller
+        // holds its mutex); `stream` is the caller's stream on this handle's
+        // device (NULL: the legacy default stream). The device pointers are
+        // validated views the registry lends for the call, whose layouts
+        // `matmul::plan` turned into these dimensions and leading dimensions
+        // (each operand's elements lie inside its view); alpha and beta are host
+        // scalars alive for the call (cuBLAS's default pointer mode is host).
+        unsafe {
+            cudarc::cublas::result::set_stream(self.0, stream.cast()).map_err(|e| format!("cublasSetStream: {e:?}"))?;
+            if double {
+                let (alpha, beta) = (1.0f64, 0.0f64);
+                cudarc::cublas::result::dgemm(
+                    self.0,
+                    op(g.a.1),
+                    op(g.b.1),
+                    g.m,
+                    g.n,
+                    g.k,
+                    &alpha,
+                    a as usize as *const f64,
+                    g.a.2,
+                    b as usize as *const f64,
+                    g.b.2,
+                    &beta,
+                    c as usize as *mut f64,
+                    g.ldc,
+                )
+            } else {
+                let (alpha, beta) = (1.0f32, 0.0f32);
+                cudarc::cublas::result::sgemm(
+                    self.0,
+                    op(g.a.1),
+                    op(g.b.1),
+                    g.m,
+                    g.n,
+                    g.k,
+                    &alpha,
+                    a as usize as *const f32,
+                    g.a.2,
+                    b as usize as *const f32,
+                    g.b.2,
+                    &beta,
+                    c as usize as *mut f32,
+                    g.ldc,
+                )
+            }
+        }
+        .map_err(|e| format!("cublas{}gemm: {e:?}", if double { "D" } else { "S" }))
+    }
+}
+
+impl Drop for CublasHandle {
+    fn drop(&mut self) {
+        // SAFETY: created by `new`, destroyed once, here.
+        let _ = unsafe { cudarc::cublas::result::destroy_handle(self.0) };
+    }
+}

@@ -128,3 +128,31 @@ fn a_strided_view_outside_the_array_is_refused() {
     let e = a.view_strided(&[4, 4], &[200, 1]).unwrap_err();
     assert!(e.to_string().contains("device array"), "{e}");
 }
+
+#[test]
+fn matmul_through_cublas_matches_the_cpu_on_transposed_operands() {
+    let Some(dev) = device_or_skip() else { return };
+    dlbridge_kernels_cpu::link();
+    dlbridge_cuda::link();
+    let k = dlbridge_registry::Registry::global().get("matmul").unwrap();
+    let (m, kk, n) = (37i64, 53i64, 29i64);
+    let a = Array::from_vec(values((m * kk) as usize), &[m, kk]).unwrap();
+    let b = Array::from_vec(values((kk * n) as usize + 3)[3..].to_vec(), &[kk, n]).unwrap();
+    let mut want = Array::zeros(DType::F32, &[m, n]).unwrap();
+    k.call(&mut [dlbridge_registry::Arg::Tensor(a.view()), dlbridge_registry::Arg::Tensor(b.view())], &mut [want.view_mut().unwrap()])
+        .unwrap();
+    let da = CudaArray::from_host(&dev, &a).unwrap();
+    // b stored transposed (column-major): cuBLAS reads it with op T.
+    let dbt = CudaArray::from_host(&dev, &b.t().unwrap().contiguous().unwrap()).unwrap();
+    let (bshape, bstrides) = ([kk, n], [1i64, kk]);
+    for bv in [CudaArray::from_host(&dev, &b).unwrap(), dbt] {
+        let view = if bv.shape() == [kk, n] { bv.view().unwrap() } else { bv.view_strided(&bshape, &bstrides).unwrap() };
+        let mut out = CudaArray::empty(&dev, DType::F32, &[m, n]).unwrap();
+        k.call(
+            &mut [dlbridge_registry::Arg::Tensor(da.view().unwrap()), dlbridge_registry::Arg::Tensor(view)],
+            &mut [out.view_mut().unwrap()],
+        )
+        .unwrap();
+        close(&out.to_host().unwrap().to_vec::<f32>().unwrap(), &want.to_vec::<f32>().unwrap(), 1e-4, "matmul");
+    }
+}

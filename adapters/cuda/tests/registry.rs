@@ -30,13 +30,13 @@ fn fake_cuda(shape: &[i64], dtype: (u8, u8)) -> ManagedTensor {
 #[test]
 fn every_builtin_cuda_kernel_is_registered_beside_its_cpu_kernel() {
     let reg = linked();
-    for name in ["add", "mul", "relu", "gelu", "softmax", "sum"] {
+    for name in ["add", "mul", "relu", "gelu", "softmax", "sum", "matmul"] {
         let k = reg.get(name).unwrap();
         let devices: Vec<DeviceType> = k.devices().collect();
         assert!(devices.contains(&DeviceType::CPU) && devices.contains(&DeviceType::CUDA), "{name}: {devices:?}");
     }
     // Kernels without a CUDA implementation stay CPU-only.
-    assert_eq!(reg.get("matmul").unwrap().devices().collect::<Vec<_>>(), [DeviceType::CPU]);
+    assert_eq!(reg.get("sub").unwrap().devices().collect::<Vec<_>>(), [DeviceType::CPU]);
 }
 
 #[test]
@@ -80,4 +80,19 @@ fn without_a_driver_a_cuda_call_is_an_error_that_says_why() {
     let e = reg.get("add").unwrap().call(&mut [Arg::Tensor(a.view().clone()), Arg::Tensor(b.view().clone())], &mut [out]).unwrap_err();
     let msg = e.to_string();
     assert!(msg.contains("CUDA is not available here") && msg.contains("no CUDA driver"), "{msg}");
+}
+
+#[test]
+fn cublas_loads_from_the_nvidia_wheels_without_a_gpu() {
+    match dlbridge_cuda::matmul::find_cublas() {
+        Ok(path) => eprintln!("libcublas: {path:?}"),
+        Err(e) => eprintln!("skipped: {e}"),
+    }
+    // Where NVRTC came from a wheel, cuBLAS is in the same folder (torch's CUDA wheels carry both).
+    if let Ok(n) = dlbridge_cuda::nvrtc::nvrtc()
+        && let Some(dir) = n.path.as_ref().and_then(|p| p.parent())
+        && std::fs::read_dir(dir).unwrap().flatten().any(|e| e.file_name().to_string_lossy().starts_with("libcublas.so"))
+    {
+        assert!(dlbridge_cuda::matmul::find_cublas().is_ok(), "{:?}", dlbridge_cuda::matmul::find_cublas());
+    }
 }

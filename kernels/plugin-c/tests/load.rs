@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlbridge_array::Array;
-use dlbridge_core::{DType, DeviceType, Error, ErrorKind};
+use dlbridge_core::{DType, DeviceType, Error, ErrorKind, ManagedTensor};
 use dlbridge_plugin_c::path;
 use dlbridge_registry::{Arg, Kernel, Plugin, Registry};
 
@@ -250,4 +250,31 @@ fn kernels_keep_their_library_loaded_after_the_registry_is_gone() {
     let mut out = Array::zeros(DType::F64, &[]).unwrap();
     k.call(&mut [Arg::Tensor(a.view()), Arg::Tensor(a.view())], &mut [out.view_mut().unwrap()]).unwrap();
     assert_eq!(out.to_vec::<f64>().unwrap(), vec![13.0]);
+}
+
+#[test]
+fn a_cuda_plugin_kernel_gets_the_callers_stream_and_device() {
+    use dlbridge_core::testing::{Fields, ForeignTensor};
+    let reg = Registry::new();
+    reg.load_plugin(path("cuda_stream_probe")).unwrap();
+    let k = reg.get("stream_probe").unwrap();
+    assert_eq!(k.devices().collect::<Vec<_>>(), [DeviceType::CUDA]);
+    // Device memory on cuda:1 at an address nobody reads (the probe only reports).
+    let make = |addr: usize| {
+        let mut f = Fields::f32(&[4]);
+        f.device = (2, 1);
+        f.data_override = Some(addr);
+        Box::leak(Box::new(ForeignTensor::new(&f)))
+    };
+    let (x, y) = (make(0x7f00_0000_0000), make(0x7f00_0001_0000));
+    // SAFETY: well-formed hand-made tensors, alive for the test (leaked), never read on the host.
+    let (x, mut y) = unsafe {
+        (ManagedTensor::from_raw_versioned(x.versioned_ptr()).unwrap(), ManagedTensor::from_raw_versioned(y.versioned_ptr()).unwrap())
+    };
+    let stream = 0xdead_b000usize as *mut std::ffi::c_void;
+    let e = k.call_on_stream(&mut [Arg::Tensor(x.view().clone())], &mut [y.view_mut().unwrap()], stream).unwrap_err().to_string();
+    assert!(e.contains("stream_probe: stream 0xdeadb000, 2 tensors, device 2:1"), "{e}");
+    // No stream given: NULL (the legacy default stream).
+    let e = k.call(&mut [Arg::Tensor(x.view().clone())], &mut [y.view_mut().unwrap()]).unwrap_err().to_string();
+    assert!(e.contains("stream (nil)") || e.contains("stream 0x0"), "{e}");
 }
