@@ -47,10 +47,9 @@ for line in sys.stdin:
 
 find_nvrtc() {
     [ -n "${DLBRIDGE_NVRTC:-}" ] && return
+    # torch's own NVRTC first (it matches torch's CUDA, which works with this driver;
+    # a newer toolkit's PTX may not load on an older driver), then the toolkit's.
     local c
-    for c in "${CUDA_PATH:-/nonexistent}"/lib64/libnvrtc.so.1[23] /usr/local/cuda/lib64/libnvrtc.so.1[23]; do
-        [ -f "$c" ] && { export DLBRIDGE_NVRTC=$c; return; }
-    done
     c=$(python3 -c '
 import glob, os, site
 dirs = site.getsitepackages() + [site.getusersitepackages()]
@@ -58,7 +57,10 @@ for d in dirs:
     for pat in ("nvidia/cu13/lib/libnvrtc.so.13", "nvidia/cuda_nvrtc/lib/libnvrtc.so.12", "nvidia/cu12/lib/libnvrtc.so.12"):
         for f in glob.glob(os.path.join(d, pat)):
             print(f); raise SystemExit' 2>/dev/null || true)
-    [ -n "$c" ] && export DLBRIDGE_NVRTC=$c
+    [ -n "$c" ] && { export DLBRIDGE_NVRTC=$c; return; }
+    for c in "${CUDA_PATH:-/nonexistent}"/lib64/libnvrtc.so.1[23] /usr/local/cuda/lib64/libnvrtc.so.1[23]; do
+        [ -f "$c" ] && { export DLBRIDGE_NVRTC=$c; return; }
+    done
     return 0
 }
 

@@ -252,9 +252,16 @@ impl CudaArray {
     }
 
     /// Exports the array as a versioned DLPack tensor (kDLCUDA, this device's
-    /// id), with zero copies: the consumer's deleter gives the memory back to
-    /// the pool.
+    /// id), with zero copies. The consumer's deleter frees the memory
+    /// (`cuMemFree`, which waits for the device) rather than caching it: the
+    /// consumer may have queued work on it on streams dlbridge cannot see.
     pub fn into_dlpack(self) -> Result<ManagedTensor> {
+        let CudaArray { device, block, dtype, shape } = self;
+        let lent = CudaArray { device, block: block.uncached(), dtype, shape };
+        lent.export()
+    }
+
+    fn export(self) -> Result<ManagedTensor> {
         let (data, shape) = (self.block.ptr(), self.shape.clone());
         let desc =
             TensorDesc { dtype: self.dtype, device: self.device(), shape: &shape, strides: None, byte_offset: 0, flags: Flags::empty() };

@@ -3,9 +3,9 @@
 //!
 //! Where libnvrtc is looked for, in order (the first that loads wins):
 //! 1. `DLBRIDGE_NVRTC`: the path of a `libnvrtc.so.*` file;
-//! 2. the loader's own search (`LD_LIBRARY_PATH`, the system's CUDA);
-//! 3. the NVIDIA wheels of the Python environment that imported dlbridge
-//!    ([`add_site_packages`]);
+//! 2. the NVIDIA wheels of the Python environment that imported dlbridge
+//!    ([`add_site_packages`]): torch's own NVRTC, which matches torch's CUDA;
+//! 3. the loader's own search (`LD_LIBRARY_PATH`, the system's CUDA);
 //! 4. the `lib` folders of `$CUDA_PATH`, `$CUDA_HOME` and `/usr/local/cuda`;
 //! 5. the NVIDIA wheels of `$VIRTUAL_ENV` and of this checkout's `.venv`
 //!    (torch's wheels carry NVRTC under `nvidia/cu13/lib`, CUDA 12 wheels under
@@ -16,8 +16,10 @@
 //!
 //! The cache key is a SHA-256 of the source, the program name, every option
 //! (the target architecture among them), NVRTC's version and this crate's
-//! version; on disk a PTX file starts with a line naming its key, and a file
-//! whose key or contents do not check out is compiled again and replaced.
+//! version; on disk a PTX file starts with a line naming its key and the
+//! SHA-256 of the PTX, and a file whose key or contents do not check out is
+//! compiled again and replaced (files are written under a unique temporary name
+//! and renamed into place, so processes and threads compiling at once are safe).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -51,13 +53,19 @@ pub fn add_site_packages(dir: impl Into<PathBuf>) {
     EXTRA_DIRS.lock().unwrap_or_else(|p| p.into_inner()).push(dir.into());
 }
 
-fn candidate_dirs() -> Vec<PathBuf> {
+/// The NVIDIA wheels' `lib` folders of the Python environment that imported dlbridge.
+fn site_dirs() -> Vec<PathBuf> {
     let mut dirs = Vec::new();
     for site in EXTRA_DIRS.lock().unwrap_or_else(|p| p.into_inner()).iter() {
         dirs.push(site.join("nvidia/cu13/lib"));
         dirs.push(site.join("nvidia/cuda_nvrtc/lib"));
         dirs.push(site.join("nvidia/cu12/lib"));
     }
+    dirs
+}
+
+fn candidate_dirs() -> Vec<PathBuf> {
+    let mut dirs = site_dirs();
     for var in ["CUDA_PATH", "CUDA_HOME"] {
         if let Some(v) = std::env::var_os(var) {
             dirs.push(Path::new(&v).join("lib64"));
@@ -106,6 +114,13 @@ fn find() -> std::result::Result<Nvrtc, Unavailable> {
         let p = PathBuf::from(p);
         preload_with_builtins(&p).map_err(|e| Unavailable(format!("DLBRIDGE_NVRTC names a library that does not load: {e}")))?;
         path = Some(p);
+    } else if let Some(lib) =
+        site_dirs().iter().flat_map(|d| MAJORS.iter().map(move |m| d.join(format!("libnvrtc.so.{m}")))).find(|l| l.is_file())
+        && preload_with_builtins(&lib).is_ok()
+    {
+        // The NVRTC of the wheels torch brings matches torch's CUDA, which works
+        // with this machine's driver: preferred over whatever the loader finds.
+        path = Some(lib);
     } else if !raw::nvrtc_present() {
         'dirs: for dir in candidate_dirs() {
             for major in MAJORS {
@@ -291,10 +306,14 @@ impl PtxCache {
             return Ok(p.clone());
         }
         let file = self.dir.as_ref().map(|d| d.join(format!("{}.ptx", hex(&key))));
+        // A file is used only when its header names this key and the SHA-256 of
+        // the PTX that follows (a torn or edited file is compiled again and replaced).
         let from_disk = file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()).and_then(|text| {
             let rest = text.strip_prefix(HEADER)?;
-            let (k, ptx) = rest.split_once('\n')?;
-            (k == hex(&key) && ptx.contains(".version") && ptx.contains(".target")).then(|| ptx.to_string())
+            let (line, ptx) = rest.split_once('\n')?;
+            let (k, sum) = line.split_once(' ')?;
+            let ok = k == hex(&key) && sum == hex(&Sha256::digest(ptx.as_bytes()).into()) && !ptx.contains('\0');
+            ok.then(|| ptx.to_string())
         });
         let ptx: Arc<str> = match from_disk {
             Some(ptx) => {
@@ -306,7 +325,8 @@ impl PtxCache {
                 self.compiled.fetch_add(1, Ordering::Relaxed);
                 if let Some(f) = &file {
                     // A cache that cannot be written is only slower: the error is not the caller's.
-                    let _ = write_atomically(f, &format!("{HEADER}{}\n{ptx}", hex(&key)));
+                    let sum = hex(&Sha256::digest(ptx.as_bytes()).into());
+                    let _ = write_atomically(f, &format!("{HEADER}{} {sum}\n{ptx}", hex(&key)));
                 }
                 ptx.into()
             }
@@ -329,7 +349,12 @@ impl PtxCache {
 fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".{}.{}.tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("ptx"), std::process::id()));
+    // Unique per process and per write: threads of one process that compile the
+    // same key at once each write their own file, and the last rename wins whole.
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, Ordering::Relaxed);
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("ptx");
+    let tmp = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, path)
 }

@@ -13,7 +13,11 @@
 //!   and the request is tried once more; if it still fails the error says how
 //!   much was asked for, in use and cached — never an abort;
 //! * blocks are released to the driver by [`Pool::empty_cache`] and when the
-//!   pool is dropped (live blocks keep the pool alive).
+//!   pool is dropped (live blocks keep the pool alive);
+//! * a block handed to another framework (a DLPack export) is not cached when
+//!   that framework releases it: its work may be queued on streams dlbridge does
+//!   not know, so it goes back to the driver (`cuMemFree` waits for the device)
+//!   ([`Block::uncached`]).
 //!
 //! The bookkeeping is generic over [`RawAlloc`], so it is tested here without a
 //! device, with an allocator that counts its calls.
@@ -89,6 +93,7 @@ pub struct Block<A: RawAlloc> {
     ptr: u64,
     size: usize,
     stream: u64,
+    cached: bool,
 }
 
 /// `bytes` rounded up to the pool's granularity (`None` on overflow).
@@ -117,7 +122,7 @@ impl<A: RawAlloc> Pool<A> {
             b.stats.hits += 1;
             b.stats.bytes_cached -= size;
             b.stats.bytes_in_use += size;
-            return Ok(Block { pool: self.clone(), ptr, size, stream });
+            return Ok(Block { pool: self.clone(), ptr, size, stream, cached: true });
         }
         let first = b.raw.alloc(size);
         let got = match first {
@@ -131,7 +136,7 @@ impl<A: RawAlloc> Pool<A> {
             Ok(ptr) => {
                 b.stats.raw_allocs += 1;
                 b.stats.bytes_in_use += size;
-                Ok(Block { pool: self.clone(), ptr, size, stream })
+                Ok(Block { pool: self.clone(), ptr, size, stream, cached: true })
             }
             Err(AllocFailure::OutOfMemory) => Err(dlbridge_core::Error::OutOfMemory {
                 bytes: size as u128,
@@ -149,6 +154,13 @@ impl<A: RawAlloc> Pool<A> {
     /// Counts so far.
     pub fn stats(&self) -> PoolStats {
         self.books().stats
+    }
+
+    fn release(&self, ptr: u64, size: usize) {
+        let mut b = self.books();
+        b.raw.free(ptr);
+        b.stats.raw_frees += 1;
+        b.stats.bytes_in_use -= size;
     }
 
     fn give_back(&self, ptr: u64, size: usize, stream: u64) {
@@ -178,6 +190,12 @@ impl<A: RawAlloc> Block<A> {
     pub fn stream(&self) -> u64 {
         self.stream
     }
+    /// Marks the block to go back to the driver, not the cache, when dropped
+    /// (memory lent to another framework, whose streams dlbridge cannot order).
+    pub fn uncached(mut self) -> Block<A> {
+        self.cached = false;
+        self
+    }
     /// Moves the block to another stream's ordering. The caller must have
     /// ordered the old stream's pending work on it before `stream`'s (an event).
     pub fn set_stream(&mut self, stream: u64) {
@@ -187,7 +205,11 @@ impl<A: RawAlloc> Block<A> {
 
 impl<A: RawAlloc> Drop for Block<A> {
     fn drop(&mut self) {
-        self.pool.give_back(self.ptr, self.size, self.stream);
+        if self.cached {
+            self.pool.give_back(self.ptr, self.size, self.stream);
+        } else {
+            self.pool.release(self.ptr, self.size);
+        }
     }
 }
 
@@ -279,6 +301,17 @@ mod tests {
         assert!(matches!(e, dlbridge_core::Error::OutOfMemory { bytes: 2048, .. }), "{e}");
         assert!(e.to_string().contains("3072 bytes in use"), "{e}");
         drop(big);
+    }
+
+    #[test]
+    fn a_block_lent_to_another_framework_goes_back_to_the_driver() {
+        let pool = Pool::new(Fake::default());
+        let lent = pool.malloc(1000, 1).unwrap().uncached();
+        let p = lent.ptr();
+        drop(lent);
+        let s = pool.stats();
+        assert_eq!((s.raw_frees, s.bytes_cached, s.bytes_in_use), (1, 0, 0));
+        assert_ne!(pool.malloc(1000, 1).unwrap().ptr(), p, "a lent block was reused from the cache");
     }
 
     #[test]

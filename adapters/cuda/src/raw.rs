@@ -120,12 +120,15 @@ pub(crate) fn launch(
 ) -> Result<(), cudarc::driver::DriverError> {
     // SAFETY: `f` is a function of a module loaded in the context current on
     // this thread (the caller bound it); every entry of `params` points to a
-    // live value whose type matches the kernel's parameter (the callers in
-    // `kernels` build them from the signatures in kernels/cuda, checked by the
-    // NVRTC tests); the device pointers among them are validated views of
-    // device memory the caller holds for the call (the registry's binding
-    // checked dtype, shape, strides and that outputs are writable and do not
-    // overlap inputs), and the kernels only address elements inside them.
+    // live value of the parameter's size (8 bytes, or a DlbIndexer) for the
+    // call. For the built-in kernels (`kernels`, `matmul`) the parameter lists
+    // are those of kernels/cuda, the device pointers are validated views the
+    // caller holds for the call (the registry's binding checked dtype, shape,
+    // strides, writability and overlap), and the kernels address only elements
+    // inside them (checked on the host by kernels/cuda/host_test.cpp). A
+    // `raw_kernel` runs the user's own device code: like a plugin's native code
+    // it is trusted to match its signature and stay inside its tensors (the
+    // registry can check the tensors, not what the code does with them).
     unsafe { cudarc::driver::result::launch_kernel(f, (cfg.grid, 1, 1), (cfg.block, 1, 1), cfg.shared, stream.cast(), params) }
 }
 

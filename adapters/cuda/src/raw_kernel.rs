@@ -188,6 +188,11 @@ fn is_identifier(s: &str) -> bool {
 /// function's name, `signature` a dlbridge signature whose parameters and
 /// outputs are the function's, in order (see the module docs). The result is
 /// a [`Kernel`] with a `cuda` implementation only, not registered anywhere.
+///
+/// The registry checks every call's tensors against `signature`; what the
+/// device code then does with them is the source's responsibility, as with a
+/// plugin's native code: a source that reads or writes outside its tensors, or
+/// whose C parameters differ from the signature, corrupts device memory.
 pub fn raw_kernel(source: &str, entry: &str, signature: &str, options: &[String], launch: RawLaunch) -> Result<Arc<Kernel>> {
     if !is_identifier(entry) {
         return Err(Error::InvalidArgument(format!("RawKernel: name {entry:?} is not a C identifier")));
@@ -227,9 +232,11 @@ pub fn raw_kernel(source: &str, entry: &str, signature: &str, options: &[String]
     // Compile now, for the first dtype of each type variable, so a broken source
     // fails here with NVRTC's log rather than at the first call.
     let first: Vec<DType> = sig.type_vars.iter().map(|t| t.allowed[0]).collect();
-    let arch = match probe::driver() {
-        Ok(_) => CudaDevice::get(0)?.nvrtc_arch(),
-        Err(_) => CHECK_ARCH.to_string(),
+    // The GPU's architecture when there is one (its context is made once, and
+    // reused by the calls), else the oldest NVRTC 13 targets: a check of the source.
+    let arch = match probe::driver().ok().and_then(|_| CudaDevice::get(0).ok()) {
+        Some(dev) => dev.nvrtc_arch(),
+        None => CHECK_ARCH.to_string(),
     };
     state.ptx(&first, &arch)?;
     let run = state.clone();

@@ -73,7 +73,9 @@ fn the_disk_cache_serves_another_cache_and_replaces_a_damaged_file() {
     // A damaged file is compiled again and rewritten.
     let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.path()).collect();
     assert_eq!(files.len(), 1, "{files:?}");
-    std::fs::write(&files[0], "// dlbridge-ptx 00\ngarbage").unwrap();
+    // A file with the right key but PTX that is not what was hashed (a torn write, an edit).
+    let good = std::fs::read_to_string(&files[0]).unwrap();
+    std::fs::write(&files[0], good.replace(".entry twice(", ".entry twicf(")).unwrap();
     let third = PtxCache::new(Some(dir.path().to_path_buf()));
     let c = third.get_or_compile(src, "twice.cu", &opts).unwrap();
     assert_eq!(&*c, &*a);
