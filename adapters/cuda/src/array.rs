@@ -103,6 +103,39 @@ impl CudaDevice {
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
     }
+    /// NVRTC's `--gpu-architecture` for a CUBIN of exactly this device.
+    pub fn cubin_arch(&self) -> String {
+        format!("--gpu-architecture=sm_{}{}", self.capability.0, self.capability.1)
+    }
+
+    /// Loads the image of a program into this device's context: a CUBIN for
+    /// this exact architecture when NVRTC makes one (no compilation by the
+    /// driver, loadable by older drivers of NVRTC's major version), else PTX
+    /// for its compute capability.
+    pub(crate) fn load(
+        &self,
+        what: &str,
+        cubin: impl FnOnce(&str) -> Result<Arc<[u8]>>,
+        ptx: impl FnOnce(&str) -> Result<Arc<str>>,
+    ) -> Result<Arc<cudarc::driver::CudaModule>> {
+        let image = match cubin(&self.cubin_arch()) {
+            Ok(bin) => cudarc::nvrtc::Ptx::from_binary(bin.to_vec()),
+            Err(cubin_err) => {
+                let text = ptx(&self.nvrtc_arch())
+                    .map_err(|e| e.context(format!("(a CUBIN for {} failed too: {cubin_err})", self.cubin_arch())))?;
+                cudarc::nvrtc::Ptx::from_src(text.to_string())
+            }
+        };
+        self.ctx.load_module(image).map_err(|e| {
+            Error::Runtime(format!(
+                "cuda:{}: loading {what} (NVRTC {:?}, {}) failed: {e}; a driver older than NVRTC's CUDA version cannot load its code",
+                self.ordinal,
+                crate::nvrtc::nvrtc().map(|n| n.version).ok(),
+                self.cubin_arch()
+            ))
+        })
+    }
+
     /// The kernel `entry` of a built-in source, compiled (NVRTC, cached) and
     /// loaded into this device's context on first use.
     pub fn builtin_function(&self, source: &crate::builtins::Source, entry: &str) -> Result<cudarc::driver::CudaFunction> {
@@ -110,16 +143,8 @@ impl CudaDevice {
         if let Some(f) = map.get(entry) {
             return Ok(f.clone());
         }
-        let ptx = source.ptx(crate::nvrtc::PtxCache::global(), &self.nvrtc_arch())?;
-        let module = self.ctx.load_module(cudarc::nvrtc::Ptx::from_src(ptx.to_string())).map_err(|e| {
-            Error::Runtime(format!(
-                "cuda:{}: loading {} (PTX from NVRTC {:?} for {}) failed: {e}; a driver older than NVRTC cannot load its PTX",
-                self.ordinal,
-                source.name,
-                crate::nvrtc::nvrtc().map(|n| n.version).ok(),
-                self.nvrtc_arch()
-            ))
-        })?;
+        let cache = crate::nvrtc::PtxCache::global();
+        let module = self.load(source.name, |arch| source.cubin(cache, arch), |arch| source.ptx(cache, arch))?;
         for e in source.entry_points() {
             let f = module
                 .load_function(&e)

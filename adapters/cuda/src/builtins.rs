@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use dlbridge_core::Result;
 
-use crate::nvrtc::PtxCache;
+use crate::nvrtc::{Output, PtxCache};
 
 const COMMON: &str = include_str!("../../../kernels/cuda/dlbridge_common.cuh");
 const INCLUDE: &str = "#include \"dlbridge_common.cuh\"";
@@ -44,6 +44,11 @@ impl Source {
     /// Its PTX for `arch` (an NVRTC `--gpu-architecture=compute_XY` option), compiled once.
     pub fn ptx(&self, cache: &PtxCache, arch: &str) -> Result<Arc<str>> {
         cache.get_or_compile(&self.text(), self.name, &options(arch))
+    }
+
+    /// Its CUBIN for `arch` (`--gpu-architecture=sm_XY`), compiled once.
+    pub fn cubin(&self, cache: &PtxCache, arch: &str) -> Result<Arc<[u8]>> {
+        cache.get_or_compile_to(&self.text(), self.name, &options(arch), Output::Cubin)
     }
 }
 

@@ -194,31 +194,48 @@ pub fn nvrtc() -> std::result::Result<&'static Nvrtc, Unavailable> {
 /// Lines of NVRTC's log an error carries.
 const MAX_LOG_LINES: usize = 60;
 
-/// Compiles CUDA C to PTX. `name` is the program's name in NVRTC's messages;
-/// `options` are NVRTC options (e.g. `--gpu-architecture=compute_80`). A
-/// source that does not compile is an error carrying NVRTC's log.
-pub fn compile_ptx(source: &str, name: &str, options: &[String]) -> Result<String> {
-    if source.contains('\0') || name.contains('\0') || options.iter().any(|o| o.contains('\0')) {
-        return Err(Error::InvalidArgument(format!("{name}: CUDA source, name and options cannot contain a NUL byte")));
-    }
+/// What NVRTC produces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Output {
+    /// PTX text (any architecture from `compute_XY` up; the driver compiles it
+    /// when loading, and must be at least as new as NVRTC).
+    Ptx,
+    /// A CUBIN for exactly one GPU architecture (`--gpu-architecture=sm_XY`):
+    /// no compilation at load time, and loadable by older drivers of NVRTC's
+    /// CUDA major version.
+    Cubin,
+}
+
+/// Compiles CUDA C with NVRTC to `output`. `name` is the program's name in
+/// NVRTC's messages; `options` are NVRTC options (the target architecture among
+/// them). A source that does not compile is an error carrying NVRTC's log.
+pub fn compile(source: &str, name: &str, options: &[String], output: Output) -> Result<Vec<u8>> {
+    let nul = || Error::InvalidArgument(format!("{name}: CUDA source, name and options cannot contain a NUL byte"));
+    let src = std::ffi::CString::new(source).map_err(|_| nul())?;
+    let cname = std::ffi::CString::new(name).map_err(|_| nul())?;
+    let opts: Vec<std::ffi::CString> =
+        options.iter().map(|o| std::ffi::CString::new(o.as_str())).collect::<std::result::Result<_, _>>().map_err(|_| nul())?;
     nvrtc()?;
-    let opts = cudarc::nvrtc::CompileOptions { options: options.to_vec(), name: Some(name.to_string()), ..Default::default() };
-    let compiled = guarded("NVRTC", || cudarc::nvrtc::compile_ptx_with_opts(source, opts)).map_err(Error::Runtime)?;
-    match compiled {
-        Ok(ptx) => Ok(ptx.to_src()),
-        Err(cudarc::nvrtc::CompileError::CompileError { nvrtc, options, log }) => {
+    match guarded("NVRTC", || raw::nvrtc_compile(&src, &cname, &opts, output == Output::Cubin)).map_err(Error::Runtime)? {
+        raw::Compiled::Image(image) => Ok(image),
+        raw::Compiled::Failed(rc, log) => {
             // NVRTC stops at 100 errors, but one bad line can cascade into thousands of
             // lines of log: the first MAX_LOG_LINES are the useful ones.
-            let log = log.to_string_lossy();
             let lines: Vec<&str> = log.trim_end().lines().collect();
             let mut shown = lines[..lines.len().min(MAX_LOG_LINES)].join("\n");
             if lines.len() > MAX_LOG_LINES {
                 shown += &format!("\n... ({} more lines of NVRTC's log)", lines.len() - MAX_LOG_LINES);
             }
-            Err(Error::Runtime(format!("NVRTC could not compile {name} ({nvrtc:?}, options {options:?}):\n{shown}")))
+            Err(Error::Runtime(format!("NVRTC could not compile {name} ({rc}, options {options:?}):\n{shown}")))
         }
-        Err(e) => Err(Error::Runtime(format!("NVRTC failed on {name}: {e:?}"))),
+        raw::Compiled::Error(e) => Err(Error::Runtime(format!("NVRTC failed on {name}: {e}"))),
     }
+}
+
+/// Compiles CUDA C to PTX (see [`compile`]).
+pub fn compile_ptx(source: &str, name: &str, options: &[String]) -> Result<String> {
+    let image = compile(source, name, options, Output::Ptx)?;
+    String::from_utf8(image).map_err(|_| Error::Runtime(format!("NVRTC's PTX for {name} is not text")))
 }
 
 /// How often a [`PtxCache`] compiled, and found what it was asked for.
@@ -236,7 +253,7 @@ pub struct CacheStats {
 #[derive(Debug)]
 pub struct PtxCache {
     dir: Option<PathBuf>,
-    memory: Mutex<HashMap<[u8; 32], Arc<str>>>,
+    memory: Mutex<HashMap<[u8; 32], Arc<[u8]>>>,
     compiled: AtomicU64,
     memory_hits: AtomicU64,
     disk_hits: AtomicU64,
@@ -279,8 +296,13 @@ impl PtxCache {
         self.dir.as_deref()
     }
 
-    /// The cache key of one compilation.
+    /// The cache key of one compilation to PTX.
     pub fn key(source: &str, name: &str, options: &[String], nvrtc_version: (i32, i32)) -> [u8; 32] {
+        Self::key_for(source, name, options, nvrtc_version, Output::Ptx)
+    }
+
+    /// The cache key of one compilation.
+    pub fn key_for(source: &str, name: &str, options: &[String], nvrtc_version: (i32, i32), output: Output) -> [u8; 32] {
         let mut h = Sha256::new();
         let mut field = |b: &[u8]| {
             h.update((b.len() as u64).to_le_bytes());
@@ -290,6 +312,10 @@ impl PtxCache {
         field(env!("CARGO_PKG_VERSION").as_bytes());
         field(format!("nvrtc {}.{}", nvrtc_version.0, nvrtc_version.1).as_bytes());
         field(name.as_bytes());
+        field(match output {
+            Output::Ptx => b"ptx",
+            Output::Cubin => b"cubin",
+        });
         field(source.as_bytes());
         for o in options {
             field(o.as_bytes());
@@ -299,40 +325,48 @@ impl PtxCache {
 
     /// The PTX of `source`, compiled at most once per key.
     pub fn get_or_compile(&self, source: &str, name: &str, options: &[String]) -> Result<Arc<str>> {
+        let image = self.get_or_compile_to(source, name, options, Output::Ptx)?;
+        std::str::from_utf8(&image).map(Arc::from).map_err(|_| Error::Runtime(format!("cached PTX of {name} is not text")))
+    }
+
+    /// The image of `source` (PTX or CUBIN), compiled at most once per key.
+    pub fn get_or_compile_to(&self, source: &str, name: &str, options: &[String], output: Output) -> Result<Arc<[u8]>> {
         let version = nvrtc()?.version;
-        let key = Self::key(source, name, options, version);
+        let key = Self::key_for(source, name, options, version, output);
         if let Some(p) = self.memory.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
             self.memory_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(p.clone());
         }
-        let file = self.dir.as_ref().map(|d| d.join(format!("{}.ptx", hex(&key))));
+        let file = self.dir.as_ref().map(|d| d.join(format!("{}.{}", hex(&key), if output == Output::Ptx { "ptx" } else { "cubin" })));
         // A file is used only when its header names this key and the SHA-256 of
-        // the PTX that follows (a torn or edited file is compiled again and replaced).
-        let from_disk = file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()).and_then(|text| {
-            let rest = text.strip_prefix(HEADER)?;
-            let (line, ptx) = rest.split_once('\n')?;
+        // the image that follows (a torn or edited file is compiled again and replaced).
+        let from_disk = file.as_ref().and_then(|f| std::fs::read(f).ok()).and_then(|bytes| {
+            let nl = bytes.iter().position(|&b| b == b'\n')?;
+            let line = std::str::from_utf8(&bytes[..nl]).ok()?.strip_prefix(HEADER)?;
+            let image = &bytes[nl + 1..];
             let (k, sum) = line.split_once(' ')?;
-            let ok = k == hex(&key) && sum == hex(&Sha256::digest(ptx.as_bytes()).into()) && !ptx.contains('\0');
-            ok.then(|| ptx.to_string())
+            let ok = k == hex(&key) && sum == hex(&Sha256::digest(image).into()) && (output == Output::Cubin || !image.contains(&0));
+            ok.then(|| image.to_vec())
         });
-        let ptx: Arc<str> = match from_disk {
-            Some(ptx) => {
+        let image: Arc<[u8]> = match from_disk {
+            Some(image) => {
                 self.disk_hits.fetch_add(1, Ordering::Relaxed);
-                ptx.into()
+                image.into()
             }
             None => {
-                let ptx = compile_ptx(source, name, options)?;
+                let image = compile(source, name, options, output)?;
                 self.compiled.fetch_add(1, Ordering::Relaxed);
                 if let Some(f) = &file {
+                    let mut text = format!("{HEADER}{} {}\n", hex(&key), hex(&Sha256::digest(&image).into())).into_bytes();
+                    text.extend_from_slice(&image);
                     // A cache that cannot be written is only slower: the error is not the caller's.
-                    let sum = hex(&Sha256::digest(ptx.as_bytes()).into());
-                    let _ = write_atomically(f, &format!("{HEADER}{} {sum}\n{ptx}", hex(&key)));
+                    let _ = write_atomically(f, &text);
                 }
-                ptx.into()
+                image.into()
             }
         };
-        self.memory.lock().unwrap_or_else(|p| p.into_inner()).insert(key, ptx.clone());
-        Ok(ptx)
+        self.memory.lock().unwrap_or_else(|p| p.into_inner()).insert(key, image.clone());
+        Ok(image)
     }
 
     /// Counts so far.
@@ -346,7 +380,7 @@ impl PtxCache {
 }
 
 /// Writes through a temporary file renamed into place, so a reader never sees half a file.
-fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+fn write_atomically(path: &Path, text: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     // Unique per process and per write: threads of one process that compile the
@@ -378,6 +412,8 @@ mod tests {
 
     #[test]
     fn a_nul_byte_in_the_source_is_an_error_not_a_panic() {
+        let e = compile("__global__ void k() {}", "n\0ul", &[], Output::Cubin).unwrap_err();
+        assert!(e.to_string().contains("NUL"), "{e}");
         let e = compile_ptx("__global__ void k() {}\0", "nul", &[]).unwrap_err();
         assert!(e.to_string().contains("NUL"), "{e}");
     }

@@ -276,3 +276,70 @@ impl Drop for CublasHandle {
         let _ = unsafe { cudarc::cublas::result::destroy_handle(self.0) };
     }
 }
+
+/// What NVRTC made of a program, or why not.
+pub(crate) enum Compiled {
+    /// The image: PTX text (without its NUL) or a CUBIN.
+    Image(Vec<u8>),
+    /// `nvrtcCompileProgram` failed: its result and the program log.
+    Failed(String, String),
+    /// Anything else (creating the program, reading the image), with a message.
+    Error(String),
+}
+
+/// Compiles `source` with NVRTC (libnvrtc is loaded: the caller checked) and
+/// returns the PTX, or the CUBIN when `cubin` (which needs an `sm_XY` target).
+pub(crate) fn nvrtc_compile(source: &std::ffi::CStr, name: &std::ffi::CStr, options: &[std::ffi::CString], cubin: bool) -> Compiled {
+    use cudarc::nvrtc::sys;
+    let prog = match cudarc::nvrtc::result::create_program(source, Some(name)) {
+        Ok(p) => p,
+        Err(e) => return Compiled::Error(format!("nvrtcCreateProgram: {e:?}")),
+    };
+    let opts: Vec<*const std::ffi::c_char> = options.iter().map(|o| o.as_ptr()).collect();
+    // SAFETY: `prog` was just created and is destroyed once, below; `source`,
+    // `name` and the option strings outlive it (borrowed for this whole call);
+    // every size/buffer pair passed to NVRTC is a Vec sized by NVRTC's own
+    // *Size call before the matching read.
+    unsafe {
+        let rc = sys::nvrtcCompileProgram(prog, opts.len() as i32, opts.as_ptr());
+        let out = if rc != sys::nvrtcResult::NVRTC_SUCCESS {
+            let mut size = 0usize;
+            let mut log = Vec::new();
+            if sys::nvrtcGetProgramLogSize(prog, &mut size) == sys::nvrtcResult::NVRTC_SUCCESS {
+                log = vec![0u8; size];
+                if sys::nvrtcGetProgramLog(prog, log.as_mut_ptr().cast()) != sys::nvrtcResult::NVRTC_SUCCESS {
+                    log.clear();
+                }
+            }
+            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+            Compiled::Failed(format!("{rc:?}"), String::from_utf8_lossy(&log[..end]).into_owned())
+        } else {
+            let mut size = 0usize;
+            let (size_rc, what) =
+                if cubin { (sys::nvrtcGetCUBINSize(prog, &mut size), "CUBIN") } else { (sys::nvrtcGetPTXSize(prog, &mut size), "PTX") };
+            if size_rc != sys::nvrtcResult::NVRTC_SUCCESS {
+                Compiled::Error(format!("nvrtcGet{what}Size: {size_rc:?}"))
+            } else {
+                let mut image = vec![0u8; size];
+                let rc = if cubin {
+                    sys::nvrtcGetCUBIN(prog, image.as_mut_ptr().cast())
+                } else {
+                    sys::nvrtcGetPTX(prog, image.as_mut_ptr().cast())
+                };
+                if rc != sys::nvrtcResult::NVRTC_SUCCESS {
+                    Compiled::Error(format!("nvrtcGet{what}: {rc:?}"))
+                } else {
+                    if !cubin {
+                        // PTX comes NUL-terminated.
+                        while image.last() == Some(&0) {
+                            image.pop();
+                        }
+                    }
+                    Compiled::Image(image)
+                }
+            }
+        };
+        let _ = cudarc::nvrtc::result::destroy_program(prog);
+        out
+    }
+}

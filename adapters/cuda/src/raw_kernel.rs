@@ -13,6 +13,9 @@
 //! `double`, f16/bf16 `unsigned short` (the raw bits), i8..i64 and u8..u64 the
 //! C integer types, bool `unsigned char`.
 //!
+//! Loading: a CUBIN for the GPU's exact architecture when NVRTC makes one,
+//! else PTX (see [`CudaDevice`]'s loading).
+//!
 //! Launch: `block` threads a block (256 unless given) and `grid` blocks when
 //! given, else `ceil(n / block)`; nothing is launched when `n == 0`. The
 //! kernel runs on the call's stream. Compilation: NVRTC for the device's
@@ -31,7 +34,7 @@ use dlbridge_registry::{Arg, Call, Impl, Kernel, KernelDef, KernelOpts, Registry
 
 use crate::array::CudaDevice;
 use crate::launch::{Launch, MAX_GRID_X};
-use crate::nvrtc::PtxCache;
+use crate::nvrtc::{Output, PtxCache};
 use crate::{probe, raw};
 
 /// The architecture a source is checked against without a GPU.
@@ -106,10 +109,18 @@ impl Source {
         t + &self.text
     }
 
-    fn ptx(&self, dtypes: &[DType], arch: &str) -> Result<Arc<str>> {
+    fn options_for(&self, arch: &str) -> Vec<String> {
         let mut options = vec![arch.to_string()];
         options.extend(self.options.iter().cloned());
-        PtxCache::global().get_or_compile(&self.text_for(dtypes), &format!("{}.cu", self.entry), &options)
+        options
+    }
+
+    fn ptx(&self, dtypes: &[DType], arch: &str) -> Result<Arc<str>> {
+        PtxCache::global().get_or_compile(&self.text_for(dtypes), &format!("{}.cu", self.entry), &self.options_for(arch))
+    }
+
+    fn image(&self, dtypes: &[DType], arch: &str, output: Output) -> Result<Arc<[u8]>> {
+        PtxCache::global().get_or_compile_to(&self.text_for(dtypes), &format!("{}.cu", self.entry), &self.options_for(arch), output)
     }
 
     fn function(&self, dev: &CudaDevice, dtypes: &[DType]) -> Result<cudarc::driver::CudaFunction> {
@@ -118,11 +129,8 @@ impl Source {
         if let Some(f) = map.get(&key) {
             return Ok(f.clone());
         }
-        let ptx = self.ptx(dtypes, &dev.nvrtc_arch())?;
-        let module = dev
-            .context()
-            .load_module(cudarc::nvrtc::Ptx::from_src(ptx.to_string()))
-            .map_err(|e| Error::Runtime(format!("cuda:{}: loading the PTX of {} failed: {e}", dev.ordinal(), self.entry)))?;
+        let module =
+            dev.load(&format!("{}.cu", self.entry), |arch| self.image(dtypes, arch, Output::Cubin), |arch| self.ptx(dtypes, arch))?;
         let f = module.load_function(&self.entry).map_err(|e| {
             Error::NotFound(format!("the compiled source has no kernel named {:?} (is it `extern \"C\" __global__`?): {e}", self.entry))
         })?;

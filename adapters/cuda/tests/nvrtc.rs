@@ -61,7 +61,7 @@ fn the_disk_cache_serves_another_cache_and_replaces_a_damaged_file() {
     let first = PtxCache::new(Some(dir.path().to_path_buf()));
     let a = first.get_or_compile(src, "twice.cu", &opts).unwrap();
     let again = first.get_or_compile(src, "twice.cu", &opts).unwrap();
-    assert!(std::sync::Arc::ptr_eq(&a, &again));
+    assert_eq!(a, again);
     assert_eq!((first.stats().compiled, first.stats().memory_hits), (1, 1));
 
     // Another process (another cache over the same folder) reads the file.
@@ -85,4 +85,33 @@ fn the_disk_cache_serves_another_cache_and_replaces_a_damaged_file() {
     // Another architecture is another entry.
     third.get_or_compile(src, "twice.cu", &builtins::options("--gpu-architecture=compute_90")).unwrap();
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+}
+
+#[test]
+fn every_builtin_source_compiles_to_a_cubin_for_exact_architectures() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cache = PtxCache::new(Some(dir.path().to_path_buf()));
+    for arch in ["--gpu-architecture=sm_75", "--gpu-architecture=sm_90"] {
+        for src in SOURCES {
+            let bin = src.cubin(&cache, arch).unwrap_or_else(|e| panic!("{} for {arch}: {e}", src.name));
+            assert_eq!(&bin[..4], b"\x7fELF", "{} for {arch} is not an ELF CUBIN", src.name);
+            for entry in src.entry_points() {
+                let needle = entry.as_bytes();
+                assert!(bin.windows(needle.len()).any(|w| w == needle), "{} lacks {entry} for {arch}", src.name);
+            }
+        }
+    }
+    assert_eq!(cache.stats().compiled, 6);
+    // A second cache over the same folder reads the binaries back whole.
+    let again = PtxCache::new(Some(dir.path().to_path_buf()));
+    let a = SOURCES[0].cubin(&cache, "--gpu-architecture=sm_90").unwrap();
+    let b = SOURCES[0].cubin(&again, "--gpu-architecture=sm_90").unwrap();
+    assert_eq!(a, b);
+    assert_eq!((again.stats().compiled, again.stats().disk_hits), (0, 1));
+    // PTX and CUBIN of the same source and options are different entries.
+    assert!(SOURCES[0].ptx(&again, "--gpu-architecture=compute_90").unwrap().contains(".entry"));
+    assert_eq!(again.stats().compiled, 1);
 }
