@@ -97,6 +97,17 @@ struct Source {
 }
 
 impl Source {
+    fn new(text: &str, entry: &str, sig: &Signature, options: &[String], launch: RawLaunch) -> Source {
+        Source {
+            text: text.to_string(),
+            entry: entry.to_string(),
+            options: options.to_vec(),
+            launch,
+            type_vars: sig.type_vars.iter().map(|t| t.name.clone()).collect(),
+            functions: Mutex::default(),
+        }
+    }
+
     /// The source with one `typedef` per type variable in front (a typedef, not a
     /// `-D` macro, which would also rewrite NVRTC's own headers' template
     /// parameters), line numbers kept as the user's.
@@ -162,8 +173,6 @@ impl Source {
                 Arg::F64(x) => values.push(x.to_bits()),
                 Arg::I64(x) => values.push(*x as u64),
                 Arg::Bool(b) => values.push(u64::from(*b)),
-                #[allow(unreachable_patterns)]
-                other => return Err(Error::InvalidArgument(format!("{}: a raw kernel cannot take {}", self.entry, other.describe()))),
             }
         }
         let mut first_out = None;
@@ -185,6 +194,11 @@ impl Source {
         raw::launch(f.cu_function(), cfg, stream, &mut params)
             .map_err(|e| Error::Runtime(format!("{}: kernel launch failed: {e}", self.entry)))
     }
+}
+
+/// The first dtype each type variable allows: what a source is checked with.
+fn first_dtypes(sig: &Signature) -> Vec<DType> {
+    sig.type_vars.iter().map(|t| t.allowed[0]).collect()
 }
 
 fn is_identifier(s: &str) -> bool {
@@ -229,17 +243,10 @@ pub fn raw_kernel(source: &str, entry: &str, signature: &str, options: &[String]
             check(d, &p.name)?;
         }
     }
-    let state = Arc::new(Source {
-        text: source.to_string(),
-        entry: entry.to_string(),
-        options: options.to_vec(),
-        launch,
-        type_vars: sig.type_vars.iter().map(|t| t.name.clone()).collect(),
-        functions: Mutex::default(),
-    });
+    let state = Arc::new(Source::new(source, entry, &sig, options, launch));
     // Compile now, for the first dtype of each type variable, so a broken source
     // fails here with NVRTC's log rather than at the first call.
-    let first: Vec<DType> = sig.type_vars.iter().map(|t| t.allowed[0]).collect();
+    let first = first_dtypes(&sig);
     // The GPU's architecture when there is one (its context is made once, and
     // reused by the calls), else the oldest NVRTC 13 targets: a check of the source.
     let arch = match probe::driver().ok().and_then(|_| CudaDevice::get(0).ok()) {
@@ -263,16 +270,8 @@ pub fn raw_kernel(source: &str, entry: &str, signature: &str, options: &[String]
 /// of each type variable (what [`raw_kernel`] checks), e.g. to inspect it.
 pub fn raw_kernel_ptx(source: &str, entry: &str, signature: &str, options: &[String], arch: &str) -> Result<Arc<str>> {
     let sig = Signature::parse(signature)?;
-    let state = Source {
-        text: source.to_string(),
-        entry: entry.to_string(),
-        options: options.to_vec(),
-        launch: RawLaunch::default(),
-        type_vars: sig.type_vars.iter().map(|t| t.name.clone()).collect(),
-        functions: Mutex::default(),
-    };
-    let first: Vec<DType> = sig.type_vars.iter().map(|t| t.allowed[0]).collect();
-    state.ptx(&first, arch)
+    let state = Source::new(source, entry, &sig, options, RawLaunch::default());
+    state.ptx(&first_dtypes(&sig), arch)
 }
 
 #[cfg(test)]
