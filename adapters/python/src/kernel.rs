@@ -467,7 +467,7 @@ impl PyParam {
                     .map(|d| match *d {
                         Dim::Fixed(n) => ParamDim::Fixed(n),
                         Dim::Sym(i) => ParamDim::Named(sig.symbols[i].clone()),
-                        Dim::Rest(i) => ParamDim::Named(format!("...{}", sig.rests[i])),
+                        Dim::Rest(i) => ParamDim::Named(sig.fmt_rest(i)),
                     })
                     .collect();
                 let text = format!("{}{dtype}{}", if t.mutable { "mut " } else { "" }, sig.fmt_dims(&t.dims));

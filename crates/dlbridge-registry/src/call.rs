@@ -73,6 +73,10 @@ pub struct Bindings {
     sym_mask: u32,
     rests: [(u8, u8, u8); MAX_RESTS],
     rest_mask: u8,
+    /// `...` groups whose value is `bshape` (a broadcast group the inputs
+    /// broadcast to a shape no single one of them has).
+    bcast_mask: u8,
+    bshape: SmallVec<[i64; 6]>,
     device: Option<(Device, u8)>,
 }
 
@@ -87,10 +91,14 @@ impl Bindings {
     pub fn symbol(&self, i: usize) -> Option<i64> {
         (i < MAX_SYMBOLS && self.sym_mask & (1 << i) != 0).then(|| self.syms[i])
     }
-    /// The dims `...` group `i` was bound to (read from the argument that bound it).
-    pub fn rest<'s>(&self, i: usize, args: &'s [Arg<'_>]) -> Option<&'s [i64]> {
+    /// The dims `...` group `i` was bound to (read from the argument that
+    /// bound it, or the broadcast shape of a `*` group's inputs).
+    pub fn rest<'s>(&'s self, i: usize, args: &'s [Arg<'_>]) -> Option<&'s [i64]> {
         if i >= MAX_RESTS || self.rest_mask & (1 << i) == 0 {
             return None;
+        }
+        if self.bcast_mask & (1 << i) != 0 {
+            return Some(&self.bshape);
         }
         let (by, start, len) = self.rests[i];
         let (shape, _, _) = args.get(by as usize)?.tensor_meta()?;
@@ -195,7 +203,12 @@ impl Ctx<'_, '_> {
                     match b.rest(r, self.args) {
                         Some(bound) => {
                             if !same_dims(bound, got) {
-                                return Err(Fail::Rest(r));
+                                if !self.sig.is_broadcast(r) || idx >= self.sig.params.len() {
+                                    return Err(Fail::Rest(r));
+                                }
+                                let joined = broadcast_shapes(bound, got).ok_or(Fail::Rest(r))?;
+                                b.bshape = joined;
+                                b.bcast_mask |= 1 << r;
                             }
                         }
                         None => {
@@ -270,19 +283,35 @@ impl Ctx<'_, '_> {
                     _ => Error::Mismatch(format!("dim {axis} does not match")),
                 }
             }
+            Fail::Rest(r) if self.sig.is_broadcast(r) && idx < self.sig.params.len() => match b.rest(r, self.args) {
+                Some(bound) => Error::Mismatch(format!(
+                    "shape {shape:?} does not broadcast with {bound:?} (*{} so far, from the inputs before it)",
+                    self.sig.rests[r]
+                )),
+                None => Error::Runtime(format!("{}: *{} is not bound by any input", self.sig.name, self.sig.rests[r])),
+            },
             Fail::Rest(r) => match b.rest(r, self.args) {
                 Some(bound) => {
                     let fixed_before = ty.dims.iter().take_while(|d| !matches!(d, Dim::Rest(_))).count();
                     let rest_len = shape.len() + 1 - ty.dims.len();
+                    let by = if b.bcast_mask & (1 << r) != 0 {
+                        "the inputs, broadcast".to_owned()
+                    } else {
+                        self.param_name(b.rests[r].0 as usize).to_owned()
+                    };
                     Error::Mismatch(format!(
-                        "...{} = {bound:?} (bound by {}) but got {:?}",
-                        self.sig.rests[r],
-                        self.param_name(b.rests[r].0 as usize),
+                        "{} = {bound:?} (bound by {by}) but got {:?}",
+                        self.sig.fmt_rest(r),
                         &shape[fixed_before..fixed_before + rest_len]
                     ))
                 }
-                None => Error::Runtime(format!("{}: ...{} is not bound by any input", self.sig.name, self.sig.rests[r])),
+                None => Error::Runtime(format!("{}: {} is not bound by any input", self.sig.name, self.sig.fmt_rest(r))),
             },
+            Fail::InPlaceBroadcast(r) => Error::Mismatch(format!(
+                "the parameter is `mut` (written in place), so its shape must be the inputs' broadcast shape *{} = {:?}, but it is {shape:?}",
+                self.sig.rests[r],
+                b.rest(r, self.args).unwrap_or(&[])
+            )),
         };
         self.arg_err(idx, err)
     }
@@ -296,6 +325,8 @@ enum Fail {
     Rank,
     Dim(usize),
     Rest(usize),
+    /// A `mut` input of a broadcast group without the group's full shape.
+    InPlaceBroadcast(usize),
 }
 
 /// Checks the inputs of a call against `sig` and returns the bindings.
@@ -339,7 +370,48 @@ pub(crate) fn bind_into(sig: &Signature, args: &[Arg<'_>], writes: bool, b: &mut
             (kind, other) => return Err(kind_error(&ctx, i, kind, other)),
         }
     }
+    if b.bcast_mask != 0 {
+        in_place_broadcasts(&ctx, b)?;
+    }
     Ok(())
+}
+
+/// A `mut` input of a broadcast group is written in place: it must have the
+/// full broadcast shape (NumPy refuses `x += y` that would grow `x` too).
+#[cold]
+#[inline(never)]
+fn in_place_broadcasts(ctx: &Ctx<'_, '_>, b: &Bindings) -> Result<()> {
+    for (i, p) in ctx.sig.params.iter().enumerate() {
+        let Some(t) = p.tensor().filter(|t| t.mutable) else { continue };
+        for d in &t.dims {
+            if let Dim::Rest(r) = *d
+                && b.bcast_mask & (1 << r) != 0
+                && let Some((shape, dtype, device)) = ctx.args[i].tensor_meta()
+                && !same_dims(shape, &b.bshape)
+            {
+                return Err(ctx.explain(b, i, t, shape, dtype, device, Fail::InPlaceBroadcast(r)));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// NumPy's broadcast of two shapes (right-aligned; a dim of 1 stretches), or
+/// None when some dim pair differs with neither being 1.
+pub fn broadcast_shapes(a: &[i64], b: &[i64]) -> Option<SmallVec<[i64; 6]>> {
+    let n = a.len().max(b.len());
+    let mut out = SmallVec::with_capacity(n);
+    for k in 0..n {
+        let x = if k + a.len() >= n { a[k + a.len() - n] } else { 1 };
+        let y = if k + b.len() >= n { b[k + b.len() - n] } else { 1 };
+        out.push(match (x, y) {
+            _ if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => return None,
+        });
+    }
+    Some(out)
 }
 
 /// A signature compiled once, when its kernel is made, into one rule per

@@ -9,11 +9,18 @@
 //! tensor    := 'mut'? ( DTYPE | TVAR ) '[' ( dim ( ',' dim )* )? ']'
 //! dim       := INT | NAME | '...' NAME
 //! outputs   := NAME ':' ( DTYPE | TVAR ) '[' dims ']' ( ',' ... )*
+//! bcast     := '*' NAME                            (a tensor's only dim)
 //! ```
 //!
 //! Example: `matmul<T: f32|f64>(a: T[M, K], b: T[K, N]) -> (c: T[M, N])`.
 //! A dim symbol is bound on first sight and checked after; `...S` binds any
 //! number of dims as a whole; `mut` marks an input the kernel writes in place.
+//! `*S` is a broadcast group (at most one per signature, and a tensor's only
+//! dim): the inputs' shapes broadcast together as NumPy broadcasts them, `S`
+//! is bound to the result, outputs have exactly that shape, and a `mut` input
+//! must already have it (an in-place write never broadcasts). The kernel gets
+//! the inputs with their own shapes and broadcasts them itself (right-aligned;
+//! a missing dim or a dim of size 1 repeats).
 //! Parsing also type-checks: every type variable and every output dim must be
 //! bound by some input.
 //!
@@ -168,6 +175,8 @@ pub struct Signature {
     pub symbols: Vec<String>,
     /// `...NAME` group names, indexed by [`Dim::Rest`].
     pub rests: Vec<String>,
+    /// Which `...` groups are broadcast groups (written `*NAME`), indexed like `rests`.
+    pub broadcast: Vec<bool>,
 }
 
 impl Signature {
@@ -205,10 +214,21 @@ impl Signature {
             .map(|d| match *d {
                 Dim::Fixed(n) => n.to_string(),
                 Dim::Sym(i) => self.symbols[i].clone(),
-                Dim::Rest(i) => format!("...{}", self.rests[i]),
+                Dim::Rest(i) => self.fmt_rest(i),
             })
             .collect();
         format!("[{}]", parts.join(", "))
+    }
+
+    /// Text of `...` group `i`: `...NAME`, or `*NAME` for a broadcast group.
+    pub fn fmt_rest(&self, i: usize) -> String {
+        if self.is_broadcast(i) { format!("*{}", self.rests[i]) } else { format!("...{}", self.rests[i]) }
+    }
+
+    /// Whether `...` group `i` is a broadcast group (`*NAME`).
+    #[inline]
+    pub fn is_broadcast(&self, i: usize) -> bool {
+        self.broadcast.get(i).copied().unwrap_or(false)
     }
 
     fn fmt_param(&self, p: &Param) -> String {
@@ -322,7 +342,7 @@ struct Parser<'s> {
     lex_error: Option<(usize, String)>,
 }
 
-const PUNCTS: [&str; 12] = ["...", "->", "<", ">", "(", ")", "[", "]", ",", ":", "|", "-"];
+const PUNCTS: [&str; 13] = ["...", "->", "<", ">", "(", ")", "[", "]", ",", ":", "|", "-", "*"];
 
 impl<'s> Parser<'s> {
     fn new(text: &'s str) -> Parser<'s> {
@@ -411,7 +431,15 @@ impl<'s> Parser<'s> {
         }
         let (name, _) = self.ident("the kernel name")?;
         let mut sig =
-            Signature { name, type_vars: Vec::new(), params: Vec::new(), outputs: Vec::new(), symbols: Vec::new(), rests: Vec::new() };
+            Signature {
+            name,
+            type_vars: Vec::new(),
+            params: Vec::new(),
+            outputs: Vec::new(),
+            symbols: Vec::new(),
+            rests: Vec::new(),
+            broadcast: Vec::new(),
+        };
         if self.eat("<") {
             loop {
                 if sig.type_vars.len() == MAX_TYPE_VARS {
@@ -492,7 +520,7 @@ impl<'s> Parser<'s> {
                             return Err(self.err(col, format!("output `{}`: dim `{}` is not bound by any input", p.name, sig.symbols[i])));
                         }
                         Dim::Rest(i) if !input_rests.get(i).copied().unwrap_or(false) => {
-                            return Err(self.err(col, format!("output `{}`: `...{}` is not bound by any input", p.name, sig.rests[i])));
+                            return Err(self.err(col, format!("output `{}`: `{}` is not bound by any input", p.name, sig.fmt_rest(i))));
                         }
                         _ => {}
                     }
@@ -575,7 +603,17 @@ impl<'s> Parser<'s> {
                         if dims.iter().any(|d| matches!(d, Dim::Rest(_))) {
                             return Err(self.err(col, "at most one `...` group per tensor"));
                         }
-                        Dim::Rest(index_of(&mut sig.rests, &s, MAX_RESTS).map_err(|m| self.err(c, m))?)
+                        Dim::Rest(self.group(sig, &s, c, false)?)
+                    }
+                    (Tok::Punct("*"), _) => {
+                        let (s, c) = self.ident("a name after `*`")?;
+                        if sig.symbols.contains(&s) {
+                            return Err(self.err(c, format!("`{s}` is already a single dim")));
+                        }
+                        if !dims.is_empty() || !matches!(self.peek(), Tok::Punct("]")) {
+                            return Err(self.err(col, format!("`*{s}` broadcasts whole shapes: it must be the tensor's only dim")));
+                        }
+                        Dim::Rest(self.group(sig, &s, c, true)?)
                     }
                     (Tok::Punct("-"), _) => return Err(self.err(col, "dims must not be negative")),
                     (other, _) => return Err(self.err(col, format!("expected a dim (integer, name or `...NAME`), found {other}"))),
@@ -589,6 +627,27 @@ impl<'s> Parser<'s> {
         }
         let has_rest = dims.iter().any(|d| matches!(d, Dim::Rest(_)));
         Ok(Param { name, kind: ParamKind::Tensor(TensorType { dtype, dims, mutable, has_rest }) })
+    }
+}
+
+impl Parser<'_> {
+    /// The index of `...` group `name` (`*name` when `broadcast`), declared on
+    /// first sight; a name is one kind of group throughout, and a signature
+    /// has at most one broadcast group.
+    fn group(&self, sig: &mut Signature, name: &str, col: usize, broadcast: bool) -> Result<usize> {
+        if let Some(i) = sig.rests.iter().position(|n| n == name) {
+            if sig.broadcast[i] != broadcast {
+                let (was, now) = if broadcast { ("...", "*") } else { ("*", "...") };
+                return Err(self.err(col, format!("`{was}{name}` is written `{now}{name}` here: a group is broadcast (`*`) everywhere or nowhere")));
+            }
+            return Ok(i);
+        }
+        if broadcast && sig.broadcast.iter().any(|b| *b) {
+            return Err(self.err(col, format!("`*{name}`: at most one broadcast group per signature")));
+        }
+        let i = index_of(&mut sig.rests, name, MAX_RESTS).map_err(|m| self.err(col, m))?;
+        sig.broadcast.push(broadcast);
+        Ok(i)
     }
 }
 
