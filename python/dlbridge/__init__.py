@@ -22,11 +22,13 @@ from ._dlbridge import (
     arange,
     asarray,
     from_dlpack,
+    full,
     get_kernel,
     list_kernels,
     load_plugin,
     zeros,
 )
+from ._compile import ElementwiseKernel, ReductionKernel
 from ._introspect import install as _install_introspection
 
 # inspect.signature(kernel), kernel.__doc__ and help(kernel) describe each kernel.
@@ -35,13 +37,16 @@ _install_introspection(Kernel)
 __all__ = [
     "Array",
     "DLDeviceType",
+    "ElementwiseKernel",
     "Kernel",
     "Param",
     "Plugin",
+    "ReductionKernel",
     "arange",
     "asarray",
     "convert_func",
     "from_dlpack",
+    "full",
     "get_kernel",
     "list_kernels",
     "load_plugin",

@@ -22,6 +22,10 @@ __all__ = [
     "from_dlpack",
     "asarray",
     "zeros",
+    "full",
+    "elementwise_kernel",
+    "reduction_kernel",
+    "compile_stats",
     "inspect_capsule",
     "arange",
     "cuda_status",
@@ -211,6 +215,33 @@ def from_dlpack(x: Any, /, *, device: Any | None = None, copy: bool | None = Non
     (always a new writable array); ``copy=False`` raises ValueError where only a copy works."""
 def asarray(obj: Any) -> Array:
     """A buffer-protocol object (bytes, bytearray, memoryview, array.array, NumPy) as an Array, zero copy."""
+def full(shape: int | Sequence[int], fill_value: complex, dtype: _DTypeLike | None = None) -> Array:
+    """An Array of ``shape`` filled with ``fill_value`` (NumPy's ``full``); the default dtype
+    follows the value (bool, i64, f64, c128). An int that does not fit: OverflowError."""
+def elementwise_kernel(
+    in_params: str,
+    out_params: str,
+    operation: str,
+    name: str,
+    preamble: str = "",
+    loop_prep: str = "",
+    after_loop: str = "",
+) -> Kernel:
+    """Registers a CuPy-style elementwise kernel (see ``dlbridge.ElementwiseKernel``)."""
+def reduction_kernel(
+    in_params: str,
+    out_params: str,
+    map_expr: str,
+    reduce_expr: str,
+    post_map_expr: str,
+    identity: str | None,
+    name: str,
+    reduce_type: str | None = None,
+    preamble: str = "",
+) -> Kernel:
+    """Registers a CuPy-style reduction kernel (see ``dlbridge.ReductionKernel``)."""
+def compile_stats() -> dict[str, Any]:
+    """What the CPU kernel cache did in this process: ``compiled``, ``disk_hits``, ``dir``."""
 def zeros(shape: int | Sequence[int], dtype: _DTypeLike | None = None) -> Array:
     """A zero-filled Array, NumPy's ``zeros(shape, dtype)`` (the default dtype is f32, not
     NumPy's float64). More than 64 dims, negative dims or a size that overflows: ValueError;

@@ -260,6 +260,134 @@ fn cuda_raw_kernel(source: &str, name: &str, signature: &str, options: Vec<Strin
     raw_kernel(source, name, signature, &options, RawLaunch { block, grid }).map(PyKernel::new).py_err()
 }
 
+/// Compiles a CuPy-style elementwise kernel's parameters into a registered
+/// kernel (its C++ is generated and compiled per dtype combination on first use).
+#[pyfunction]
+#[pyo3(signature = (in_params, out_params, operation, name, preamble = "", loop_prep = "", after_loop = ""))]
+fn elementwise_kernel(
+    in_params: &str,
+    out_params: &str,
+    operation: &str,
+    name: &str,
+    preamble: &str,
+    loop_prep: &str,
+    after_loop: &str,
+) -> PyResult<PyKernel> {
+    use dlbridge::compile::{ElementwiseKernel, ElementwiseOptions};
+    let opts = ElementwiseOptions { preamble: preamble.into(), loop_prep: loop_prep.into(), after_loop: after_loop.into() };
+    let k = ElementwiseKernel::new(in_params, out_params, operation, name, opts).py_err()?;
+    k.register(dlbridge::registry()).map(PyKernel::new).py_err()
+}
+
+/// Compiles a CuPy-style reduction kernel into a registered kernel (outputs
+/// as `mut` tensors; see `dlbridge.ReductionKernel`).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)] // CuPy's constructor, argument for argument.
+#[pyo3(signature = (in_params, out_params, map_expr, reduce_expr, post_map_expr, identity, name, reduce_type = None, preamble = ""))]
+fn reduction_kernel(
+    in_params: &str,
+    out_params: &str,
+    map_expr: &str,
+    reduce_expr: &str,
+    post_map_expr: &str,
+    identity: Option<&str>,
+    name: &str,
+    reduce_type: Option<&str>,
+    preamble: &str,
+) -> PyResult<PyKernel> {
+    use dlbridge::compile::{ReductionKernel, ReductionOptions};
+    let opts = ReductionOptions { reduce_type: reduce_type.map(str::to_owned), preamble: preamble.into() };
+    let k = ReductionKernel::new(in_params, out_params, map_expr, reduce_expr, post_map_expr, identity, name, opts).py_err()?;
+    k.register(dlbridge::registry()).map(PyKernel::new).py_err()
+}
+
+/// What the CPU kernel cache did in this process: `compiled`, `disk_hits`, and its `dir`.
+#[pyfunction]
+fn compile_stats(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyDict>> {
+    use std::sync::atomic::Ordering;
+    let c = dlbridge::compile::cache::LibraryCache::global();
+    let d = pyo3::types::PyDict::new(py);
+    d.set_item("compiled", c.stats.compiled.load(Ordering::Relaxed))?;
+    d.set_item("disk_hits", c.stats.disk_hits.load(Ordering::Relaxed))?;
+    d.set_item("dir", c.dir().display().to_string())?;
+    Ok(d)
+}
+
+/// An array of `shape` with every element `fill_value` (bool, int, float or
+/// complex, converted to `dtype` as C converts; an int that does not fit is an
+/// OverflowError); `dtype` as for `zeros`, default from the value's type.
+#[pyfunction]
+#[pyo3(signature = (shape, fill_value, dtype=None))]
+fn full(shape: &Bound<'_, PyAny>, fill_value: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<PyArray> {
+    use dlbridge::DType;
+    use dlbridge::half::{bf16, f16};
+    use pyo3::exceptions::PyTypeError;
+    use pyo3::types::{PyBool, PyComplex, PyFloat, PyInt};
+    let shape = shape_arg(shape)?;
+    let dtype = match dtype.filter(|d| !d.is_none()) {
+        Some(d) => dtype_arg(Some(d))?,
+        None if fill_value.is_instance_of::<PyBool>() => DType::BOOL,
+        None if fill_value.is_instance_of::<PyInt>() => DType::I64,
+        None if fill_value.is_instance_of::<PyComplex>() => DType::C128,
+        None => DType::F64,
+    };
+    if !(fill_value.is_instance_of::<PyBool>()
+        || fill_value.is_instance_of::<PyInt>()
+        || fill_value.is_instance_of::<PyFloat>()
+        || fill_value.is_instance_of::<PyComplex>()
+        || fill_value.hasattr("__index__")?
+        || fill_value.hasattr("__float__")?)
+    {
+        return Err(PyTypeError::new_err(format!("full: fill_value must be a number, not {}", fill_value.get_type().name()?)));
+    }
+    let mut a = dlbridge::Array::zeros(dtype, &shape).py_err()?;
+    macro_rules! fill {
+        ($t:ty, $v:expr) => {{
+            let v: $t = $v;
+            a.as_slice_mut::<$t>().py_err()?.iter_mut().for_each(|x| *x = v);
+        }};
+    }
+    let int = || -> PyResult<i128> { fill_value.call_method0("__index__")?.extract::<i128>() };
+    let float = || -> PyResult<f64> { fill_value.call_method0("__float__")?.extract::<f64>() };
+    match dtype {
+        DType::BOOL => {
+            let v = u8::from(fill_value.is_truthy()?);
+            a.as_slice_mut::<u8>().py_err()?.iter_mut().for_each(|x| *x = v);
+        }
+        DType::I8 => fill!(i8, int()?.try_into().map_err(|_| overflow(fill_value, dtype))?),
+        DType::I16 => fill!(i16, int()?.try_into().map_err(|_| overflow(fill_value, dtype))?),
+        DType::I32 => fill!(i32, int()?.try_into().map_err(|_| overflow(fill_value, dtype))?),
+        DType::I64 => fill!(i64, int()?.try_into().map_err(|_| overflow(fill_value, dtype))?),
+        DType::U8 => fill!(u8, int()?.try_into().map_err(|_| overflow(fill_value, dtype))?),
+        DType::U16 => fill!(u16, int()?.try_into().map_err(|_| overflow(fill_value, dtype))?),
+        DType::U32 => fill!(u32, int()?.try_into().map_err(|_| overflow(fill_value, dtype))?),
+        DType::U64 => fill!(u64, int()?.try_into().map_err(|_| overflow(fill_value, dtype))?),
+        DType::F32 => fill!(f32, float()? as f32),
+        DType::F64 => fill!(f64, float()?),
+        DType::F16 => fill!(f16, f16::from_f64(float()?)),
+        DType::BF16 => fill!(bf16, bf16::from_f64(float()?)),
+        DType::C64 | DType::C128 => {
+            let c: dlbridge::core::num_complex::Complex<f64> = if fill_value.is_instance_of::<PyComplex>() {
+                let c = fill_value.cast::<PyComplex>()?;
+                dlbridge::core::num_complex::Complex::new(c.real(), c.imag())
+            } else {
+                dlbridge::core::num_complex::Complex::new(float()?, 0.0)
+            };
+            if dtype == DType::C64 {
+                fill!(dlbridge::core::num_complex::Complex<f32>, dlbridge::core::num_complex::Complex::new(c.re as f32, c.im as f32));
+            } else {
+                fill!(dlbridge::core::num_complex::Complex<f64>, c);
+            }
+        }
+        other => return Err(PyTypeError::new_err(format!("full: cannot fill a {other} array from a Python number"))),
+    }
+    Ok(PyArray::new(a))
+}
+
+fn overflow(v: &Bound<'_, PyAny>, d: dlbridge::DType) -> PyErr {
+    pyo3::exceptions::PyOverflowError::new_err(format!("full: {v} does not fit in {d}"))
+}
+
 /// The PTX NVRTC makes of a raw kernel's source for `arch` (e.g. `compute_80`).
 #[pyfunction]
 #[pyo3(signature = (source, name, signature, arch, options = Vec::new()))]
@@ -286,6 +414,10 @@ fn _dlbridge(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load_plugin, m)?)?;
     m.add_function(wrap_pyfunction!(from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(asarray, m)?)?;
+    m.add_function(wrap_pyfunction!(full, m)?)?;
+    m.add_function(wrap_pyfunction!(elementwise_kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(reduction_kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(compile_stats, m)?)?;
     m.add_function(wrap_pyfunction!(zeros, m)?)?;
     m.add_function(wrap_pyfunction!(inspect_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(arange, m)?)?;

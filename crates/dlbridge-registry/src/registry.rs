@@ -272,6 +272,41 @@ impl Registry {
         Ok(kernels)
     }
 
+    /// Registers `defs` (one kernel, on one or more devices) in place of the
+    /// kernel of the same name when `replaceable` says the registered one may
+    /// be replaced (kernels compiled from source at run time replace their own
+    /// earlier versions, as CuPy's kernels of one name do); otherwise exactly
+    /// as [`Registry::register_all`]. One step under the registry's lock:
+    /// nobody sees the name missing. Holders of the old `Arc` keep it.
+    pub fn register_replacing(&self, defs: Vec<KernelDef>, replaceable: impl Fn(&Kernel) -> bool) -> Result<Arc<Kernel>> {
+        let mut map = self.kernels.write().unwrap_or_else(|p| p.into_inner());
+        let name = match defs.first() {
+            Some(d) => crate::signature::Signature::parse(&d.signature)?.name,
+            None => return Err(Error::InvalidArgument("register_replacing: no definitions".into())),
+        };
+        let old = map.get(&name).filter(|k| replaceable(k)).cloned();
+        if old.is_some() {
+            map.remove(&name);
+        }
+        let mut staging = Staging::new(&map);
+        let mut last = None;
+        for (i, def) in defs.into_iter().enumerate() {
+            match staging.add(def) {
+                Ok(k) => last = Some(k),
+                Err(e) => {
+                    drop(staging);
+                    if let Some(k) = old {
+                        map.insert(name, k);
+                    }
+                    return Err(e.context(format!("definition {i}")));
+                }
+            }
+        }
+        let changes = staging.into_changes();
+        map.extend(changes);
+        map.get(&name).cloned().or(last).ok_or_else(|| Error::Runtime(format!("{name}: not registered")))
+    }
+
     /// Removes a kernel with all its implementations (holders of its `Arc`
     /// keep a working kernel).
     pub fn unregister(&self, name: &str) -> Option<Arc<Kernel>> {

@@ -430,8 +430,7 @@ impl<'s> Parser<'s> {
             return Err(self.err(col, msg));
         }
         let (name, _) = self.ident("the kernel name")?;
-        let mut sig =
-            Signature {
+        let mut sig = Signature {
             name,
             type_vars: Vec::new(),
             params: Vec::new(),
@@ -638,7 +637,9 @@ impl Parser<'_> {
         if let Some(i) = sig.rests.iter().position(|n| n == name) {
             if sig.broadcast[i] != broadcast {
                 let (was, now) = if broadcast { ("...", "*") } else { ("*", "...") };
-                return Err(self.err(col, format!("`{was}{name}` is written `{now}{name}` here: a group is broadcast (`*`) everywhere or nowhere")));
+                return Err(
+                    self.err(col, format!("`{was}{name}` is written `{now}{name}` here: a group is broadcast (`*`) everywhere or nowhere"))
+                );
             }
             return Ok(i);
         }

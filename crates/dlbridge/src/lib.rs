@@ -19,6 +19,10 @@ pub use dlbridge_registry::{
 #[cfg(feature = "cuda")]
 pub use dlbridge_cuda as cuda;
 
+/// Kernels from source at run time: CuPy's `ElementwiseKernel` (feature `compile`, on by default).
+#[cfg(feature = "compile")]
+pub use dlbridge_compile as compile;
+
 pub mod arrays;
 pub mod demo;
 

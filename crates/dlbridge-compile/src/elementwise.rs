@@ -1,0 +1,185 @@
+//! [`ElementwiseKernel`]: CuPy's `ElementwiseKernel` on dlbridge's registry.
+//!
+//! ```no_run
+//! use dlbridge_compile::ElementwiseKernel;
+//! let k = ElementwiseKernel::new("T x, T y", "T z", "z = (x - y) * (x - y)", "squared_diff", Default::default())?;
+//! let kernel = k.register(dlbridge_registry::Registry::global())?; // callable like any kernel
+//! # Ok::<(), dlbridge_core::Error>(())
+//! ```
+//!
+//! The parameters become a signature (`squared_diff<T: ...>(x: T[*S], y:
+//! T[*S]) -> (z: T[*S])`): the registry checks every call, binds the type
+//! variables and broadcasts the shapes before any code runs; outputs are
+//! allocated by the caller's framework. The first call with a combination of
+//! dtypes generates C++ for it, compiles it (or finds it in the disk cache)
+//! into a plugin library and loads it through the plugin loader; later calls
+//! go straight to it. Concurrent first calls compile once.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use dlbridge_core::{DType, DeviceType, Error, Result};
+use dlbridge_registry::{Call, DynKernelFn, Impl, Kernel, KernelDef, KernelOpts, Plugin, Registry, Signature};
+
+use crate::cache::LibraryCache;
+use crate::params::ElementwiseSpec;
+
+/// The origin every kernel compiled from source carries (and by which a later
+/// kernel of the same name may replace it).
+pub const ORIGIN_PREFIX: &str = "compiled from source by dlbridge-compile";
+
+/// The optional parts of an elementwise kernel, as CuPy names them.
+#[derive(Debug, Clone, Default)]
+pub struct ElementwiseOptions {
+    /// Code at file scope before the kernel (helper functions, constants).
+    pub preamble: String,
+    /// Code run once before the loop (per thread).
+    pub loop_prep: String,
+    /// Code run once after the loop (per thread).
+    pub after_loop: String,
+}
+
+/// A kernel compiled from an elementwise operation, one specialisation per
+/// combination of dtypes, built on first use.
+#[derive(Clone)]
+pub struct ElementwiseKernel {
+    spec: Arc<ElementwiseSpec>,
+    signature: String,
+    specs: Arc<Specialisations>,
+}
+
+impl std::fmt::Debug for ElementwiseKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ElementwiseKernel").field("signature", &self.signature).finish()
+    }
+}
+
+impl ElementwiseKernel {
+    /// Parses and checks the parameters and derives the signature; nothing is
+    /// compiled until a call needs it.
+    pub fn new(in_params: &str, out_params: &str, operation: &str, name: &str, opts: ElementwiseOptions) -> Result<ElementwiseKernel> {
+        let spec = ElementwiseSpec::new(in_params, out_params, operation, name, &opts.preamble, &opts.loop_prep, &opts.after_loop)?;
+        let signature = spec.signature();
+        // The derived signature must be one the registry accepts (a bug here, not the user's).
+        Signature::parse(&signature)
+            .map_err(|e| Error::Runtime(format!("ElementwiseKernel {name}: derived signature `{signature}`: {e}")))?;
+        Ok(ElementwiseKernel { spec: Arc::new(spec), signature, specs: Arc::new(Specialisations::default()) })
+    }
+
+    /// The registry signature derived from the parameters.
+    pub fn signature(&self) -> &str {
+        &self.signature
+    }
+
+    /// The kernel's name.
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// How many specialisations this kernel has built or loaded so far.
+    pub fn specialisations(&self) -> usize {
+        self.specs.slots.lock().unwrap_or_else(|p| p.into_inner()).values().filter(|s| s.lock().is_ok_and(|s| s.is_some())).count()
+    }
+
+    /// The definition to register: a CPU implementation that builds the
+    /// specialisation for the call's dtypes on first use.
+    pub fn def(&self) -> KernelDef {
+        let spec = self.spec.clone();
+        let specs = self.specs.clone();
+        let vars = spec.type_vars();
+        let imp = move |call: &mut Call<'_, '_>| -> Result<()> {
+            let mut dtypes = Vec::with_capacity(vars.len());
+            for (i, v) in vars.iter().enumerate() {
+                dtypes.push(call.dtype(i).ok_or_else(|| Error::Runtime(format!("{}: type variable {v} is not bound", spec.name)))?);
+            }
+            let f = specs.get(&dtypes, || build(&spec, &vars, &dtypes))?;
+            f(call)
+        };
+        let raw = self.spec.inputs.iter().any(|p| p.raw);
+        KernelDef {
+            signature: self.signature.clone(),
+            device: DeviceType::CPU,
+            imp: Impl::Dyn(Arc::new(imp)),
+            // An output may be exactly an input (in place, `k(x, y, x)`), unless
+            // a raw input can be read at any index.
+            opts: KernelOpts { alias_outputs: !raw, contiguous: false },
+            origin: format!("{ORIGIN_PREFIX} (ElementwiseKernel)"),
+            doc: format!("ElementwiseKernel: {}", one_line(&self.spec.operation)),
+        }
+    }
+
+    /// Registers the kernel under its name (replacing an earlier kernel
+    /// compiled from source under that name; any other kernel of that name is
+    /// a conflict) and returns it.
+    pub fn register(&self, registry: &Registry) -> Result<Arc<Kernel>> {
+        registry.register_replacing(vec![self.def()], |k| k.origins().all(|(_, o)| o.starts_with(ORIGIN_PREFIX)))
+    }
+}
+
+/// The operation on one line (for docs), cut to 100 characters.
+fn one_line(s: &str) -> String {
+    let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() > 100 { format!("{}…", flat.chars().take(100).collect::<String>()) } else { flat }
+}
+
+/// Generates, compiles (or finds) and loads the specialisation for `dtypes`.
+fn build(spec: &ElementwiseSpec, vars: &[char], dtypes: &[DType]) -> Result<DynKernelFn> {
+    let bind: Vec<(char, DType)> = vars.iter().copied().zip(dtypes.iter().copied()).collect();
+    let source = crate::cpu::elementwise_cpp(spec, &bind)?;
+    let expected = spec.specialised_signature(&bind)?;
+    let dtypes_text = bind.iter().map(|(v, d)| format!("{v}={d}")).collect::<Vec<_>>().join(",");
+    let what = if dtypes_text.is_empty() {
+        format!("ElementwiseKernel {}", spec.name)
+    } else {
+        format!("ElementwiseKernel {} ({dtypes_text})", spec.name)
+    };
+    let user = [
+        ("operation", spec.operation.as_str()),
+        ("preamble", spec.preamble.as_str()),
+        ("loop_prep", spec.loop_prep.as_str()),
+        ("after_loop", spec.after_loop.as_str()),
+    ];
+    LibraryCache::global().get_or_build(&source, &dtypes_text, &what, &user, |path| load_one(path, &expected))
+}
+
+/// Opens a compiled library through the plugin loader and takes its one
+/// kernel, checking it is the expected specialisation.
+pub(crate) fn load_one(path: &Path, expected: &str) -> Result<DynKernelFn> {
+    let (info, defs) = Plugin::open(path)?.into_defs();
+    let want = Signature::parse(expected)?.to_string();
+    match defs.into_iter().next() {
+        Some(KernelDef { imp: Impl::Dyn(f), signature, .. }) if info.kernels.len() == 1 && signature == want => Ok(f),
+        _ => Err(Error::Runtime(format!("{}: not the library of `{want}`", path.display()))),
+    }
+}
+
+/// The specialisations of one kernel, by dtypes. Each slot has a lock of its
+/// own: threads calling with the same new dtypes wait for one compilation;
+/// other dtypes are not held up.
+#[derive(Default)]
+pub(crate) struct Specialisations {
+    slots: Mutex<HashMap<Vec<DType>, Slot>>,
+}
+
+/// One specialisation: built once, under its own lock.
+type Slot = Arc<Mutex<Option<DynKernelFn>>>;
+
+impl Specialisations {
+    pub(crate) fn get(&self, dtypes: &[DType], build: impl FnOnce() -> Result<DynKernelFn>) -> Result<DynKernelFn> {
+        let slot = {
+            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            match slots.get(dtypes) {
+                Some(s) => s.clone(),
+                None => slots.entry(dtypes.to_vec()).or_default().clone(),
+            }
+        };
+        let mut s = slot.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = &*s {
+            return Ok(f.clone());
+        }
+        let f = build()?;
+        *s = Some(f.clone());
+        Ok(f)
+    }
+}

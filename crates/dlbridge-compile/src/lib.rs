@@ -1,0 +1,29 @@
+//! # dlbridge-compile
+//!
+//! Kernels from source at run time, registered in dlbridge's registry like
+//! any other kernel (checked signatures, zero copies, outputs allocated by
+//! the caller's framework):
+//!
+//! | piece | what it is |
+//! |---|---|
+//! | [`ElementwiseKernel`] | CuPy's `ElementwiseKernel`: parameter language, broadcasting, `raw` arguments, `i`, `_ind.size()` |
+//! | [`ReductionKernel`] | CuPy's `ReductionKernel`: map / reduce / post-map with an identity, `axis`, `keepdims` |
+//! | [`params`] | the parameter language and the signature derived from it |
+//! | [`cpu`] | C++ generated per dtype combination: a plugin through the existing ABI |
+//! | [`toolchain`] | the system C++ compiler (`$CXX`, else `c++`), diagnostics mapped to the user's text |
+//! | [`cache`] | the disk cache of compiled libraries (write, then rename; shared by processes) |
+//!
+//! One specialisation per combination of dtypes is built on first use
+//! (thread-safe: concurrent first calls compile once) and loaded through the
+//! plugin loader.
+#![forbid(unsafe_code)]
+
+pub mod cache;
+pub mod cpu;
+pub mod elementwise;
+pub mod params;
+pub mod reduction;
+pub mod toolchain;
+
+pub use elementwise::{ElementwiseKernel, ElementwiseOptions};
+pub use reduction::{ReductionKernel, ReductionOptions};

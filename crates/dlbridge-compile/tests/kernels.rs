@@ -1,0 +1,162 @@
+//! The Rust API end to end: ElementwiseKernel / ReductionKernel registered in a
+//! registry and called like any kernel; the disk cache; concurrent first use.
+
+use std::sync::Arc;
+
+use dlbridge_array::Array;
+use dlbridge_compile::cache::LibraryCache;
+use dlbridge_compile::{ElementwiseKernel, ReductionKernel};
+use dlbridge_core::{DType, DeviceType, ErrorKind};
+use dlbridge_registry::{Arg, Call, Impl, KernelDef, KernelOpts, Registry};
+
+fn f32s(v: &[f32], shape: &[i64]) -> Array {
+    Array::from_slice(v, shape).unwrap()
+}
+
+#[test]
+fn an_elementwise_kernel_broadcasts_through_the_registry() {
+    let reg = Registry::new();
+    let k = ElementwiseKernel::new("T x, T y", "T z", "z = (x - y) * (x - y)", "sqdiff_rs", Default::default()).unwrap();
+    assert!(k.signature().starts_with("sqdiff_rs<T: bool|i8|"), "{}", k.signature());
+    let kernel = k.register(&reg).unwrap();
+    let x = f32s(&(0..10).map(|i| i as f32).collect::<Vec<_>>(), &[2, 5]);
+    let y = f32s(&[0.0, 1.0, 2.0, 3.0, 4.0], &[5]);
+    let specs = kernel.prepare_outputs(&[Arg::Tensor(x.view()), Arg::Tensor(y.view())]).unwrap();
+    assert_eq!(&specs[0].shape[..], &[2, 5]);
+    let mut z = Array::zeros(DType::F32, &[2, 5]).unwrap();
+    kernel.call(&mut [Arg::Tensor(x.view()), Arg::Tensor(y.view())], &mut [z.view_mut().unwrap()]).unwrap();
+    let want: Vec<f32> = (0..10).map(|i| ((i as f32) - (i % 5) as f32).powi(2)).collect();
+    assert_eq!(z.to_vec::<f32>().unwrap(), want);
+    // f64 is another specialisation of the same kernel.
+    let x = Array::from_slice(&[1.5f64, 2.5], &[2]).unwrap();
+    let mut z = Array::zeros(DType::F64, &[2]).unwrap();
+    kernel.call(&mut [Arg::Tensor(x.view()), Arg::Tensor(x.view())], &mut [z.view_mut().unwrap()]).unwrap();
+    assert_eq!(z.to_vec::<f64>().unwrap(), vec![0.0, 0.0]);
+    assert_eq!(k.specialisations(), 2);
+}
+
+#[test]
+fn concurrent_first_calls_build_one_specialisation_and_all_get_the_right_answer() {
+    let reg = Registry::new();
+    let k = ElementwiseKernel::new("T x", "T y", "y = x * x + 3", "concurrent_rs", Default::default()).unwrap();
+    let kernel = k.register(&reg).unwrap();
+    let x = Arc::new(Array::from_slice(&(0..1000).collect::<Vec<i32>>(), &[1000]).unwrap());
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let (kernel, x) = (kernel.clone(), x.clone());
+            std::thread::spawn(move || {
+                let mut y = Array::zeros(DType::I32, &[1000]).unwrap();
+                kernel.call(&mut [Arg::Tensor(x.view())], &mut [y.view_mut().unwrap()]).unwrap();
+                y.to_vec::<i32>().unwrap()
+            })
+        })
+        .collect();
+    for h in handles {
+        let y = h.join().unwrap();
+        assert!(y.iter().enumerate().all(|(i, &v)| v == (i * i + 3) as i32));
+    }
+    assert_eq!(k.specialisations(), 1);
+}
+
+#[test]
+fn a_kernel_compiled_from_source_replaces_its_own_name_but_never_another_kernel() {
+    let reg = Registry::new();
+    reg.register(KernelDef {
+        signature: "add<T: f32|f64>(a: T[...S], b: T[...S]) -> (out: T[...S])".into(),
+        device: DeviceType::CPU,
+        imp: Impl::Dyn(Arc::new(|_: &mut Call<'_, '_>| Ok(()))),
+        opts: KernelOpts::ELEMENTWISE,
+        origin: "built-in (test)".into(),
+        doc: String::new(),
+    })
+    .unwrap();
+    let e = ElementwiseKernel::new("T a, T b", "T out", "out = a + b", "add", Default::default()).unwrap().register(&reg).unwrap_err();
+    assert!(e.to_string().contains("kernel add is already registered"), "{e}");
+    assert!(reg.get("add").unwrap().origins().all(|(_, o)| o == "built-in (test)"), "the built-in stays");
+    let first = ElementwiseKernel::new("T x", "T y", "y = x + 1", "relabel", Default::default()).unwrap().register(&reg).unwrap();
+    let second = ElementwiseKernel::new("T x", "T y", "y = x + 2", "relabel", Default::default()).unwrap().register(&reg).unwrap();
+    let x = f32s(&[1.0], &[1]);
+    let run = |k: &dlbridge_registry::Kernel| {
+        let mut y = Array::zeros(DType::F32, &[1]).unwrap();
+        k.call(&mut [Arg::Tensor(x.view())], &mut [y.view_mut().unwrap()]).unwrap();
+        y.to_vec::<f32>().unwrap()[0]
+    };
+    assert_eq!(run(&reg.get("relabel").unwrap()), 3.0, "the newest kernel of the name is registered");
+    assert_eq!(run(&first), 2.0, "holders of the old kernel keep it");
+    assert_eq!(run(&second), 3.0);
+}
+
+#[test]
+fn a_reduction_runs_over_any_axes_with_keepdims() {
+    let reg = Registry::new();
+    let k = ReductionKernel::new("T x", "T y", "x * x", "a + b", "y = sqrt(a)", Some("0"), "l2norm_rs", Default::default()).unwrap();
+    assert!(k.signature().contains("(x: T[...S], y: mut T[...O])"), "{}", k.signature());
+    let kernel = k.register(&reg).unwrap();
+    let data: Vec<f64> = (0..24).map(|i| i as f64 * 0.5 - 3.0).collect();
+    let x = Array::from_slice(&data, &[2, 3, 4]).unwrap();
+    let norm = |f: &dyn Fn(usize, usize, usize) -> bool| {
+        data.iter().enumerate().filter(|(i, _)| f(i / 12, i / 4 % 3, i % 4)).map(|(_, v)| v * v).sum::<f64>().sqrt()
+    };
+    let y = k.reduce(&kernel, &[&x], Some(&[1]), false).unwrap().remove(0);
+    assert_eq!(y.shape(), &[2, 4]);
+    let got = y.to_vec::<f64>().unwrap();
+    for a in 0..2 {
+        for c in 0..4 {
+            assert!((got[a * 4 + c] - norm(&|i, _, k| i == a && k == c)).abs() < 1e-12);
+        }
+    }
+    let y = k.reduce(&kernel, &[&x], Some(&[0, -1]), true).unwrap().remove(0);
+    assert_eq!(y.shape(), &[1, 3, 1]);
+    let got = y.to_vec::<f64>().unwrap();
+    for (b, g) in got.iter().enumerate() {
+        assert!((g - norm(&|_, j, _| j == b)).abs() < 1e-12);
+    }
+    let all = k.reduce(&kernel, &[&x], None, false).unwrap().remove(0);
+    assert_eq!(all.shape(), &[] as &[i64]);
+    assert!((all.to_vec::<f64>().unwrap()[0] - norm(&|_, _, _| true)).abs() < 1e-12);
+    let e = k.reduce(&kernel, &[&x], Some(&[3]), false).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Value);
+    assert!(e.to_string().contains("axis 3 is out of bounds for an array of 3 dims"), "{e}");
+}
+
+#[test]
+fn the_disk_cache_builds_once_and_a_second_cache_finds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dlbridge_compile::params::ElementwiseSpec::new("T x", "T y", "y = -x", "neg_cache", "", "", "").unwrap();
+    let bind = [('T', DType::F32)];
+    let source = dlbridge_compile::cpu::elementwise_cpp(&spec, &bind).unwrap();
+    let first = LibraryCache::new(dir.path().to_path_buf());
+    let load = |p: &std::path::Path| -> dlbridge_core::Result<std::path::PathBuf> {
+        dlbridge_registry::Plugin::open(p)?;
+        Ok(p.to_path_buf())
+    };
+    let path = first.get_or_build(&source, "T=f32", "neg_cache", &[("operation", "y = -x")], load).unwrap();
+    assert_eq!(first.stats.compiled.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let second = LibraryCache::new(dir.path().to_path_buf());
+    assert_eq!(second.get_or_build(&source, "T=f32", "neg_cache", &[], load).unwrap(), path);
+    assert_eq!(second.stats.compiled.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_eq!(second.stats.disk_hits.load(std::sync::atomic::Ordering::Relaxed), 1);
+    // A damaged file is rebuilt, not trusted.
+    std::fs::write(&path, b"not a library").unwrap();
+    let third = LibraryCache::new(dir.path().to_path_buf());
+    third.get_or_build(&source, "T=f32", "neg_cache", &[], load).unwrap();
+    assert_eq!(third.stats.compiled.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let names: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(names.iter().all(|n| !n.contains(".tmp")), "no temporary files left: {names:?}");
+    assert_eq!(names.iter().filter(|n| n.ends_with(".so")).count(), 1, "{names:?}");
+}
+
+#[test]
+fn a_compile_error_points_into_the_operation() {
+    let reg = Registry::new();
+    let k = ElementwiseKernel::new("T x", "T z", "z = x +* 2", "bad_rs", Default::default()).unwrap();
+    let kernel = k.register(&reg).unwrap();
+    let x = f32s(&[1.0], &[1]);
+    let mut z = Array::zeros(DType::F32, &[1]).unwrap();
+    let e = kernel.call(&mut [Arg::Tensor(x.view())], &mut [z.view_mut().unwrap()]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Value);
+    let m = e.to_string();
+    assert!(m.contains("ElementwiseKernel bad_rs (T=f32): the C++ compiler"), "{m}");
+    assert!(m.contains("operation line 1, column"), "{m}");
+}

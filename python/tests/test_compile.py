@@ -1,0 +1,233 @@
+"""Kernels from source: CuPy's documented ElementwiseKernel examples, run as written with
+``dlbridge`` in place of ``cupy`` and NumPy or torch arrays in place of CuPy's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+import dlbridge
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    # Subprocesses started by a test see the same directory the test asks for.
+    monkeypatch.setenv("DLBRIDGE_CACHE_DIR", os.environ.get("DLBRIDGE_TEST_CACHE", str(tmp_path_factory.getbasetemp() / "cache")))
+
+
+# --- CuPy's user guide, "User-Defined Kernels", as written (cp -> dlbridge / np) ---------
+
+
+def test_cupy_squared_difference_example_runs_as_written():
+    squared_diff = dlbridge.ElementwiseKernel(
+        "float32 x, float32 y",
+        "float32 z",
+        "z = (x - y) * (x - y)",
+        "squared_diff",
+    )
+    x = np.arange(10, dtype=np.float32).reshape(2, 5)
+    y = np.arange(5, dtype=np.float32)
+    got = squared_diff(x, y)
+    assert isinstance(got, np.ndarray) and got.dtype == np.float32 and got.shape == (2, 5)
+    np.testing.assert_array_equal(got, (x - y) ** 2)
+    np.testing.assert_array_equal(squared_diff(x, 5), (x - 5) ** 2)
+    z = np.empty((2, 5), dtype=np.float32)
+    squared_diff(x, y, z)
+    np.testing.assert_array_equal(z, (x - y) ** 2)
+
+
+def test_cupy_generic_squared_difference_binds_T_from_the_arguments():
+    squared_diff_generic = dlbridge.ElementwiseKernel("T x, T y", "T z", "z = (x - y) * (x - y)", "squared_diff_generic")
+    for dtype in (np.float32, np.float64, np.int32, np.int64):
+        x = np.arange(10, dtype=dtype).reshape(2, 5)
+        y = np.arange(5, dtype=dtype)
+        got = squared_diff_generic(x, y)
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got, (x - y) * (x - y))
+    # A scalar takes T from the array.
+    x = np.arange(6, dtype=np.float64)
+    np.testing.assert_array_equal(squared_diff_generic(x, 2.5), (x - 2.5) ** 2)
+    # Mismatched dtypes are refused, naming the argument and what bound T.
+    with pytest.raises(TypeError, match=r"argument y: dtype mismatch: expected T = f32 \(bound by x\), got f64"):
+        squared_diff_generic(np.zeros(3, np.float32), np.zeros(3, np.float64))
+
+
+def test_cupy_add_reverse_with_a_raw_argument_and_ind_size():
+    add_reverse = dlbridge.ElementwiseKernel("T x, raw T y", "T z", "z = x + y[_ind.size() - i - 1]", "add_reverse")
+    x = np.arange(5, dtype=np.float32)
+    y = np.arange(5, dtype=np.float32) * 10
+    np.testing.assert_array_equal(add_reverse(x, y), x + y[::-1])
+    # raw arguments take their own layout: a strided view is indexed logically.
+    yy = np.arange(10, dtype=np.float32)[::2]
+    np.testing.assert_array_equal(add_reverse(x, yy), x + yy[::-1])
+
+
+def test_torch_tensors_in_torch_tensors_out_with_broadcasting_and_strides():
+    k = dlbridge.ElementwiseKernel("T x, T y, T b", "T z", "z = x * y + b", "fma_bcast")
+    x = torch.randn(64, 32).t()  # transposed: strided
+    y = torch.randn(64, 1).t()  # (1, 64): broadcast along dim 0
+    b = torch.randn(32, 1)
+    z = k(x, y, b)
+    assert isinstance(z, torch.Tensor) and z.shape == (32, 64)
+    torch.testing.assert_close(z, x * y + b)
+
+
+def test_outputs_in_place_and_mut_inputs():
+    iadd = dlbridge.ElementwiseKernel("mut T x, T y", "", "x += y", "iadd_mut")
+    x = np.ones((3, 4), np.float32)
+    y = np.arange(4, dtype=np.float32)
+    assert iadd(x, y) is None
+    np.testing.assert_array_equal(x, 1 + np.broadcast_to(y, (3, 4)))
+    ro = np.ones(4, np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(BufferError, match="x"):
+        iadd(ro, y)
+
+
+def test_writing_an_input_without_mut_is_a_clear_error():
+    bad = dlbridge.ElementwiseKernel("T x", "T z", "x = 1; z = x", "writes_input")
+    with pytest.raises(ValueError) as e:
+        bad(np.zeros(3, np.float32))
+    assert "operation line 1" in str(e.value) and "`mut`" in str(e.value), str(e.value)
+
+
+def test_a_compile_error_names_the_line_and_column_of_the_operation():
+    k = dlbridge.ElementwiseKernel("T x", "T z", "T t = x;\nz = t * undefined_name;", "bad_body")
+    with pytest.raises(ValueError) as e:
+        k(np.zeros(3, np.float32))
+    msg = str(e.value)
+    assert "ElementwiseKernel bad_body (T=f32)" in msg, msg
+    assert "operation line 2, column 9" in msg and "undefined_name" in msg, msg
+    assert "z = t * undefined_name;\n            ^" in msg, msg
+
+
+def test_bad_parameter_text_is_refused_at_construction():
+    with pytest.raises(ValueError, match="float33"):
+        dlbridge.ElementwiseKernel("float33 x", "float32 z", "z = x", "bad_type")
+    with pytest.raises(ValueError, match="i"):
+        dlbridge.ElementwiseKernel("T i", "T z", "z = i", "reserved_name")
+
+
+def test_the_kernel_is_registered_for_every_caller():
+    dlbridge.ElementwiseKernel("T x", "T y", "y = x * 2", "twice_compiled")
+    k = dlbridge.get_kernel("twice_compiled")
+    assert k.signature.startswith("twice_compiled<T:") and "x: T[*S]" in k.signature
+    np.testing.assert_array_equal(k(np.arange(4.0)), np.arange(4.0) * 2)
+    names = [k.name for k in dlbridge.list_kernels()]
+    assert "twice_compiled" in names
+    # A kernel of the same name replaces it (CuPy's names are labels), a built-in never.
+    dlbridge.ElementwiseKernel("T x", "T y", "y = x * 3", "twice_compiled")
+    np.testing.assert_array_equal(dlbridge.get_kernel("twice_compiled")(np.arange(4.0)), np.arange(4.0) * 3)
+    with pytest.raises(ValueError, match="add"):
+        dlbridge.ElementwiseKernel("T x, T y", "T z", "z = x + y", "add")
+
+
+def test_large_inputs_run_on_threads_and_match():
+    k = dlbridge.ElementwiseKernel("T x, T y", "T z", "z = x * y + 1", "fma1_big")
+    x = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32)
+    y = np.random.default_rng(1).standard_normal(1 << 20).astype(np.float32)
+    # Bit for bit: the compiler does not contract x * y + 1 into an FMA.
+    np.testing.assert_array_equal(k(x, y), x * y + 1)
+
+
+def test_a_fused_tanh_gelu_matches_torchs_and_math_functions_vectorise_correctly():
+    gelu = dlbridge.ElementwiseKernel(
+        "T x",
+        "T y",
+        "const T c = (T)0.7978845608028654; y = (T)0.5 * x * ((T)1 + tanh(c * (x + (T)0.044715 * x * x * x)));",
+        "gelu_tanh_test",
+    )
+    x = torch.linspace(-12, 12, 1 << 18)
+    torch.testing.assert_close(gelu(x), torch.nn.functional.gelu(x, approximate="tanh"), rtol=1e-5, atol=1e-6)
+    xd = x.double()
+    torch.testing.assert_close(gelu(xd), torch.nn.functional.gelu(xd, approximate="tanh"), rtol=1e-12, atol=1e-14)
+    erf_k = dlbridge.ElementwiseKernel("T x", "T y", "y = erf(x) + exp(x * (T)0.1) + log1p(abs(x))", "erf_exp_test")
+    want = torch.erf(xd) + torch.exp(xd * 0.1) + torch.log1p(xd.abs())
+    torch.testing.assert_close(erf_k(x).double(), want, rtol=2e-6, atol=1e-6)
+
+
+def test_concurrent_first_use_from_threads_compiles_once():
+    k = dlbridge.ElementwiseKernel("T x", "T y", "y = x + 7", "concurrent_first")
+    x = np.arange(100, dtype=np.int16)
+    results, errors = [], []
+
+    def run():
+        try:
+            results.append(k(x))
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(results) == 8
+    for r in results:
+        np.testing.assert_array_equal(r, x + 7)
+
+
+def test_a_second_process_finds_the_kernel_in_the_disk_cache(tmp_path):
+    script = textwrap.dedent(
+        """
+        import time, numpy as np, dlbridge
+        t = time.perf_counter()
+        k = dlbridge.ElementwiseKernel('T x, T y', 'T z', 'z = (x - y) * (x - y) + 0.25', 'cache_probe')
+        z = k(np.arange(4.0), np.ones(4))
+        assert list(z) == [1.25, 0.25, 1.25, 4.25], z
+        print(dlbridge._dlbridge.compile_stats())
+        """
+    )
+    env = dict(os.environ, DLBRIDGE_CACHE_DIR=str(tmp_path))
+    first = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert "'compiled': 1" in first.stdout and "'disk_hits': 0" in first.stdout, first.stdout
+    assert "'compiled': 0" in second.stdout and "'disk_hits': 1" in second.stdout, second.stdout
+    libs = list((tmp_path / "cpu").glob("*.so"))
+    assert len(libs) == 1 and not list((tmp_path / "cpu").glob("*.tmp*")), libs
+
+
+def test_cupy_l2norm_reduction_along_an_axis():
+    l2norm_kernel = dlbridge.ReductionKernel(
+        "T x",  # input params
+        "T y",  # output params
+        "x * x",  # map
+        "a + b",  # reduce
+        "y = sqrt(a)",  # post-reduction map
+        "0",  # identity value
+        "l2norm",  # kernel name
+    )
+    x = np.arange(10, dtype=np.float32).reshape(2, 5)
+    got = l2norm_kernel(x, axis=1)
+    assert isinstance(got, np.ndarray) and got.dtype == np.float32 and got.shape == (2,)
+    np.testing.assert_allclose(got, np.linalg.norm(x, axis=1), rtol=1e-6)
+    np.testing.assert_allclose(l2norm_kernel(x, axis=0), np.linalg.norm(x, axis=0), rtol=1e-6)
+    np.testing.assert_allclose(l2norm_kernel(x), np.linalg.norm(x), rtol=1e-6)
+    kd = l2norm_kernel(x, axis=1, keepdims=True)
+    assert kd.shape == (2, 1)
+    np.testing.assert_allclose(kd, np.linalg.norm(x, axis=1, keepdims=True), rtol=1e-6)
+    # torch in, torch out; a 3-d input over two axes; negative axes.
+    t = torch.randn(4, 6, 8, dtype=torch.float64)
+    got = l2norm_kernel(t, axis=(0, -1))
+    assert isinstance(got, torch.Tensor) and got.shape == (6,)
+    torch.testing.assert_close(got, torch.linalg.vector_norm(t, dim=(0, 2)))
+    with pytest.raises(ValueError, match="axis 3 is out of bounds"):
+        l2norm_kernel(x, axis=3)
+
+
+def test_a_reduction_without_identity_and_a_large_full_reduction():
+    amax = dlbridge.ReductionKernel("T x", "T y", "x", "max(a, b)", "y = a", None, "amax_noid")
+    x = np.random.default_rng(3).standard_normal((300, 7)).astype(np.float64)
+    np.testing.assert_array_equal(amax(x, axis=0), x.max(axis=0))
+    big = np.random.default_rng(4).standard_normal(1 << 21).astype(np.float32)
+    total = dlbridge.ReductionKernel("T x", "float64 y", "x", "a + b", "y = a", "0", "sum_to_f64", reduce_type="float64")
+    np.testing.assert_allclose(total(big), big.astype(np.float64).sum(), rtol=1e-9)
