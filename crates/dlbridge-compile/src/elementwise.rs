@@ -86,21 +86,12 @@ impl ElementwiseKernel {
     /// specialisation for the call's dtypes on first use.
     pub fn def(&self) -> KernelDef {
         let spec = self.spec.clone();
-        let specs = self.specs.clone();
-        let vars = spec.type_vars();
-        let imp = move |call: &mut Call<'_, '_>| -> Result<()> {
-            let mut dtypes = Vec::with_capacity(vars.len());
-            for (i, v) in vars.iter().enumerate() {
-                dtypes.push(call.dtype(i).ok_or_else(|| Error::Runtime(format!("{}: type variable {v} is not bound", spec.name)))?);
-            }
-            let f = specs.get(&dtypes, || build(&spec, &vars, &dtypes))?;
-            f(call)
-        };
+        let imp = specialising(&self.spec.name, self.spec.type_vars(), self.specs.clone(), move |bind| build(&spec, bind));
         let raw = self.spec.inputs.iter().any(|p| p.raw);
         KernelDef {
             signature: self.signature.clone(),
             device: DeviceType::CPU,
-            imp: Impl::Dyn(Arc::new(imp)),
+            imp,
             // An output may be exactly an input (in place, `k(x, y, x)`), unless
             // a raw input can be read at any index.
             opts: KernelOpts { alias_outputs: !raw, contiguous: false },
@@ -123,24 +114,51 @@ fn one_line(s: &str) -> String {
     if flat.chars().count() > 100 { format!("{}…", flat.chars().take(100).collect::<String>()) } else { flat }
 }
 
-/// Generates, compiles (or finds) and loads the specialisation for `dtypes`.
-fn build(spec: &ElementwiseSpec, vars: &[char], dtypes: &[DType]) -> Result<DynKernelFn> {
-    let bind: Vec<(char, DType)> = vars.iter().copied().zip(dtypes.iter().copied()).collect();
-    let source = crate::cpu::elementwise_cpp(spec, &bind)?;
-    let expected = spec.specialised_signature(&bind)?;
-    let dtypes_text = bind.iter().map(|(v, d)| format!("{v}={d}")).collect::<Vec<_>>().join(",");
-    let what = if dtypes_text.is_empty() {
-        format!("ElementwiseKernel {}", spec.name)
-    } else {
-        format!("ElementwiseKernel {} ({dtypes_text})", spec.name)
-    };
+/// Generates, compiles (or finds) and loads the specialisation for `bind`.
+fn build(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Result<DynKernelFn> {
+    let source = crate::cpu::elementwise_cpp(spec, bind)?;
+    let expected = spec.specialised_signature(bind)?;
     let user = [
         ("operation", spec.operation.as_str()),
         ("preamble", spec.preamble.as_str()),
         ("loop_prep", spec.loop_prep.as_str()),
         ("after_loop", spec.after_loop.as_str()),
     ];
-    LibraryCache::global().get_or_build(&source, &dtypes_text, &what, &user, |path| load_one(path, &expected))
+    build_library("ElementwiseKernel", &spec.name, bind, &source, &expected, &user)
+}
+
+/// A CPU implementation that builds (once) and runs the specialisation for
+/// the call's bound type variables `vars` (in signature order).
+pub(crate) fn specialising(
+    name: &str,
+    vars: Vec<char>,
+    specs: Arc<Specialisations>,
+    build: impl Fn(&[(char, DType)]) -> Result<DynKernelFn> + Send + Sync + 'static,
+) -> Impl {
+    let name = name.to_owned();
+    Impl::Dyn(Arc::new(move |call: &mut Call<'_, '_>| -> Result<()> {
+        let mut dtypes = Vec::with_capacity(vars.len());
+        for (i, v) in vars.iter().enumerate() {
+            dtypes.push(call.dtype(i).ok_or_else(|| Error::Runtime(format!("{name}: type variable {v} is not bound")))?);
+        }
+        let f = specs.get(&dtypes, || build(&vars.iter().copied().zip(dtypes.iter().copied()).collect::<Vec<_>>()))?;
+        f(call)
+    }))
+}
+
+/// The library of one specialisation from the cache, compiled if need be;
+/// `kind` and `name` name it in errors, `user` maps `#line` names to texts.
+pub(crate) fn build_library(
+    kind: &str,
+    name: &str,
+    bind: &[(char, DType)],
+    source: &str,
+    expected: &str,
+    user: &[(&str, &str)],
+) -> Result<DynKernelFn> {
+    let dtypes_text = bind.iter().map(|(v, d)| format!("{v}={d}")).collect::<Vec<_>>().join(",");
+    let what = if dtypes_text.is_empty() { format!("{kind} {name}") } else { format!("{kind} {name} ({dtypes_text})") };
+    LibraryCache::global().get_or_build(source, &dtypes_text, &what, user, |path| load_one(path, expected))
 }
 
 /// Opens a compiled library through the plugin loader and takes its one

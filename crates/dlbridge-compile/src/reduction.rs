@@ -12,10 +12,9 @@ use std::sync::Arc;
 
 use dlbridge_array::Array;
 use dlbridge_core::{DType, DeviceType, Error, Result};
-use dlbridge_registry::{Arg, Call, DynKernelFn, Impl, Kernel, KernelDef, KernelOpts, Registry, Signature};
+use dlbridge_registry::{Arg, DynKernelFn, Kernel, KernelDef, KernelOpts, Registry, Signature};
 
-use crate::cache::LibraryCache;
-use crate::elementwise::{ORIGIN_PREFIX, Specialisations, load_one};
+use crate::elementwise::{ORIGIN_PREFIX, Specialisations, build_library, specialising};
 use crate::params::{ParamType, ReductionSpec};
 
 /// The optional parts of a reduction kernel, as CuPy names them.
@@ -88,20 +87,11 @@ impl ReductionKernel {
     /// The definition to register.
     pub fn def(&self) -> KernelDef {
         let spec = self.spec.clone();
-        let specs = self.specs.clone();
-        let vars = spec.type_vars();
-        let imp = move |call: &mut Call<'_, '_>| -> Result<()> {
-            let mut dtypes = Vec::with_capacity(vars.len());
-            for (i, v) in vars.iter().enumerate() {
-                dtypes.push(call.dtype(i).ok_or_else(|| Error::Runtime(format!("{}: type variable {v} is not bound", spec.name)))?);
-            }
-            let f = specs.get(&dtypes, || build(&spec, &vars, &dtypes))?;
-            f(call)
-        };
+        let imp = specialising(&self.spec.name, self.spec.type_vars(), self.specs.clone(), move |bind| build(&spec, bind));
         KernelDef {
             signature: self.signature.clone(),
             device: DeviceType::CPU,
-            imp: Impl::Dyn(Arc::new(imp)),
+            imp,
             opts: KernelOpts::DEFAULT,
             origin: format!("{ORIGIN_PREFIX} (ReductionKernel)"),
             doc: format!(
@@ -182,17 +172,10 @@ fn reshape_contiguous(a: Array, shape: &[i64]) -> Result<Array> {
     Array::from_bytes(a.dtype(), shape, a.view().as_bytes()?)
 }
 
-/// Generates, compiles (or finds) and loads the specialisation for `dtypes`.
-fn build(spec: &ReductionSpec, vars: &[char], dtypes: &[DType]) -> Result<DynKernelFn> {
-    let bind: Vec<(char, DType)> = vars.iter().copied().zip(dtypes.iter().copied()).collect();
-    let source = crate::cpu::reduction_cpp(spec, &bind)?;
-    let expected = spec.specialised_signature(&bind)?;
-    let dtypes_text = bind.iter().map(|(v, d)| format!("{v}={d}")).collect::<Vec<_>>().join(",");
-    let what = if dtypes_text.is_empty() {
-        format!("ReductionKernel {}", spec.name)
-    } else {
-        format!("ReductionKernel {} ({dtypes_text})", spec.name)
-    };
+/// Generates, compiles (or finds) and loads the specialisation for `bind`.
+fn build(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<DynKernelFn> {
+    let source = crate::cpu::reduction_cpp(spec, bind)?;
+    let expected = spec.specialised_signature(bind)?;
     let identity = spec.identity.clone().unwrap_or_default();
     let user = [
         ("map_expr", spec.map_expr.as_str()),
@@ -201,5 +184,5 @@ fn build(spec: &ReductionSpec, vars: &[char], dtypes: &[DType]) -> Result<DynKer
         ("identity", identity.as_str()),
         ("preamble", spec.preamble.as_str()),
     ];
-    LibraryCache::global().get_or_build(&source, &dtypes_text, &what, &user, |path| load_one(path, &expected))
+    build_library("ReductionKernel", &spec.name, bind, &source, &expected, &user)
 }
