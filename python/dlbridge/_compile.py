@@ -166,6 +166,8 @@ class ElementwiseKernel:
         result = self.kernel(*ins, out=(tuple(outs) if outs else None))
         if self.no_return:
             return None
+        if self.nout == 1 and isinstance(result, (tuple, list)):
+            result = result[0]
         if self.nout == 1:
             return (result,) if self.return_tuple else result
         return tuple(result) if isinstance(result, (tuple, list)) else result
@@ -297,7 +299,8 @@ class ReductionKernel:
                 dtype = p.dtype if p.dtypes == (p.dtype,) else bound[p.dtype]
                 outs.append(_empty(keep_shape if keepdims else out_shape, dtype, first))
         # A keepdims output is written through a view without the reduced dims.
-        index = tuple(0 if d in axes else slice(None) for d in range(ndim))
+        # (The trailing Ellipsis keeps an all-integer index a 0-d view, not a NumPy scalar.)
+        index = tuple(0 if d in axes else slice(None) for d in range(ndim)) + (Ellipsis,)
         targets = [o[index] if len(o.shape) == ndim and ndim != len(out_shape) else o for o in outs]
         self.kernel(*ins, *targets)
         return outs[0] if self.nout == 1 else tuple(outs)

@@ -40,8 +40,9 @@ def test_cupy_squared_difference_example_runs_as_written():
     np.testing.assert_array_equal(got, (x - y) ** 2)
     np.testing.assert_array_equal(squared_diff(x, 5), (x - 5) ** 2)
     z = np.empty((2, 5), dtype=np.float32)
-    squared_diff(x, y, z)
+    assert squared_diff(x, y, z) is z  # the output given, not a tuple of it
     np.testing.assert_array_equal(z, (x - y) ** 2)
+    assert squared_diff(x, y, out=z) is z
 
 
 def test_cupy_generic_squared_difference_binds_T_from_the_arguments():
@@ -107,6 +108,11 @@ def test_a_compile_error_names_the_line_and_column_of_the_operation():
     assert "ElementwiseKernel bad_body (T=f32)" in msg, msg
     assert "operation line 2, column 9" in msg and "undefined_name" in msg, msg
     assert "z = t * undefined_name;\n            ^" in msg, msg
+
+
+def test_return_in_an_operation_is_refused():
+    with pytest.raises(ValueError, match="use `continue`"):
+        dlbridge.ElementwiseKernel("T x", "T z", "z = x; if (x > 0) return; z = -1", "uses_return")
 
 
 def test_bad_parameter_text_is_refused_at_construction():
@@ -212,6 +218,9 @@ def test_cupy_l2norm_reduction_along_an_axis():
     np.testing.assert_allclose(got, np.linalg.norm(x, axis=1), rtol=1e-6)
     np.testing.assert_allclose(l2norm_kernel(x, axis=0), np.linalg.norm(x, axis=0), rtol=1e-6)
     np.testing.assert_allclose(l2norm_kernel(x), np.linalg.norm(x), rtol=1e-6)
+    full = l2norm_kernel(x, keepdims=True)  # every axis, kept: a (1, 1) array, not a scalar
+    assert full.shape == (1, 1)
+    np.testing.assert_allclose(full, np.linalg.norm(x, keepdims=True), rtol=1e-6)
     kd = l2norm_kernel(x, axis=1, keepdims=True)
     assert kd.shape == (2, 1)
     np.testing.assert_allclose(kd, np.linalg.norm(x, axis=1, keepdims=True), rtol=1e-6)

@@ -11,8 +11,10 @@
 //! Several processes may build the same kernel at once: each compiles under a
 //! name of its own and renames the result into place (atomic on one file
 //! system), so a library is either absent or whole. A second process finds it
-//! and pays no compilation. A cached file that does not load, or declares
-//! another kernel than expected (a damaged or foreign file), is rebuilt.
+//! and pays no compilation. Each library has its SHA-256 beside it
+//! (`<key>.sha256`, written before the library is renamed into place): a
+//! library whose bytes do not match it, that does not load, or that declares
+//! another kernel than expected (a damaged or foreign file) is rebuilt, never run.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -82,7 +84,7 @@ impl LibraryCache {
             h.update((part.len() as u64).to_le_bytes());
             h.update(part.as_bytes());
         }
-        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+        hex(&h.finalize())
     }
 
     /// The library for `source`: found on disk, else compiled into place.
@@ -103,6 +105,7 @@ impl LibraryCache {
         // A damaged or foreign file fails `load`: it is built again below (the
         // new one replaces it atomically; an old mapping, if any, stays valid).
         if so.is_file()
+            && self.intact(&key)
             && let Ok(t) = load(&so)
         {
             self.stats.disk_hits.fetch_add(1, Ordering::Relaxed);
@@ -111,6 +114,16 @@ impl LibraryCache {
         self.build(compiler, &key, source, what, user)?;
         self.stats.compiled.fetch_add(1, Ordering::Relaxed);
         load(&so)
+    }
+
+    /// Whether `<key>.so` has the SHA-256 recorded in `<key>.sha256`.
+    fn intact(&self, key: &str) -> bool {
+        let (Ok(lib), Ok(sum)) =
+            (std::fs::read(self.dir.join(format!("{key}.so"))), std::fs::read_to_string(self.dir.join(format!("{key}.sha256"))))
+        else {
+            return false;
+        };
+        hex(&Sha256::digest(&lib)) == sum.trim()
     }
 
     fn build(&self, compiler: &Compiler, key: &str, source: &str, what: &str, user: &[(&str, &str)]) -> Result<()> {
@@ -129,6 +142,18 @@ impl LibraryCache {
             cleanup();
             return Err(e);
         }
+        // The library's SHA-256 beside it, in place before the library: a
+        // library whose bytes do not match it is never loaded (damaged files
+        // would otherwise run as code).
+        let digest = std::fs::read(&tmp_so).map(|b| hex(&Sha256::digest(&b)));
+        let sum = self.dir.join(format!("{key}.sha256"));
+        let tmp_sum = self.dir.join(format!("{unique}.sha256"));
+        let written = digest.and_then(|d| std::fs::write(&tmp_sum, d)).and_then(|()| std::fs::rename(&tmp_sum, &sum));
+        if let Err(e) = written {
+            cleanup();
+            let _ = std::fs::remove_file(&tmp_sum);
+            return Err(Error::Runtime(format!("{what}: cannot write the checksum {}: {e}", sum.display())));
+        }
         let so = self.dir.join(format!("{key}.so"));
         if let Err(e) = std::fs::rename(&tmp_so, &so) {
             cleanup();
@@ -138,4 +163,9 @@ impl LibraryCache {
         let _ = std::fs::rename(&cpp, self.dir.join(format!("{key}.cpp")));
         Ok(())
     }
+}
+
+/// Lower-case hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

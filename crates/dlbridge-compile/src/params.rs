@@ -374,7 +374,24 @@ fn check_text(kind: &str, name: &str, field: &str, text: &str, required: bool) -
     if required && text.trim().is_empty() {
         return Err(invalid(format!("{kind} `{name}`: {field} is empty")));
     }
+    // The loop body runs for a run of elements at once: `return` would leave
+    // the rest of the run unwritten. (A `return` inside a preamble function is fine.)
+    if field == "operation" && has_word(text, "return") {
+        return Err(invalid(format!(
+            "{kind} `{name}`: {field} uses `return`, which would end the loop over many elements, not this one; use `continue` to skip an element"
+        )));
+    }
     Ok(())
+}
+
+/// Whether `word` appears in `text` as a whole identifier.
+fn has_word(text: &str, word: &str) -> bool {
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(word).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + word.len()..].chars().next();
+        !before.is_some_and(is_ident) && !after.is_some_and(is_ident)
+    })
 }
 
 /// Adds the kernel's name to a parameter-text error.
@@ -703,6 +720,19 @@ impl ReductionSpec {
             parts.push(format!("{}: mut {}[...O]", p.name, dtype_text(p.ty, bind)?));
         }
         Ok(format!("{}{generics}({})", self.name, parts.join(", ")))
+    }
+}
+
+#[cfg(test)]
+mod return_tests {
+    use super::*;
+
+    #[test]
+    fn return_in_an_operation_is_refused_and_points_to_continue() {
+        let e = ElementwiseSpec::new("T x", "T z", "z = x; if (x > 0) return; z = -1", "ret", "", "", "").unwrap_err().to_string();
+        assert!(e.contains("uses `return`") && e.contains("use `continue`"), "{e}");
+        ElementwiseSpec::new("T x", "T z", "z = x; T returned = x; (void)returned", "ret_ok", "", "", "").unwrap();
+        ElementwiseSpec::new("T x", "T z", "z = f(x)", "ret_pre", "__device__ T f(T v) { return v; }", "", "").unwrap();
     }
 }
 

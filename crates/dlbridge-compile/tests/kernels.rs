@@ -136,15 +136,25 @@ fn the_disk_cache_builds_once_and_a_second_cache_finds_it() {
     assert_eq!(second.get_or_build(&source, "T=f32", "neg_cache", &[], load).unwrap(), path);
     assert_eq!(second.stats.compiled.load(std::sync::atomic::Ordering::Relaxed), 0);
     assert_eq!(second.stats.disk_hits.load(std::sync::atomic::Ordering::Relaxed), 1);
-    // A damaged file is rebuilt, not trusted.
+    // A damaged file is rebuilt, not trusted: one that does not load, and one
+    // that still loads but whose code bytes changed (it would run).
     std::fs::write(&path, b"not a library").unwrap();
     let third = LibraryCache::new(dir.path().to_path_buf());
     third.get_or_build(&source, "T=f32", "neg_cache", &[], load).unwrap();
     assert_eq!(third.stats.compiled.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let n = bytes.len();
+    bytes[n - 8] ^= 0xff;
+    std::fs::write(&path, &bytes).unwrap();
+    let fourth = LibraryCache::new(dir.path().to_path_buf());
+    fourth.get_or_build(&source, "T=f32", "neg_cache", &[], load).unwrap();
+    assert_eq!(fourth.stats.compiled.load(std::sync::atomic::Ordering::Relaxed), 1, "a library with changed bytes is rebuilt");
+    assert_eq!(fourth.stats.disk_hits.load(std::sync::atomic::Ordering::Relaxed), 0);
     let names: Vec<String> =
         std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert!(names.iter().all(|n| !n.contains(".tmp")), "no temporary files left: {names:?}");
     assert_eq!(names.iter().filter(|n| n.ends_with(".so")).count(), 1, "{names:?}");
+    assert_eq!(names.iter().filter(|n| n.ends_with(".sha256")).count(), 1, "{names:?}");
 }
 
 #[test]
