@@ -655,6 +655,23 @@ fn plugin_table(src: &mut Src, name: &str, signature: &str, flags: &str, doc: &s
     src.line("  return &dlbridge_plugin_table;");
     src.line("}");
 }
+/// The opening of `dlbridge_entry`, the same for every kind of kernel: its
+/// signature, the kernel's name, and the checks of the scalars and tensors
+/// the host passes (inside the `try` the caller closes).
+fn entry_prologue(src: &mut Src, name: &str, all: &[&Param], bind: &[(char, DType)]) -> Result<()> {
+    let kernel_lit = c_string(name);
+    src.line("int32_t dlbridge_entry(DLTensor* const* _t, int32_t _nt, const DLBridgeScalar* _s, int32_t _ns, void* _stream,");
+    src.line("                       char* _err, size_t _err_len) {");
+    src.line(&format!("  static const char kKernel[] = {kernel_lit};"));
+    src.line("  (void)_s;");
+    src.line("  (void)_stream;");
+    src.line("  try {");
+    src.line("    using namespace dlbridge::detail;");
+    tensor_tables(src, all, bind)?;
+    src.line("    if (_ns != 0) return fail(_err, _err_len, DLBRIDGE_ERR_VALUE, \"%s: called with %d scalars, expected none\", kKernel, static_cast<int>(_ns));");
+    src.line(&format!("    if (int32_t rc = check_tensors(kKernel, _t, _nt, {}, kNames, kTypes, _err, _err_len)) return rc;", all.len()));
+    Ok(())
+}
 
 /// Names and DLDataTypes of every tensor, in call order, as C++ arrays.
 fn tensor_tables(src: &mut Src, params: &[&Param], bind: &[(char, DType)]) -> Result<()> {
@@ -739,17 +756,7 @@ pub fn elementwise_cpp(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Result
     src.line("}");
     src.line("");
 
-    let kernel_lit = c_string(name);
-    src.line("int32_t dlbridge_entry(DLTensor* const* _t, int32_t _nt, const DLBridgeScalar* _s, int32_t _ns, void* _stream,");
-    src.line("                       char* _err, size_t _err_len) {");
-    src.line(&format!("  static const char kKernel[] = {kernel_lit};"));
-    src.line("  (void)_s;");
-    src.line("  (void)_stream;");
-    src.line("  try {");
-    src.line("    using namespace dlbridge::detail;");
-    tensor_tables(&mut src, &all, bind)?;
-    src.line("    if (_ns != 0) return fail(_err, _err_len, DLBRIDGE_ERR_VALUE, \"%s: called with %d scalars, expected none\", kKernel, static_cast<int>(_ns));");
-    src.line(&format!("    if (int32_t rc = check_tensors(kKernel, _t, _nt, {}, kNames, kTypes, _err, _err_len)) return rc;", all.len()));
+    entry_prologue(&mut src, name, &all, bind)?;
     let op_list: Vec<String> = ops.iter().map(|(t, _)| t.to_string()).collect();
     let exact: Vec<&str> = ops.iter().map(|&(_, w)| if w { "true" } else { "false" }).collect();
     src.line(&format!("    static const int kOps[] = {{{}}};", op_list.join(", ")));
@@ -919,17 +926,7 @@ pub fn reduction_cpp(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<Str
     src.line("}");
     src.line("");
 
-    let kernel_lit = c_string(name);
-    src.line("int32_t dlbridge_entry(DLTensor* const* _t, int32_t _nt, const DLBridgeScalar* _s, int32_t _ns, void* _stream,");
-    src.line("                       char* _err, size_t _err_len) {");
-    src.line(&format!("  static const char kKernel[] = {kernel_lit};"));
-    src.line("  (void)_s;");
-    src.line("  (void)_stream;");
-    src.line("  try {");
-    src.line("    using namespace dlbridge::detail;");
-    tensor_tables(&mut src, &all, bind)?;
-    src.line("    if (_ns != 0) return fail(_err, _err_len, DLBRIDGE_ERR_VALUE, \"%s: called with %d scalars, expected none\", kKernel, static_cast<int>(_ns));");
-    src.line(&format!("    if (int32_t rc = check_tensors(kKernel, _t, _nt, {}, kNames, kTypes, _err, _err_len)) return rc;", all.len()));
+    entry_prologue(&mut src, name, &all, bind)?;
     src.line("    const DLTensor* x = _t[0];");
     src.line("    const DLTensor* y = _t[dlbridge_kIn];");
     src.line("    const int nx = x->ndim, ny = y->ndim;");
