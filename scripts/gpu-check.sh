@@ -18,28 +18,38 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 mode=${1:-run}
 
-# Crates whose tests need a GPU (the others run in ./dev.sh test).
-CRATES=(dlbridge-cuda)
+# Test targets that need a GPU (cargo arguments; the others run in ./dev.sh test).
+TARGETS=("-p dlbridge-cuda" "-p dlbridge-compile --test cuda")
+# Test binaries of those crates that need no GPU (they run in ./dev.sh test).
+NOT_GPU="host_emulation"
+# Python tests that need a GPU.
+PY_TESTS=(test_cuda.py test_compile_cuda.py)
 
 build() {
     cd "$here/.."
     local out=target/gpu-check
     rm -rf "$out" && mkdir -p "$out/bin"
-    for c in "${CRATES[@]}"; do
-        cargo test --release -p "$c" --no-run --message-format=json |
+    for t in "${TARGETS[@]}"; do
+        # shellcheck disable=SC2086 # each entry is a list of cargo arguments
+        cargo test --release $t --no-run --message-format=json |
             python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["executable"])' |
-            while read -r exe; do cp "$exe" "$out/bin/"; done
+            while read -r exe; do
+                case "$(basename "$exe")" in "$NOT_GPU"-*) ;; *) cp "$exe" "$out/bin/" ;; esac
+            done
     done
+    # Debug info makes them ~50 MB each; the device tool carries 64 MiB in all.
+    strip --strip-debug "$out"/bin/*
     # The Python side: the abi3 wheel (any CPython >= 3.11), pytest's wheels (pure
     # Python), and the tests, for a machine with its own Python and torch but no internet.
     VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin build --release --quiet -o "$out/wheels"
     .venv/bin/python -m pip download --quiet --only-binary :all: --python-version 3.11 -d "$out/wheels" pytest
-    mkdir -p "$out/python-tests" && cp python/tests/test_cuda.py "$out/python-tests/"
+    mkdir -p "$out/python-tests"
+    for f in "${PY_TESTS[@]}"; do cp "python/tests/$f" "$out/python-tests/"; done
     cp "$here/gpu-check.sh" "$out/"
     ls "$out/bin" "$out/wheels"
     echo "copy $out to the GPU machine and run: bash gpu-check.sh"
@@ -77,8 +87,10 @@ run() {
         echo "== $(basename "$t")"
         if ! "$t" --test-threads=1 --nocapture >"$log" 2>&1; then
             failed=1
+            cat "$log" # the whole output: the panics' messages
+        else
+            grep -E "^test |test result|skipped:|panicked|NVRTC " "$log" || true
         fi
-        grep -E "^test |test result|skipped:|panicked|NVRTC " "$log" || true
         if grep -q "skipped:" "$log"; then
             echo "!! a test was skipped on the GPU machine (see above)"
             failed=1
@@ -92,10 +104,10 @@ run() {
         local site
         site=$(mktemp -d)
         python3 -m pip install --quiet --no-index --find-links "$wheels" --target "$site" dlbridge pytest
-        if ! (cd "$tests" && PYTHONPATH="$site" python3 -m pytest -q -rs -p no:cacheprovider test_cuda.py \
+        if ! (cd "$tests" && PYTHONPATH="$site" python3 -m pytest -q -rs -p no:cacheprovider "${PY_TESTS[@]}" \
             -k "not without_a_driver" >"$log" 2>&1); then failed=1; fi
         cat "$log"
-        if grep -qE "SKIPPED.*(no GPU|no NVRTC)" "$log"; then
+        if grep -qE "SKIPPED.*(no GPU|no NVRTC|not available)" "$log"; then
             echo "!! a Python GPU test was skipped on the GPU machine (see above)"
             failed=1
         fi

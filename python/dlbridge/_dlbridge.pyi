@@ -29,6 +29,7 @@ __all__ = [
     "inspect_capsule",
     "arange",
     "cuda_status",
+    "cuda_memory_stats",
     "cuda_raw_kernel",
     "cuda_raw_kernel_ptx",
     "__version__",
@@ -42,9 +43,11 @@ _Index: TypeAlias = SupportsIndex | slice | EllipsisType
 
 @final
 class Array:
-    """dlbridge's own n-dimensional array: CPU memory, any DLPack dtype.
+    """dlbridge's own n-dimensional array: host or CUDA memory, any DLPack dtype.
 
-    Exchanges memory with zero copies through ``__dlpack__`` and the buffer protocol.
+    Exchanges memory with zero copies through ``__dlpack__`` and (host memory) the buffer
+    protocol. A CUDA array's pending work is ordered on the legacy default stream;
+    ``__dlpack__(stream=s)`` orders ``s`` after it with an event.
     Its Python surface follows NumPy's names where they overlap: ``shape``, ``ndim``,
     ``size``, ``strides`` (bytes), ``itemsize``, ``T``, ``transpose``, basic indexing;
     ``dtype`` is dlbridge's dtype name (``"f32"``).
@@ -90,7 +93,11 @@ class Array:
         """NumPy's basic indexing, always a view sharing memory: ints drop their dim,
         slices (any step) keep it, ``...`` stands for the dims not indexed. An int out of
         range, too many indices or another index type: IndexError."""
-    def contiguous(self) -> Array: ...
+    def contiguous(self) -> Array:
+        """A compact copy on the array's own device."""
+    def to_device(self, device: str | tuple[int, int], /, *, stream: None = None) -> Array:
+        """A copy on ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"`` or a DLPack
+        ``(device_type, device_id)`` pair); the array itself when it is there already."""
     def tolist(self) -> Any:
         """Nested lists (a scalar for a 0-d array): ``bool``, ``int`` (any integer width,
         sub-byte too), ``float`` (f16, bf16, f32, f64 and the float8/6/4 families, decoded
@@ -204,6 +211,7 @@ def cuda_raw_kernel(
     """The kernel of dlbridge.cuda.RawKernel (compiled once now, with NVRTC)."""
 def cuda_raw_kernel_ptx(source: str, name: str, signature: str, arch: str, options: list[str] = ...) -> str:
     """The PTX NVRTC makes of a raw kernel's source for one architecture."""
+def cuda_memory_stats(device: int = 0) -> dict[str, int]: ...
 def cuda_status() -> dict[str, Any]:
     """CUDA support in this process (keys: available, reason, driver_version, devices, nvrtc, nvrtc_version, nvrtc_error)."""
 def get_kernel(name: str) -> Kernel:
@@ -211,8 +219,10 @@ def get_kernel(name: str) -> Kernel:
 def load_plugin(path: str | os.PathLike[str]) -> Plugin:
     """Loads a plugin shared library (again: the same description, nothing new registered)."""
 def from_dlpack(x: Any, /, *, device: Any | None = None, copy: bool | None = None) -> Array:
-    """Any DLPack producer (or capsule) as an Array: zero copy unless ``copy=True``
-    (always a new writable array); ``copy=False`` raises ValueError where only a copy works."""
+    """Any DLPack producer (or capsule) as an Array (host or CUDA memory): zero copy
+    unless ``copy=True`` (always a new writable array) or ``device`` (``"cpu"``,
+    ``"cuda"``, ``"cuda:N"``, a ``(device_type, device_id)`` pair) is elsewhere (a copy);
+    ``copy=False`` raises ValueError where only a copy works."""
 def asarray(obj: Any) -> Array:
     """A buffer-protocol object (bytes, bytearray, memoryview, array.array, NumPy) as an Array, zero copy."""
 def full(shape: int | Sequence[int], fill_value: complex, dtype: _DTypeLike | None = None) -> Array:

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ._dlbridge import Kernel, cuda_raw_kernel, cuda_raw_kernel_ptx, cuda_status
+from ._dlbridge import Kernel, cuda_memory_stats, cuda_raw_kernel, cuda_raw_kernel_ptx, cuda_status
 
-__all__ = ["RawKernel", "is_available", "status", "unavailable_reason"]
+__all__ = ["RawKernel", "is_available", "memory_stats", "status", "unavailable_reason"]
 
 
 def status() -> dict[str, Any]:
@@ -27,6 +27,14 @@ def status() -> dict[str, Any]:
     ``driver_version``, ``devices``, ``nvrtc`` (where NVRTC was loaded from),
     ``nvrtc_version`` and ``nvrtc_error``."""
     return cuda_status()
+
+
+def memory_stats(device: int = 0) -> dict[str, int]:
+    """dlbridge's memory pool and stream ordering on ``cuda:device``: ``raw_allocs`` and
+    ``raw_frees`` (cuMemAlloc / cuMemFree calls), ``hits`` (requests served from the
+    pool's cache), ``bytes_in_use``, ``bytes_cached``, and ``stream_waits`` (events one
+    stream was made to wait for on another). Raises where CUDA is unavailable."""
+    return cuda_memory_stats(device)
 
 
 def is_available() -> bool:

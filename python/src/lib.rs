@@ -77,9 +77,10 @@ fn load_plugin(py: Python<'_>, path: std::path::PathBuf) -> PyResult<PyPlugin> {
 }
 
 /// `from_dlpack(x, /, *, device=None, copy=None)`: any DLPack producer (or
-/// capsule) as a `dlbridge.Array`, as the array API standard defines it:
-/// zero copy unless `copy=True` (always a new, writable array); `copy=False`
-/// never copies and raises ValueError where only a copy would work.
+/// capsule) as a `dlbridge.Array` (host or CUDA memory), as the array API
+/// standard defines it: zero copy unless `copy=True` (always a new, writable
+/// array) or `device` is elsewhere (a copy); `copy=False` never copies and
+/// raises ValueError where only a copy would work.
 #[pyfunction]
 #[pyo3(signature = (x, /, *, device=None, copy=None))]
 fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<&Bound<'_, PyAny>>, copy: Option<bool>) -> PyResult<PyArray> {
@@ -248,6 +249,25 @@ fn cuda_status(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyDict>> {
             d.set_item("nvrtc_error", u.0.clone())?;
         }
     }
+    Ok(d)
+}
+
+/// dlbridge's memory pool and stream ordering on one CUDA device: `raw_allocs`
+/// and `raw_frees` (calls to cuMemAlloc / cuMemFree), `hits` (requests served
+/// from the cache), `bytes_in_use`, `bytes_cached`, and `stream_waits` (events
+/// one stream was made to wait for on another). Raises where CUDA is unavailable.
+#[pyfunction]
+#[pyo3(signature = (device = 0))]
+fn cuda_memory_stats(py: Python<'_>, device: i32) -> PyResult<Bound<'_, pyo3::types::PyDict>> {
+    let dev = dlbridge_python::cuda::device(dlbridge::Device::cuda(device)).py_err()?;
+    let s = dev.pool_stats();
+    let d = pyo3::types::PyDict::new(py);
+    d.set_item("raw_allocs", s.raw_allocs)?;
+    d.set_item("raw_frees", s.raw_frees)?;
+    d.set_item("hits", s.hits)?;
+    d.set_item("bytes_in_use", s.bytes_in_use)?;
+    d.set_item("bytes_cached", s.bytes_cached)?;
+    d.set_item("stream_waits", dev.stream_waits())?;
     Ok(d)
 }
 
@@ -422,6 +442,7 @@ fn _dlbridge(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(inspect_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(arange, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_status, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_memory_stats, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_raw_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_raw_kernel_ptx, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import dlbridge
+import dlbridge.cuda
 from dlbridge._capsules import DELETER, DLManagedTensorVersioned, DLTensor
 
 # Consumers call with the GIL held (the spec): PYFUNCTYPE keeps it, and raises the
@@ -102,13 +103,19 @@ def test_allocator_and_to_py_object_round_trip_to_a_dlbridge_array():
     assert np.from_dlpack(arr).ctypes.data == data  # the allocation itself, no copy
     assert not np.from_dlpack(arr).any()
 
-    proto.device.device_type = 2  # CUDA: dlbridge.Array holds host memory
+    proto.device.device_type = 10  # ROCm: dlbridge.Array holds host or CUDA memory
     assert api().managed_tensor_allocator(ctypes.byref(proto), ctypes.byref(out), None, on_error) == -1
-    assert not out and errors == [(b"BufferError", b"dlbridge.Array allocator: dlbridge.Array allocates host memory, not cuda:0")]
+    assert not out and errors == [(b"BufferError", b"dlbridge.Array allocator: dlbridge.Array allocates host or CUDA memory, not rocm:0")]
+    if not dlbridge.cuda.is_available():
+        # CUDA: from the device's pool, so without a driver an error that says why.
+        proto.device.device_type = 2
+        assert api().managed_tensor_allocator(ctypes.byref(proto), ctypes.byref(out), None, on_error) == -1
+        assert not out and errors[-1][0] == b"BufferError" and b"cuda:0" in errors[-1][1], errors
+        assert dlbridge.cuda.unavailable_reason().encode()[:20] in errors[-1][1], errors
 
 
 def test_to_py_object_refuses_device_memory_and_runs_its_deleter():
-    # A CUDA tensor handed to the host-only Array: refused, and (ownership passed) deleted.
+    # A ROCm tensor handed to the Array (host or CUDA memory): refused, and (ownership passed) deleted.
     deleted = []
     keep = np.ones(2, np.float32)
     shape = (ctypes.c_int64 * 1)(2)
@@ -117,10 +124,34 @@ def test_to_py_object_refuses_device_memory_and_runs_its_deleter():
     m.deleter = DELETER(lambda addr: deleted.append(addr))
     m.dl_tensor.data, m.dl_tensor.ndim, m.dl_tensor.shape = keep.ctypes.data, 1, ctypes.addressof(shape)
     m.dl_tensor.dtype.code, m.dl_tensor.dtype.bits, m.dl_tensor.dtype.lanes = 2, 32, 1
+    m.dl_tensor.device.device_type, m.dl_tensor.device.device_id = 10, 0
+    obj = ctypes.py_object()
+    with pytest.raises(BufferError, match="rocm:0"):
+        api().managed_tensor_to_py_object_no_sync(ctypes.pointer(m), ctypes.byref(obj))
+    assert deleted == [ctypes.addressof(m)]
+
+
+def test_a_cuda_tensor_is_held_with_zero_copies_and_deleted_once():
+    # CUDA memory (never touched here: no host read happens) becomes a CUDA dlbridge.Array.
+    deleted = []
+    shape = (ctypes.c_int64 * 2)(2, 3)
+    m = DLManagedTensorVersioned()
+    m.version.major, m.version.minor = 1, 3
+    m.deleter = DELETER(lambda addr: deleted.append(addr))
+    m.dl_tensor.data, m.dl_tensor.ndim, m.dl_tensor.shape = 0x7F0000001000, 2, ctypes.addressof(shape)
+    m.dl_tensor.dtype.code, m.dl_tensor.dtype.bits, m.dl_tensor.dtype.lanes = 2, 32, 1
     m.dl_tensor.device.device_type, m.dl_tensor.device.device_id = 2, 0
     obj = ctypes.py_object()
-    with pytest.raises(BufferError, match="cuda"):
-        api().managed_tensor_to_py_object_no_sync(ctypes.pointer(m), ctypes.byref(obj))
+    assert api().managed_tensor_to_py_object_no_sync(ctypes.pointer(m), ctypes.byref(obj)) == 0
+    arr = obj.value
+    ctypes.pythonapi.Py_DecRef(obj)  # the new reference the API wrote: ours now (ctypes won't drop it)
+    del obj
+    assert (arr.device, arr.shape, arr.data_ptr) == ("cuda:0", (2, 3), 0x7F0000001000)
+    assert arr.T.data_ptr == 0x7F0000001000 and arr.__dlpack_device__() == (dlbridge.DLDeviceType.kDLCUDA, 0)
+    with pytest.raises(BufferError, match="cuda:0 has no buffer protocol"):
+        memoryview(arr)
+    assert deleted == []
+    del arr
     assert deleted == [ctypes.addressof(m)]
 
 

@@ -13,6 +13,7 @@ import pytest
 import dlbridge
 import dlbridge.cuda
 from dlbridge import _capsules as caps
+from dlbridge import _dlbridge
 
 torch = pytest.importorskip("torch")
 
@@ -232,3 +233,159 @@ def test_matmul_through_cublas_on_every_layout(dtype):
         torch.testing.assert_close(mm(x, y), x @ y, rtol=tol, atol=tol)
     with pytest.raises(ValueError, match="neither row- nor column-major"):
         mm(a[:, ::2], b[::2, :])
+
+
+# ---- dlbridge.Array in CUDA memory: zero copy, copies between devices, streams ----
+
+SLOW_FILL = r"""
+extern "C" __global__ void slow_fill(const T* x, double v, T* y, long long n) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    long long t0 = clock64();
+    while (clock64() - t0 < 100000000LL) {}   // ~50 ms: long enough to lose a race
+    if (i < n) y[i] = (T)v;
+}"""
+
+
+def _slow_fill():
+    return dlbridge.cuda.RawKernel(SLOW_FILL, "slow_fill", "slow_fill<T: f32>(x: T[N], v: f64) -> (y: T[N])")
+
+
+@needs_gpu
+def test_from_dlpack_of_a_torch_cuda_tensor_is_a_cuda_array_with_zero_copies():
+    x = torch.arange(6.0, device="cuda").reshape(2, 3)
+    a = dlbridge.from_dlpack(x)
+    assert (a.device, a.shape, a.dtype, a.data_ptr) == ("cuda:0", (2, 3), "f32", x.data_ptr())
+    assert a.__dlpack_device__() == (dlbridge.DLDeviceType.kDLCUDA, 0)
+    assert "device='cuda:0'" in repr(a)
+    back = torch.from_dlpack(a)
+    assert back.device == x.device and back.data_ptr() == x.data_ptr()
+    assert a.tolist() == x.tolist() and a.T.tolist() == x.t().tolist() and a[1].tolist() == x[1].tolist()
+    assert a.T.data_ptr == x.data_ptr()
+    with pytest.raises(BufferError, match="cuda:0 has no buffer protocol"):
+        memoryview(a)
+
+
+@needs_gpu
+def test_kernels_on_cuda_arrays_return_cuda_arrays_from_dlbridges_pool():
+    x = torch.randn(1000, device="cuda")
+    a = dlbridge.from_dlpack(x)
+    add = dlbridge.get_kernel("add")
+    y = add(a, a)
+    assert isinstance(y, dlbridge.Array) and y.device == "cuda:0"
+    torch.testing.assert_close(torch.from_dlpack(y.contiguous()), x + x)
+    del y
+    before = dlbridge.cuda.memory_stats()
+    for _ in range(20):
+        y = add(a, a)
+        del y
+    after = dlbridge.cuda.memory_stats()
+    assert after["raw_allocs"] - before["raw_allocs"] <= 1, (before, after)
+    assert after["hits"] - before["hits"] >= 19, (before, after)
+
+
+@needs_gpu
+def test_to_device_copies_both_ways_and_keeps_values_and_layouts():
+    np = pytest.importorskip("numpy")
+    h = dlbridge.asarray(np.arange(12, dtype=np.float32).reshape(3, 4))
+    d = h.to_device("cuda")
+    assert d.device == "cuda:0" and d.to_device("cuda:0") is d and d.to_device((2, 0)) is d
+    assert d.to_device("cpu").tolist() == h.tolist()
+    dt = h.T.to_device("cuda")  # a strided host array arrives compact
+    assert dt.shape == (4, 3) and dt.element_strides == (3, 1) and dt.tolist() == h.T.tolist()
+    back = d.T.to_device("cpu")  # a device view keeps its layout on the host
+    assert back.element_strides == (1, 4) and back.tolist() == h.T.tolist()
+    assert d[::-1, 1:3].to_device("cpu").tolist() == h[::-1, 1:3].tolist()
+    c = d.T.contiguous()
+    assert c.device == "cuda:0" and c.element_strides == (3, 1) and c.tolist() == h.T.tolist()
+    with pytest.raises(ValueError, match="cuda:N"):
+        d.to_device("gpu")
+
+
+@needs_gpu
+def test_dlpack_dl_device_and_copy_requests_follow_the_standard():
+    np = pytest.importorskip("numpy")
+    x = torch.arange(8.0, device="cuda")
+    d = dlbridge.from_dlpack(x)
+    with pytest.raises(BufferError):
+        d.__dlpack__(dl_device=(1, 0), copy=False)
+    host = np.from_dlpack(d, device="cpu")  # dl_device=(1, 0), copy=None: a host copy
+    assert host.tolist() == x.tolist()
+    cap = d.__dlpack__(max_version=(1, 3), copy=True)
+    t = torch.from_dlpack(cap)
+    assert t.device == x.device and t.data_ptr() != x.data_ptr() and t.tolist() == x.tolist()
+    assert _dlbridge.inspect_capsule(d.__dlpack__(max_version=(1, 3), dl_device=(1, 0), copy=True))["flags"] & caps.IS_COPIED
+    # Host to device on request.
+    h = dlbridge.asarray(np.ones(4, np.float32))
+    t = torch.from_dlpack(h.__dlpack__(max_version=(1, 3), dl_device=(2, 0), copy=True))
+    assert t.device.type == "cuda" and t.tolist() == [1.0] * 4
+    # from_dlpack's device=: copies where needed, refuses with copy=False.
+    assert dlbridge.from_dlpack(x, device="cpu").device == "cpu"
+    assert dlbridge.from_dlpack(np.ones(3), device="cuda").device == "cuda:0"
+    with pytest.raises(ValueError, match="only a copy"):
+        dlbridge.from_dlpack(x, device="cpu", copy=False)
+
+
+@needs_gpu
+def test_stream_arguments_order_with_exactly_one_event_across_streams():
+    d = dlbridge.from_dlpack(torch.ones(16, device="cuda"))
+    waits = lambda: dlbridge.cuda.memory_stats()["stream_waits"]  # noqa: E731
+    with pytest.raises(ValueError, match="ambiguous|stream=0"):
+        d.__dlpack__(stream=0)
+    w = waits()
+    d.__dlpack__(stream=None)
+    d.__dlpack__(stream=1)
+    d.__dlpack__(stream=-1)
+    assert waits() == w, "same stream or no ordering asked: no event"
+    s = torch.cuda.Stream()
+    d.__dlpack__(stream=s.cuda_stream)
+    assert waits() == w + 1
+    d.__dlpack__(stream=2)
+    assert waits() == w + 2
+
+
+@needs_gpu
+def test_a_consumer_on_a_side_stream_sees_work_queued_on_the_legacy_stream():
+    fill = _slow_fill()
+    n = 1 << 20
+    a = dlbridge.from_dlpack(torch.zeros(n, device="cuda"))
+    torch.cuda.synchronize()
+    y = fill(a, 7.0)  # queued on the legacy stream, ~50 ms
+    assert y.device == "cuda:0"
+    s = torch.cuda.Stream()  # a non-blocking stream: no implicit order with the legacy one
+    with torch.cuda.stream(s):
+        t = torch.from_dlpack(y)  # __dlpack__(stream=s): s waits for the fill
+        total = t.sum()
+    s.synchronize()
+    assert total.item() == 7.0 * n
+
+
+@needs_gpu
+def test_a_call_on_a_side_stream_waits_for_a_cuda_array_and_it_for_the_call():
+    fill = _slow_fill()
+    n = 1 << 20
+    a = dlbridge.from_dlpack(torch.zeros(n, device="cuda"))
+    torch.cuda.synchronize()
+    y = fill(a, 3.0)  # legacy stream, ~50 ms
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        x = torch.ones(n, device="cuda")
+        r = dlbridge.get_kernel("add")(x, y)  # runs on s: must wait for the fill
+    s.synchronize()
+    assert r.sum().item() == 4.0 * n
+
+
+@needs_gpu
+def test_pool_memory_lent_to_torch_goes_back_to_the_driver_not_the_cache():
+    a = dlbridge.from_dlpack(torch.ones(4096, device="cuda"))
+    add = dlbridge.get_kernel("add")
+    y = add(a, a)
+    before = dlbridge.cuda.memory_stats()
+    del y  # never exported: back to the cache
+    mid = dlbridge.cuda.memory_stats()
+    assert mid["bytes_cached"] > before["bytes_cached"] and mid["raw_frees"] == before["raw_frees"]
+    y = add(a, a)
+    t = torch.from_dlpack(y)
+    assert t.data_ptr() == y.data_ptr
+    del y, t
+    after = dlbridge.cuda.memory_stats()
+    assert after["raw_frees"] == mid["raw_frees"] + 1, (mid, after)

@@ -46,6 +46,7 @@ pub struct CudaDevice {
     capability: (i32, i32),
     functions: Mutex<HashMap<String, cudarc::driver::CudaFunction>>,
     cublas: Mutex<Option<raw::CublasHandle>>,
+    stream_waits: std::sync::atomic::AtomicU64,
 }
 
 impl CudaDevice {
@@ -78,6 +79,7 @@ impl CudaDevice {
             capability,
             functions: Mutex::default(),
             cublas: Mutex::new(None),
+            stream_waits: Default::default(),
         });
         map.insert(ordinal, dev.clone());
         Ok(dev)
@@ -188,6 +190,31 @@ impl CudaDevice {
     pub fn empty_cache(&self) {
         self.pool.empty_cache()
     }
+    /// Marks the pool block holding device address `addr` as lent to another
+    /// framework (it goes back to the driver, not the cache, when freed); false
+    /// for memory the pool did not allocate.
+    pub fn mark_lent(&self, addr: u64) -> bool {
+        self.pool.mark_lent(addr)
+    }
+
+    /// Orders the work queued on stream `consumer` after the work queued so far
+    /// on stream `producer` with an event (see [`stream`]); nothing when they are
+    /// the same stream (0 and 1 both name the legacy default stream).
+    pub fn stream_wait(&self, producer: u64, consumer: u64) -> Result<()> {
+        let canon = |s: u64| if s == 0 { stream::LEGACY } else { s };
+        if canon(producer) == canon(consumer) {
+            return Ok(());
+        }
+        self.bind()?;
+        raw::stream_wait(canon(producer), canon(consumer))
+            .map_err(|e| Error::Runtime(format!("cuda:{}: ordering stream {consumer:#x} after {producer:#x}: {e}", self.ordinal)))?;
+        self.stream_waits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+    /// How many times [`CudaDevice::stream_wait`] queued an event wait.
+    pub fn stream_waits(&self) -> u64 {
+        self.stream_waits.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// An array in CUDA device memory (compact row-major), from the device's pool.
@@ -292,6 +319,84 @@ impl CudaArray {
             TensorDesc { dtype: self.dtype, device: self.device(), shape: &shape, strides: None, byte_offset: 0, flags: Flags::empty() };
         raw::export_device(self, data, &desc)
     }
+}
+
+/// The device of a `cuda:N` view.
+fn device_of(view: &dlbridge_core::TensorView<'_>) -> Result<Arc<CudaDevice>> {
+    let d = view.device();
+    if d.kind != dlbridge_core::DeviceType::CUDA {
+        return Err(Error::UnsupportedDevice { got: d, what: "a CUDA device array was expected".into() });
+    }
+    CudaDevice::get(usize::try_from(d.id).map_err(|_| Error::InvalidArgument(format!("cuda device id {}", d.id)))?)
+}
+
+/// The bytes a view spans, and where its element 0 is among them.
+fn span_of(view: &dlbridge_core::TensorView<'_>) -> (u64, usize, usize) {
+    let e = view.extent();
+    let lo = view.data_ptr() as usize as u64 as i64 + e.byte_lo as i64;
+    (lo as u64, (e.byte_hi - e.byte_lo) as usize, (-e.byte_lo) as usize)
+}
+
+/// Uninitialised pool memory for a compact array on `cuda:device_id`, as a
+/// DLPack tensor (what `dlbridge.Array` allocates kernel outputs in). Ordered
+/// on the legacy default stream; back to the pool's cache when freed, unless
+/// marked lent ([`CudaDevice::mark_lent`]).
+pub fn empty_pooled(device_id: i32, dtype: DType, shape: &[i64]) -> Result<ManagedTensor> {
+    let ordinal = usize::try_from(device_id).map_err(|_| Error::InvalidArgument(format!("cuda device id {device_id}")))?;
+    CudaArray::empty(&CudaDevice::get(ordinal)?, dtype, shape)?.export()
+}
+
+/// A compact device copy of a host array on `cuda:device_id` (pool memory,
+/// as [`empty_pooled`]); synchronous.
+pub fn copy_from_host(device_id: i32, host: &Array) -> Result<ManagedTensor> {
+    let ordinal = usize::try_from(device_id).map_err(|_| Error::InvalidArgument(format!("cuda device id {device_id}")))?;
+    CudaArray::from_host(&CudaDevice::get(ordinal)?, host)?.export()
+}
+
+/// A host copy of a CUDA view with the same layout (strides, negative ones
+/// too): the bytes it spans are copied after the work queued on the legacy
+/// default stream, and the call returns when they have arrived.
+pub fn copy_to_host(view: &dlbridge_core::TensorView<'_>) -> Result<Array> {
+    let dev = device_of(view)?;
+    let (lo, len, offset) = span_of(view);
+    let mut buf = Array::zeros(DType::U8, &[len as i64])?;
+    if len > 0 {
+        dev.bind()?;
+        raw::copy_dtoh_at(buf.as_slice_mut::<u8>()?, lo).map_err(|e| Error::Runtime(format!("copy from cuda:{}: {e}", dev.ordinal)))?;
+    }
+    let desc = TensorDesc {
+        dtype: view.dtype(),
+        device: Device::CPU,
+        shape: view.shape(),
+        strides: Some(view.strides()),
+        byte_offset: 0,
+        flags: view.flags() & Flags::IS_SUBBYTE_TYPE_PADDED,
+    };
+    Array::from_managed(raw::export_host_span(buf, offset, &desc)?)
+}
+
+/// A device copy of a CUDA view on the same device, with the same layout
+/// (pool memory, the span's bytes copied on the legacy default stream; the
+/// copy is queued, not waited for).
+pub fn copy_on_device(view: &dlbridge_core::TensorView<'_>) -> Result<ManagedTensor> {
+    let dev = device_of(view)?;
+    let (lo, len, offset) = span_of(view);
+    let block = dev.pool.malloc(len, stream::LEGACY)?;
+    if len > 0 {
+        dev.bind()?;
+        raw::copy_dtod(block.ptr(), lo, len, stream::LEGACY)
+            .map_err(|e| Error::Runtime(format!("copy on cuda:{}: {e}", dev.ordinal)))?;
+    }
+    let data = block.ptr() + offset as u64;
+    let desc = TensorDesc {
+        dtype: view.dtype(),
+        device: view.device(),
+        shape: view.shape(),
+        strides: Some(view.strides()),
+        byte_offset: 0,
+        flags: view.flags() & Flags::IS_SUBBYTE_TYPE_PADDED,
+    };
+    raw::export_device(block, data, &desc)
 }
 
 #[cfg(test)]

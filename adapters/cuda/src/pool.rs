@@ -17,12 +17,14 @@
 //! * a block handed to another framework (a DLPack export) is not cached when
 //!   that framework releases it: its work may be queued on streams dlbridge does
 //!   not know, so it goes back to the driver (`cuMemFree` waits for the device)
-//!   ([`Block::uncached`]).
+//!   ([`Block::uncached`], or [`Pool::mark_lent`] for a block whose owner
+//!   stays in dlbridge while a consumer borrows it, as `dlbridge.Array`'s
+//!   `__dlpack__` does).
 //!
 //! The bookkeeping is generic over [`RawAlloc`], so it is tested here without a
 //! device, with an allocator that counts its calls.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Sizes are multiples of this many bytes.
@@ -65,6 +67,10 @@ struct Books<A> {
     raw: A,
     /// Cached blocks by (stream, rounded size).
     free: HashMap<(u64, usize), Vec<u64>>,
+    /// Blocks handed out: address -> rounded size.
+    live: BTreeMap<u64, usize>,
+    /// Live blocks lent to another framework: freed to the driver, not cached.
+    lent: HashSet<u64>,
     stats: PoolStats,
 }
 
@@ -104,7 +110,7 @@ pub fn rounded(bytes: usize) -> Option<usize> {
 impl<A: RawAlloc> Pool<A> {
     /// A pool over `raw`.
     pub fn new(raw: A) -> Arc<Pool<A>> {
-        Arc::new(Pool { books: Mutex::new(Books { raw, free: HashMap::new(), stats: PoolStats::default() }) })
+        Arc::new(Pool { books: Mutex::new(Books { raw, free: HashMap::new(), live: BTreeMap::new(), lent: HashSet::new(), stats: PoolStats::default() }) })
     }
 
     fn books(&self) -> MutexGuard<'_, Books<A>> {
@@ -122,6 +128,7 @@ impl<A: RawAlloc> Pool<A> {
             b.stats.hits += 1;
             b.stats.bytes_cached -= size;
             b.stats.bytes_in_use += size;
+            b.live.insert(ptr, size);
             return Ok(Block { pool: self.clone(), ptr, size, stream, cached: true });
         }
         let first = b.raw.alloc(size);
@@ -136,6 +143,7 @@ impl<A: RawAlloc> Pool<A> {
             Ok(ptr) => {
                 b.stats.raw_allocs += 1;
                 b.stats.bytes_in_use += size;
+                b.live.insert(ptr, size);
                 Ok(Block { pool: self.clone(), ptr, size, stream, cached: true })
             }
             Err(AllocFailure::OutOfMemory) => Err(dlbridge_core::Error::OutOfMemory {
@@ -156,8 +164,23 @@ impl<A: RawAlloc> Pool<A> {
         self.books().stats
     }
 
+    /// Marks the live block holding `addr` as lent to another framework: when
+    /// it is freed it goes back to the driver, not the cache. False when no live
+    /// block of this pool holds `addr` (memory dlbridge did not allocate).
+    pub fn mark_lent(&self, addr: u64) -> bool {
+        let mut b = self.books();
+        let Some((&ptr, &size)) = b.live.range(..=addr).next_back() else { return false };
+        if addr >= ptr + size as u64 {
+            return false;
+        }
+        b.lent.insert(ptr);
+        true
+    }
+
     fn release(&self, ptr: u64, size: usize) {
         let mut b = self.books();
+        b.live.remove(&ptr);
+        b.lent.remove(&ptr);
         b.raw.free(ptr);
         b.stats.raw_frees += 1;
         b.stats.bytes_in_use -= size;
@@ -165,6 +188,13 @@ impl<A: RawAlloc> Pool<A> {
 
     fn give_back(&self, ptr: u64, size: usize, stream: u64) {
         let mut b = self.books();
+        b.live.remove(&ptr);
+        if b.lent.remove(&ptr) {
+            b.raw.free(ptr);
+            b.stats.raw_frees += 1;
+            b.stats.bytes_in_use -= size;
+            return;
+        }
         b.stats.bytes_in_use -= size;
         b.stats.bytes_cached += size;
         b.free.entry((stream, size)).or_default().push(ptr);
@@ -312,6 +342,25 @@ mod tests {
         let s = pool.stats();
         assert_eq!((s.raw_frees, s.bytes_cached, s.bytes_in_use), (1, 0, 0));
         assert_ne!(pool.malloc(1000, 1).unwrap().ptr(), p, "a lent block was reused from the cache");
+    }
+
+    #[test]
+    fn a_block_marked_lent_by_any_address_inside_it_is_not_cached() {
+        let pool = Pool::new(Fake::default());
+        let kept = pool.malloc(2000, 1).unwrap();
+        let lent = pool.malloc(2000, 1).unwrap();
+        let p = lent.ptr();
+        assert!(pool.mark_lent(p + 1500), "an address inside the block (a view's element 0)");
+        assert!(!pool.mark_lent(p + 2048), "one past the block");
+        assert!(!pool.mark_lent(1 << 60), "memory the pool never gave out");
+        drop(lent);
+        drop(kept);
+        let s = pool.stats();
+        assert_eq!((s.raw_frees, s.bytes_cached, s.bytes_in_use), (1, 2048, 0));
+        let again = pool.malloc(2000, 1).unwrap();
+        assert_ne!(again.ptr(), p, "the lent block came back from the cache");
+        assert_eq!(pool.stats().hits, 1);
+        assert!(pool.books().lent.is_empty() && pool.books().live.len() == 1);
     }
 
     #[test]

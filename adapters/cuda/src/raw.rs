@@ -83,6 +83,57 @@ pub(crate) fn copy_dtoh(dst: &mut [u8], src: CUdeviceptr) -> Result<(), cudarc::
     unsafe { cudarc::driver::result::memcpy_dtoh_sync(dst, src) }
 }
 
+/// Orders the work queued on `consumer` after the work queued so far on
+/// `producer`: an event recorded on one, waited on by the other (never a
+/// device-wide synchronisation). Stream handles as DLPack gives them (1: the
+/// legacy default stream, 2: the per-thread one, else a `CUstream`).
+pub(crate) fn stream_wait(producer: u64, consumer: u64) -> Result<(), cudarc::driver::DriverError> {
+    use cudarc::driver::result::{event, stream};
+    use cudarc::driver::sys::{CUevent_flags, CUevent_wait_flags, CUstream};
+    let ev = event::create(CUevent_flags::CU_EVENT_DISABLE_TIMING)?;
+    // SAFETY: the caller made the streams' context current; both handles are
+    // streams of that context that the caller (the array's producer, the
+    // consumer that named it) keeps alive for the call; `ev` was just created.
+    let queued = unsafe {
+        event::record(ev, producer as usize as CUstream)
+            .and_then(|()| stream::wait_event(consumer as usize as CUstream, ev, CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT))
+    };
+    // SAFETY: `ev` is destroyed exactly once; destroying an event whose wait is
+    // queued is allowed (the driver frees it once the wait has been satisfied).
+    let destroyed = unsafe { event::destroy(ev) };
+    queued.and(destroyed)
+}
+
+/// Copies `bytes` bytes between device allocations, queued on `stream`.
+pub(crate) fn copy_dtod(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, stream: u64) -> Result<(), cudarc::driver::DriverError> {
+    // SAFETY: `src..src+bytes` lies in a live allocation the caller holds (a
+    // validated view's byte span) and `dst..dst+bytes` in a fresh pool block of
+    // at least `bytes` bytes; their context is current; the copy is ordered on
+    // `stream`, the stream both are ordered on.
+    unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, stream as usize as cudarc::driver::sys::CUstream) }
+}
+
+/// Copies device bytes at `src` into `dst`, ordered after the work queued on
+/// the legacy default stream, and returns when they have arrived.
+pub(crate) fn copy_dtoh_at(dst: &mut [u8], src: CUdeviceptr) -> Result<(), cudarc::driver::DriverError> {
+    // SAFETY: `src..src+dst.len()` lies in a live device allocation the caller
+    // holds (a validated view's byte span), its context current.
+    unsafe { cudarc::driver::result::memcpy_dtoh_sync(dst, src) }
+}
+
+/// A host tensor with `desc`'s layout whose element 0 is at byte `offset` of
+/// `buf`'s memory (a byte buffer from `Array::zeros`, 64-byte aligned), which
+/// the export keeps alive.
+pub(crate) fn export_host_span(buf: dlbridge_array::Array, offset: usize, desc: &dlbridge_core::TensorDesc<'_>) -> dlbridge_core::Result<dlbridge_core::ManagedTensor> {
+    let data = buf.data_ptr().wrapping_add(offset).cast_mut().cast::<std::ffi::c_void>();
+    // SAFETY: `buf` is a contiguous u8 array holding the copied byte span of a
+    // view whose element 0 was `offset` bytes into the span, so `desc`'s layout
+    // at `data` stays inside `buf` (ManagedTensor::export_owner validates the
+    // layout again); `buf` is moved into the export, which keeps it alive; it is
+    // unshared (just made), so the consumer may write it.
+    unsafe { dlbridge_core::ManagedTensor::export_owner(buf, data, desc) }
+}
+
 /// Exports device memory owned by `owner` as a DLPack tensor (kDLCUDA).
 pub(crate) fn export_device<O: Send + 'static>(
     owner: O,

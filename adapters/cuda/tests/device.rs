@@ -26,7 +26,49 @@ fn host_arrays_round_trip_through_device_memory() {
     // A transposed host array arrives compact, in logical order.
     let t = CudaArray::from_host(&dev, &host.t().unwrap()).unwrap();
     assert_eq!(t.shape(), &[3, 2]);
-    assert_eq!(t.to_host().unwrap().to_vec::<f32>().unwrap()[..2], [1.0, 3.0]);
+    let bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(t.to_host().unwrap().to_vec::<f32>().unwrap()), bits(host.t().unwrap().to_vec::<f32>().unwrap()));
+}
+
+#[test]
+fn copies_of_strided_device_views_keep_their_layout_and_values() {
+    let Some(dev) = device_or_skip() else { return };
+    let host = Array::from_vec((0..24).map(f64::from).collect::<Vec<_>>(), &[4, 6]).unwrap();
+    let m = dlbridge_cuda::array::copy_from_host(0, &host).unwrap();
+    let d = Array::from_managed(m).unwrap();
+    assert_eq!(d.device(), Device::cuda(0));
+    // A reversed, stepped, transposed view: its byte span is copied, its strides kept.
+    let v = d.slice(0, -1, i64::MIN, -2).unwrap().t().unwrap();
+    let want = host.slice(0, -1, i64::MIN, -2).unwrap().t().unwrap().to_vec::<f64>().unwrap();
+    let h = dlbridge_cuda::array::copy_to_host(&v.view()).unwrap();
+    assert_eq!((h.shape(), h.strides()), (v.shape(), v.strides()));
+    assert_eq!(h.to_vec::<f64>().unwrap(), want);
+    let c = Array::from_managed(dlbridge_cuda::array::copy_on_device(&v.view()).unwrap()).unwrap();
+    assert_ne!(c.data_ptr(), v.data_ptr());
+    assert_eq!(dlbridge_cuda::array::copy_to_host(&c.view()).unwrap().to_vec::<f64>().unwrap(), want);
+}
+
+#[test]
+fn stream_waits_are_queued_only_across_streams() {
+    let Some(dev) = device_or_skip() else { return };
+    let before = dev.stream_waits();
+    dev.stream_wait(0, 1).unwrap(); // NULL and 1 are both the legacy default stream
+    dev.stream_wait(1, 1).unwrap();
+    assert_eq!(dev.stream_waits(), before);
+    dev.stream_wait(1, 2).unwrap(); // legacy -> per-thread default stream
+    assert_eq!(dev.stream_waits(), before + 1);
+}
+
+#[test]
+fn a_pool_block_marked_lent_is_freed_to_the_driver() {
+    let Some(dev) = device_or_skip() else { return };
+    let m = dlbridge_cuda::array::empty_pooled(0, DType::F32, &[300, 301]).unwrap();
+    let ptr = m.view().data_ptr() as u64;
+    assert!(dev.mark_lent(ptr + 1000));
+    let before = dev.pool_stats();
+    drop(m);
+    let after = dev.pool_stats();
+    assert_eq!((after.raw_frees, after.bytes_cached), (before.raw_frees + 1, before.bytes_cached));
 }
 
 #[test]

@@ -36,7 +36,7 @@ use pyo3::{IntoPyObjectExt, ffi};
 use crate::buffer::format_of;
 use crate::errors::IntoPy;
 
-/// dlbridge's own n-dimensional array (CPU memory, any DLPack dtype).
+/// dlbridge's own n-dimensional array (host or CUDA memory, any DLPack dtype).
 #[pyclass(name = "Array", module = "dlbridge", frozen)]
 #[derive(Debug)]
 pub struct PyArray {
@@ -129,6 +129,9 @@ impl DlpackExporter for Exporter<'_> {
         if self.0.is_read_only() { DlpackFlags::READ_ONLY } else { DlpackFlags::empty() }
     }
     fn prepare_export(&self, _py: Python<'_>, request: &ExportRequest<'_>) -> PyResult<()> {
+        if crate::cuda::is_cuda(self.0.device()) {
+            return crate::cuda::prepare_export(self.0, request);
+        }
         if request.stream().is_some_and(|s| !s.is_none()) {
             return Err(PyValueError::new_err("stream must be None for a CPU array"));
         }
@@ -335,9 +338,9 @@ impl PyArray {
         Ok(PyArray::new(out))
     }
 
-    /// A contiguous copy.
+    /// A contiguous copy, on the array's own device.
     fn contiguous(&self) -> PyResult<PyArray> {
-        Ok(PyArray::new(self.inner.contiguous().py_err()?))
+        Ok(PyArray::new(crate::cuda::contiguous(&self.inner)?))
     }
 
     /// The DLPack C exchange API (a `"dlpack_exchange_api"` capsule), as
@@ -360,18 +363,31 @@ impl PyArray {
         let dl_device = dl_device.filter(|d| !d.is_none()).map(|d| parse_dl_device(&d)).transpose()?;
         let stream = stream.filter(|s| !s.is_none());
         let request = ExportRequest::parse(stream.as_ref(), max_version, dl_device, copy)?;
-        if copy != Some(true) {
+        let own = self.inner.device();
+        let target = request.device().map(dlbridge_core::Device::from_dl).transpose().py_err()?;
+        let elsewhere = target.is_some_and(|t| t != own);
+        // Zero copy unless a copy is asked for (copy=True) or is the only way to
+        // the requested device (copy=None; copy=False there is refused by name).
+        if copy != Some(true) && !(elsewhere && copy.is_none()) {
             return export_dlpack(&Exporter(&self.inner), py, request);
         }
-        // copy=True: always a fresh copy, flagged IS_COPIED (versioned only).
-        Exporter(&self.inner).prepare_export(py, &request)?;
-        if let Some(dev) = request.device()
-            && dev != self.inner.device().to_dl()
-        {
-            return Err(PyBufferError::new_err(format!("cannot copy to device {:?}:{}", dev.device_type, dev.device_id)));
+        let to = target.unwrap_or(own);
+        // The consumer's stream: a CPU array takes none (unless copied to CUDA); a
+        // device copy is queued on the legacy stream, which the consumer's then waits for.
+        let consumer = if crate::cuda::is_cuda(to) { crate::cuda::consumer_stream(&request)? } else { None };
+        if !crate::cuda::is_cuda(own) && !crate::cuda::is_cuda(to) {
+            Exporter(&self.inner).prepare_export(py, &request)?;
         }
-        let copy = self.inner.contiguous().py_err()?;
-        let t = copy.into_managed().py_err()?;
+        let copied = crate::cuda::copy_to(&self.inner, to)?;
+        if let Some(c) = consumer.filter(|_| crate::cuda::is_cuda(own)) {
+            crate::cuda::device(to).py_err()?.stream_wait(dlbridge_cuda::stream::LEGACY, c).py_err()?;
+        }
+        if crate::cuda::is_cuda(to) {
+            // The copy goes to the consumer for good: not cached when freed.
+            crate::cuda::device(to).py_err()?.mark_lent(copied.data_ptr() as usize as u64);
+        }
+        // Always a fresh copy, flagged IS_COPIED (versioned only).
+        let t = copied.into_managed().py_err()?;
         let raw = t.into_raw_versioned();
         let legacy_requested = request.abi() == dlpark::python::ExportAbi::Legacy;
         // SAFETY: `raw` is owned and ours; IS_COPIED is true (a private copy).
@@ -382,6 +398,25 @@ impl PyArray {
             return managed::<dlbridge_core::ffi::DLManagedTensor>(t, true)?.into_py_any(py);
         }
         managed::<dlbridge_core::ffi::DLManagedTensorVersioned>(t, false)?.into_py_any(py)
+    }
+
+    /// A copy on `device` (`"cpu"`, `"cuda"`, `"cuda:1"`, or a
+    /// `(device_type, device_id)` pair), as the array API's `to_device`: the
+    /// array itself when it is there already. Host <-> CUDA copies are
+    /// synchronous; a strided host array arrives compact on the device, a CUDA
+    /// array keeps its layout on the host. `stream` must be None (dlbridge
+    /// orders its CUDA work on the legacy default stream; see `__dlpack__`).
+    #[pyo3(signature = (device, /, *, stream=None))]
+    fn to_device(slf: &Bound<'_, Self>, device: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
+        if stream.is_some_and(|s| !s.is_none()) {
+            return Err(PyValueError::new_err("to_device: stream must be None (dlbridge's CUDA arrays are ordered on the legacy default stream)"));
+        }
+        let to = parse_device(device)?;
+        let a = &slf.get().inner;
+        if to == a.device() {
+            return Ok(slf.clone().into_any().unbind());
+        }
+        Ok(Bound::new(slf.py(), PyArray::new(crate::cuda::copy_to(a, to)?))?.into_any().unbind())
     }
 
     /// `(device_type, device_id)`, device_type a `dlbridge.DLDeviceType`.
@@ -398,7 +433,14 @@ impl PyArray {
     /// TypeError naming the dtype; memory for the result that cannot be had is
     /// a MemoryError.
     fn tolist<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let a = &self.inner;
+        let host;
+        let a = if crate::cuda::is_cuda(self.inner.device()) {
+            // CuPy's tolist does the same: a host copy first.
+            host = crate::cuda::copy_to(&self.inner, dlbridge_core::Device::CPU)?;
+            &host
+        } else {
+            &*self.inner
+        };
         let scalars = a.scalars().py_err()?;
         // One slot per element, reserved fallibly before any Python object is made
         // (a broadcast array of 2^46 elements is a MemoryError here, not an abort).
@@ -414,6 +456,12 @@ impl PyArray {
             return Err(PyBufferError::new_err("NULL Py_buffer"));
         }
         let a = &slf.get().inner;
+        if !a.device().is_host_accessible() {
+            return Err(PyBufferError::new_err(format!(
+                "dlbridge.Array on {} has no buffer protocol (its memory is not host memory): use to_device('cpu') or __dlpack__",
+                a.device()
+            )));
+        }
         let wants = |bits: c_int| flags & bits == bits;
         if wants(ffi::PyBUF_WRITABLE) && a.is_read_only() {
             return Err(PyBufferError::new_err("dlbridge.Array is read-only"));
@@ -514,6 +562,28 @@ fn index_value(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
 /// Keeps DType in scope for docs (dtype names are DType's Display).
 pub fn dtype_name(d: DType) -> String {
     d.to_string()
+}
+
+/// A device as Python names it: `"cpu"`, `"cuda"` (device 0), `"cuda:N"`, or a
+/// `(device_type, device_id)` pair (DLPack's codes, `dlbridge.DLDeviceType` too).
+pub fn parse_device(d: &Bound<'_, PyAny>) -> PyResult<dlbridge_core::Device> {
+    if let Ok(s) = d.extract::<String>() {
+        let parsed = match s.split_once(':') {
+            None if s == "cpu" => Some(dlbridge_core::Device::CPU),
+            None if s == "cuda" => Some(dlbridge_core::Device::cuda(0)),
+            Some(("cuda", id)) => id.parse::<i32>().ok().filter(|&i| i >= 0).map(dlbridge_core::Device::cuda),
+            _ => None,
+        };
+        return parsed.ok_or_else(|| {
+            PyValueError::new_err(format!("device {:?}: expected \"cpu\", \"cuda\" or \"cuda:N\"", crate::capsule::bounded(&s)))
+        });
+    }
+    if d.hasattr("__dlpack_device__")? && !d.is_instance_of::<PyTuple>() {
+        return Err(PyTypeError::new_err("device: pass a device (\"cuda:0\" or a (device_type, device_id) pair), not an array"));
+    }
+    let (kind, id) = parse_dl_device(d)?;
+    dlbridge_core::Device::from_dl(dlbridge_core::ffi::DLDevice { device_type: dlbridge_core::ffi::DLDeviceType(kind), device_id: id })
+        .py_err()
 }
 
 /// `dl_device=(device_type, device_id)`: each field checked, and named when it is out of range.

@@ -92,7 +92,14 @@ unsafe extern "C" fn from_py_object(obj: *mut c_void, out: *mut *mut DLManagedTe
             return Err(PyTypeError::new_err("managed_tensor_from_py_object_no_sync: NULL out"));
         }
         let a = array_of(py, obj)?;
-        let m = a.get().array().to_managed().py_err()?;
+        let arr = a.get().array();
+        if crate::cuda::is_cuda(arr.device()) {
+            // Owned by the consumer now, whose streams dlbridge cannot see: pool
+            // memory goes back to the driver, not the cache, when freed. (No stream
+            // ordering: `_no_sync`; the consumer asks `current_work_stream`.)
+            crate::cuda::device(arr.device()).py_err()?.mark_lent(arr.data_ptr() as usize as u64);
+        }
+        let m = arr.to_managed().py_err()?;
         // SAFETY: `out` is non-NULL and the consumer's slot; ownership passes to it.
         unsafe { *out = m.into_raw_versioned() };
         Ok(())
@@ -138,6 +145,10 @@ unsafe extern "C" fn to_py_object(tensor: *mut DLManagedTensorVersioned, out: *m
             return Err(PyTypeError::new_err("managed_tensor_to_py_object_no_sync: NULL out"));
         }
         let read_only = m.is_read_only();
+        let device = m.device();
+        if !device.is_host_accessible() && !crate::cuda::is_cuda(device) {
+            return Err(PyBufferError::new_err(format!("dlbridge.Array holds host or CUDA memory, not {device}")));
+        }
         let mut array = dlbridge_array::Array::from_managed(m).py_err()?;
         if read_only {
             array.set_read_only();
@@ -165,8 +176,8 @@ unsafe extern "C" fn allocate(
         let p = unsafe { prototype.read() };
         let dtype = DType::from_dl(p.dtype).map_err(|e| e.to_string())?;
         let device = Device::from_dl(p.device).map_err(|e| e.to_string())?;
-        if !device.is_host_accessible() {
-            return Err(format!("dlbridge.Array allocates host memory, not {device}"));
+        if !device.is_host_accessible() && !crate::cuda::is_cuda(device) {
+            return Err(format!("dlbridge.Array allocates host or CUDA memory, not {device}"));
         }
         let ndim =
             usize::try_from(p.ndim).ok().filter(|&n| n <= dlbridge_core::layout::MAX_NDIM).ok_or_else(|| format!("ndim {}", p.ndim))?;
@@ -178,6 +189,11 @@ unsafe extern "C" fn allocate(
             // SAFETY: non-NULL, `ndim` (bounded) readable i64s, per the prototype's contract.
             unsafe { std::slice::from_raw_parts(p.shape, ndim) }
         };
+        if crate::cuda::is_cuda(device) {
+            // From the device's pool, ordered on the legacy default stream (see `cuda`).
+            let t = crate::cuda::allocate_cuda_managed(device, dtype, shape).map_err(|e| e.to_string())?;
+            return Ok(t.into_raw_versioned());
+        }
         let a = dlbridge_array::Array::zeros(dtype, shape).map_err(|e| e.to_string())?;
         Ok(a.into_managed().map_err(|e| e.to_string())?.into_raw_versioned())
     }));
@@ -204,7 +220,8 @@ unsafe extern "C" fn allocate(
 }
 
 unsafe extern "C" fn current_work_stream(_device_type: DLDeviceType, _device_id: i32, out: *mut *mut c_void) -> i32 {
-    // dlbridge.Array lives in host memory, which has no streams: NULL.
+    // NULL: host memory has no streams, and dlbridge orders its CUDA arrays'
+    // work on the legacy default stream, whose handle NULL is (see `cuda`).
     if !out.is_null() {
         // SAFETY: non-NULL out slot of the consumer.
         unsafe { *out = std::ptr::null_mut() };

@@ -358,19 +358,16 @@ fn has_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
 
 /// `dlbridge.from_dlpack(x, /, *, device=None, copy=None)` as the array API
 /// standard defines it, into a `dlbridge.Array`:
-/// `copy=None` shares memory (zero copy); `copy=True` always returns a new,
+/// `copy=None` shares memory (zero copy) when the tensor is on `device`
+/// already, and copies when it is not; `copy=True` always returns a new,
 /// writable, independent array; `copy=False` never copies and raises
-/// `ValueError` where only a copy would work. `device` must be the CPU (or
-/// `None`): dlbridge.Array lives in host memory. A tensor the producer cannot
-/// let us write (see the module docs) comes back read-only.
+/// `ValueError` where only a copy would work. `device`: `None` (the tensor's
+/// own), `"cpu"`, `"cuda"`, `"cuda:N"` or a `(device_type, device_id)` pair;
+/// host and CUDA memory are held (see `cuda` for the stream rule). A tensor the
+/// producer cannot let us write (see the module docs) comes back read-only.
 pub fn from_dlpack(obj: &Bound<'_, PyAny>, device: Option<&Bound<'_, PyAny>>, copy: Option<bool>) -> PyResult<dlbridge_array::Array> {
-    let want_cpu = match device {
-        None => false,
-        Some(d) => {
-            check_cpu_device(d)?;
-            true
-        }
-    };
+    let want = device.filter(|d| !d.is_none()).map(crate::array::parse_device).transpose()?;
+    let want_cpu = want == Some(dlbridge_core::Device::CPU);
     let array = if let Ok(a) = obj.cast::<PyArray>() {
         a.get().array().clone()
     } else if let Some(api) = exchange::lookup(obj)? {
@@ -381,7 +378,14 @@ pub fn from_dlpack(obj: &Bound<'_, PyAny>, device: Option<&Bound<'_, PyAny>>, co
             return Err(PyBufferError::new_err("from_dlpack: the tensor requires grad; detach() it first"));
         }
         let m = api.managed(obj)?;
-        dlbridge_array::Array::from_managed(m).py_err()?
+        let a = dlbridge_array::Array::from_managed(m).py_err()?;
+        // The exchange API does not synchronise: order the producer's current
+        // stream before the legacy stream dlbridge's CUDA arrays live on.
+        if crate::cuda::is_cuda(a.device()) {
+            let stream = api.current_stream(obj.py(), a.device())? as usize as u64;
+            crate::cuda::after_import(a.device(), stream)?;
+        }
+        a
     } else if has_dlpack(obj)? {
         // Ask for host memory only when the producer is not there already: a
         // producer written to an older standard may not take dl_device.
@@ -389,12 +393,15 @@ pub fn from_dlpack(obj: &Bound<'_, PyAny>, device: Option<&Bound<'_, PyAny>>, co
             Some((kind, _)) => kind == dlbridge_core::DeviceType::CPU.0 as i32,
             None => true,
         };
-        let req = Request { dl_device: (want_cpu && !on_cpu).then_some((1, 0)), copy: if want_cpu && !on_cpu { copy } else { None } };
-        if want_cpu && !on_cpu && copy == Some(false) {
+        let ask_host = want_cpu && !on_cpu;
+        let req = Request { dl_device: ask_host.then_some((1, 0)), copy: if ask_host { copy } else { None } };
+        if ask_host && copy == Some(false) {
             return Err(pyo3::exceptions::PyValueError::new_err(
                 "from_dlpack(copy=False, device=cpu): the tensor is not in host memory, and only a copy could bring it there",
             ));
         }
+        // No stream is passed: for a CUDA producer that means the legacy default
+        // stream, which is where dlbridge's CUDA arrays are ordered.
         let c: Consumed = capsule::consume_object(obj, req)?;
         let writable = c.writable();
         let mut a = dlbridge_array::Array::from_managed(c.tensor).py_err()?;
@@ -408,17 +415,22 @@ pub fn from_dlpack(obj: &Bound<'_, PyAny>, device: Option<&Bound<'_, PyAny>>, co
             capsule::type_name(obj)
         )));
     };
-    if !array.device().is_host_accessible() {
+    let here = array.device();
+    if !here.is_host_accessible() && !crate::cuda::is_cuda(here) {
         return Err(PyBufferError::new_err(format!(
-            "from_dlpack: the tensor lives on {}, and dlbridge.Array holds host memory",
-            array.device()
+            "from_dlpack: the tensor lives on {here}; dlbridge.Array holds host or CUDA memory (pass device=\"cpu\" for a host copy)"
         )));
     }
-    if copy == Some(true) {
-        // A new, writable array that shares nothing with the source.
-        return array.contiguous().py_err();
+    match want.filter(|&w| w != here) {
+        Some(w) if copy == Some(false) => Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "from_dlpack(copy=False, device={w}): the tensor is on {here}, and only a copy could bring it there"
+        ))),
+        // A copy to the requested device (copy=None or True): new and writable.
+        Some(w) => crate::cuda::copy_to(&array, w),
+        // copy=True: a new, writable array that shares nothing with the source.
+        None if copy == Some(true) => crate::cuda::contiguous(&array),
+        None => Ok(array),
     }
-    Ok(array)
 }
 
 /// `__dlpack_device__()` of a producer, when it has one.
@@ -451,27 +463,6 @@ fn producer_device(obj: &Bound<'_, PyAny>) -> PyResult<Option<(i32, i32)>> {
         Err(e) if e.is_instance_of::<pyo3::exceptions::PyAttributeError>(obj.py()) => Ok(None),
         Err(e) => Err(e),
     }
-}
-
-/// `device=` of from_dlpack: `None`, `"cpu"`, `(1, 0)` or `DLDeviceType.CPU`-tuples are the host.
-fn check_cpu_device(d: &Bound<'_, PyAny>) -> PyResult<()> {
-    if let Ok(s) = d.extract::<String>()
-        && s == "cpu"
-    {
-        return Ok(());
-    }
-    if let Ok((kind, id)) = d.extract::<(i64, i64)>() {
-        if kind == 1 && id == 0 {
-            return Ok(());
-        }
-        return Err(PyBufferError::new_err(format!(
-            "from_dlpack: device ({kind}, {id}) is not supported: dlbridge.Array lives on the CPU, (1, 0)"
-        )));
-    }
-    Err(PyBufferError::new_err(format!(
-        "from_dlpack: device must be None, \"cpu\" or (1, 0), got {}",
-        capsule::bounded(&d.repr().map(|r| r.to_string()).unwrap_or_default())
-    )))
 }
 
 /// `dlbridge.asarray(obj)`: the buffer protocol (or DLPack), zero copy.

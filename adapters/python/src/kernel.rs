@@ -27,7 +27,8 @@ use pyo3::types::{PyTuple, PyType};
 use smallvec::SmallVec;
 
 use crate::array::PyArray;
-use crate::errors::{PyFail, locate};
+use crate::cuda::DeviceArrays;
+use crate::errors::{IntoPy, PyFail, locate};
 use crate::exchange::Api;
 use crate::import::{Mode, Tensor, import, is_ndarray, python_may_run};
 
@@ -139,10 +140,10 @@ impl<'py> PyAllocator<'py> for Numpy<'py> {
     }
 }
 
-/// Anything else: `dlbridge.Array`.
-impl<'py> PyAllocator<'py> for ArrayAllocator {
+/// Anything else: `dlbridge.Array`, on the call's device (host or CUDA).
+impl<'py> PyAllocator<'py> for DeviceArrays {
     fn claim(_: &Tensor<'py>) -> Option<Self> {
-        Some(ArrayAllocator)
+        Some(DeviceArrays)
     }
     fn to_py(&self, py: Python<'py>, out: dlbridge_array::Array) -> PyResult<Bound<'py, PyAny>> {
         Ok(Bound::new(py, PyArray::new(out))?.into_any())
@@ -243,28 +244,54 @@ impl PyKernel {
             None => std::ptr::null_mut(),
         } as usize;
 
-        if call.given_outputs().is_some() {
-            finish(py, &mut call, ArrayAllocator, stream, release)?;
-            let given = call.into_given_outputs().unwrap_or_default();
-            if let Some(o) = out.filter(|o| !o.is_none()) {
-                return Ok(o.clone().unbind());
-            }
-            return Ok(match given.len() {
-                1 => given.into_iter().next().map(|t| t.obj.unbind()).unwrap_or_else(|| py.None()),
-                _ => PyTuple::new(py, given.into_iter().map(|t| t.obj))?.into_any().unbind(),
-            });
+        // dlbridge's CUDA arrays are ordered on the legacy default stream (see
+        // `cuda`): a call on another stream waits for it, and it for the call.
+        let stream_u = stream as u64;
+        let order = if stream_u > dlbridge_cuda::stream::LEGACY {
+            call.operands()
+                .filter_map(|t| t.obj.cast::<PyArray>().ok().map(|a| a.get().array().device()))
+                .find(|&d| crate::cuda::is_cuda(d))
+                .map(crate::cuda::device)
+                .transpose()
+                .py_err()?
+        } else {
+            None
+        };
+        if let Some(dev) = &order {
+            dev.stream_wait(dlbridge_cuda::stream::LEGACY, stream_u).py_err()?;
         }
-        // The framework of the first tensor argument allocates the outputs: the
-        // first allocator that claims it. A new framework adds one line here.
-        let first = call.operands().next();
-        if let Some(a) = first.and_then(Exchange::claim) {
-            return finish(py, &mut call, a, stream, release);
+        let result = dispatch(py, call, out, stream, release);
+        if let Some(dev) = &order {
+            dev.stream_wait(stream_u, dlbridge_cuda::stream::LEGACY).py_err()?;
         }
-        if let Some(a) = first.and_then(Numpy::claim) {
-            return finish(py, &mut call, a, stream, release);
-        }
-        finish(py, &mut call, ArrayAllocator, stream, release)
+        result
     }
+}
+
+/// Allocates the outputs (given ones, the first tensor's framework, NumPy, or
+/// `dlbridge.Array`) and runs.
+fn dispatch<'py>(py: Python<'py>, mut call: Call<'_, 'py>, out: Option<&Bound<'py, PyAny>>, stream: usize, release: bool) -> PyResult<Py<PyAny>> {
+    if call.given_outputs().is_some() {
+        finish(py, &mut call, DeviceArrays, stream, release)?;
+        let given = call.into_given_outputs().unwrap_or_default();
+        if let Some(o) = out.filter(|o| !o.is_none()) {
+            return Ok(o.clone().unbind());
+        }
+        return Ok(match given.len() {
+            1 => given.into_iter().next().map(|t| t.obj.unbind()).unwrap_or_else(|| py.None()),
+            _ => PyTuple::new(py, given.into_iter().map(|t| t.obj))?.into_any().unbind(),
+        });
+    }
+    // The framework of the first tensor argument allocates the outputs: the
+    // first allocator that claims it. A new framework adds one line here.
+    let first = call.operands().next();
+    if let Some(a) = first.and_then(Exchange::claim) {
+        return finish(py, &mut call, a, stream, release);
+    }
+    if let Some(a) = first.and_then(Numpy::claim) {
+        return finish(py, &mut call, a, stream, release);
+    }
+    finish(py, &mut call, DeviceArrays, stream, release)
 }
 
 /// Allocates with `alloc`, runs (releasing the GIL when asked) and returns

@@ -17,8 +17,10 @@
 //! | `dlbridge.Array.__dlpack_c_exchange_api__` (the DLPack C exchange API: one C call per import) | yes |
 //! | kernel outputs: torch via the exchange allocator, NumPy via `numpy.empty`, else `dlbridge.Array` | allocated by the caller's framework |
 //!
-//! Devices: CPU here (the exchange API passes CUDA tensors and streams through
-//! to kernels registered for CUDA). Unsafe code lives in `exchange` (the C
+//! Devices: CPU and CUDA. The exchange API passes CUDA tensors and streams
+//! through to kernels registered for CUDA; `dlbridge.Array` holds host or
+//! CUDA memory (`cuda`: its stream rule, copies between devices, device
+//! memory for outputs). Unsafe code lives in `exchange` (the C
 //! exchange API, consumed), `array_exchange` (the C exchange API dlbridge.Array offers), `buffer` (the buffer protocol), `array` (buffer export),
 //! `capsule`, `import` (views of imported tensors) and `inspect`, each with its invariants written down.
 
@@ -32,6 +34,7 @@ pub mod array_exchange;
 pub mod buffer;
 #[allow(unsafe_code)]
 pub mod capsule;
+pub mod cuda;
 pub mod errors;
 #[allow(unsafe_code)]
 pub mod exchange;

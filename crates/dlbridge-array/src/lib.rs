@@ -19,8 +19,9 @@
 //! Dtypes: every DLPack dtype for storage and DLPack exchange; typed access
 //! (`as_slice`, `to_vec`) for the [`Element`] types; [`Array::scalars`] reads
 //! every single-lane dtype (float8/6/4, sub-byte integers, complex, bool) as
-//! plain values. Devices: CPU-accessible
-//! memory only (CPU, CUDA pinned/managed imports).
+//! plain values. Devices: arrays made here are in host memory; an imported
+//! tensor may be on any device (a CUDA tensor is held, viewed and exported
+//! with zero copies, and host reads of it are errors naming the device).
 //!
 //! Mutation: [`Array::view_mut`] is granted only to a handle whose memory no
 //! other `Array`, view or export shares (the storage's reference count is 1)
@@ -51,7 +52,7 @@ pub use scalar::{Scalar, Scalars};
 
 type Dims = SmallVec<[i64; 6]>;
 
-/// An n-dimensional array of any DLPack dtype in CPU-accessible memory.
+/// An n-dimensional array of any DLPack dtype (host memory, or an imported device tensor).
 ///
 /// Cloning, transposing and slicing share memory; see the crate docs.
 #[derive(Clone)]
@@ -216,7 +217,7 @@ impl Array {
     pub fn dtype(&self) -> DType {
         self.dtype
     }
-    /// The device (always host accessible).
+    /// The device (host memory for arrays made here; an import's own device).
     #[inline]
     pub fn device(&self) -> Device {
         self.device
@@ -430,9 +431,13 @@ impl Array {
         Ok(out)
     }
 
-    /// A contiguous copy of the array (always a fresh, unshared allocation).
+    /// A contiguous copy of the array (always a fresh, unshared allocation in
+    /// host memory; refused for memory the host cannot read).
     #[inline]
     pub fn contiguous(&self) -> Result<Array> {
+        if !self.device.is_host_accessible() {
+            return Err(Error::UnsupportedDevice { got: self.device, what: "Array::contiguous copies in host memory".into() });
+        }
         let mut out = Array::zeros(self.dtype, &self.shape)?;
         out.flags = self.flags & Flags::IS_SUBBYTE_TYPE_PADDED;
         out.view_mut()?.copy_from(&self.view())?;
@@ -469,13 +474,14 @@ impl Array {
     }
 
     /// Imports a DLPack tensor with zero copies: the Array keeps the foreign
-    /// owner alive and the deleter runs when the last handle drops. The memory
-    /// must be CPU accessible; READ_ONLY stays read-only.
+    /// owner alive and the deleter runs when the last handle drops; READ_ONLY
+    /// stays read-only. Memory of any device is held (a CUDA tensor included):
+    /// views, exports and kernel calls work on it, and everything that reads
+    /// the elements on the host (`as_slice`, `to_vec`, `scalars`, `contiguous`)
+    /// is an [`Error::UnsupportedDevice`] naming the device for memory the host
+    /// cannot read.
     pub fn from_managed(tensor: ManagedTensor) -> Result<Array> {
         let device = tensor.device();
-        if !device.is_host_accessible() {
-            return Err(Error::UnsupportedDevice { got: device, what: "dlbridge Array holds CPU-accessible memory".into() });
-        }
         let view = tensor.view();
         let (data, shape, strides, dtype, flags, extent) = (
             view.data_ptr().cast_mut().cast::<u8>(),

@@ -1,6 +1,6 @@
 use dlbridge_array::{ALIGN, Array};
 use dlbridge_core::testing::{Fields, ForeignTensor};
-use dlbridge_core::{DType, ErrorKind, Flags, ManagedTensor};
+use dlbridge_core::{DType, Device, ErrorKind, Flags, ManagedTensor};
 
 #[test]
 fn zeros_are_64_byte_aligned_and_zero() {
@@ -144,13 +144,27 @@ fn read_only_imports_stay_read_only() {
 }
 
 #[test]
-fn device_memory_is_refused_and_released() {
-    let mut foreign = ForeignTensor::new(&Fields { device: (2, 0), ..Fields::f32(&[2]) });
+fn device_memory_is_held_with_zero_copies_and_never_read_on_the_host() {
+    let mut foreign = ForeignTensor::new(&Fields { device: (2, 0), ..Fields::f32(&[2, 3]) });
     // SAFETY: the ForeignTensor outlives the ManagedTensor; CUDA data is never read.
     let t = unsafe { ManagedTensor::from_raw_versioned(foreign.versioned_ptr()) }.unwrap();
-    let e = Array::from_managed(t).unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::Buffer);
-    assert!(e.to_string().contains("cuda:0"), "{e}");
+    let data = t.view().data_ptr().cast::<u8>();
+    let a = Array::from_managed(t).unwrap();
+    assert_eq!(a.device(), Device::cuda(0));
+    assert_eq!(a.data_ptr(), data, "imported with a copy");
+    // Views and exports are metadata: they work, sharing the device memory.
+    let t = a.t().unwrap();
+    assert_eq!((t.shape(), t.strides(), t.data_ptr()), (&[3, 2][..], &[1, 3][..], data));
+    let back = t.to_managed().unwrap();
+    assert_eq!((back.device(), back.view().data_ptr().cast::<u8>()), (Device::cuda(0), data));
+    drop(back);
+    // Every host read is refused, naming the device.
+    for e in [a.to_vec::<f32>().unwrap_err(), a.contiguous().unwrap_err(), a.scalars().err().unwrap(), a.as_slice::<f32>().unwrap_err()] {
+        assert_eq!(e.kind(), ErrorKind::Buffer, "{e}");
+        assert!(e.to_string().contains("cuda:0"), "{e}");
+    }
+    assert_eq!(foreign.deleter_calls(), 0);
+    drop((a, t));
     assert_eq!(foreign.deleter_calls(), 1);
 }
 
