@@ -8,6 +8,12 @@ by the framework of the first array argument (torch, NumPy, else ``dlbridge.Arra
 passed after the inputs (positionally, as in CuPy, or with ``out=``). The C++ for each
 combination of dtypes is generated, compiled by the system compiler (``$CXX``, else
 ``c++``) and cached on disk on first use.
+
+On CUDA tensors (torch ``cuda`` tensors, any ``__dlpack__`` producer on ``cuda``) the
+same kernel runs on the GPU, as CuPy runs it: CUDA C generated from the same text,
+compiled by NVRTC for the device on first use (cached on disk), launched on the caller's
+stream (torch's current stream). Outputs, and the 0-d arrays Python scalars become, are
+made by torch on the inputs' device.
 """
 
 from __future__ import annotations
@@ -103,8 +109,9 @@ class ElementwiseKernel:
     is the flat index of the element, ``_ind.size()`` the number of elements. CUDA
     qualifiers (``__device__``) in ``preamble`` compile on the CPU.
 
-    ``reduce_dims``, ``options`` (NVRTC options) and ``block_size`` are CuPy's CUDA launch
-    details and have no effect on the CPU.
+    On CUDA tensors the kernel runs on the GPU (CUDA C from the same text, NVRTC).
+    ``reduce_dims``, ``options`` (NVRTC options) and ``block_size`` are CuPy's launch
+    details: accepted for compatibility, dlbridge chooses its own.
     """
 
     def __init__(
@@ -194,6 +201,17 @@ class ElementwiseKernel:
                 dtype = bound.setdefault(p.dtype, _scalar_dtype(a))
             converted.append(_zero_d(a, dtype, like))
         return converted
+
+
+def _permuted(a: Any, perm: list[int]) -> Any:
+    """A zero-copy view of ``a`` with its axes in the order ``perm``, in ``a``'s own
+    framework where it has one (a torch tensor stays on its device)."""
+    fw = _framework(a)
+    if fw == "torch":
+        return a.permute(*perm)
+    if fw == "numpy":
+        return a.transpose(perm)
+    return _dlbridge.from_dlpack(a).transpose(perm)
 
 
 def _empty(shape: tuple[int, ...], dtype: str, like: Any) -> Any:
@@ -287,7 +305,7 @@ class ReductionKernel:
         kept = [d for d in range(ndim) if d not in axes]
         perm = kept + axes
         if perm != list(range(ndim)):
-            ins = [_dlbridge.from_dlpack(a).transpose(perm) for a in ins]
+            ins = [_permuted(a, perm) for a in ins]
         out_shape = tuple(shape[d] for d in kept)
         keep_shape = tuple(1 if d in axes else shape[d] for d in range(ndim))
         if not outs:

@@ -384,8 +384,7 @@ pub fn copy_on_device(view: &dlbridge_core::TensorView<'_>) -> Result<ManagedTen
     let block = dev.pool.malloc(len, stream::LEGACY)?;
     if len > 0 {
         dev.bind()?;
-        raw::copy_dtod(block.ptr(), lo, len, stream::LEGACY)
-            .map_err(|e| Error::Runtime(format!("copy on cuda:{}: {e}", dev.ordinal)))?;
+        raw::copy_dtod(block.ptr(), lo, len, stream::LEGACY).map_err(|e| Error::Runtime(format!("copy on cuda:{}: {e}", dev.ordinal)))?;
     }
     let data = block.ptr() + offset as u64;
     let desc = TensorDesc {

@@ -32,6 +32,7 @@
 
 pub mod array;
 pub mod builtins;
+pub mod generated;
 pub mod indexer;
 pub mod kernels;
 pub mod launch;

@@ -110,7 +110,15 @@ pub fn rounded(bytes: usize) -> Option<usize> {
 impl<A: RawAlloc> Pool<A> {
     /// A pool over `raw`.
     pub fn new(raw: A) -> Arc<Pool<A>> {
-        Arc::new(Pool { books: Mutex::new(Books { raw, free: HashMap::new(), live: BTreeMap::new(), lent: HashSet::new(), stats: PoolStats::default() }) })
+        Arc::new(Pool {
+            books: Mutex::new(Books {
+                raw,
+                free: HashMap::new(),
+                live: BTreeMap::new(),
+                lent: HashSet::new(),
+                stats: PoolStats::default(),
+            }),
+        })
     }
 
     fn books(&self) -> MutexGuard<'_, Books<A>> {

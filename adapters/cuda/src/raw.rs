@@ -124,7 +124,11 @@ pub(crate) fn copy_dtoh_at(dst: &mut [u8], src: CUdeviceptr) -> Result<(), cudar
 /// A host tensor with `desc`'s layout whose element 0 is at byte `offset` of
 /// `buf`'s memory (a byte buffer from `Array::zeros`, 64-byte aligned), which
 /// the export keeps alive.
-pub(crate) fn export_host_span(buf: dlbridge_array::Array, offset: usize, desc: &dlbridge_core::TensorDesc<'_>) -> dlbridge_core::Result<dlbridge_core::ManagedTensor> {
+pub(crate) fn export_host_span(
+    buf: dlbridge_array::Array,
+    offset: usize,
+    desc: &dlbridge_core::TensorDesc<'_>,
+) -> dlbridge_core::Result<dlbridge_core::ManagedTensor> {
     let data = buf.data_ptr().wrapping_add(offset).cast_mut().cast::<std::ffi::c_void>();
     // SAFETY: `buf` is a contiguous u8 array holding the copied byte span of a
     // view whose element 0 was `offset` bytes into the span, so `desc`'s layout
@@ -179,7 +183,12 @@ pub(crate) fn launch(
     // inside them (checked on the host by kernels/cuda/host_test.cpp). A
     // `raw_kernel` runs the user's own device code: like a plugin's native code
     // it is trusted to match its signature and stay inside its tensors (the
-    // registry can check the tensors, not what the code does with them).
+    // registry can check the tensors, not what the code does with them). A
+    // `generated` function (dlbridge-compile's kernels from source) gets the
+    // parameter list its generator wrote (`LaunchArg`s of exactly those C
+    // types) and validated views; the generated code addresses elements through
+    // their indexers and bounds-checks `raw` indices, and the user's operation
+    // text inside it is trusted as a raw kernel's is.
     unsafe { cudarc::driver::result::launch_kernel(f, (cfg.grid, 1, 1), (cfg.block, 1, 1), cfg.shared, stream.cast(), params) }
 }
 

@@ -32,7 +32,7 @@ fn host_arrays_round_trip_through_device_memory() {
 
 #[test]
 fn copies_of_strided_device_views_keep_their_layout_and_values() {
-    let Some(dev) = device_or_skip() else { return };
+    let Some(_dev) = device_or_skip() else { return };
     let host = Array::from_vec((0..24).map(f64::from).collect::<Vec<_>>(), &[4, 6]).unwrap();
     let m = dlbridge_cuda::array::copy_from_host(0, &host).unwrap();
     let d = Array::from_managed(m).unwrap();

@@ -409,7 +409,9 @@ impl PyArray {
     #[pyo3(signature = (device, /, *, stream=None))]
     fn to_device(slf: &Bound<'_, Self>, device: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
         if stream.is_some_and(|s| !s.is_none()) {
-            return Err(PyValueError::new_err("to_device: stream must be None (dlbridge's CUDA arrays are ordered on the legacy default stream)"));
+            return Err(PyValueError::new_err(
+                "to_device: stream must be None (dlbridge's CUDA arrays are ordered on the legacy default stream)",
+            ));
         }
         let to = parse_device(device)?;
         let a = &slf.get().inner;

@@ -29,8 +29,8 @@ use dlbridge_array::Array;
 use dlbridge_core::{Device, DeviceType, Error, ManagedTensor};
 use dlbridge_cuda::stream::LEGACY;
 use dlbridge_cuda::{CudaDevice, array as cuda_array};
-use dlbridge_registry::binding::Allocator;
 use dlbridge_registry::OutputSpec;
+use dlbridge_registry::binding::Allocator;
 use dlpark::python::{CudaStreamRequest, ExportRequest};
 use pyo3::prelude::*;
 

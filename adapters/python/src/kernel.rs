@@ -270,7 +270,13 @@ impl PyKernel {
 
 /// Allocates the outputs (given ones, the first tensor's framework, NumPy, or
 /// `dlbridge.Array`) and runs.
-fn dispatch<'py>(py: Python<'py>, mut call: Call<'_, 'py>, out: Option<&Bound<'py, PyAny>>, stream: usize, release: bool) -> PyResult<Py<PyAny>> {
+fn dispatch<'py>(
+    py: Python<'py>,
+    mut call: Call<'_, 'py>,
+    out: Option<&Bound<'py, PyAny>>,
+    stream: usize,
+    release: bool,
+) -> PyResult<Py<PyAny>> {
     if call.given_outputs().is_some() {
         finish(py, &mut call, DeviceArrays, stream, release)?;
         let given = call.into_given_outputs().unwrap_or_default();

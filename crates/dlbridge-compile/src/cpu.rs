@@ -514,36 +514,42 @@ inline int32_t from_exception(const char* kernel, char* err, size_t err_len) {
 
 /// Generated source, counting lines so that `#line` directives can point
 /// back at the true line.
-struct Src {
-    text: String,
+pub(crate) struct Src {
+    pub(crate) text: String,
     newlines: usize,
+    file: &'static str,
 }
 
 impl Src {
-    fn new() -> Src {
-        Src { text: String::with_capacity(32 * 1024), newlines: 0 }
+    pub(crate) fn new() -> Src {
+        Src::for_file(GENERATED_FILE)
     }
-    fn push(&mut self, s: &str) {
+    /// Generated lines are numbered as `file`.
+    pub(crate) fn for_file(file: &'static str) -> Src {
+        Src { text: String::with_capacity(32 * 1024), newlines: 0, file }
+    }
+    pub(crate) fn push(&mut self, s: &str) {
         self.newlines += s.bytes().filter(|&b| b == b'\n').count();
         self.text.push_str(s);
     }
-    fn line(&mut self, s: &str) {
+    pub(crate) fn line(&mut self, s: &str) {
         self.push(s);
         self.push("\n");
     }
     /// Returns to the generated file's own numbering.
-    fn resync(&mut self) {
+    pub(crate) fn resync(&mut self) {
         // The directive sits on physical line `newlines + 1`, so the next
         // line is `newlines + 2`.
         let next = self.newlines + 2;
-        self.line(&format!("#line {next} \"{GENERATED_FILE}\""));
+        let file = self.file;
+        self.line(&format!("#line {next} \"{file}\""));
     }
     /// User text, numbered as its own file `label`, then `closer` (`;` after
     /// a statement, `)` after an expression) on a line of its own, still in
     /// the user's numbering: harmless when the text ends with one, safe
     /// after a trailing `//` comment, and an unfinished text is reported in
     /// the user's file, not in generated code.
-    fn user(&mut self, label: &str, text: &str, closer: &str) {
+    pub(crate) fn user(&mut self, label: &str, text: &str, closer: &str) {
         self.line(&format!("#line 1 \"{label}\""));
         self.push(text);
         if !text.ends_with('\n') {
@@ -557,7 +563,7 @@ impl Src {
 }
 
 /// A C++ string literal holding `s` (escaped; non-ASCII as octal escapes).
-fn c_string(s: &str) -> String {
+pub(crate) fn c_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for b in s.bytes() {
@@ -576,7 +582,7 @@ fn c_string(s: &str) -> String {
 }
 
 /// One line of `text` for the kernel's description: whitespace collapsed, cut.
-fn summary(text: &str) -> String {
+pub(crate) fn summary(text: &str) -> String {
     let one: Vec<&str> = text.split_whitespace().collect();
     let one = one.join(" ");
     if one.chars().count() > 120 { format!("{}...", one.chars().take(117).collect::<String>()) } else { one }

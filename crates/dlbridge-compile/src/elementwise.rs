@@ -47,6 +47,7 @@ pub struct ElementwiseKernel {
     spec: Arc<ElementwiseSpec>,
     signature: String,
     specs: Arc<Specialisations>,
+    cuda_specs: Arc<crate::cuda::CudaSpecialisations>,
 }
 
 impl std::fmt::Debug for ElementwiseKernel {
@@ -64,7 +65,12 @@ impl ElementwiseKernel {
         // The derived signature must be one the registry accepts (a bug here, not the user's).
         Signature::parse(&signature)
             .map_err(|e| Error::Runtime(format!("ElementwiseKernel {name}: derived signature `{signature}`: {e}")))?;
-        Ok(ElementwiseKernel { spec: Arc::new(spec), signature, specs: Arc::new(Specialisations::default()) })
+        Ok(ElementwiseKernel {
+            spec: Arc::new(spec),
+            signature,
+            specs: Arc::new(Specialisations::default()),
+            cuda_specs: Arc::new(Specialisations::default()),
+        })
     }
 
     /// The registry signature derived from the parameters.
@@ -77,12 +83,31 @@ impl ElementwiseKernel {
         &self.spec.name
     }
 
-    /// How many specialisations this kernel has built or loaded so far.
+    /// How many CPU specialisations this kernel has built or loaded so far.
     pub fn specialisations(&self) -> usize {
-        self.specs.slots.lock().unwrap_or_else(|p| p.into_inner()).values().filter(|s| s.lock().is_ok_and(|s| s.is_some())).count()
+        self.specs.built()
     }
 
-    /// The definition to register: a CPU implementation that builds the
+    /// How many CUDA specialisations (dtypes and device) it has compiled and loaded so far.
+    pub fn cuda_specialisations(&self) -> usize {
+        self.cuda_specs.built()
+    }
+
+    /// The definitions [`register`](Self::register) registers: the CPU one
+    /// ([`def`](Self::def)) and the CUDA one ([`cuda_def`](Self::cuda_def)),
+    /// with the same signature.
+    pub fn defs(&self) -> Vec<KernelDef> {
+        vec![self.def(), self.cuda_def()]
+    }
+
+    /// The CUDA definition: CUDA C generated for the call's dtypes, compiled
+    /// with NVRTC for the call's device on first use (see [`crate::cuda`]).
+    pub fn cuda_def(&self) -> KernelDef {
+        let imp = crate::cuda::cuda_impl(crate::cuda::Plan::Elementwise(self.spec.clone()), self.cuda_specs.clone());
+        KernelDef { device: DeviceType::CUDA, imp, ..self.def() }
+    }
+
+    /// The CPU definition: a CPU implementation that builds the
     /// specialisation for the call's dtypes on first use.
     pub fn def(&self) -> KernelDef {
         let spec = self.spec.clone();
@@ -100,11 +125,12 @@ impl ElementwiseKernel {
         }
     }
 
-    /// Registers the kernel under its name (replacing an earlier kernel
-    /// compiled from source under that name; any other kernel of that name is
-    /// a conflict) and returns it.
+    /// Registers the kernel under its name, on the CPU and on CUDA
+    /// ([`defs`](Self::defs)), replacing an earlier kernel compiled from
+    /// source under that name (any other kernel of that name is a conflict),
+    /// and returns it.
     pub fn register(&self, registry: &Registry) -> Result<Arc<Kernel>> {
-        registry.register_replacing(vec![self.def()], |k| k.origins().all(|(_, o)| o.starts_with(ORIGIN_PREFIX)))
+        registry.register_replacing(self.defs(), |k| k.origins().all(|(_, o)| o.starts_with(ORIGIN_PREFIX)))
     }
 }
 
@@ -175,21 +201,35 @@ pub(crate) fn load_one(path: &Path, expected: &str) -> Result<DynKernelFn> {
 /// The specialisations of one kernel, by dtypes. Each slot has a lock of its
 /// own: threads calling with the same new dtypes wait for one compilation;
 /// other dtypes are not held up.
-#[derive(Default)]
-pub(crate) struct Specialisations {
-    slots: Mutex<HashMap<Vec<DType>, Slot>>,
+pub(crate) struct Specialisations<K = Vec<DType>> {
+    slots: Mutex<HashMap<K, Slot>>,
+}
+
+impl<K> Default for Specialisations<K> {
+    fn default() -> Self {
+        Specialisations { slots: Mutex::new(HashMap::new()) }
+    }
 }
 
 /// One specialisation: built once, under its own lock.
 type Slot = Arc<Mutex<Option<DynKernelFn>>>;
 
-impl Specialisations {
-    pub(crate) fn get(&self, dtypes: &[DType], build: impl FnOnce() -> Result<DynKernelFn>) -> Result<DynKernelFn> {
+impl<K: std::hash::Hash + Eq + Clone> Specialisations<K> {
+    /// How many are built.
+    pub(crate) fn built(&self) -> usize {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner()).values().filter(|s| s.lock().is_ok_and(|s| s.is_some())).count()
+    }
+
+    pub(crate) fn get<Q>(&self, key: &Q, build: impl FnOnce() -> Result<DynKernelFn>) -> Result<DynKernelFn>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let slot = {
             let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-            match slots.get(dtypes) {
+            match slots.get(key) {
                 Some(s) => s.clone(),
-                None => slots.entry(dtypes.to_vec()).or_default().clone(),
+                None => slots.entry(key.to_owned()).or_default().clone(),
             }
         };
         let mut s = slot.lock().unwrap_or_else(|p| p.into_inner());

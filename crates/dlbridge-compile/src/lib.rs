@@ -10,8 +10,12 @@
 //! | [`ReductionKernel`] | CuPy's `ReductionKernel`: map / reduce / post-map with an identity, `axis`, `keepdims` |
 //! | [`params`] | the parameter language and the signature derived from it |
 //! | [`cpu`] | C++ generated per dtype combination: a plugin through the existing ABI |
+//! | [`cuda`] | CUDA C generated per dtype combination, compiled with NVRTC, run on the call's stream (`cuda` tensors) |
 //! | [`toolchain`] | the system C++ compiler (`$CXX`, else `c++`), diagnostics mapped to the user's text |
 //! | [`cache`] | the disk cache of compiled libraries (write, then rename; shared by processes) |
+//!
+//! Both kernels register a CPU and a CUDA implementation under one
+//! signature: the registry picks by the tensors' device.
 //!
 //! One specialisation per combination of dtypes is built on first use
 //! (thread-safe: concurrent first calls compile once) and loaded through the
@@ -20,6 +24,7 @@
 
 pub mod cache;
 pub mod cpu;
+pub mod cuda;
 pub mod elementwise;
 pub mod params;
 pub mod reduction;

@@ -34,6 +34,7 @@ pub struct ReductionKernel {
     spec: Arc<ReductionSpec>,
     signature: String,
     specs: Arc<Specialisations>,
+    cuda_specs: Arc<crate::cuda::CudaSpecialisations>,
 }
 
 impl std::fmt::Debug for ReductionKernel {
@@ -71,7 +72,12 @@ impl ReductionKernel {
         let signature = spec.signature();
         Signature::parse(&signature)
             .map_err(|e| Error::Runtime(format!("ReductionKernel {name}: derived signature `{signature}`: {e}")))?;
-        Ok(ReductionKernel { spec: Arc::new(spec), signature, specs: Arc::new(Specialisations::default()) })
+        Ok(ReductionKernel {
+            spec: Arc::new(spec),
+            signature,
+            specs: Arc::new(Specialisations::default()),
+            cuda_specs: Arc::new(Specialisations::default()),
+        })
     }
 
     /// The registry signature (outputs as `mut` tensors).
@@ -84,7 +90,28 @@ impl ReductionKernel {
         &self.spec.name
     }
 
-    /// The definition to register.
+    /// How many CPU specialisations it has built or loaded so far.
+    pub fn specialisations(&self) -> usize {
+        self.specs.built()
+    }
+
+    /// How many CUDA specialisations (dtypes and device) it has compiled and loaded so far.
+    pub fn cuda_specialisations(&self) -> usize {
+        self.cuda_specs.built()
+    }
+
+    /// The definitions [`register`](Self::register) registers: CPU and CUDA, one signature.
+    pub fn defs(&self) -> Vec<KernelDef> {
+        vec![self.def(), self.cuda_def()]
+    }
+
+    /// The CUDA definition (see [`crate::cuda`]).
+    pub fn cuda_def(&self) -> KernelDef {
+        let imp = crate::cuda::cuda_impl(crate::cuda::Plan::Reduction(self.spec.clone()), self.cuda_specs.clone());
+        KernelDef { device: DeviceType::CUDA, imp, ..self.def() }
+    }
+
+    /// The CPU definition.
     pub fn def(&self) -> KernelDef {
         let spec = self.spec.clone();
         let imp = specialising(&self.spec.name, self.spec.type_vars(), self.specs.clone(), move |bind| build(&spec, bind));
@@ -103,7 +130,7 @@ impl ReductionKernel {
 
     /// Registers the kernel under its name (as [`ElementwiseKernel::register`](crate::ElementwiseKernel::register)).
     pub fn register(&self, registry: &Registry) -> Result<Arc<Kernel>> {
-        registry.register_replacing(vec![self.def()], |k| k.origins().all(|(_, o)| o.starts_with(ORIGIN_PREFIX)))
+        registry.register_replacing(self.defs(), |k| k.origins().all(|(_, o)| o.starts_with(ORIGIN_PREFIX)))
     }
 
     /// Runs `kernel` (this kernel, registered) on `inputs` reduced over

@@ -1,0 +1,183 @@
+"""dlbridge.ElementwiseKernel / ReductionKernel on torch CUDA tensors.
+
+CuPy's documented examples, run as written on torch ``cuda`` tensors, against torch's own
+results; outputs allocated by torch on the inputs' device; broadcasting, strided and
+transposed inputs, scalars, ``axis=`` / ``keepdims=``; and the kernel launched on torch's
+current stream. Needs a GPU and a CUDA build of torch; skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import dlbridge
+import dlbridge.cuda
+
+torch = pytest.importorskip("torch")
+
+GPU = torch.cuda.is_available() and dlbridge.cuda.is_available()
+NO_GPU_REASON = (
+    f"no GPU: torch.cuda.is_available()={torch.cuda.is_available()}, "
+    f"dlbridge: {dlbridge.cuda.unavailable_reason()}"
+)
+pytestmark = pytest.mark.skipif(not GPU, reason=NO_GPU_REASON)
+
+
+def _cuda(*shape, dtype=None, seed=0):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    t = torch.randn(*shape, generator=g, dtype=torch.float64)
+    return t.to(dtype or torch.float32).cuda()
+
+
+# ---- CuPy's ElementwiseKernel examples, as written -------------------------------------
+
+
+def test_squared_diff_float32_runs_on_the_gpu_and_torch_allocates_the_output():
+    squared_diff = dlbridge.ElementwiseKernel(
+        "float32 x, float32 y", "float32 z", "z = (x - y) * (x - y)", "squared_diff_cuda32"
+    )
+    x = torch.arange(10, dtype=torch.float32, device="cuda").reshape(2, 5)
+    y = torch.arange(5, dtype=torch.float32, device="cuda")
+    z = squared_diff(x, y)
+    assert isinstance(z, torch.Tensor) and z.device == x.device and z.dtype == torch.float32
+    torch.testing.assert_close(z, (x - y) * (x - y), rtol=0, atol=0)
+    # With an output given (CuPy passes it after the inputs).
+    out = torch.empty(2, 5, device="cuda")
+    r = squared_diff(x, 5.0, out)
+    assert r is out
+    torch.testing.assert_close(out, (x - 5) * (x - 5), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.int64, torch.uint8, torch.int8])
+def test_squared_diff_generic_matches_torch_for_every_dtype(dtype):
+    squared_diff_generic = dlbridge.ElementwiseKernel(
+        "T x, T y", "T z", "z = (x - y) * (x - y)", "squared_diff_generic_cuda"
+    )
+    if dtype.is_floating_point:
+        x, y = _cuda(3, 4, dtype=dtype, seed=1), _cuda(4, dtype=dtype, seed=2)
+    else:
+        x = torch.randint(0, 10, (3, 4), dtype=dtype, device="cuda")
+        y = torch.randint(0, 10, (4,), dtype=dtype, device="cuda")
+    z = squared_diff_generic(x, y)
+    assert z.dtype == dtype and z.device == x.device
+    torch.testing.assert_close(z, (x - y) * (x - y), rtol=0, atol=0)
+
+
+def test_a_scalar_argument_becomes_a_0d_tensor_on_the_inputs_device():
+    squared_diff_generic = dlbridge.ElementwiseKernel(
+        "T x, T y", "T z", "z = (x - y) * (x - y)", "squared_diff_scalar_cuda"
+    )
+    x = _cuda(100, seed=3)
+    z = squared_diff_generic(x, 5)
+    torch.testing.assert_close(z, (x - 5) * (x - 5), rtol=0, atol=0)
+
+
+def test_add_reverse_with_a_raw_argument():
+    add_reverse = dlbridge.ElementwiseKernel(
+        "T x, raw T y", "T z", "z = x + y[_ind.size() - i - 1]", "add_reverse_cuda"
+    )
+    x = torch.arange(5, dtype=torch.float32, device="cuda")
+    y = torch.arange(5, dtype=torch.float32, device="cuda") * 10
+    z = add_reverse(x, y)
+    torch.testing.assert_close(z, x + y.flip(0), rtol=0, atol=0)
+
+
+def test_strided_and_transposed_inputs_and_loop_prep():
+    k = dlbridge.ElementwiseKernel(
+        "T x, T y",
+        "T z",
+        "z = x * scale + y",
+        "strided_cuda",
+        loop_prep="T scale = (T)2;",
+        preamble="__device__ float unused_helper(float v) { return v; }",
+    )
+    base = _cuda(6, 8, seed=4)
+    x = base.t()  # [8, 6], transposed
+    y = _cuda(8, 12, seed=5)[:, ::2]  # every other column
+    z = k(x, y)
+    assert z.shape == (8, 6)
+    torch.testing.assert_close(z, x * 2 + y, rtol=0, atol=0)
+
+
+def test_an_empty_tensor_gives_an_empty_result():
+    k = dlbridge.ElementwiseKernel("T x", "T z", "z = x + 1", "empty_cuda")
+    z = k(torch.empty(0, 3, device="cuda"))
+    assert z.shape == (0, 3) and z.device.type == "cuda"
+
+
+def test_a_compile_error_points_at_the_operation():
+    k = dlbridge.ElementwiseKernel("T x", "T z", "z = x +\n  not_declared;", "broken_cuda_py")
+    with pytest.raises(Exception) as e:
+        k(torch.ones(3, device="cuda"))
+    assert "operation line 2" in str(e.value) and "not_declared" in str(e.value)
+
+
+def test_float16_is_refused_on_cuda_with_a_type_error():
+    k = dlbridge.ElementwiseKernel("float16 x", "float32 z", "z = x", "f16_cuda")
+    with pytest.raises(TypeError) as e:
+        k(torch.ones(3, dtype=torch.float16, device="cuda"))
+    assert "f16" in str(e.value)
+
+
+# ---- CuPy's ReductionKernel examples ----------------------------------------------------
+
+
+def test_l2norm_over_axis_1_matches_torch():
+    l2norm_kernel = dlbridge.ReductionKernel(
+        "T x",  # input params
+        "T y",  # output params
+        "x * x",  # map
+        "a + b",  # reduce
+        "y = sqrt(a)",  # post-reduction map
+        "0",  # identity value
+        "l2norm_cuda",  # kernel name
+    )
+    x = torch.arange(10, dtype=torch.float32, device="cuda").reshape(2, 5)
+    y = l2norm_kernel(x, axis=1)
+    assert y.device == x.device and y.shape == (2,)
+    torch.testing.assert_close(y, torch.linalg.vector_norm(x, dim=1))
+    big = _cuda(3, 100_000, dtype=torch.float64, seed=6)
+    torch.testing.assert_close(l2norm_kernel(big, axis=1), torch.linalg.vector_norm(big, dim=1))
+
+
+def test_reductions_over_other_axes_keepdims_and_without_identity():
+    max_kernel = dlbridge.ReductionKernel("T x", "T y", "x", "max(a, b)", "y = a", None, "max_cuda")
+    x = _cuda(4, 5, 6, seed=7)
+    torch.testing.assert_close(max_kernel(x, axis=0), x.amax(dim=0), rtol=0, atol=0)
+    torch.testing.assert_close(max_kernel(x, axis=(0, 2)), x.amax(dim=(0, 2)), rtol=0, atol=0)
+    r = max_kernel(x, axis=1, keepdims=True)
+    assert r.shape == (4, 1, 6)
+    torch.testing.assert_close(r, x.amax(dim=1, keepdim=True), rtol=0, atol=0)
+    torch.testing.assert_close(max_kernel(x), x.amax(), rtol=0, atol=0)
+    with pytest.raises(Exception) as e:
+        max_kernel(torch.empty(3, 0, device="cuda"), axis=1)
+    assert "no identity" in str(e.value)
+
+
+def test_a_mean_with_a_reduce_type():
+    mean = dlbridge.ReductionKernel(
+        "T x", "T y", "x", "a + b", "y = a / _J", "0", "mean_cuda", reduce_type="float64"
+    )
+    x = _cuda(7, 333, seed=8)
+    torch.testing.assert_close(mean(x, axis=1), x.double().mean(dim=1).float())
+
+
+# ---- streams ---------------------------------------------------------------------------
+
+
+def test_kernels_run_on_torchs_current_stream():
+    k = dlbridge.ElementwiseKernel("T x", "T z", "z = x * x", "square_on_stream")
+    red = dlbridge.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_on_stream")
+    s = torch.cuda.Stream()
+    x = torch.zeros(1 << 20, device="cuda")
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        # A long op queued on s, then x filled on s: the kernels read 3s only if they run
+        # on s too (on another stream they would read the zeros).
+        torch.cuda._sleep(50_000_000)
+        x.fill_(3.0)
+        z = k(x)
+        total = red(x.reshape(1024, 1024), axis=1)
+    s.synchronize()
+    torch.testing.assert_close(z, torch.full_like(x, 9.0), rtol=0, atol=0)
+    torch.testing.assert_close(total, torch.full((1024,), 3.0 * 1024, device="cuda"))
