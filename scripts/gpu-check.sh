@@ -8,7 +8,9 @@
 #   scripts/gpu-check.sh [run]     (on the GPU machine: needs only Linux x86-64, an
 #                                  NVIDIA GPU and a CUDA 12 or 13 driver; no Rust, no
 #                                  internet) runs them, from a checkout or a copy of
-#                                  target/gpu-check/ with this script beside it
+#                                  target/gpu-check/ with this script beside it, then
+#                                  python/bench/bench_cuda.py (GPU_CHECK_BENCH_ARGS=--quick
+#                                  for fewer rounds)
 #
 # On the GPU machine a test that reports `skipped:` is a failure: the point of
 # the run is that nothing is skipped. NVRTC is looked for in CUDA_PATH,
@@ -50,6 +52,7 @@ for line in sys.stdin:
     .venv/bin/python -m pip download --quiet --only-binary :all: --python-version 3.11 -d "$out/wheels" pytest
     mkdir -p "$out/python-tests"
     for f in "${PY_TESTS[@]}"; do cp "python/tests/$f" "$out/python-tests/"; done
+    cp python/bench/bench_cuda.py "$out/python-tests/"
     cp "$here/gpu-check.sh" "$out/"
     ls "$out/bin" "$out/wheels"
     echo "copy $out to the GPU machine and run: bash gpu-check.sh"
@@ -111,6 +114,10 @@ run() {
             echo "!! a Python GPU test was skipped on the GPU machine (see above)"
             failed=1
         fi
+        # The figures: dlbridge's CUDA paths beside torch on this GPU.
+        echo "== bench_cuda.py ${GPU_CHECK_BENCH_ARGS:-}"
+        # shellcheck disable=SC2086 # optional arguments
+        if ! (cd "$tests" && PYTHONPATH="$site" python3 bench_cuda.py ${GPU_CHECK_BENCH_ARGS:-}); then failed=1; fi
     else
         echo "!! Python GPU tests not run: no wheels in $wheels, or no python3 with torch"
         failed=1
