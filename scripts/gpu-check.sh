@@ -21,7 +21,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 mode=${1:-run}
 
 # Test targets that need a GPU (cargo arguments; the others run in ./dev.sh test).
-TARGETS=("-p dlbridge-cuda" "-p dlbridge-compile --test cuda")
+TARGETS=("-p dlbridge-cuda" "-p dlbridge-compile --test cuda --test inline")
 # Test binaries of those crates that need no GPU (they run in ./dev.sh test).
 NOT_GPU="host_emulation"
 # Python tests that need a GPU.

@@ -29,6 +29,7 @@ from ._dlbridge import (
     zeros,
 )
 from ._compile import ElementwiseKernel, ReductionKernel
+from ._inline import load_inline
 from ._introspect import install as _install_introspection
 
 # inspect.signature(kernel), kernel.__doc__ and help(kernel) describe each kernel.
@@ -49,6 +50,7 @@ __all__ = [
     "full",
     "get_kernel",
     "list_kernels",
+    "load_inline",
     "load_plugin",
     "to_pytorch_func",
     "zeros",

@@ -26,6 +26,7 @@ __all__ = [
     "elementwise_kernel",
     "reduction_kernel",
     "compile_stats",
+    "load_inline",
     "inspect_capsule",
     "arange",
     "cuda_status",
@@ -250,6 +251,15 @@ def reduction_kernel(
     preamble: str = "",
 ) -> Kernel:
     """Registers a CuPy-style reduction kernel (see ``dlbridge.ReductionKernel``)."""
+def load_inline(
+    name: str,
+    c_source: str | None,
+    functions: list[tuple[str | None, str]],
+    cuda_source: str | None = None,
+    extra_cflags: list[str] = ...,
+    cuda_options: list[str] = ...,
+) -> list[Kernel]:
+    """Registers the functions of ``dlbridge.load_inline`` (``(key, signature)`` pairs); the kernels in order."""
 def compile_stats() -> dict[str, Any]:
     """What the CPU kernel cache did in this process: ``compiled``, ``disk_hits``, ``dir``."""
 def zeros(shape: int | Sequence[int], dtype: _DTypeLike | None = None) -> Array:

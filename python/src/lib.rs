@@ -321,6 +321,37 @@ fn reduction_kernel(
     k.register(dlbridge::registry()).map(PyKernel::new).py_err()
 }
 
+/// `dlbridge.load_inline`'s library: the user's C / CUDA C functions, each
+/// registered under its signature (see `dlbridge.load_inline`); `functions`
+/// holds `(key, signature)` pairs (`key` None when given as a list). Returns
+/// the kernels in order.
+#[pyfunction]
+#[pyo3(signature = (name, c_source, functions, cuda_source = None, extra_cflags = Vec::new(), cuda_options = Vec::new()))]
+fn load_inline(
+    py: Python<'_>,
+    name: &str,
+    c_source: Option<&str>,
+    functions: Vec<(Option<String>, String)>,
+    cuda_source: Option<&str>,
+    extra_cflags: Vec<String>,
+    cuda_options: Vec<String>,
+) -> PyResult<Vec<PyKernel>> {
+    use dlbridge::compile::{InlineLibrary, InlineOptions};
+    let opts = InlineOptions { extra_cflags, cuda_options, cache: None };
+    py.detach(|| {
+        let lib = if functions.iter().all(|(k, _)| k.is_some()) {
+            let pairs: Vec<(&str, &str)> = functions.iter().map(|(k, s)| (k.as_deref().unwrap_or_default(), s.as_str())).collect();
+            InlineLibrary::with_names(name, c_source, &pairs, cuda_source, opts)
+        } else {
+            let texts: Vec<&str> = functions.iter().map(|(_, s)| s.as_str()).collect();
+            InlineLibrary::new(name, c_source, &texts, cuda_source, opts)
+        }?;
+        lib.register(dlbridge::registry())
+    })
+    .map(|ks| ks.into_iter().map(PyKernel::new).collect())
+    .py_err()
+}
+
 /// What the CPU kernel cache did in this process: `compiled`, `disk_hits`, and its `dir`.
 #[pyfunction]
 fn compile_stats(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyDict>> {
@@ -438,6 +469,7 @@ fn _dlbridge(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(elementwise_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(reduction_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(compile_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(load_inline, m)?)?;
     m.add_function(wrap_pyfunction!(zeros, m)?)?;
     m.add_function(wrap_pyfunction!(inspect_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(arange, m)?)?;

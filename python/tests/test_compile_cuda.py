@@ -181,3 +181,72 @@ def test_kernels_run_on_torchs_current_stream():
     s.synchronize()
     torch.testing.assert_close(z, torch.full_like(x, 9.0), rtol=0, atol=0)
     torch.testing.assert_close(total, torch.full((1024,), 3.0 * 1024, device="cuda"))
+
+
+# ---- dlbridge.load_inline with cuda_source --------------------------------------------
+
+_INLINE_C = """
+void inl_scale(const T* x, double s, T* y, long long n) {
+  for (long long i = 0; i < n; ++i) y[i] = (T)(s * x[i]);
+}
+"""
+
+_INLINE_CUDA = """
+extern "C" __global__ void inl_scale(const T* x, double s, T* y, long long n) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = (T)(s * x[i]);
+}
+extern "C" __global__ void inl_rowsum(const float* a, float* out, long long M, long long N) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < M) {
+    float acc = 0.0f;
+    for (long long j = 0; j < N; ++j) acc += a[i * N + j];
+    out[i] = acc;
+  }
+}
+"""
+
+_INLINE_FUNCS = {
+    "inl_scale": "inl_scale<T: f32|f64>(x: T[...B], s: f64) -> (y: T[...B])",
+    "inl_rowsum": "inl_rowsum(a: f32[M, N]) -> (out: f32[M])",
+}
+
+
+def test_load_inline_cuda_source_matches_torch_and_the_cpu_source():
+    mod = dlbridge.load_inline("inl_cuda", _INLINE_C, _INLINE_FUNCS, cuda_source=_INLINE_CUDA)
+    assert sorted(mod.inl_scale.devices) == ["cpu", "cuda"] and mod.inl_rowsum.devices == ["cuda"]
+    for dtype in (torch.float32, torch.float64):
+        x = _cuda(3, 1000, dtype=dtype)
+        y = mod.inl_scale(x, 2.5)
+        assert y.device == x.device and y.dtype == dtype
+        torch.testing.assert_close(y, 2.5 * x)
+        torch.testing.assert_close(mod.inl_scale(x.cpu(), 2.5), y.cpu())
+    a = _cuda(300, 7)
+    torch.testing.assert_close(mod.inl_rowsum(a), a.sum(dim=1), rtol=1e-5, atol=1e-5)
+    out = torch.empty(300, device="cuda")
+    mod.inl_rowsum(a, out=out)
+    torch.testing.assert_close(out, a.sum(dim=1), rtol=1e-5, atol=1e-5)
+    empty = torch.empty(0, device="cuda")
+    assert mod.inl_scale(empty, 1.0).shape == (0,)
+    with pytest.raises(Exception, match="contiguous"):
+        mod.inl_rowsum(a.t())
+
+
+def test_load_inline_cuda_kernels_run_on_torchs_current_stream():
+    mod = dlbridge.load_inline("inl_cuda_stream", _INLINE_C, _INLINE_FUNCS, cuda_source=_INLINE_CUDA)
+    x = torch.zeros(1 << 20, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        # x is filled on s after a long op: the kernel reads 3s only if it runs on s too.
+        torch.cuda._sleep(50_000_000)
+        x.fill_(3.0)
+        y = mod.inl_scale(x, 3.0)
+    s.synchronize()
+    torch.testing.assert_close(y, torch.full_like(x, 9.0), rtol=0, atol=0)
+
+
+def test_load_inline_broken_cuda_source_fails_at_load_with_nvrtcs_line():
+    bad = 'extern "C" __global__ void inl_bad(float* y, long long n) {\n  y[0] = q;\n}\n'
+    with pytest.raises(ValueError, match="cuda_source line 2"):
+        dlbridge.load_inline("inl_cuda_bad", None, ["inl_bad(y: mut f32[N])"], cuda_source=bad)

@@ -79,10 +79,23 @@ impl LibraryCache {
 
     /// The key of one library.
     pub fn key(compiler: &Compiler, source: &str, dtypes: &str) -> String {
+        LibraryCache::key_with(compiler, source, dtypes, &[])
+    }
+
+    /// The key of one library compiled with `extra` flags as well (each one
+    /// part of the key; none: the same key as [`LibraryCache::key`]).
+    pub fn key_with(compiler: &Compiler, source: &str, dtypes: &str, extra: &[String]) -> String {
         let mut h = Sha256::new();
         for part in [FORMAT, &compiler.identity, &compiler.flags().join(" "), &cpu_fingerprint(), dtypes, source] {
             h.update((part.len() as u64).to_le_bytes());
             h.update(part.as_bytes());
+        }
+        if !extra.is_empty() {
+            h.update(b"extra flags");
+            for part in extra {
+                h.update((part.len() as u64).to_le_bytes());
+                h.update(part.as_bytes());
+            }
         }
         hex(&h.finalize())
     }
@@ -99,8 +112,22 @@ impl LibraryCache {
         user: &[(&str, &str)],
         load: impl Fn(&Path) -> Result<T>,
     ) -> Result<T> {
+        self.get_or_build_with(source, dtypes, &[], what, user, load)
+    }
+
+    /// [`LibraryCache::get_or_build`] for a library compiled with `extra`
+    /// flags after the usual ones (part of the key).
+    pub fn get_or_build_with<T>(
+        &self,
+        source: &str,
+        dtypes: &str,
+        extra: &[String],
+        what: &str,
+        user: &[(&str, &str)],
+        load: impl Fn(&Path) -> Result<T>,
+    ) -> Result<T> {
         let compiler = Compiler::get()?;
-        let key = LibraryCache::key(compiler, source, dtypes);
+        let key = LibraryCache::key_with(compiler, source, dtypes, extra);
         let so = self.dir.join(format!("{key}.so"));
         // A damaged or foreign file fails `load`: it is built again below (the
         // new one replaces it atomically; an old mapping, if any, stays valid).
@@ -111,7 +138,7 @@ impl LibraryCache {
             self.stats.disk_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(t);
         }
-        self.build(compiler, &key, source, what, user)?;
+        self.build(compiler, &key, source, extra, what, user)?;
         self.stats.compiled.fetch_add(1, Ordering::Relaxed);
         load(&so)
     }
@@ -126,7 +153,7 @@ impl LibraryCache {
         hex(&Sha256::digest(&lib)) == sum.trim()
     }
 
-    fn build(&self, compiler: &Compiler, key: &str, source: &str, what: &str, user: &[(&str, &str)]) -> Result<()> {
+    fn build(&self, compiler: &Compiler, key: &str, source: &str, extra: &[String], what: &str, user: &[(&str, &str)]) -> Result<()> {
         std::fs::create_dir_all(&self.dir)
             .map_err(|e| Error::Runtime(format!("{what}: cannot create the kernel cache directory {}: {e}", self.dir.display())))?;
         static SEQ: AtomicU64 = AtomicU64::new(0);
@@ -138,7 +165,7 @@ impl LibraryCache {
             let _ = std::fs::remove_file(&tmp_so);
         };
         std::fs::write(&cpp, source).map_err(|e| Error::Runtime(format!("{what}: cannot write {}: {e}", cpp.display())))?;
-        if let Err(e) = compiler.compile(&cpp, &tmp_so, what, user) {
+        if let Err(e) = compiler.compile_with(&cpp, &tmp_so, what, user, extra) {
             cleanup();
             return Err(e);
         }

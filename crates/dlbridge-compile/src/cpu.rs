@@ -62,7 +62,7 @@ use dlbridge_core::{DType, Error, ErrorKind, Result};
 use crate::params::{ElementwiseSpec, Param, ParamType, ReductionSpec, bound_dtype, cpu_ctype, numpy_dtype};
 
 /// The plugin header, pasted at the top of every generated source.
-const PLUGIN_H: &str = include_str!("../../dlbridge-registry/include/dlbridge/plugin.h");
+pub(crate) const PLUGIN_H: &str = include_str!("../../dlbridge-registry/include/dlbridge/plugin.h");
 
 /// The file name diagnostics use for generated (non-user) lines.
 pub const GENERATED_FILE: &str = "dlbridge_generated.cpp";

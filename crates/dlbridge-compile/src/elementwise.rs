@@ -130,8 +130,16 @@ impl ElementwiseKernel {
     /// source under that name (any other kernel of that name is a conflict),
     /// and returns it.
     pub fn register(&self, registry: &Registry) -> Result<Arc<Kernel>> {
-        registry.register_replacing(self.defs(), |k| k.origins().all(|(_, o)| o.starts_with(ORIGIN_PREFIX)))
+        registry.register_replacing(self.defs(), replaceable)
     }
+}
+
+/// Whether a registered kernel may be replaced by a kernel compiled from
+/// source of the same name: every implementation of it was compiled from
+/// source (an `ElementwiseKernel`, a `ReductionKernel`, a function of
+/// `dlbridge.load_inline`); a built-in or a plugin's kernel never is.
+pub(crate) fn replaceable(k: &Kernel) -> bool {
+    k.origins().all(|(_, o)| o.starts_with(ORIGIN_PREFIX) || o.starts_with(crate::inline::ORIGIN))
 }
 
 /// The operation on one line (for docs), cut to 100 characters.
@@ -201,26 +209,26 @@ pub(crate) fn load_one(path: &Path, expected: &str) -> Result<DynKernelFn> {
 /// The specialisations of one kernel, by dtypes. Each slot has a lock of its
 /// own: threads calling with the same new dtypes wait for one compilation;
 /// other dtypes are not held up.
-pub(crate) struct Specialisations<K = Vec<DType>> {
-    slots: Mutex<HashMap<K, Slot>>,
+pub(crate) struct Specialisations<K = Vec<DType>, V = DynKernelFn> {
+    slots: Mutex<HashMap<K, Slot<V>>>,
 }
 
-impl<K> Default for Specialisations<K> {
+impl<K, V> Default for Specialisations<K, V> {
     fn default() -> Self {
         Specialisations { slots: Mutex::new(HashMap::new()) }
     }
 }
 
 /// One specialisation: built once, under its own lock.
-type Slot = Arc<Mutex<Option<DynKernelFn>>>;
+type Slot<V> = Arc<Mutex<Option<V>>>;
 
-impl<K: std::hash::Hash + Eq + Clone> Specialisations<K> {
+impl<K: std::hash::Hash + Eq + Clone, V: Clone> Specialisations<K, V> {
     /// How many are built.
     pub(crate) fn built(&self) -> usize {
         self.slots.lock().unwrap_or_else(|p| p.into_inner()).values().filter(|s| s.lock().is_ok_and(|s| s.is_some())).count()
     }
 
-    pub(crate) fn get<Q>(&self, key: &Q, build: impl FnOnce() -> Result<DynKernelFn>) -> Result<DynKernelFn>
+    pub(crate) fn get<Q>(&self, key: &Q, build: impl FnOnce() -> Result<V>) -> Result<V>
     where
         K: std::borrow::Borrow<Q>,
         Q: std::hash::Hash + Eq + ToOwned<Owned = K> + ?Sized,

@@ -8,6 +8,7 @@
 //! |---|---|
 //! | [`ElementwiseKernel`] | CuPy's `ElementwiseKernel`: parameter language, broadcasting, `raw` arguments, `i`, `_ind.size()` |
 //! | [`ReductionKernel`] | CuPy's `ReductionKernel`: map / reduce / post-map with an identity, `axis`, `keepdims` |
+//! | [`InlineLibrary`] | `dlbridge.load_inline`: the user's own C / CUDA C functions, typed by signatures, glue generated |
 //! | [`params`] | the parameter language and the signature derived from it |
 //! | [`cpu`] | C++ generated per dtype combination: a plugin through the existing ABI |
 //! | [`cuda`] | CUDA C generated per dtype combination, compiled with NVRTC, run on the call's stream (`cuda` tensors) |
@@ -26,9 +27,11 @@ pub mod cache;
 pub mod cpu;
 pub mod cuda;
 pub mod elementwise;
+pub mod inline;
 pub mod params;
 pub mod reduction;
 pub mod toolchain;
 
 pub use elementwise::{ElementwiseKernel, ElementwiseOptions};
+pub use inline::{InlineLibrary, InlineOptions};
 pub use reduction::{ReductionKernel, ReductionOptions};

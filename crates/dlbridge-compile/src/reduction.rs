@@ -130,7 +130,7 @@ impl ReductionKernel {
 
     /// Registers the kernel under its name (as [`ElementwiseKernel::register`](crate::ElementwiseKernel::register)).
     pub fn register(&self, registry: &Registry) -> Result<Arc<Kernel>> {
-        registry.register_replacing(self.defs(), |k| k.origins().all(|(_, o)| o.starts_with(ORIGIN_PREFIX)))
+        registry.register_replacing(self.defs(), crate::elementwise::replaceable)
     }
 
     /// Runs `kernel` (this kernel, registered) on `inputs` reduced over

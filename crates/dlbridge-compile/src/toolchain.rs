@@ -147,10 +147,17 @@ impl Compiler {
     /// A failure is an error carrying the diagnostics, those about the user's
     /// own text first, each with the line it points at.
     pub fn compile(&self, cpp: &Path, so: &Path, what: &str, user: &[(&str, &str)]) -> Result<()> {
+        self.compile_with(cpp, so, what, user, &[])
+    }
+
+    /// [`Compiler::compile`] with `extra` flags after [`Compiler::flags`]
+    /// (`dlbridge.load_inline`'s `extra_cflags`).
+    pub fn compile_with(&self, cpp: &Path, so: &Path, what: &str, user: &[(&str, &str)], extra: &[String]) -> Result<()> {
         let (program, pre) = self.command.split_first().ok_or_else(|| Error::Runtime("empty compiler command".into()))?;
         let out = Command::new(program)
             .args(pre)
             .args(self.flags())
+            .args(extra)
             .arg("-o")
             .arg(so)
             .arg(cpp)

@@ -1,0 +1,133 @@
+"""dlbridge.load_inline: your own C functions as typed kernels on NumPy and torch CPU tensors."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import dlbridge
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("DLBRIDGE_CACHE_DIR", os.environ.get("DLBRIDGE_TEST_CACHE", str(tmp_path_factory.getbasetemp() / "cache")))
+
+
+SAXPY = """
+void py_saxpy(const float* x, float* y, double a, long long n) {
+  for (long long i = 0; i < n; ++i) y[i] += (float)a * x[i];
+}
+"""
+
+MATMUL = """
+#include <math.h>
+void py_matmul(const T* a, const T* b, T* c, long long M, long long K, long long N) {
+  for (long long i = 0; i < M; ++i)
+    for (long long j = 0; j < N; ++j) {
+      T acc = 0;
+      for (long long k = 0; k < K; ++k) acc += a[i * K + k] * b[k * N + j];
+      c[i * N + j] = acc;
+    }
+}
+void py_scale(const T* x, double s, long long shift, int neg, T* y, long long B) {
+  for (long long i = 0; i < B; ++i) { T v = (T)(s * x[i] + shift); y[i] = neg ? -v : v; }
+}
+"""
+
+FUNCS = {
+    "py_matmul": "py_matmul<T: f32|f64>(a: T[M, K], b: T[K, N]) -> (c: T[M, N])",
+    "py_scale": "py_scale<T: f32|f64>(x: T[...B], s: f64, shift: i64, neg: bool) -> (y: T[...B])",
+}
+
+
+def test_saxpy_writes_a_numpy_array_in_place_and_is_registered():
+    mod = dlbridge.load_inline("py_blas1", SAXPY, {"py_saxpy": "py_saxpy(x: f32[N], y: mut f32[N], a: f64)"})
+    x = np.arange(4, dtype=np.float32)
+    y = np.ones(4, dtype=np.float32)
+    mod.py_saxpy(x, y, 2.0)
+    np.testing.assert_array_equal(y, [1, 3, 5, 7])
+    assert dlbridge.get_kernel("py_saxpy").signature == mod.py_saxpy.signature
+    assert "py_saxpy" in [k.name for k in dlbridge.list_kernels()]
+    assert "py_blas1" in repr(mod) and "py_saxpy(x: f32[N], y: mut f32[N], a: f64)" in repr(mod) and "cpu" in repr(mod)
+    assert "py_saxpy" in dir(mod)
+    # torch tensors too
+    ty = torch.zeros(4)
+    mod.py_saxpy(torch.ones(4), ty, 0.5)
+    assert ty.tolist() == [0.5] * 4
+
+
+def test_a_read_only_array_is_refused_for_a_mut_parameter():
+    mod = dlbridge.load_inline("py_blas1_ro", SAXPY, ["py_saxpy(x: f32[N], y: mut f32[N], a: f64)"])
+    y = np.ones(3, dtype=np.float32)
+    y.flags.writeable = False
+    with pytest.raises(Exception, match="y"):
+        mod.py_saxpy(np.ones(3, dtype=np.float32), y, 1.0)
+    np.testing.assert_array_equal(y, [1, 1, 1])
+
+
+def test_generic_functions_allocate_outputs_in_the_callers_framework():
+    mod = dlbridge.load_inline("py_linalg", MATMUL, FUNCS)
+    a, b = np.random.rand(3, 4), np.random.rand(4, 5)
+    c = mod.py_matmul(a, b)
+    assert isinstance(c, np.ndarray) and c.dtype == np.float64
+    np.testing.assert_allclose(c, a @ b, rtol=1e-12)
+    ta, tb = torch.rand(6, 2), torch.rand(2, 3)
+    tc = mod.py_matmul(ta, tb)
+    assert isinstance(tc, torch.Tensor) and tc.dtype == torch.float32
+    torch.testing.assert_close(tc, ta @ tb)
+    out = torch.empty(6, 3)
+    mod.py_matmul(ta, tb, out=out)
+    torch.testing.assert_close(out, ta @ tb)
+    x = torch.arange(6.0, dtype=torch.float64).reshape(2, 3)
+    torch.testing.assert_close(mod.py_scale(x, 2.0, 1, True), -(2 * x + 1))
+    torch.testing.assert_close(mod.py_scale(x, 0.5, -3, False), 0.5 * x - 3)
+    with pytest.raises(ValueError):
+        mod.py_matmul(a, np.random.rand(3, 5))
+    with pytest.raises(TypeError):
+        mod.py_matmul(a.astype(np.int32), b.astype(np.int32))
+
+
+def test_strided_tensors_are_refused_not_miscomputed():
+    mod = dlbridge.load_inline("py_linalg_strided", MATMUL, FUNCS)
+    a = torch.rand(4, 3)
+    with pytest.raises(Exception, match="contiguous"):
+        mod.py_matmul(a.t(), torch.rand(4, 2))
+    torch.testing.assert_close(mod.py_matmul(a.t().contiguous(), torch.ones(4, 2)), a.t() @ torch.ones(4, 2))
+
+
+def test_reloading_a_library_replaces_its_functions():
+    v1 = "void py_bump(float* y, long long n) { for (long long i = 0; i < n; ++i) y[i] += 1; }"
+    v2 = "void py_bump(float* y, long long n) { for (long long i = 0; i < n; ++i) y[i] += 10; }"
+    sig = {"py_bump": "py_bump(y: mut f32[N])"}
+    dlbridge.load_inline("py_reload", v1, sig)
+    dlbridge.load_inline("py_reload", v2, sig)
+    y = np.zeros(2, dtype=np.float32)
+    dlbridge.get_kernel("py_bump")(y)
+    np.testing.assert_array_equal(y, [10, 10])
+
+
+def test_errors_name_what_is_wrong():
+    with pytest.raises(ValueError, match=r"functions\[\"py_other\"\] has the signature of `py_saxpy`"):
+        dlbridge.load_inline("py_err", SAXPY, {"py_other": "py_saxpy(x: f32[N], y: mut f32[N], a: f64)"})
+    with pytest.raises(ValueError, match="give c_source, cuda_source or both"):
+        dlbridge.load_inline("py_err", None, ["f(x: f32[N])"])
+    with pytest.raises(ValueError, match="clashes with the kernel `axpy`"):
+        dlbridge.load_inline("py_err", "void axpy(const float* x, float* y, double a, long long n) {}", ["axpy(x: f32[N], y: mut f32[N], a: f64)"])
+    bad = "\nvoid py_bad(const float* x, float* y, float a, long long n) {}\n"
+    with pytest.raises(ValueError, match="c_source line 2, column") as e:
+        dlbridge.load_inline("py_err", bad, ["py_bad(x: f32[N], y: mut f32[N], a: f64)"])
+    assert "void py_bad(const float* x, float* y, double a, long long N);" in str(e.value)
+    with pytest.raises(TypeError):
+        dlbridge.load_inline("py_err", SAXPY, "py_saxpy(x: f32[N], y: mut f32[N], a: f64)")
+
+
+def test_a_cpp_exception_becomes_a_python_exception():
+    src = 'void py_throws(float* y, long long n) { if (n > 2) throw std::runtime_error("too long"); }'
+    mod = dlbridge.load_inline("py_throw", src, ["py_throws(y: mut f32[N])"])
+    mod.py_throws(np.zeros(2, dtype=np.float32))
+    with pytest.raises(RuntimeError, match="too long"):
+        mod.py_throws(np.zeros(3, dtype=np.float32))
