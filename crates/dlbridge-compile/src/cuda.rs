@@ -72,7 +72,7 @@ use dlbridge_registry::{Arg, Call, DynKernelFn, Impl};
 
 use crate::cpu::Src;
 use crate::elementwise::Specialisations;
-use crate::params::{CPU_DTYPES, ElementwiseSpec, Param, ParamType, ReductionSpec, bound_dtype, numpy_dtype, numpy_name};
+use crate::params::{CPU_DTYPES, ElementwiseSpec, Param, ParamType, ReductionSpec, bound_dtype, numpy_dtype};
 
 /// The file name NVRTC's messages use for generated (non-user) lines.
 pub const GENERATED_FILE: &str = "dlbridge_generated.cu";
@@ -92,27 +92,7 @@ const COMMON: &str = include_str!("../../../kernels/cuda/dlbridge_common.cuh");
 /// The CUDA C type of one element (`f32` → `float`); f16, bf16 and complex
 /// dtypes are a Type error naming the dtype.
 pub fn cuda_ctype(d: DType) -> Result<&'static str> {
-    Ok(match d {
-        DType::BOOL => "bool",
-        DType::I8 => "int8_t",
-        DType::I16 => "int16_t",
-        DType::I32 => "int32_t",
-        DType::I64 => "int64_t",
-        DType::U8 => "uint8_t",
-        DType::U16 => "uint16_t",
-        DType::U32 => "uint32_t",
-        DType::U64 => "uint64_t",
-        DType::F32 => "float",
-        DType::F64 => "double",
-        other => {
-            let numpy = numpy_name(other).map(|n| format!(" ({n})")).unwrap_or_default();
-            let list: Vec<String> = CUDA_DTYPES.iter().map(|d| d.to_string()).collect();
-            return Err(Error::Coded {
-                kind: ErrorKind::Type,
-                message: format!("dtype {other}{numpy} is not supported by the CUDA backend (yet); it supports {}", list.join(", ")),
-            });
-        }
-    })
+    crate::params::element_ctype(d, "CUDA", CUDA_DTYPES)
 }
 
 /// The runtime every generated source carries, after the shared header.

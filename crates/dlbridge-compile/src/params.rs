@@ -90,6 +90,13 @@ pub const CPU_DTYPES: &[DType] =
 /// f16, bf16 and complex dtypes are a Type error: they have no C++ type the
 /// generated code can use yet.
 pub fn cpu_ctype(d: DType) -> Result<&'static str> {
+    element_ctype(d, "CPU", CPU_DTYPES)
+}
+
+/// The C/C++ type of one element for a backend (the CPU's and CUDA's are the
+/// same `<stdint.h>` names); a dtype outside `supported` is a Type error naming
+/// the dtype, the backend and what it supports.
+pub(crate) fn element_ctype(d: DType, backend: &str, supported: &[DType]) -> Result<&'static str> {
     Ok(match d {
         DType::BOOL => "bool",
         DType::I8 => "int8_t",
@@ -107,8 +114,8 @@ pub fn cpu_ctype(d: DType) -> Result<&'static str> {
             return Err(Error::Coded {
                 kind: ErrorKind::Type,
                 message: format!(
-                    "dtype {other}{numpy} is not supported by the CPU backend (yet); it supports {}",
-                    dtype_list(CPU_DTYPES, ", ")
+                    "dtype {other}{numpy} is not supported by the {backend} backend (yet); it supports {}",
+                    dtype_list(supported, ", ")
                 ),
             });
         }
