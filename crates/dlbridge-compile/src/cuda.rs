@@ -264,6 +264,25 @@ fn param_ctype(kind: &str, name: &str, p: &Param) -> Result<String> {
     }
 }
 
+/// `ptrdiff_t`, `size_t` and the `<stdint.h>` names, which NVRTC does not
+/// provide without the toolkit's headers (every generated CUDA source starts so).
+pub(crate) fn stdint_typedefs(src: &mut Src) {
+    src.line("typedef decltype(static_cast<char*>(nullptr) - static_cast<char*>(nullptr)) ptrdiff_t;");
+    src.line("typedef decltype(sizeof(0)) size_t;");
+    for (t, c) in [
+        ("int8_t", "signed char"),
+        ("int16_t", "short"),
+        ("int32_t", "int"),
+        ("int64_t", "long long"),
+        ("uint8_t", "unsigned char"),
+        ("uint16_t", "unsigned short"),
+        ("uint32_t", "unsigned int"),
+        ("uint64_t", "unsigned long long"),
+    ] {
+        src.line(&format!("typedef {c} {t};"));
+    }
+}
+
 /// The header, shared definitions, runtime and typedefs of every source.
 fn prologue(src: &mut Src, kind: &str, name: &str, signature: &str, vars: &[char], bind: &[(char, DType)]) -> Result<()> {
     let mut types = Vec::with_capacity(vars.len());
@@ -280,20 +299,7 @@ fn prologue(src: &mut Src, kind: &str, name: &str, signature: &str, vars: &[char
         src.line(&format!("// Specialisation: {}.", t.join(", ")));
     }
     src.line(&format!("// Signature: {signature}"));
-    src.line("typedef decltype(static_cast<char*>(nullptr) - static_cast<char*>(nullptr)) ptrdiff_t;");
-    src.line("typedef decltype(sizeof(0)) size_t;");
-    for (t, c) in [
-        ("int8_t", "signed char"),
-        ("int16_t", "short"),
-        ("int32_t", "int"),
-        ("int64_t", "long long"),
-        ("uint8_t", "unsigned char"),
-        ("uint16_t", "unsigned short"),
-        ("uint32_t", "unsigned int"),
-        ("uint64_t", "unsigned long long"),
-    ] {
-        src.line(&format!("typedef {c} {t};"));
-    }
+    stdint_typedefs(src);
     for l in COMMON.lines().filter(|l| l.trim() != "#pragma once") {
         src.line(l);
     }
