@@ -7,7 +7,8 @@ Every case is timed in rounds that interleave all cases (so a noisy moment of
 the machine hits them all alike); each figure is the median over the rounds of
 the mean per call in a round, in nanoseconds, on 1-element float32 tensors,
 with torch at one thread. Ratios are dlbridge / anchor (below 1: dlbridge is
-faster). The no-op kernel is a C plugin (python/bench/nop.c, compiled here
+faster). The operators of `dlbridge.torch.as_op` are timed against
+`torch.library.custom_op` wrapping the same kernel. The no-op kernel is a C plugin (python/bench/nop.c, compiled here
 with the system C compiler) taking three tensors, against tvm-ffi's
 `testing.nop`; `add` is dlbridge's built-in against `torch.add`.
 """
@@ -38,6 +39,12 @@ PAIRS = [
     ("add(x, y, out=z)", "dlbridge add(x, y, out=z)", "torch.add(x, y, out=z)", 0.5),
     ("add(x, y, z) (destination-passing)", "dlbridge add(x, y, z)", "torch.add(x, y, out=z)", 0.5),
     ("add(x, y) (new torch tensor)", "dlbridge add(x, y)", "torch.add(x, y)", 1.0),
+    # Issue 15: kernels as torch operators (dlbridge.torch.as_op) against
+    # torch.library.custom_op wrapping the same kernel.
+    ("op: no-op, 3 torch tensors", "dlbridge op nop(torch)", "custom_op nop(torch)", 0.4),
+    ("op: add(x, y), with a backward", "dlbridge op add(x, y)", "custom_op add(x, y)", 0.4),
+    ("op: no-op vs the plain kernel call", "dlbridge op nop(torch)", "dlbridge nop(torch)", None),
+    ("op: add(x, y) vs the plain kernel", "dlbridge op add(x, y)", "dlbridge add(x, y)", None),
 ]
 
 # Importing a dlbridge.Array elsewhere: through its C exchange API
@@ -71,12 +78,37 @@ def build_nop(tmp):
     return out
 
 
+def custom_ops(nop, add):
+    """The same kernels wrapped by torch.library.custom_op (add with a backward,
+    as dlbridge's operator has one)."""
+
+    @torch.library.custom_op("dlbridge_bench::nop", mutates_args=())
+    def cnop(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
+        nop(a, b, c)
+
+    @torch.library.custom_op("dlbridge_bench::add", mutates_args=())
+    def cadd(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return add(a, b)
+
+    cadd.register_fake(lambda a, b: torch.empty_like(a))
+    cadd.register_autograd(lambda ctx, g: (g, g))
+    return cnop, cadd
+
+
 def cases(nop):
+    import dlbridge.torch
+
     x, y, z = torch.ones(1), torch.ones(1), torch.empty(1)
     a, b, c = (np.ones(1, np.float32) for _ in range(3))
     p, q, r = (dlbridge.asarray(np.ones(1, np.float32)) for _ in range(3))
     add = dlbridge.get_kernel("add")
+    nop_op, add_op = dlbridge.torch.as_op(nop), dlbridge.torch.as_op(add)
+    cnop, cadd = custom_ops(nop, add)
     out = {
+        "dlbridge op nop(torch)": lambda: nop_op(x, y, z),
+        "custom_op nop(torch)": lambda: cnop(x, y, z),
+        "dlbridge op add(x, y)": lambda: add_op(x, y),
+        "custom_op add(x, y)": lambda: cadd(x, y),
         "dlbridge nop(torch)": lambda: nop(x, y, z),
         "dlbridge nop(numpy)": lambda: nop(a, b, c),
         "dlbridge nop(Array)": lambda: nop(p, q, r),

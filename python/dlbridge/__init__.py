@@ -97,3 +97,13 @@ def to_pytorch_func(func):
         _kernel.__doc__ = f"{func.signature} on torch tensors"
         return _kernel
     return convert_func(func, torch.Tensor, torch.utils.dlpack.to_dlpack)
+
+
+def __getattr__(name):
+    # `dlbridge.torch` (PyTorch operators from signatures) imports torch, so it
+    # is loaded on first use rather than with dlbridge.
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'dlbridge' has no attribute {name!r}")

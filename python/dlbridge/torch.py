@@ -1,0 +1,550 @@
+"""dlbridge kernels as PyTorch operators, derived from their signatures.
+
+    >>> import dlbridge.torch, torch
+    >>> gelu = dlbridge.torch.as_op("gelu")          # torch.ops.dlbridge.gelu
+    >>> gelu._schemas[""].__str__()
+    'dlbridge::gelu(Tensor x) -> Tensor'
+    >>> torch.compile(lambda x: gelu(x) * 2, fullgraph=True)(torch.ones(3)).shape
+    torch.Size([3])
+
+One signature drives every registration ``as_op`` makes through
+``torch.library``:
+
+- **the schema**: tensors become ``Tensor``, a ``mut`` input a mutated
+  ``Tensor(a!)`` (each with its own alias set), the outputs the returns, and the
+  scalars ``f64`` / ``i64`` / ``bool`` become ``float`` / ``int`` / ``bool``;
+- **the fake implementation** (what ``torch.compile``, ``torch.export`` and
+  FakeTensor run instead of the kernel): it checks every argument as the kernel
+  would (dtype against concrete types and type variables, rank, fixed dims,
+  dims bound to the same symbol, devices), with the kernel's own error text, and
+  returns empty outputs whose shapes come from the bound symbols, so a dim bound
+  to a symbol is a SymInt under dynamic shapes and ``T[*S]`` broadcasts;
+- **the implementations**: CPU, and CUDA where the kernel has one, each the
+  kernel itself called on the dispatcher's tensors (zero copies; outputs
+  allocated by torch);
+- **autograd**, when a backward is given (or the kernel is a built-in that has
+  one): ``backward(saved, *grads)`` with ``saved.<name>`` each input, output
+  and scalar of the signature; or ``backward={"x": kernel, ...}`` with registry
+  kernels whose parameters are named after the forward's inputs, outputs and
+  ``grad_<output>``, each returning the gradient of one input.
+
+The eager call of such an operator goes through torch's dispatcher straight to
+the kernel (no Python wrapper in between); ``python/bench/bench_calls.py``
+measures it beside ``torch.library.custom_op`` on the same no-op.
+"""
+
+from __future__ import annotations
+
+import functools
+import keyword
+import math
+import re
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+import dlbridge
+
+__all__ = ["as_op", "register_all", "schema_of", "fake_of", "builtin_backward"]
+
+_NAMESPACE = "dlbridge"
+
+_TORCH_DTYPES: dict[str, torch.dtype] = {
+    "f16": torch.float16,
+    "bf16": torch.bfloat16,
+    "f32": torch.float32,
+    "f64": torch.float64,
+    "i8": torch.int8,
+    "i16": torch.int16,
+    "i32": torch.int32,
+    "i64": torch.int64,
+    "u8": torch.uint8,
+    "u16": torch.uint16,
+    "u32": torch.uint32,
+    "u64": torch.uint64,
+    "bool": torch.bool,
+    "c64": torch.complex64,
+    "c128": torch.complex128,
+}
+_DLBRIDGE_DTYPES = {v: k for k, v in _TORCH_DTYPES.items()}
+_SCALAR_TYPES = {"f64": "float", "i64": "int", "bool": "bool"}
+_DISPATCH_KEYS = {"cpu": "CPU", "cuda": "CUDA"}
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+# qualified name -> (signature, backward, op, Library): one registration per
+# name for the life of the process (a Library that is garbage collected takes
+# its registrations with it, so the Library objects are kept here).
+_REGISTERED: dict[str, tuple[str, Any, Any, Any]] = {}
+_LOCK = threading.RLock()
+
+
+def _kernel_of(kernel: Any) -> dlbridge.Kernel:
+    if isinstance(kernel, str):
+        return dlbridge.get_kernel(kernel)
+    if isinstance(kernel, dlbridge.Kernel):
+        return kernel
+    inner = getattr(kernel, "kernel", None)  # ElementwiseKernel, ReductionKernel, RawKernel
+    if isinstance(inner, dlbridge.Kernel):
+        return inner
+    raise TypeError(f"as_op: expected a dlbridge.Kernel, a kernel's name or a compiled kernel, not {type(kernel).__name__}")
+
+
+def _arg_names(kernel: dlbridge.Kernel) -> list[str]:
+    """Schema argument names: the signature's, with a trailing underscore where
+    one is a Python keyword or clashes (torch calls take them as keywords)."""
+    names, taken = [], set()
+    for p in kernel.params:
+        name = p.name
+        while keyword.iskeyword(name) or name in taken or name == "self":
+            name += "_"
+        taken.add(name)
+        names.append(name)
+    return names
+
+
+def schema_of(kernel: Any) -> str:
+    """The torch.library schema (without the operator's name) of ``kernel``'s
+    signature: ``(Tensor a, Tensor b) -> Tensor`` for ``add``."""
+    k = _kernel_of(kernel)
+    args, alias = [], iter("abcdefghijklmnopqrstuvwxyz")
+    for p, name in zip(k.params, _arg_names(k), strict=True):
+        if p.kind == "scalar":
+            args.append(f"{_SCALAR_TYPES[p.dtype]} {name}")
+        elif p.mutable:
+            args.append(f"Tensor({next(alias)}!) {name}")
+        else:
+            args.append(f"Tensor {name}")
+    n = len(k.outputs)
+    ret = "()" if n == 0 else "Tensor" if n == 1 else "(" + ", ".join(["Tensor"] * n) + ")"
+    return f"({', '.join(args)}) -> {ret}"
+
+
+# ---------------------------------------------------------------------------
+# The fake implementation: the binding layer's checks, on (possibly symbolic)
+# shapes, and the outputs' shapes from the bound symbols.
+
+
+def _dims_text(dims: Sequence[Any]) -> str:
+    return "[" + ", ".join(str(d) for d in dims) + "]"
+
+
+def _shape_text(shape: Sequence[Any]) -> str:
+    return "[" + ", ".join(str(s) for s in shape) + "]"
+
+
+def _check_eq(got: Any, want: Any, message: Callable[[], str]) -> None:
+    """``got == want`` for ints or SymInts: a static mismatch raises now, a
+    symbolic one becomes a guard (or a runtime assert) through ``torch._check``."""
+    if isinstance(got, int) and isinstance(want, int):
+        if got != want:
+            raise ValueError(message())
+    else:
+        torch._check_value(got == want, message)
+
+
+class _Binder:
+    """Binds a signature's type variables and dims against arguments, as the
+    registry's binding layer does, with its error text."""
+
+    def __init__(self, kernel: dlbridge.Kernel) -> None:
+        self.kernel = kernel
+        self.types: dict[str, tuple[torch.dtype, str]] = {}
+        self.dims: dict[str, tuple[Any, str]] = {}
+        self.packs: dict[str, tuple[tuple[Any, ...], str]] = {}
+        self.broadcast: dict[str, tuple[Any, ...]] = {}
+        self.device: tuple[torch.device, str] | None = None
+
+    def fail(self, cls: type[Exception], arg: str, what: str) -> Exception:
+        return cls(f"{self.kernel.name}: argument {arg}: {what}")
+
+    def tensor(self, p: Any, t: Any) -> None:
+        if not isinstance(t, torch.Tensor):
+            raise self.fail(TypeError, p.name, f"expected a tensor {p.annotation}, got {type(t).__name__}")
+        if self.device is None:
+            self.device = (t.device, p.name)
+        elif t.device != self.device[0]:
+            raise self.fail(
+                ValueError, p.name, f"on {t.device}, but {self.device[1]} is on {self.device[0]} (one device per call)"
+            )
+        got = _DLBRIDGE_DTYPES.get(t.dtype, str(t.dtype))
+        if p.dtype in _TORCH_DTYPES:
+            if got != p.dtype:
+                raise self.fail(TypeError, p.name, f"dtype mismatch: expected {p.dtype}, got {got}")
+        elif p.dtype in self.types:
+            want, by = self.types[p.dtype]
+            if t.dtype != want:
+                raise self.fail(
+                    TypeError, p.name, f"dtype mismatch: expected {p.dtype} = {_DLBRIDGE_DTYPES[want]} (bound by {by}), got {got}"
+                )
+        else:
+            if got not in p.dtypes:
+                raise self.fail(
+                    TypeError, p.name, f"dtype mismatch: expected {p.dtype} (one of {', '.join(p.dtypes)}), got {got}"
+                )
+            self.types[p.dtype] = (t.dtype, p.name)
+        self.shape(p, tuple(t.shape))
+
+    def shape(self, p: Any, shape: tuple[Any, ...]) -> None:
+        dims = list(p.dims)
+        packs = [i for i, d in enumerate(dims) if isinstance(d, str) and d[:1] in ("*", ".")]
+        if packs:
+            at = packs[0]
+            before, after = dims[:at], dims[at + 1 :]
+            if len(shape) < len(before) + len(after):
+                raise self.fail(
+                    ValueError,
+                    p.name,
+                    f"expected at least {len(before) + len(after)} dims {_dims_text(dims)} but got {len(shape)} dims {_shape_text(shape)}",
+                )
+            cut = len(shape) - len(after)
+            fixed = list(zip(before, shape[: len(before)])) + list(zip(after, shape[cut:]))
+            self.pack(p, dims[at], shape[len(before) : cut])
+        else:
+            if len(shape) != len(dims):
+                raise self.fail(
+                    ValueError, p.name, f"expected {len(dims)} dims {_dims_text(dims)} but got {len(shape)} dims {_shape_text(shape)}"
+                )
+            fixed = list(zip(dims, shape))
+        for d, n in fixed:
+            if isinstance(d, int):
+                _check_eq(n, d, lambda d=d, n=n: f"{self.kernel.name}: argument {p.name}: dim expected {d} but got {n}")
+            elif d in self.dims:
+                want, by = self.dims[d]
+                _check_eq(
+                    n, want, lambda d=d, n=n, want=want, by=by: f"{self.kernel.name}: argument {p.name}: dim {d} = {want} (bound by {by}) but got {n}"
+                )
+            else:
+                self.dims[d] = (n, p.name)
+
+    def pack(self, p: Any, pack: str, part: tuple[Any, ...]) -> None:
+        if pack.startswith("*"):  # broadcast together (ElementwiseKernel's T[*S])
+            name = pack[1:]
+            if name in self.broadcast:
+                try:
+                    self.broadcast[name] = tuple(torch.broadcast_shapes(self.broadcast[name], part))
+                except RuntimeError as e:
+                    raise self.fail(ValueError, p.name, f"shape {_shape_text(part)} does not broadcast with {pack}: {e}") from None
+            else:
+                self.broadcast[name] = part
+            return
+        if pack in self.packs:
+            want, by = self.packs[pack]
+            message = lambda: f"{self.kernel.name}: argument {p.name}: {pack} = {_shape_text(want)} (bound by {by}) but got {_shape_text(part)}"  # noqa: E731
+            if len(want) != len(part):
+                raise ValueError(message())
+            for a, b in zip(part, want):
+                _check_eq(a, b, message)
+        else:
+            self.packs[pack] = (part, p.name)
+
+    def output_shape(self, o: Any) -> list[Any]:
+        shape: list[Any] = []
+        for d in o.dims:
+            if isinstance(d, int):
+                shape.append(d)
+            elif d.startswith("*"):
+                shape.extend(self.broadcast[d[1:]])
+            elif d.startswith("."):
+                shape.extend(self.packs[d][0])
+            else:
+                shape.append(self.dims[d][0])
+        return shape
+
+    def output_dtype(self, o: Any) -> torch.dtype:
+        return _TORCH_DTYPES[o.dtype] if o.dtype in _TORCH_DTYPES else self.types[o.dtype][0]
+
+
+def fake_of(kernel: Any) -> Callable[..., Any]:
+    """The fake implementation of ``kernel``'s signature: checks the arguments
+    and returns empty outputs of the derived shapes, dtypes and device."""
+    k = _kernel_of(kernel)
+    params, outputs = list(k.params), list(k.outputs)
+
+    def fake(*args: Any) -> Any:
+        b = _Binder(k)
+        for p, a in zip(params, args, strict=True):
+            if p.kind == "tensor":
+                b.tensor(p, a)
+        device = b.device[0] if b.device else torch.device("cpu")
+        outs = tuple(torch.empty(b.output_shape(o), dtype=b.output_dtype(o), device=device) for o in outputs)
+        return None if not outs else outs[0] if len(outs) == 1 else outs
+
+    fake.__name__ = f"{k.name}_fake"
+    fake.__qualname__ = fake.__name__
+    fake.__doc__ = _explain_fake(k)
+    return fake
+
+
+def _explain_fake(k: dlbridge.Kernel) -> str:
+    """What the fake implementation checks and returns, in words."""
+    lines = [f"The fake implementation derived from `{k.signature}`:"]
+    seen: set[str] = set()
+    for p in k.params:
+        if p.kind == "scalar":
+            lines.append(f"  {p.name}: {p.dtype} scalar, not checked here")
+            continue
+        names = ([p.dtype] if p.dtype not in _TORCH_DTYPES else []) + [
+            d.lstrip("*") if isinstance(d, str) and d.startswith("*") else d for d in p.dims if isinstance(d, str)
+        ]
+        binds = [n for n in dict.fromkeys(names) if n not in seen]
+        checks = [n for n in dict.fromkeys(names) if n in seen]
+        seen.update(names)
+        what = []
+        if p.dtype in _TORCH_DTYPES:
+            what.append(f"dtype {p.dtype}")
+        if binds:
+            what.append("binds " + ", ".join(binds))
+        if checks:
+            what.append("checks " + ", ".join(checks))
+        fixed = [str(d) for d in p.dims if isinstance(d, int)]
+        if fixed:
+            what.append("fixed dims " + ", ".join(fixed))
+        if any(isinstance(d, str) and d.startswith("*") for d in p.dims):
+            what.append("broadcasts")
+        lines.append(f"  {p.name}: {p.annotation} ({'; '.join(what) or 'any tensor'})")
+    for o in k.outputs:
+        shape = "[" + ", ".join(str(d).lstrip("*") for d in o.dims) + "]"
+        lines.append(f"  returns {o.name}: empty {shape} of dtype {o.dtype}, on the inputs' device")
+    if not k.outputs:
+        lines.append("  returns nothing (the kernel writes its mut inputs)")
+    lines.append("Dims bound from symbolic shapes stay symbolic (SymInt); a mismatch is the kernel's own error.")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# Autograd.
+
+
+class Saved:
+    """What a backward sees: each input, output and scalar of the forward's
+    signature by name (``saved.x``, ``saved.y``, ``saved.alpha``)."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self.__dict__.update(values)
+
+    def __repr__(self) -> str:
+        return f"Saved({', '.join(self.__dict__)})"
+
+
+def _as_grads(k: dlbridge.Kernel, result: Any) -> tuple[Any, ...]:
+    names = [p.name for p in k.params]
+    if isinstance(result, Mapping):
+        unknown = set(result) - set(names)
+        if unknown:
+            raise ValueError(f"{k.name} backward: gradients for {sorted(unknown)}, which are not inputs of {k.signature}")
+        return tuple(result.get(n) for n in names)
+    if not isinstance(result, (tuple, list)):
+        result = (result,)
+    if len(result) != len(names):
+        raise ValueError(f"{k.name} backward: returned {len(result)} gradients, the kernel has {len(names)} inputs ({', '.join(names)})")
+    return tuple(result)
+
+
+def _sum_to(g: Any, like: Any) -> Any:
+    """A gradient of a broadcast input, summed back to that input's shape."""
+    if g is None or g.shape == like.shape:
+        return g
+    return g.sum_to_size(like.shape)
+
+
+def _kernel_backward(k: dlbridge.Kernel, grads: Mapping[str, Any]) -> Callable[..., Any]:
+    """``backward={"x": kernel}``: each kernel is called (as an operator, so it
+    traces) with its parameters taken by name from the forward's inputs,
+    outputs and ``grad_<output>``."""
+    inputs = {p.name for p in k.params}
+    plans = []
+    for name, g in grads.items():
+        if name not in inputs:
+            raise ValueError(f"as_op({k.name}): backward for {name!r}, which is not an input of {k.signature}")
+        gk = _kernel_of(g)
+        if len(gk.outputs) != 1:
+            raise ValueError(f"as_op({k.name}): the backward kernel {gk.name} for {name} must have one output, it has {len(gk.outputs)}")
+        known = inputs | {o.name for o in k.outputs} | {f"grad_{o.name}" for o in k.outputs}
+        missing = [p.name for p in gk.params if p.name not in known]
+        if missing:
+            raise ValueError(
+                f"as_op({k.name}): the backward kernel {gk.signature} for {name} takes {', '.join(missing)}; "
+                f"its parameters must be named after {k.name}'s inputs, outputs or grad_<output> ({', '.join(sorted(known))})"
+            )
+        plans.append((name, as_op(gk), [p.name for p in gk.params]))
+
+    def backward(saved: Saved, *gs: Any) -> dict[str, Any]:
+        env = dict(saved.__dict__)
+        env.update({f"grad_{o.name}": g for o, g in zip(k.outputs, gs)})
+        return {name: _sum_to(op(*(env[a] for a in args)), env[name]) for name, op, args in plans}
+
+    return backward
+
+
+_AFTER_AUTOGRAD = torch._C._after_autograd_keyset
+_BACKEND_KEYS = {"CPU": torch._C.DispatchKey.CPU, "CUDA": torch._C.DispatchKey.CUDA}
+
+
+def _register_autograd(lib: Any, opname: str, k: dlbridge.Kernel, backward: Any) -> None:
+    """The operator's Autograd kernel: an ``autograd.Function`` around the
+    backend call when a tensor argument requires grad (what
+    ``torch.library.register_autograd`` builds); otherwise the kernel is called
+    at once when nothing but its own backend is below autograd (no mode, no
+    functionalization, no subclass), else the call is redispatched."""
+    if any(p.mutable for p in k.params):
+        raise ValueError(f"as_op({k.name}): a backward for a kernel that writes its inputs (mut) is not supported by torch.library")
+    if isinstance(backward, Mapping):
+        backward = _kernel_backward(k, backward)
+    elif not callable(backward):
+        raise TypeError(f"as_op({k.name}): backward must be a function or a dict of kernels, not {type(backward).__name__}")
+    tensors = [p.name for p in k.params if p.kind == "tensor"] + [o.name for o in k.outputs]
+    scalars = [p.name for p in k.params if p.kind == "scalar"]
+    params = [p.name for p in k.params]
+    overload = getattr(getattr(torch.ops, lib.ns), opname).default
+    direct = {_BACKEND_KEYS[_DISPATCH_KEYS[d]] for d in k.devices if d in _DISPATCH_KEYS}
+
+    def forward(ctx: Any, keyset: Any, *args: Any) -> Any:
+        with torch._C._AutoDispatchBelowAutograd():
+            result = overload.redispatch(keyset & _AFTER_AUTOGRAD, *args)
+        by_name = dict(zip(params, args))
+        outs = () if result is None else result if isinstance(result, tuple) else (result,)
+        by_name.update(zip((o.name for o in k.outputs), outs))
+        ctx.save_for_backward(*(by_name[n] for n in tensors))
+        ctx.dlbridge_scalars = {n: by_name[n] for n in scalars}
+        return result
+
+    def backward_(ctx: Any, *grads: Any) -> tuple[Any, ...]:
+        saved = Saved({**dict(zip(tensors, ctx.saved_tensors)), **ctx.dlbridge_scalars})
+        got = _as_grads(k, backward(saved, *grads))
+        needs = ctx.needs_input_grad[1:]
+        return (None, *(g if need else None for g, need in zip(got, needs)))
+
+    function = type(
+        f"{k.name}_autograd", (torch.autograd.Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward_)}
+    )
+    grad_enabled, any_requires_grad = torch.is_grad_enabled, torch._C._any_requires_grad
+
+    # Whether a dispatch key set (by its raw bits) has only the kernel's own
+    # backend below autograd: decided once per key set.
+    plain: dict[int, bool] = {}
+
+    def autograd_kernel(keyset: Any, *args: Any) -> Any:
+        if grad_enabled() and any_requires_grad(*args):
+            return function.apply(keyset, *args)
+        raw = keyset.raw_repr()
+        direct_call = plain.get(raw)
+        if direct_call is None:
+            direct_call = plain[raw] = (keyset & _AFTER_AUTOGRAD).highestPriorityTypeId() in direct
+        if direct_call:
+            return k(*args)
+        with torch._C._AutoDispatchBelowAutograd():
+            return overload.redispatch(keyset & _AFTER_AUTOGRAD, *args)
+
+    lib.impl(opname, autograd_kernel, "Autograd", with_keyset=True)
+
+
+def _gelu_grad(x: Any) -> Any:
+    cdf = 0.5 * (1.0 + torch.erf(x * (1.0 / math.sqrt(2.0))))
+    pdf = torch.exp(-0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))
+    return cdf + x * pdf
+
+
+@functools.cache
+def _builtin_backwards() -> dict[str, tuple[str, Callable[..., Any]]]:
+    """The built-in kernels' backwards, by name, with the signature each was
+    written for (a kernel of that name with another signature gets none)."""
+    mul = lambda: as_op("mul")  # noqa: E731
+    matmul = lambda: as_op("matmul")  # noqa: E731
+    return {
+        "add": ("add<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])",
+                lambda s, g: (g, g)),
+        "sub": ("sub<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])",
+                lambda s, g: (g, -g)),
+        "mul": ("mul<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])",
+                lambda s, g: (mul()(g, s.b), mul()(g, s.a))),
+        "div": ("div<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])",
+                lambda s, g: (g / s.b, -g * s.out / s.b)),
+        "relu": ("relu<T: f32|f64|f16|bf16|i32|i64>(x: T[...S]) -> (y: T[...S])",
+                 lambda s, g: torch.where(s.x > 0, g, torch.zeros_like(g))),
+        "gelu": ("gelu<T: f32|f64|f16|bf16>(x: T[...S]) -> (y: T[...S])",
+                 lambda s, g: g * _gelu_grad(s.x)),
+        "softmax": ("softmax<T: f32|f64|f16|bf16>(x: T[...B, N]) -> (y: T[...B, N])",
+                    lambda s, g: s.y * (g - (g * s.y).sum(-1, keepdim=True))),
+        "matmul": ("matmul<T: f32|f64>(a: T[M, K], b: T[K, N]) -> (c: T[M, N])",
+                   lambda s, g: (matmul()(g, s.b.mT), matmul()(s.a.mT, g))),
+        "sum": ("sum<T: f32|f64|f16|bf16|i32|i64>(x: T[...B, N]) -> (y: T[...B])",
+                lambda s, g: g.unsqueeze(-1).expand(s.x.shape)),
+        "mean": ("mean<T: f32|f64|f16|bf16>(x: T[...B, N]) -> (y: T[...B])",
+                 lambda s, g: g.unsqueeze(-1).expand(s.x.shape) / s.x.shape[-1]),
+        "sum_all": ("sum_all<T: f32|f64|f16|bf16|i32|i64>(x: T[...S]) -> (y: T[])",
+                    lambda s, g: g.expand(s.x.shape)),
+        "mean_all": ("mean_all<T: f32|f64|f16|bf16>(x: T[...S]) -> (y: T[])",
+                     lambda s, g: g.expand(s.x.shape) / s.x.numel()),
+        "copy": ("copy<T: f32|f64|f16|bf16|i8|i16|i32|i64|u8|u16|u32|u64|bool|c64|c128>(x: T[...S]) -> (y: T[...S])",
+                 lambda s, g: g),
+    }
+
+
+def builtin_backward(kernel: Any) -> Callable[..., Any] | None:
+    """The backward dlbridge ships for a built-in kernel (add, sub, mul, div,
+    relu, gelu, softmax, matmul, sum, mean, sum_all, mean_all, copy), or None."""
+    k = _kernel_of(kernel)
+    entry = _builtin_backwards().get(k.name)
+    return entry[1] if entry and entry[0] == k.signature else None
+
+
+# ---------------------------------------------------------------------------
+# Registration.
+
+
+def _qualname(k: dlbridge.Kernel, name: str | None) -> tuple[str, str]:
+    full = name or k.name
+    ns, _, op = full.rpartition("::")
+    ns = ns or _NAMESPACE
+    for part in (ns, op):
+        if not _IDENT.match(part):
+            raise ValueError(f"as_op({k.name}): {full!r} is not a valid operator name (want `name` or `namespace::name`)")
+    return ns, op
+
+
+def as_op(kernel: Any, name: str | None = None, *, backward: Any = None) -> Any:
+    """Register ``kernel`` as a torch operator and return it
+    (``torch.ops.dlbridge.<kernel name>`` unless ``name`` says
+    ``"namespace::name"`` or another name).
+
+    ``kernel`` is a ``dlbridge.Kernel``, a registered kernel's name, or an
+    ``ElementwiseKernel`` / ``ReductionKernel`` / ``RawKernel``. ``backward``:
+    a function ``backward(saved, *grads)`` returning one gradient per input
+    (a tuple in parameter order, or a dict by name; None where there is none),
+    or a dict ``{input name: kernel}``; built-ins get theirs by default.
+    Registering the same kernel under the same name again returns the same
+    operator; another signature under a taken name is an error.
+    """
+    k = _kernel_of(kernel)
+    ns, opname = _qualname(k, name)
+    qualname = f"{ns}::{opname}"
+    if backward is None:
+        backward = builtin_backward(k)
+    with _LOCK:
+        if qualname in _REGISTERED:
+            signature, had, op, _lib = _REGISTERED[qualname]
+            if signature != k.signature:
+                raise ValueError(f"as_op: {qualname} is already registered for {signature}, not {k.signature}")
+            if had is not backward and not (isinstance(had, Mapping) and had == backward):
+                raise ValueError(f"as_op: {qualname} is already registered with another backward")
+            return op
+        lib = torch.library.Library(ns, "FRAGMENT")
+        lib.define(f"{opname}{schema_of(k)}")
+        for device in k.devices:
+            if device in _DISPATCH_KEYS:
+                # The kernel itself is the implementation: the dispatcher calls
+                # it with the schema's positional arguments.
+                lib.impl(opname, k, _DISPATCH_KEYS[device])
+        torch.library.register_fake(qualname, fake_of(k), lib=lib)
+        if backward is not None:
+            _register_autograd(lib, opname, k, backward)
+        op = getattr(getattr(torch.ops, ns), opname)
+        _REGISTERED[qualname] = (k.signature, backward, op, lib)
+        return op
+
+
+def register_all() -> dict[str, Any]:
+    """``as_op`` for every kernel in the registry; returns them by name."""
+    return {k.name: as_op(k) for k in dlbridge.list_kernels()}
