@@ -19,6 +19,7 @@ made by torch on the inputs' device.
 from __future__ import annotations
 
 import numbers
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -214,6 +215,35 @@ def _permuted(a: Any, perm: list[int]) -> Any:
     return _dlbridge.from_dlpack(a).transpose(perm)
 
 
+def _broadcast_shapes(kernel: str, names: list[str], shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """NumPy's broadcast of ``shapes``; a mismatch names the arguments."""
+    ndim = max(len(s) for s in shapes)
+    out = [1] * ndim
+    for name, s in zip(names, shapes):
+        for i, n in enumerate(s, ndim - len(s)):
+            if n != 1:
+                if out[i] not in (1, n):
+                    raise ValueError(
+                        f"{kernel}: argument {name}: shape {list(s)} does not broadcast with the other inputs "
+                        f"({', '.join(f'{m} {list(t)}' for m, t in zip(names, shapes))})"
+                    )
+                out[i] = n
+    return tuple(out)
+
+
+def _broadcast_to(a: Any, shape: tuple[int, ...]) -> Any:
+    """A zero-copy, zero-stride view of ``a`` broadcast to ``shape``."""
+    fw = _framework(a)
+    if fw == "torch":
+        return a.expand(shape)
+    import numpy
+
+    if fw == "numpy":
+        return numpy.broadcast_to(a, shape)
+    # Any other producer: through NumPy's view of its memory, then back as a dlbridge.Array.
+    return _dlbridge.from_dlpack(numpy.broadcast_to(numpy.from_dlpack(a), shape))
+
+
 def _empty(shape: tuple[int, ...], dtype: str, like: Any) -> Any:
     """An uninitialised (or zeroed) array of ``shape`` in the framework of ``like``."""
     fw = _framework(like)
@@ -287,12 +317,18 @@ class ReductionKernel:
             if _is_scalar(a):
                 raise TypeError(f"{self.name}: argument {p.name} must be an array, not the scalar {a!r}")
         first = ins[0]
-        shape = tuple(int(n) for n in first.shape)
+        shapes = [tuple(int(n) for n in a.shape) for a in ins]
+        shape = _broadcast_shapes(self.name, [p.name for p in self._ins], shapes)
+        if any(s != shape for s in shapes):  # inputs broadcast, as in CuPy
+            ins = [a if s == shape else _broadcast_to(a, shape) for a, s in zip(ins, shapes)]
         ndim = len(shape)
         if axis is None:
             axes = list(range(ndim))
         else:
-            raw = [axis] if isinstance(axis, int) else list(axis)
+            try:
+                raw = [operator.index(axis)] if not isinstance(axis, (tuple, list)) else [operator.index(a) for a in axis]
+            except TypeError:
+                raise TypeError(f"{self.name}: axis must be an int or a tuple of ints, not {axis!r}") from None
             axes = []
             for a in raw:
                 d = a + ndim if a < 0 else a

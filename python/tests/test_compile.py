@@ -233,6 +233,24 @@ def test_cupy_l2norm_reduction_along_an_axis():
         l2norm_kernel(x, axis=3)
 
 
+
+def test_reduction_inputs_broadcast_and_axis_takes_numpy_integers():
+    wsum = dlbridge.ReductionKernel("T x, T w", "T y", "x * w", "a + b", "y = a", "0", "weighted_sum_bcast")
+    x = np.arange(12, dtype=np.float64).reshape(3, 4)
+    w = np.array([1.0, -2.0, 0.5, 3.0])
+    np.testing.assert_allclose(wsum(x, w, axis=1), (x * w).sum(1))
+    np.testing.assert_allclose(wsum(w, x, axis=np.int64(0)), (x * w).sum(0))  # the first input broadcasts
+    np.testing.assert_allclose(wsum(x, w, axis=(np.int32(0), -1)), (x * w).sum())
+    t = torch.from_numpy(x)
+    got = wsum(t, torch.from_numpy(w)[None, :], axis=0)
+    assert isinstance(got, torch.Tensor)
+    torch.testing.assert_close(got, (t * torch.from_numpy(w)).sum(0))
+    with pytest.raises(ValueError, match=r"weighted_sum_bcast: argument w: shape \[3\] does not broadcast"):
+        wsum(x, np.ones(3), axis=1)
+    with pytest.raises(TypeError, match="axis must be an int or a tuple of ints, not 1.5"):
+        wsum(x, w, axis=1.5)
+
+
 def test_a_reduction_without_identity_and_a_large_full_reduction():
     amax = dlbridge.ReductionKernel("T x", "T y", "x", "max(a, b)", "y = a", None, "amax_noid")
     x = np.random.default_rng(3).standard_normal((300, 7)).astype(np.float64)
