@@ -52,7 +52,8 @@ def _is_scalar(x: Any) -> bool:
     """A Python or NumPy scalar (not an array of any framework)."""
     if isinstance(x, (bool, numbers.Number)):
         return not hasattr(x, "__dlpack__") or type(x).__module__ == "numpy"
-    return False
+    # NumPy scalars that are not Numbers (np.bool_), but not 0-d arrays.
+    return type(x).__module__ == "numpy" and type(x).__name__ != "ndarray" and getattr(x, "shape", None) == ()
 
 
 def _framework(x: Any) -> str:
@@ -181,27 +182,33 @@ class ElementwiseKernel:
         return tuple(result) if isinstance(result, (tuple, list)) else result
 
     def _scalars_to_arrays(self, ins: list[Any], outs: list[Any]) -> list[Any]:
-        """Python scalars become 0-d arrays (which broadcast) of the dtype their
-        parameter's type takes from the array arguments, as CuPy does."""
-        arrays = [a for a in ins + outs if not _is_scalar(a)]
-        like = arrays[0] if arrays else None
-        bound: dict[str, str] = {}
-        for p, a in zip(self._params, ins, strict=True):
-            if not _is_scalar(a) and p.dtypes != (p.dtype,):
-                bound.setdefault(p.dtype, _dtype_of(a))
-        converted = []
-        for i, (p, a) in enumerate(zip(self._params, ins, strict=True)):
-            if not _is_scalar(a):
-                converted.append(a)
-                continue
-            if not self._scalar_ok[i]:
-                raise TypeError(f"{self.name}: argument {p.name} is raw: it takes an array, not the scalar {a!r}")
-            if p.dtypes == (p.dtype,):
-                dtype = p.dtype
-            else:
-                dtype = bound.setdefault(p.dtype, _scalar_dtype(a))
+        return _scalars_to_arrays(self.name, self._params, self._scalar_ok, ins, outs)
+
+
+def _scalars_to_arrays(name: str, params: Sequence[Any], scalar_ok: Sequence[bool], ins: list[Any], outs: list[Any]) -> list[Any]:
+    """Python scalars become 0-d arrays (which broadcast) of the dtype their
+    parameter's type takes from the array arguments, as CuPy does."""
+    arrays = [a for a in ins + outs if not _is_scalar(a)]
+    if not arrays:
+        raise TypeError(f"{name}: every argument is a scalar; at least one must be an array (it decides the loop's size)")
+    like = arrays[0]
+    bound: dict[str, str] = {}
+    for p, a in zip(params, ins, strict=True):
+        if not _is_scalar(a) and p.dtypes != (p.dtype,):
+            bound.setdefault(p.dtype, _dtype_of(a))
+    converted = []
+    for ok, p, a in zip(scalar_ok, params, ins, strict=True):
+        if not _is_scalar(a):
+            converted.append(a)
+            continue
+        if not ok:
+            raise TypeError(f"{name}: argument {p.name} is raw: it takes an array, not the scalar {a!r}")
+        dtype = p.dtype if p.dtypes == (p.dtype,) else bound.setdefault(p.dtype, _scalar_dtype(a))
+        try:
             converted.append(_zero_d(a, dtype, like))
-        return converted
+        except (OverflowError, TypeError, ValueError) as e:
+            raise type(e)(f"{name}: argument {p.name}: the scalar {a!r} is not a {dtype}: {e}") from None
+    return converted
 
 
 def _permuted(a: Any, perm: list[int]) -> Any:
@@ -313,9 +320,8 @@ class ReductionKernel:
             if outs:
                 raise TypeError(f"{self.name}: outputs given both positionally and with out=")
             outs = list(out) if isinstance(out, (tuple, list)) else [out]
-        for p, a in zip(self._ins, ins, strict=True):
-            if _is_scalar(a):
-                raise TypeError(f"{self.name}: argument {p.name} must be an array, not the scalar {a!r}")
+        if any(_is_scalar(a) for a in ins):  # 0-d arrays, which broadcast (as in ElementwiseKernel)
+            ins = _scalars_to_arrays(self.name, self._ins, [True] * self.nin, ins, outs)
         first = ins[0]
         shapes = [tuple(int(n) for n in a.shape) for a in ins]
         shape = _broadcast_shapes(self.name, [p.name for p in self._ins], shapes)
@@ -346,7 +352,7 @@ class ReductionKernel:
         keep_shape = tuple(1 if d in axes else shape[d] for d in range(ndim))
         if not outs:
             bound: dict[str, str] = {}
-            for p, a in zip(self._ins, args[: self.nin], strict=True):
+            for p, a in zip(self._ins, ins, strict=True):
                 if p.dtypes != (p.dtype,):
                     bound.setdefault(p.dtype, _dtype_of(a))
             for p in self._outs:

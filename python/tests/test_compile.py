@@ -258,3 +258,38 @@ def test_a_reduction_without_identity_and_a_large_full_reduction():
     big = np.random.default_rng(4).standard_normal(1 << 21).astype(np.float32)
     total = dlbridge.ReductionKernel("T x", "float64 y", "x", "a + b", "y = a", "0", "sum_to_f64", reduce_type="float64")
     np.testing.assert_allclose(total(big), big.astype(np.float64).sum(), rtol=1e-9)
+
+
+def test_break_or_continue_at_the_top_level_ends_one_element_only():
+    k = dlbridge.ElementwiseKernel("T x", "T y", "y = x * 2; if (x < 0) { y = 0; break; } if (x > 5) continue; y = y + 1",
+                                   "break_one_element")
+    x = np.random.default_rng(0).normal(0, 4, 200_000)  # large enough to run in parallel
+    want = np.where(x < 0, 0, np.where(x > 5, x * 2, x * 2 + 1))
+    np.testing.assert_array_equal(k(x), want)
+    out = np.full_like(x, -7.0)
+    k(x, out)
+    np.testing.assert_array_equal(out, want)
+    # A break inside the operation's own loop leaves that loop, as in C.
+    first = dlbridge.ElementwiseKernel("T x", "T y", "y = 0; for (int k = 1; k < 100; ++k) { if (k * k > x) { y = k; break; } }",
+                                       "break_inner_loop")
+    np.testing.assert_array_equal(first(np.array([0.5, 3.0, 50.0])), [1.0, 2.0, 8.0])
+
+
+def test_return_in_a_comment_is_not_refused():
+    k = dlbridge.ElementwiseKernel("T x", "T y", "y = x; // no early return here\n/* return */", "return_in_comment")
+    np.testing.assert_array_equal(k(np.arange(3.0)), np.arange(3.0))
+    with pytest.raises(ValueError, match="uses `return`"):
+        dlbridge.ElementwiseKernel("T x", "T y", "y = x; return", "return_for_real")
+
+
+def test_scalars_in_reductions_and_numpy_bool_scalars():
+    wsum = dlbridge.ReductionKernel("T x, T w", "T y", "x * w", "a + b", "y = a", "0", "scaled_sum_scalar")
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_allclose(wsum(x, 2.0, axis=1), (x * 2).sum(1))
+    assert wsum(x, 2.0, axis=1).dtype == np.float32  # the scalar takes T from x, as in CuPy
+    pick = dlbridge.ElementwiseKernel("T x, bool flag", "T y", "y = flag ? x : -x", "np_bool_scalar")
+    np.testing.assert_array_equal(pick(x, np.bool_(False)), -x)
+    with pytest.raises(OverflowError, match=r"np_bool_scalar|int_scalar_overflow: argument s: the scalar 1180591620717411303424 is not"):
+        dlbridge.ElementwiseKernel("T x, int64 s", "T y", "y = x + s", "int_scalar_overflow")(x, 2**70)
+    with pytest.raises(TypeError, match="every argument is a scalar"):
+        pick(1.0, True)

@@ -753,7 +753,10 @@ pub fn elementwise_cpp(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Result
         let qual = if t < n_in && !p.mutable { "const " } else { "" };
         src.line(&format!("      {qual}{ct}& {} = _q{o}[dlbridge_kUnit ? _j : _j * _s{o}];", p.name));
     }
-    src.user("operation", &spec.operation, ";");
+    // `do { } while (0)`: a `break` or `continue` at the top level of the
+    // operation ends this element only, never the loop over the others.
+    src.line("      do {");
+    src.user("operation", &spec.operation, "; } while (0);");
     src.line("    }");
     src.line("  });");
     if !spec.after_loop.is_empty() {
@@ -1039,7 +1042,7 @@ mod tests {
             }
         }
         assert!(resyncs >= 3, "{resyncs}");
-        assert!(src.contains("#line 1 \"operation\"\nz = x;\n// two\n;\n"));
+        assert!(src.contains("#line 1 \"operation\"\nz = x;\n// two\n; } while (0);\n"));
         assert!(src.contains("#line 1 \"preamble\"\nint helper() { return 1; }\n#line"));
     }
 

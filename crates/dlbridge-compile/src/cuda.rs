@@ -378,7 +378,9 @@ pub fn elementwise_source(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Res
     for (t, p) in all.iter().enumerate().filter(|(_, p)| !p.raw) {
         src.line(&format!("    {}{}& {} = _p{t}[dlbridge_kContig ? i : dlbridge_offset(_x{t}, i)];", qual(t), ctypes[t], p.name));
     }
-    src.user("operation", &spec.operation, ";");
+    // As on the CPU: a top-level `break` or `continue` ends this element only.
+    src.line("    do {");
+    src.user("operation", &spec.operation, "; } while (0);");
     src.line("  }");
     if !spec.after_loop.is_empty() {
         src.user("after_loop", &spec.after_loop, ";");

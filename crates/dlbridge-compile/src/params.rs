@@ -383,12 +383,54 @@ fn check_text(kind: &str, name: &str, field: &str, text: &str, required: bool) -
     }
     // The loop body runs for a run of elements at once: `return` would leave
     // the rest of the run unwritten. (A `return` inside a preamble function is fine.)
-    if field == "operation" && has_word(text, "return") {
+    if field == "operation" && has_word(&code_only(text), "return") {
         return Err(invalid(format!(
             "{kind} `{name}`: {field} uses `return`, which would end the loop over many elements, not this one; use `continue` to skip an element"
         )));
     }
     Ok(())
+}
+
+/// `text` with its comments and string / character literals blanked out
+/// (each replaced by a space), so a word in them is not taken for code.
+fn code_only(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '/' if chars.peek() == Some(&'/') => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                }
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                chars.next();
+                let mut prev = ' ';
+                for c in chars.by_ref() {
+                    if prev == '*' && c == '/' {
+                        break;
+                    }
+                    prev = c;
+                }
+                out.push(' ');
+            }
+            '"' | '\'' => {
+                let mut escaped = false;
+                for d in chars.by_ref() {
+                    if !escaped && d == c {
+                        break;
+                    }
+                    escaped = !escaped && d == '\\';
+                }
+                out.push(' ');
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Whether `word` appears in `text` as a whole identifier.
@@ -733,6 +775,17 @@ impl ReductionSpec {
 #[cfg(test)]
 mod return_tests {
     use super::*;
+
+    #[test]
+    fn return_in_a_comment_or_a_string_is_not_a_return() {
+        assert_eq!(
+            code_only("y = x; // no early return\nz = 1; /* return */ w = \"return\"; c = '\\''; return"),
+            "y = x; \nz = 1;   w =  ; c =  ; return"
+        );
+        assert!(has_word(&code_only("y = x; return;"), "return"));
+        assert!(!has_word(&code_only("y = x; // no early return here"), "return"));
+        assert!(!has_word(&code_only("y = x; /* return */"), "return"));
+    }
 
     #[test]
     fn return_in_an_operation_is_refused_and_points_to_continue() {

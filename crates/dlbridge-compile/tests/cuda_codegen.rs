@@ -126,7 +126,7 @@ fn the_generated_source_uses_the_indexer_grid_stride_loops_and_line_directives()
     assert!(t.contains("i += static_cast<ptrdiff_t>(gridDim.x) * blockDim.x"), "grid-stride");
     assert!(t.contains("dlbridge_kContig ? i : dlbridge_offset(_x0, i)"), "contiguous fast path");
     assert!(t.contains("const dlbridge::Raw<const T> y(_p1, _x1, _n1, _c1);"));
-    assert!(t.contains("#line 1 \"operation\"\nz = x + y[_ind.size() - i - 1]\n;\n"));
+    assert!(t.contains("#line 1 \"operation\"\nz = x + y[_ind.size() - i - 1]\n; } while (0);\n"));
     assert!(!t.contains("#pragma once"));
     // Every return to generated numbering names the true next line.
     for (at, l) in t.lines().enumerate() {
