@@ -73,10 +73,6 @@ _SCALAR_TYPES = {"f64": "float", "i64": "int", "bool": "bool"}
 _DISPATCH_KEYS = {"cpu": "CPU", "cuda": "CUDA"}
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
-# qualified name -> (signature, backward, op, Library): one registration per
-# name for the life of the process (a Library that is garbage collected takes
-# its registrations with it, so the Library objects are kept here).
-_REGISTERED: dict[str, tuple[str, Any, Any, Any]] = {}
 _LOCK = threading.RLock()
 
 
@@ -318,14 +314,16 @@ def _explain_fake(k: dlbridge.Kernel) -> str:
 
 
 class Saved:
-    """What a backward sees: each input, output and scalar of the forward's
-    signature by name (``saved.x``, ``saved.y``, ``saved.alpha``)."""
+    """What a backward sees: the inputs, outputs and scalars of the forward's
+    signature that it saves, by name (``saved.x``, ``saved.y``,
+    ``saved.alpha``), and ``saved.shapes[name]``, every tensor's shape."""
 
-    def __init__(self, values: Mapping[str, Any]) -> None:
+    def __init__(self, values: Mapping[str, Any], shapes: Mapping[str, Any]) -> None:
         self.__dict__.update(values)
+        self.shapes = dict(shapes)
 
     def __repr__(self) -> str:
-        return f"Saved({', '.join(self.__dict__)})"
+        return f"Saved({', '.join(n for n in self.__dict__ if n != 'shapes')})"
 
 
 def _as_grads(k: dlbridge.Kernel, result: Any) -> tuple[Any, ...]:
@@ -342,14 +340,21 @@ def _as_grads(k: dlbridge.Kernel, result: Any) -> tuple[Any, ...]:
     return tuple(result)
 
 
-def _sum_to(g: Any, like: Any) -> Any:
+def _sum_to(g: Any, shape: Any) -> Any:
     """A gradient of a broadcast input, summed back to that input's shape."""
-    if g is None or g.shape == like.shape:
+    if g is None or g.shape == shape:
         return g
-    return g.sum_to_size(like.shape)
+    return g.sum_to_size(shape)
 
 
-def _kernel_backward(k: dlbridge.Kernel, grads: Mapping[str, Any]) -> Callable[..., Any]:
+class _Backward:
+    """A backward and the names of what it needs saved (None: everything)."""
+
+    def __init__(self, fn: Callable[..., Any], saves: Sequence[str] | None) -> None:
+        self.fn, self.saves = fn, None if saves is None else tuple(saves)
+
+
+def _kernel_backward(k: dlbridge.Kernel, grads: Mapping[str, Any]) -> _Backward:
     """``backward={"x": kernel}``: each kernel is called (as an operator, so it
     traces) with its parameters taken by name from the forward's inputs,
     outputs and ``grad_<output>``."""
@@ -373,46 +378,118 @@ def _kernel_backward(k: dlbridge.Kernel, grads: Mapping[str, Any]) -> Callable[.
     def backward(saved: Saved, *gs: Any) -> dict[str, Any]:
         env = dict(saved.__dict__)
         env.update({f"grad_{o.name}": g for o, g in zip(k.outputs, gs)})
-        return {name: _sum_to(op(*(env[a] for a in args)), env[name]) for name, op, args in plans}
+        return {name: _sum_to(op(*(env[a] for a in args)), saved.shapes[name]) for name, op, args in plans}
 
-    return backward
+    grads_in = {f"grad_{o.name}" for o in k.outputs}
+    return _Backward(backward, sorted({a for _, _, args in plans for a in args} - grads_in))
+
+
+def _backward_of(k: dlbridge.Kernel, backward: Any, save: Sequence[str] | None) -> _Backward | None:
+    if backward is None:
+        return None
+    if any(p.mutable for p in k.params):
+        raise ValueError(f"as_op({k.name}): a backward for a kernel that writes its inputs (mut) is not supported by torch.library")
+    if isinstance(backward, _Backward):
+        return backward
+    if isinstance(backward, Mapping):
+        return _kernel_backward(k, backward)
+    if not callable(backward):
+        raise TypeError(f"as_op({k.name}): backward must be a function or a dict of kernels, not {type(backward).__name__}")
+    names = {p.name for p in k.params} | {o.name for o in k.outputs}
+    if save is not None and not set(save) <= names:
+        raise ValueError(f"as_op({k.name}): save= names {sorted(set(save) - names)}, which are not in {k.signature}")
+    return _Backward(backward, save)
 
 
 _AFTER_AUTOGRAD = torch._C._after_autograd_keyset
 _BACKEND_KEYS = {"CPU": torch._C.DispatchKey.CPU, "CUDA": torch._C.DispatchKey.CUDA}
 
 
-def _register_autograd(lib: Any, opname: str, k: dlbridge.Kernel, backward: Any) -> None:
-    """The operator's Autograd kernel: an ``autograd.Function`` around the
-    backend call when a tensor argument requires grad (what
-    ``torch.library.register_autograd`` builds); otherwise the kernel is called
-    at once when nothing but its own backend is below autograd (no mode, no
+class _Op:
+    """One registered operator: the kernel and backward it runs now (as_op
+    again with a recompiled kernel of the same name, or another backward,
+    replaces them), and its Library (kept alive: a collected Library takes
+    its registrations with it)."""
+
+    def __init__(self, k: dlbridge.Kernel, backward: _Backward | None) -> None:
+        self.kernel, self.backward = k, backward
+        self.signature = k.signature
+        self.lib: Any = None
+        self.op: Any = None
+
+    def impl(self, *args: Any) -> Any:
+        return self.kernel(*args)
+
+
+def _register(state: _Op, ns: str, opname: str) -> None:
+    """define, the backend implementations, the fake and the Autograd kernel."""
+    k = state.kernel
+    lib = torch.library.Library(ns, "FRAGMENT")
+    try:
+        lib.define(f"{opname}{schema_of(k)}")
+    except RuntimeError as e:
+        lib._destroy()
+        raise ValueError(f"as_op({k.name}): {ns}::{opname} is already defined outside dlbridge.torch; choose another name= ({e})") from None
+    try:
+        for device in k.devices:
+            if device in _DISPATCH_KEYS:
+                lib.impl(opname, state.impl, _DISPATCH_KEYS[device])
+        torch.library.register_fake(f"{ns}::{opname}", fake_of(k), lib=lib)
+        _register_autograd(lib, opname, state)
+    except BaseException:
+        lib._destroy()
+        raise
+    state.lib = lib
+
+
+def _register_autograd(lib: Any, opname: str, state: _Op) -> None:
+    """The operator's Autograd kernel. When a tensor argument requires grad: an
+    ``autograd.Function`` around the backend call (what
+    ``torch.library.register_autograd`` builds) whose backward is the op's, or
+    an error that names the op when it has none (a kernel that writes its
+    inputs refuses such tensors at once). Otherwise the kernel is called at once
+    when nothing but its own backend is below autograd (no mode, no
     functionalization, no subclass), else the call is redispatched."""
-    if any(p.mutable for p in k.params):
-        raise ValueError(f"as_op({k.name}): a backward for a kernel that writes its inputs (mut) is not supported by torch.library")
-    if isinstance(backward, Mapping):
-        backward = _kernel_backward(k, backward)
-    elif not callable(backward):
-        raise TypeError(f"as_op({k.name}): backward must be a function or a dict of kernels, not {type(backward).__name__}")
+    k = state.kernel
     tensors = [p.name for p in k.params if p.kind == "tensor"] + [o.name for o in k.outputs]
     scalars = [p.name for p in k.params if p.kind == "scalar"]
     params = [p.name for p in k.params]
+    outputs = [o.name for o in k.outputs]
+    mutates = [p.name for p in k.params if p.mutable]
     overload = getattr(getattr(torch.ops, lib.ns), opname).default
     direct = {_BACKEND_KEYS[_DISPATCH_KEYS[d]] for d in k.devices if d in _DISPATCH_KEYS}
+    qualname = f"{lib.ns}::{opname}"
 
     def forward(ctx: Any, keyset: Any, *args: Any) -> Any:
         with torch._C._AutoDispatchBelowAutograd():
             result = overload.redispatch(keyset & _AFTER_AUTOGRAD, *args)
         by_name = dict(zip(params, args))
         outs = () if result is None else result if isinstance(result, tuple) else (result,)
-        by_name.update(zip((o.name for o in k.outputs), outs))
-        ctx.save_for_backward(*(by_name[n] for n in tensors))
-        ctx.dlbridge_scalars = {n: by_name[n] for n in scalars}
+        by_name.update(zip(outputs, outs))
+        bw = state.backward
+        keep = tensors if bw is None or bw.saves is None else [n for n in tensors if n in bw.saves]
+        ctx.save_for_backward(*(by_name[n] for n in keep))
+        ctx.dlbridge_saved = (keep, {n: by_name[n] for n in scalars}, {n: by_name[n].shape for n in tensors}, bw)
         return result
 
     def backward_(ctx: Any, *grads: Any) -> tuple[Any, ...]:
-        saved = Saved({**dict(zip(tensors, ctx.saved_tensors)), **ctx.dlbridge_scalars})
-        got = _as_grads(k, backward(saved, *grads))
+        keep, scalar_values, shapes, bw = ctx.dlbridge_saved
+        if bw is None:
+            raise RuntimeError(
+                f"{qualname} has no backward: give one with dlbridge.torch.as_op(kernel, backward=...), "
+                "or detach its inputs"
+            )
+        saved = Saved({**dict(zip(keep, ctx.saved_tensors)), **scalar_values}, shapes)
+        try:
+            got = _as_grads(k, bw.fn(saved, *grads))
+        except (TypeError, BufferError, AttributeError) as e:
+            if any(type(t) is not torch.Tensor for t in (*ctx.saved_tensors, *grads) if isinstance(t, torch.Tensor)):
+                raise type(e)(
+                    f"{e} (in the backward of {qualname}, which ran on fake or functional tensors, as under "
+                    "torch.compile and opcheck: call operators there — dlbridge.torch.as_op(kernel) or "
+                    "torch.ops... — not kernels directly)"
+                ) from e
+            raise
         needs = ctx.needs_input_grad[1:]
         return (None, *(g if need else None for g, need in zip(got, needs)))
 
@@ -420,20 +497,24 @@ def _register_autograd(lib: Any, opname: str, k: dlbridge.Kernel, backward: Any)
         f"{k.name}_autograd", (torch.autograd.Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward_)}
     )
     grad_enabled, any_requires_grad = torch.is_grad_enabled, torch._C._any_requires_grad
-
     # Whether a dispatch key set (by its raw bits) has only the kernel's own
     # backend below autograd: decided once per key set.
     plain: dict[int, bool] = {}
 
     def autograd_kernel(keyset: Any, *args: Any) -> Any:
         if grad_enabled() and any_requires_grad(*args):
+            if mutates:
+                raise RuntimeError(
+                    f"{qualname} writes {', '.join(mutates)} in place and has no backward: it cannot take tensors "
+                    "that require grad (detach them, or call it under torch.no_grad())"
+                )
             return function.apply(keyset, *args)
         raw = keyset.raw_repr()
         direct_call = plain.get(raw)
         if direct_call is None:
             direct_call = plain[raw] = (keyset & _AFTER_AUTOGRAD).highestPriorityTypeId() in direct
         if direct_call:
-            return k(*args)
+            return state.kernel(*args)
         with torch._C._AutoDispatchBelowAutograd():
             return overload.redispatch(keyset & _AFTER_AUTOGRAD, *args)
 
@@ -447,44 +528,51 @@ def _gelu_grad(x: Any) -> Any:
 
 
 @functools.cache
-def _builtin_backwards() -> dict[str, tuple[str, Callable[..., Any]]]:
+def _builtin_backwards() -> dict[str, tuple[str, _Backward]]:
     """The built-in kernels' backwards, by name, with the signature each was
-    written for (a kernel of that name with another signature gets none)."""
+    written for (a kernel of that name with another signature gets none) and
+    what each saves (the shapes are always there)."""
     mul = lambda: as_op("mul")  # noqa: E731
     matmul = lambda: as_op("matmul")  # noqa: E731
-    return {
-        "add": ("add<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])",
+    table = {
+        "add": ("add<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])", (),
                 lambda s, g: (g, g)),
-        "sub": ("sub<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])",
+        "sub": ("sub<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])", (),
                 lambda s, g: (g, -g)),
-        "mul": ("mul<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])",
+        "mul": ("mul<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])", ("a", "b"),
                 lambda s, g: (mul()(g, s.b), mul()(g, s.a))),
-        "div": ("div<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])",
+        "div": ("div<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])", ("b", "out"),
                 lambda s, g: (g / s.b, -g * s.out / s.b)),
-        "relu": ("relu<T: f32|f64|f16|bf16|i32|i64>(x: T[...S]) -> (y: T[...S])",
-                 lambda s, g: torch.where(s.x > 0, g, torch.zeros_like(g))),
-        "gelu": ("gelu<T: f32|f64|f16|bf16>(x: T[...S]) -> (y: T[...S])",
+        "relu": ("relu<T: f32|f64|f16|bf16|i32|i64>(x: T[...S]) -> (y: T[...S])", ("y",),
+                 lambda s, g: torch.where(s.y > 0, g, torch.zeros_like(g))),
+        "gelu": ("gelu<T: f32|f64|f16|bf16>(x: T[...S]) -> (y: T[...S])", ("x",),
                  lambda s, g: g * _gelu_grad(s.x)),
-        "softmax": ("softmax<T: f32|f64|f16|bf16>(x: T[...B, N]) -> (y: T[...B, N])",
+        "softmax": ("softmax<T: f32|f64|f16|bf16>(x: T[...B, N]) -> (y: T[...B, N])", ("y",),
                     lambda s, g: s.y * (g - (g * s.y).sum(-1, keepdim=True))),
-        "matmul": ("matmul<T: f32|f64>(a: T[M, K], b: T[K, N]) -> (c: T[M, N])",
+        "matmul": ("matmul<T: f32|f64>(a: T[M, K], b: T[K, N]) -> (c: T[M, N])", ("a", "b"),
                    lambda s, g: (matmul()(g, s.b.mT), matmul()(s.a.mT, g))),
-        "sum": ("sum<T: f32|f64|f16|bf16|i32|i64>(x: T[...B, N]) -> (y: T[...B])",
-                lambda s, g: g.unsqueeze(-1).expand(s.x.shape)),
-        "mean": ("mean<T: f32|f64|f16|bf16>(x: T[...B, N]) -> (y: T[...B])",
-                 lambda s, g: g.unsqueeze(-1).expand(s.x.shape) / s.x.shape[-1]),
-        "sum_all": ("sum_all<T: f32|f64|f16|bf16|i32|i64>(x: T[...S]) -> (y: T[])",
-                    lambda s, g: g.expand(s.x.shape)),
-        "mean_all": ("mean_all<T: f32|f64|f16|bf16>(x: T[...S]) -> (y: T[])",
-                     lambda s, g: g.expand(s.x.shape) / s.x.numel()),
-        "copy": ("copy<T: f32|f64|f16|bf16|i8|i16|i32|i64|u8|u16|u32|u64|bool|c64|c128>(x: T[...S]) -> (y: T[...S])",
+        "sum": ("sum<T: f32|f64|f16|bf16|i32|i64>(x: T[...B, N]) -> (y: T[...B])", (),
+                lambda s, g: g.unsqueeze(-1).expand(s.shapes["x"])),
+        "mean": ("mean<T: f32|f64|f16|bf16>(x: T[...B, N]) -> (y: T[...B])", (),
+                 lambda s, g: g.unsqueeze(-1).expand(s.shapes["x"]) / s.shapes["x"][-1]),
+        "sum_all": ("sum_all<T: f32|f64|f16|bf16|i32|i64>(x: T[...S]) -> (y: T[])", (),
+                    lambda s, g: g.expand(s.shapes["x"])),
+        "mean_all": ("mean_all<T: f32|f64|f16|bf16>(x: T[...S]) -> (y: T[])", (),
+                     lambda s, g: g.expand(s.shapes["x"]) / math.prod(s.shapes["x"])),
+        "copy": ("copy<T: f32|f64|f16|bf16|i8|i16|i32|i64|u8|u16|u32|u64|bool|c64|c128>(x: T[...S]) -> (y: T[...S])", (),
                  lambda s, g: g),
     }
+    return {name: (sig, _Backward(fn, saves)) for name, (sig, saves, fn) in table.items()}
 
 
 def builtin_backward(kernel: Any) -> Callable[..., Any] | None:
     """The backward dlbridge ships for a built-in kernel (add, sub, mul, div,
     relu, gelu, softmax, matmul, sum, mean, sum_all, mean_all, copy), or None."""
+    b = _builtin(kernel)
+    return None if b is None else b.fn
+
+
+def _builtin(kernel: Any) -> _Backward | None:
     k = _kernel_of(kernel)
     entry = _builtin_backwards().get(k.name)
     return entry[1] if entry and entry[0] == k.signature else None
@@ -504,7 +592,10 @@ def _qualname(k: dlbridge.Kernel, name: str | None) -> tuple[str, str]:
     return ns, op
 
 
-def as_op(kernel: Any, name: str | None = None, *, backward: Any = None) -> Any:
+_REGISTERED: dict[str, _Op] = {}
+
+
+def as_op(kernel: Any, name: str | None = None, *, backward: Any = None, save: Sequence[str] | None = None) -> Any:
     """Register ``kernel`` as a torch operator and return it
     (``torch.ops.dlbridge.<kernel name>`` unless ``name`` says
     ``"namespace::name"`` or another name).
@@ -513,36 +604,32 @@ def as_op(kernel: Any, name: str | None = None, *, backward: Any = None) -> Any:
     ``ElementwiseKernel`` / ``ReductionKernel`` / ``RawKernel``. ``backward``:
     a function ``backward(saved, *grads)`` returning one gradient per input
     (a tuple in parameter order, or a dict by name; None where there is none),
-    or a dict ``{input name: kernel}``; built-ins get theirs by default.
-    Registering the same kernel under the same name again returns the same
-    operator; another signature under a taken name is an error.
+    with ``save=`` the names it reads (default: every input and output), or a
+    dict ``{input name: kernel}``; built-ins get theirs by default. Without a
+    backward, a gradient through the operator is an error that says so.
+
+    Registering under a taken name again returns the same operator, now running
+    ``kernel`` (e.g. recompiled with the same signature) and, if given, the new
+    backward; another signature under a taken name is an error.
     """
     k = _kernel_of(kernel)
     ns, opname = _qualname(k, name)
     qualname = f"{ns}::{opname}"
-    if backward is None:
-        backward = builtin_backward(k)
     with _LOCK:
-        if qualname in _REGISTERED:
-            signature, had, op, _lib = _REGISTERED[qualname]
-            if signature != k.signature:
-                raise ValueError(f"as_op: {qualname} is already registered for {signature}, not {k.signature}")
-            if had is not backward and not (isinstance(had, Mapping) and had == backward):
-                raise ValueError(f"as_op: {qualname} is already registered with another backward")
-            return op
-        lib = torch.library.Library(ns, "FRAGMENT")
-        lib.define(f"{opname}{schema_of(k)}")
-        for device in k.devices:
-            if device in _DISPATCH_KEYS:
-                # The kernel itself is the implementation: the dispatcher calls
-                # it with the schema's positional arguments.
-                lib.impl(opname, k, _DISPATCH_KEYS[device])
-        torch.library.register_fake(qualname, fake_of(k), lib=lib)
-        if backward is not None:
-            _register_autograd(lib, opname, k, backward)
-        op = getattr(getattr(torch.ops, ns), opname)
-        _REGISTERED[qualname] = (k.signature, backward, op, lib)
-        return op
+        state = _REGISTERED.get(qualname)
+        if state is not None and state.signature != k.signature:
+            raise ValueError(f"as_op: {qualname} is already registered for {state.signature}, not {k.signature}")
+        bw = _backward_of(k, backward, save) if backward is not None else None
+        if state is not None:
+            state.kernel = k
+            if bw is not None:
+                state.backward = bw
+            return state.op
+        state = _Op(k, bw if bw is not None else _builtin(k))
+        _register(state, ns, opname)
+        state.op = getattr(getattr(torch.ops, ns), opname)
+        _REGISTERED[qualname] = state
+        return state.op
 
 
 def register_all() -> dict[str, Any]:

@@ -320,7 +320,7 @@ void scaled_square(const double* x, double s, double* y, long long n) {
     seen = []
 
     def backward(saved, grad_y):
-        seen.append(sorted(saved.__dict__))
+        seen.append(sorted(n for n in saved.__dict__ if n != "shapes"))
         return {"x": grad_y * 2 * saved.s * saved.x}
 
     op = dt.as_op(k, backward=backward)
@@ -389,3 +389,65 @@ def test_the_readme_shows_the_real_fake_description():
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert dt.fake_of("matmul").__doc__ in readme
+
+
+# --- found by the outside-in test ------------------------------------------------------------------
+
+
+def test_a_gradient_through_an_op_without_a_backward_is_an_error_not_silence(ops):
+    x = torch.randn(4, requires_grad=True)
+    y = ops["maximum"](x, torch.zeros(4))
+    assert y.requires_grad  # the forward runs (a mask or a metric needs no gradient)...
+    with pytest.raises(RuntimeError, match=r"dlbridge::maximum has no backward: give one with dlbridge.torch.as_op"):
+        y.sum().backward()  # ...but a gradient through it is never silently dropped
+    with pytest.raises(RuntimeError, match=r"dlbridge::axpy writes y in place and has no backward"):
+        ops["axpy"](1.0, x, torch.zeros(4))
+    compiled = torch.compile(lambda a: ops["maximum"](a, torch.zeros_like(a)).sum(), backend="aot_eager")
+    with pytest.raises(Exception, match="has no backward"):
+        compiled(x).backward()
+
+
+def test_as_op_again_runs_a_recompiled_kernel_and_keeps_a_custom_backward(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLBRIDGE_CACHE_DIR", str(tmp_path))
+    first = dlbridge.ElementwiseKernel("T x", "T y", "y = x + 1", "torchop_redefined")
+    op = dt.as_op(first, backward=lambda s, g: g)
+    x = torch.zeros(3)
+    assert torch.equal(op(x), torch.ones(3))
+    second = dlbridge.ElementwiseKernel("T x", "T y", "y = x + 100", "torchop_redefined")
+    assert dt.as_op(second) is op
+    assert torch.equal(op(x), torch.full((3,), 100.0)), "the operator runs the kernel registered last"
+    xg = torch.zeros(3, requires_grad=True)
+    op(xg).sum().backward()  # as_op without backward= kept the custom one
+    assert torch.equal(xg.grad, torch.ones(3))
+    assert dt.register_all()["torchop_redefined"] is op  # register_all after a custom backward
+
+
+def test_builtin_backwards_save_only_what_they_need(ops):
+    x = torch.randn(3, 4, requires_grad=True)
+    w = torch.randn(4, 5, requires_grad=True)
+    h = ops["add"](ops["matmul"](x, w), torch.zeros(3, 5))
+    h.add_(1)  # add saves nothing, matmul saves its inputs: the in-place change is fine
+    h.sum().backward()
+    torch.testing.assert_close(x.grad, torch.ones(3, 5) @ w.detach().T)
+    s = ops["sum"](x.detach().requires_grad_())
+    s.sum().backward()
+
+
+def test_a_failed_as_op_leaves_nothing_behind_and_clashes_are_clear(ops):
+    with pytest.raises(ValueError, match=r"writes its inputs \(mut\)"):
+        dt.as_op("axpy", name="torchop::axpy_retry", backward=lambda s, g: g)
+    assert dt.as_op("axpy", name="torchop::axpy_retry") is torch.ops.torchop.axpy_retry
+    lib = torch.library.Library("torchop_outside", "FRAGMENT")
+    lib.define("relu(Tensor x) -> Tensor")
+    with pytest.raises(ValueError, match=r"torchop_outside::relu is already defined outside dlbridge.torch"):
+        dt.as_op("relu", name="torchop_outside::relu")
+
+
+def test_a_backward_calling_a_kernel_directly_gets_a_hint_under_compile(ops):
+    relu = dlbridge.get_kernel("relu")
+    op = dt.as_op("gelu", name="torchop::gelu_direct", backward=lambda s, g: g * relu(s.x))
+    x = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    op(x).sum().backward()  # eager: real tensors, works
+    f = torch.compile(lambda a: op(a).sum(), backend="aot_eager", fullgraph=True)
+    with pytest.raises(Exception, match="call operators there"):
+        f(x.detach().requires_grad_()).backward()
