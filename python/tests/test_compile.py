@@ -289,7 +289,7 @@ def test_scalars_in_reductions_and_numpy_bool_scalars():
     assert wsum(x, 2.0, axis=1).dtype == np.float32  # the scalar takes T from x, as in CuPy
     pick = dlbridge.ElementwiseKernel("T x, bool flag", "T y", "y = flag ? x : -x", "np_bool_scalar")
     np.testing.assert_array_equal(pick(x, np.bool_(False)), -x)
-    with pytest.raises(OverflowError, match=r"np_bool_scalar|int_scalar_overflow: argument s: the scalar 1180591620717411303424 is not"):
+    with pytest.raises(OverflowError, match=r"int_scalar_overflow: argument s: the scalar 1180591620717411303424 is not a i64"):
         dlbridge.ElementwiseKernel("T x, int64 s", "T y", "y = x + s", "int_scalar_overflow")(x, 2**70)
     with pytest.raises(TypeError, match="every argument is a scalar"):
         pick(1.0, True)
