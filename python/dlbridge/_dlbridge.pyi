@@ -24,6 +24,7 @@ __all__ = [
     "zeros",
     "full",
     "elementwise_kernel",
+    "_numpy_read_in_place",
     "reduction_kernel",
     "compile_stats",
     "load_inline",
@@ -260,6 +261,8 @@ def load_inline(
     cuda_options: list[str] = ...,
 ) -> list[Kernel]:
     """Registers the functions of ``dlbridge.load_inline`` (``(key, signature)`` pairs); the kernels in order."""
+def _numpy_read_in_place() -> bool:
+    """Whether exact NumPy arrays are read in place (their layout checked once against NumPy's answers)."""
 def compile_stats() -> dict[str, Any]:
     """What the CPU kernel cache did in this process: ``compiled``, ``disk_hits``, ``dir``."""
 def zeros(shape: int | Sequence[int], dtype: _DTypeLike | None = None) -> Array:

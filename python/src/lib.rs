@@ -447,6 +447,13 @@ fn cuda_raw_kernel_ptx(source: &str, name: &str, signature: &str, arch: &str, op
     dlbridge::cuda::raw_kernel::raw_kernel_ptx(source, name, signature, &options, &arch).map(|p| p.to_string()).py_err()
 }
 
+/// Whether exact NumPy arrays are read in place (the layout check passed with
+/// this NumPy), rather than through the buffer protocol.
+#[pyfunction]
+fn _numpy_read_in_place(py: Python<'_>) -> bool {
+    dlbridge_python::numpy_read_in_place(py)
+}
+
 #[pymodule]
 fn _dlbridge(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // NVRTC ships in the NVIDIA wheels torch depends on: look in this interpreter's
@@ -469,6 +476,7 @@ fn _dlbridge(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(elementwise_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(reduction_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(compile_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(_numpy_read_in_place, m)?)?;
     m.add_function(wrap_pyfunction!(load_inline, m)?)?;
     m.add_function(wrap_pyfunction!(zeros, m)?)?;
     m.add_function(wrap_pyfunction!(inspect_capsule, m)?)?;

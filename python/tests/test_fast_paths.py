@@ -1,7 +1,7 @@
 """The call path's fast paths (issue #12) skip no check the slow paths make.
 
-NumPy arrays come in through the buffer protocol (one C call) instead of
-`__dlpack__`; torch tensors that are written are borrowed through the exchange
+Exact NumPy arrays are read in place (the array object's own fields; other
+buffers through the buffer protocol) instead of through `__dlpack__`; torch tensors that are written are borrowed through the exchange
 API (torch has no read-only tensors) instead of exported; `dlbridge.Array`s are
 read in place. Each is zero copy, and each still refuses what it must.
 """
@@ -26,7 +26,7 @@ class DlpackCounting(np.ndarray):
         return super().__dlpack__(*args, **kwargs)
 
 
-def test_numpy_in_and_out_are_zero_copy_through_the_buffer_protocol():
+def test_numpy_in_and_out_are_zero_copy():
     a, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.ones((2, 3), np.float32)
     out = np.empty((2, 3), np.float32)
     before = out.__array_interface__["data"][0]
@@ -177,3 +177,126 @@ def test_complex_torch_tensors_have_their_conjugate_bit_checked_after_the_deferr
         copy(z, out=w.conj())
     assert (e.value.argument, e.value.output) == ("y", True)
     assert w.tolist() == [0j, 0j]
+
+
+# Exact NumPy arrays are read in place (the array object's own fields, the
+# layout checked once against NumPy's own answers); arrays that path declines
+# (more than 4 dims, odd dtypes) take the buffer protocol. Either way, every
+# layout gives NumPy's own result, and written arguments are written in place.
+LAYOUTS = {
+    "0-d": lambda: np.array(3.5, np.float32),
+    "1-d": lambda: np.arange(7, dtype=np.float32),
+    "negative strides": lambda: np.arange(24, dtype=np.float32).reshape(4, 6)[::-1, ::-2],
+    "sliced, offset": lambda: np.arange(60, dtype=np.float32).reshape(5, 12)[1:4, 3:9:2],
+    "transposed 3-d": lambda: np.arange(24, dtype=np.float32).reshape(2, 3, 4).transpose(2, 0, 1),
+    "4-d": lambda: np.arange(120, dtype=np.float32).reshape(2, 3, 4, 5)[:, ::2],
+    "5-d (buffer protocol)": lambda: np.arange(240, dtype=np.float32).reshape(2, 3, 4, 5, 2)[..., ::-1],
+    "broadcast (read-only, zero strides)": lambda: np.broadcast_to(np.arange(3, dtype=np.float32), (4, 3)),
+    "empty": lambda: np.zeros((3, 0), np.float32),
+}
+
+
+def test_numpy_arrays_are_read_in_place_with_this_numpy():
+    # The layout check passed: a check that wrongly failed would silently send
+    # every array through the slower buffer protocol.
+    assert dlbridge._dlbridge._numpy_read_in_place()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_numpy_arrays_on_every_layout_give_numpys_result(layout):
+    a = LAYOUTS[layout]()
+    b = a.copy() * 2 + 1  # contiguous, same shape (0-d stays 0-d)
+    np.testing.assert_array_equal(add(a, b), a + b)
+    np.testing.assert_array_equal(add(b, a), b + a)
+
+
+def test_written_numpy_arguments_and_outputs_are_written_in_place():
+    base = np.zeros(64, np.float32)
+    y = base[60:3:-7]  # an offset and a negative stride
+    x = np.arange(y.size, dtype=np.float32)
+    ptr = y.__array_interface__["data"][0]
+    axpy(2.0, x, y)
+    assert y.__array_interface__["data"][0] == ptr
+    np.testing.assert_array_equal(y, 2 * x)
+    assert base.sum() == 2 * x.sum()  # nothing outside y was written
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    out_t = np.empty((3, 2), np.float32).T  # a transposed given output
+    ptr = out_t.__array_interface__["data"][0]
+    assert add(a, a, out=out_t) is out_t and out_t.__array_interface__["data"][0] == ptr
+    np.testing.assert_array_equal(out_t, a + a)
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [np.bool_, np.int8, np.uint8, np.int16, np.uint16, np.intc, np.uintc, np.int_, np.uint, np.longlong,
+     np.ulonglong, np.float16, np.float32, np.float64, np.complex64, np.complex128],
+)
+def test_every_numpy_dtype_with_a_dlpack_code_is_read_as_itself(dtype):
+    copy = dlbridge.get_kernel("copy")
+    a = (np.arange(12) % 3).astype(dtype).reshape(3, 4)[:, ::-1]
+    r = copy(a)
+    assert type(r) is np.ndarray and r.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(r, a)
+
+
+_FP_SOURCE = """
+void fp_scale(const float* x, double s, float* y, long long n) { for (long long i = 0; i < n; i++) y[i] = x[i] * s; }
+void fp_axpy(float* y, const float* x, double s, long long n) { for (long long i = 0; i < n; i++) y[i] += x[i] * s; }
+"""
+
+
+def _fp():
+    """Kernels with a scalar after their tensors: converting the scalar runs its __float__."""
+    return dlbridge.load_inline(
+        "fast_paths_fp",
+        _FP_SOURCE,
+        {"fp_scale": "fp_scale(x: f32[...S], s: f64) -> (y: f32[...S])", "fp_axpy": "fp_axpy(y: mut f32[...S], x: f32[...S], s: f64)"},
+    )
+
+
+def test_a_numpy_array_changed_by_python_code_during_binding_is_an_error_not_a_stale_read():
+    fp = _fp()
+    x = np.ones(4, np.float32)
+
+    class Resizes:
+        def __float__(self):
+            x.resize((1 << 16,), refcheck=False)  # frees the buffer bound a moment ago
+            return 2.0
+
+    with pytest.raises(RuntimeError, match="NumPy array was resized, reshaped, retyped"):
+        fp.fp_scale(x, Resizes())
+
+    y = np.ones((2, 3), np.float32)
+
+    class Reshapes:
+        def __float__(self):
+            y.shape = (3, 2)  # same buffer, new shape and strides
+            return 2.0
+
+    with pytest.raises(RuntimeError, match="NumPy array was resized, reshaped, retyped"):
+        fp.fp_scale(y, Reshapes())
+
+    w, v = np.zeros(3, np.float32), np.ones(3, np.float32)
+
+    class Freezes:
+        def __float__(self):
+            w.flags.writeable = False  # w was bound writable a moment ago
+            return 2.0
+
+    with pytest.raises(RuntimeError, match="had its flags changed"):
+        fp.fp_axpy(w, v, Freezes())
+    np.testing.assert_array_equal(w, 0)  # never written
+
+
+def test_python_code_that_leaves_numpy_arrays_alone_does_not_disturb_the_call():
+    fp = _fp()
+    x, y = np.arange(5, dtype=np.float32), np.ones(5, np.float32)
+
+    class Harmless:
+        def __float__(self):
+            np.ones(1000).sum()  # Python and NumPy code run; x and y are untouched
+            return 3.0
+
+    np.testing.assert_array_equal(fp.fp_scale(x, Harmless()), x * 3)
+    fp.fp_axpy(y, x, Harmless())
+    np.testing.assert_array_equal(y, 1 + 3 * x)

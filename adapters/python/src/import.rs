@@ -25,14 +25,14 @@ use dlbridge_core::{DType, Device, Error, Flags, ManagedTensor, TensorView, Tens
 use dlbridge_registry::binding::Operand;
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
-use pyo3::types::PyType;
 
 use crate::array::PyArray;
 use crate::buffer::BufferTensor;
 use crate::capsule::{self, Consumed, Request};
 use crate::errors::IntoPy;
 use crate::exchange::{self, Api};
+use crate::ndarray::NdArray;
+pub(crate) use crate::ndarray::is_ndarray;
 
 /// Counts the moments at which Python code may have run (ours or, through a
 /// released GIL, another thread's): see [`Lent`]. Every adapter step that
@@ -48,7 +48,7 @@ pub(crate) fn python_may_run() {
 }
 
 #[inline]
-fn epoch() -> u64 {
+pub(crate) fn epoch() -> u64 {
     EPOCH.load(Ordering::Relaxed)
 }
 
@@ -62,7 +62,9 @@ pub(crate) enum Held {
     /// read and written arguments alike (a lent DLTensor carries no flags,
     /// and torch has no read-only tensors).
     Lent(Lent),
-    /// A buffer-protocol export (exact NumPy arrays), held for the call.
+    /// An exact NumPy array, read in place (see [`crate::ndarray`]).
+    NumPy(NdArray),
+    /// A buffer-protocol export, held for the call.
     Buffer(Box<BufferTensor>),
     /// An owning DLPack tensor.
     Managed(Box<ManagedTensor>),
@@ -209,6 +211,7 @@ impl Operand for Tensor<'_> {
     fn view(&self) -> dlbridge_core::Result<TensorView<'_>> {
         Ok(match &self.held {
             Held::Array => self.array()?.view(),
+            Held::NumPy(a) => a.view(&self.obj)?,
             Held::Buffer(b) => b.view(),
             Held::Managed(m) => m.view().clone(),
             Held::Lent(l) => {
@@ -264,6 +267,17 @@ pub enum Mode {
 /// corrupt gradients; read-only inputs that require grad are read, and the
 /// results do not track gradients).
 pub(crate) fn import<'py>(obj: &Bound<'py, PyAny>, writable: bool, mode: Mode) -> PyResult<Tensor<'py>> {
+    // The paths that run no Python code leave the epoch alone (see [`Lent`]):
+    // a dlbridge.Array, and an exact NumPy array read in place.
+    let fast = |held| Ok(Tensor { obj: obj.clone(), held, api: None, written: writable, conj_unchecked: false });
+    if let Ok(a) = obj.cast::<PyArray>()
+        && !(writable && a.get().array().is_read_only())
+    {
+        return fast(Held::Array);
+    }
+    if let Ok(Some(a)) = NdArray::read(obj, writable) {
+        return fast(Held::NumPy(a));
+    }
     python_may_run();
     let (held, api, can_write) = import_any(obj, writable, mode)?;
     let mut conj_unchecked = false;
@@ -310,10 +324,11 @@ fn import_any(obj: &Bound<'_, PyAny>, writable: bool, mode: Mode) -> PyResult<(H
         let writable = !m.is_read_only();
         return Ok((Held::Managed(Box::new(m)), Some(api), writable));
     }
-    // NumPy arrays (exactly `numpy.ndarray`) through the buffer protocol: one
-    // C call, where `__dlpack__` costs a method call with keywords and a capsule.
-    // A buffer NumPy will not give (a read-only array asked for writing, a
-    // dtype the buffer protocol lacks) takes the DLPack path and its errors.
+    // NumPy arrays (exactly `numpy.ndarray`) that `import` did not read in
+    // place: through the buffer protocol (one C call, where `__dlpack__` costs
+    // a method call with keywords and a capsule). A buffer NumPy will not give
+    // (a read-only array asked for writing, a dtype the buffer protocol lacks)
+    // takes the DLPack path and its errors.
     if is_ndarray(obj)
         && let Ok(t) = crate::buffer::import_held(obj, writable)
     {
@@ -336,17 +351,6 @@ fn import_any(obj: &Bound<'_, PyAny>, writable: bool, mode: Mode) -> PyResult<(H
         ))),
         Err(e) => Err(e),
     }
-}
-
-static NDARRAY: PyOnceLock<Option<Py<PyType>>> = PyOnceLock::new();
-
-/// Whether `obj` is exactly a `numpy.ndarray` (not a subclass: a subclass may
-/// override `__dlpack__`); false when NumPy is not installed.
-pub(crate) fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
-    let py = obj.py();
-    let ty = NDARRAY
-        .get_or_init(py, || py.import("numpy").and_then(|m| m.getattr("ndarray")).and_then(|t| Ok(t.cast_into::<PyType>()?.unbind())).ok());
-    ty.as_ref().is_some_and(|t| obj.get_type().is(t.bind(py)))
 }
 
 /// Whether `obj` is a capsule or has `__dlpack__`; an error other than

@@ -172,6 +172,7 @@ fn numpy_dtype(d: DType) -> Option<&'static str> {
 
 impl PyKernel {
     /// Binds `args` (and `out=`) to the kernel's parameters.
+    #[inline(always)]
     fn bind<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>, out: Option<&Bound<'py, PyAny>>) -> PyResult<Call<'_, 'py>> {
         let k: &Kernel = &self.kernel;
         let mut objects = Objects { py };
@@ -260,7 +261,7 @@ impl PyKernel {
         if let Some(dev) = &order {
             dev.stream_wait(dlbridge_cuda::stream::LEGACY, stream_u).py_err()?;
         }
-        let result = dispatch(py, call, out, stream, release);
+        let result = dispatch(py, &mut call, out, stream, release);
         if let Some(dev) = &order {
             dev.stream_wait(stream_u, dlbridge_cuda::stream::LEGACY).py_err()?;
         }
@@ -272,14 +273,14 @@ impl PyKernel {
 /// `dlbridge.Array`) and runs.
 fn dispatch<'py>(
     py: Python<'py>,
-    mut call: Call<'_, 'py>,
+    call: &mut Call<'_, 'py>,
     out: Option<&Bound<'py, PyAny>>,
     stream: usize,
     release: bool,
 ) -> PyResult<Py<PyAny>> {
     if call.given_outputs().is_some() {
-        finish(py, &mut call, DeviceArrays, stream, release)?;
-        let given = call.into_given_outputs().unwrap_or_default();
+        finish(py, call, DeviceArrays, stream, release)?;
+        let given = call.take_given_outputs().unwrap_or_default();
         if let Some(o) = out.filter(|o| !o.is_none()) {
             return Ok(o.clone().unbind());
         }
@@ -292,12 +293,12 @@ fn dispatch<'py>(
     // first allocator that claims it. A new framework adds one line here.
     let first = call.operands().next();
     if let Some(a) = first.and_then(Exchange::claim) {
-        return finish(py, &mut call, a, stream, release);
+        return finish(py, call, a, stream, release);
     }
     if let Some(a) = first.and_then(Numpy::claim) {
-        return finish(py, &mut call, a, stream, release);
+        return finish(py, call, a, stream, release);
     }
-    finish(py, &mut call, DeviceArrays, stream, release)
+    finish(py, call, DeviceArrays, stream, release)
 }
 
 /// Allocates with `alloc`, runs (releasing the GIL when asked) and returns

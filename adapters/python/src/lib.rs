@@ -8,6 +8,7 @@
 //! | `dlbridge.Array` | yes | its storage directly |
 //! | DLPack C exchange API (torch 2.13) | yes | looked up once per type; borrowed `DLTensor` when the GIL is kept, owning tensor when released |
 //! | `__dlpack__` (versioned, legacy on `TypeError`), capsules | yes | through dlpark's consumer |
+//! | exact `numpy.ndarray` (up to 4 dims, dtypes with a DLPack code) | yes | its fields read in place (layout checked once per process against NumPy's answers); re-checked when Python code may have run |
 //! | buffer protocol (bytes, bytearray, memoryview, array.array, NumPy) | yes | native byte order only |
 //!
 //! | path out | zero copy |
@@ -21,7 +22,7 @@
 //! through to kernels registered for CUDA; `dlbridge.Array` holds host or
 //! CUDA memory (`cuda`: its stream rule, copies between devices, device
 //! memory for outputs). Unsafe code lives in `exchange` (the C
-//! exchange API, consumed), `array_exchange` (the C exchange API dlbridge.Array offers), `buffer` (the buffer protocol), `array` (buffer export),
+//! exchange API, consumed), `array_exchange` (the C exchange API dlbridge.Array offers), `buffer` (the buffer protocol), `ndarray` (NumPy arrays read in place), `array` (buffer export),
 //! `capsule`, `import` (views of imported tensors) and `inspect`, each with its invariants written down.
 
 #![deny(unsafe_code)]
@@ -43,6 +44,15 @@ pub mod import;
 #[allow(unsafe_code)]
 pub mod inspect;
 pub mod kernel;
+#[allow(unsafe_code)]
+pub(crate) mod ndarray;
 
 pub use array::PyArray;
 pub use kernel::PyKernel;
+
+/// Whether exact NumPy arrays are read in place (NumPy is installed and its
+/// array layout is the one `ndarray` reads, checked once), rather than through
+/// the buffer protocol.
+pub fn numpy_read_in_place(py: pyo3::Python<'_>) -> bool {
+    ndarray::in_place(py)
+}

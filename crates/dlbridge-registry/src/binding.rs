@@ -125,7 +125,9 @@ type Values<T> = SmallVec<[Value<T>; 4]>;
 pub struct Binding<'k, T, E> {
     kernel: &'k Kernel,
     params: Values<T>,
-    given: Option<SmallVec<[T; 2]>>,
+    /// Outputs given by the caller (rare: boxed in a Vec, so that a binding,
+    /// which callers move around, stays small).
+    given: Option<Vec<T>>,
     _error: PhantomData<fn() -> E>,
 }
 
@@ -193,7 +195,7 @@ impl Kernel {
         let mut binding = Binding::new(self);
         self.bind_params(adapter, values.by_ref().take(np), None, &mut binding.params)?;
         if given {
-            self.bind_outputs(adapter, values, binding.given.insert(SmallVec::new()))?;
+            self.bind_outputs(adapter, values, binding.given.insert(Vec::new()))?;
         }
         Ok(binding)
     }
@@ -273,7 +275,7 @@ impl Kernel {
                 .into());
         }
         self.bind_params(adapter, values, None, &mut binding.params)?;
-        self.bind_outputs(adapter, outputs, binding.given.insert(SmallVec::new()))
+        self.bind_outputs(adapter, outputs, binding.given.insert(Vec::new()))
     }
 
     /// Binds tensors and scalars given in two lists, each in signature order,
@@ -357,7 +359,7 @@ impl Kernel {
         }
         self.bind_params(adapter, tensors, Some(scalars), &mut binding.params)?;
         match outputs {
-            Some(o) => self.bind_outputs(adapter, o, binding.given.insert(SmallVec::new())),
+            Some(o) => self.bind_outputs(adapter, o, binding.given.insert(Vec::new())),
             None => Ok(()),
         }
     }
@@ -412,7 +414,7 @@ impl Kernel {
         &self,
         adapter: &mut A,
         values: impl Iterator<Item = A::Value<'a>>,
-        outs: &mut SmallVec<[A::Tensor<'a>; 2]>,
+        outs: &mut Vec<A::Tensor<'a>>,
     ) -> Result<(), A::Error> {
         let sig = self.signature();
         for (p, value) in sig.outputs.iter().zip(values) {
@@ -460,8 +462,13 @@ impl<'k, T: Operand, E: From<Error>> Binding<'k, T, E> {
     }
 
     /// The outputs the caller gave, back (after [`Binding::run`]).
-    pub fn into_given_outputs(self) -> Option<SmallVec<[T; 2]>> {
+    pub fn into_given_outputs(self) -> Option<Vec<T>> {
         self.given
+    }
+
+    /// The outputs the caller gave, taken out (after [`Binding::run`]).
+    pub fn take_given_outputs(&mut self) -> Option<Vec<T>> {
+        self.given.take()
     }
 
     /// Shape, dtype and device of every output for the bound inputs.
