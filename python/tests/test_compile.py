@@ -293,3 +293,25 @@ def test_scalars_in_reductions_and_numpy_bool_scalars():
         dlbridge.ElementwiseKernel("T x, int64 s", "T y", "y = x + s", "int_scalar_overflow")(x, 2**70)
     with pytest.raises(TypeError, match="every argument is a scalar"):
         pick(1.0, True)
+
+
+def test_integer_division_by_zero_in_a_body_is_an_error_not_a_crash():
+    # NumPy gives 0 with a warning, C++ traps (SIGFPE); dlbridge raises, names
+    # the kernel, and the process and the kernel go on working. A body run on
+    # several threads (2^20 elements) and on one.
+    k = dlbridge.ElementwiseKernel("int32 x, int32 y", "int32 q, int32 r", "q = x / y; r = x % y", "divmod_py")
+    for n in (5, 1 << 20):
+        x = np.arange(n, dtype=np.int32) + 7
+        y = (np.arange(n, dtype=np.int32) % 5 + 1)
+        bad = y.copy()
+        bad[n - 2] = 0
+        with pytest.raises(RuntimeError, match=r"^divmod_py: integer division or modulo by zero"):
+            k(x, bad)
+        q, r = k(x, y)
+        np.testing.assert_array_equal(q, x // y)
+        np.testing.assert_array_equal(r, x % y)
+    # In a reduction's map expression too.
+    s = dlbridge.ReductionKernel("int64 x", "int64 y", "100 / x", "a + b", "y = a", "0", "recip_sum_py")
+    with pytest.raises(RuntimeError, match="integer division or modulo by zero"):
+        s(np.array([1, 2, 0, 4], np.int64))
+    assert int(s(np.array([1, 2, 4], np.int64))) == 175

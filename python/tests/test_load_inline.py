@@ -131,3 +131,15 @@ def test_a_cpp_exception_becomes_a_python_exception():
     mod.py_throws(np.zeros(2, dtype=np.float32))
     with pytest.raises(RuntimeError, match="too long"):
         mod.py_throws(np.zeros(3, dtype=np.float32))
+
+
+def test_integer_division_by_zero_in_an_inline_function_is_an_error_not_a_crash():
+    mod = dlbridge.load_inline(
+        "inl_divzero",
+        "void idiv(const int* x, long long d, int* y, long long n) { for (long long i = 0; i < n; i++) y[i] = x[i] / d; }",
+        {"idiv": "idiv(x: i32[N], d: i64) -> (y: i32[N])"},
+    )
+    x = np.arange(6, dtype=np.int32) * 10
+    with pytest.raises(RuntimeError, match=r"^idiv: integer division or modulo by zero"):
+        mod.idiv(x, 0)
+    np.testing.assert_array_equal(mod.idiv(x, 5), x // 5)

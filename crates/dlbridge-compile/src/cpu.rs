@@ -422,7 +422,7 @@ struct Joiner {
 template <typename F>
 void parallel_chunks(ptrdiff_t n, int chunks, F&& f) {
   if (chunks <= 1) {
-    f(0, ptrdiff_t(0), n);
+    dlbridge_divguard::guarded([&] { f(0, ptrdiff_t(0), n); });
     return;
   }
   const ptrdiff_t step = n / chunks, extra = n % chunks;
@@ -430,7 +430,7 @@ void parallel_chunks(ptrdiff_t n, int chunks, F&& f) {
   std::vector<std::exception_ptr> errors(static_cast<size_t>(chunks));
   auto run = [&](int c) noexcept {
     try {
-      f(c, begin_of(c), begin_of(c + 1));
+      dlbridge_divguard::guarded([&] { f(c, begin_of(c), begin_of(c + 1)); });
     } catch (...) {
       errors[static_cast<size_t>(c)] = std::current_exception();
     }
@@ -510,6 +510,41 @@ inline int32_t from_exception(const char* kernel, char* err, size_t err_len) {
 
 }  // namespace detail
 }  // namespace dlbridge
+"##;
+
+/// Integer division or modulo by zero in user code: an error, not a SIGFPE that
+/// kills the process. With `DIVGUARD_FLAGS` (when the compiler takes them) every
+/// integer `/` and `%` whose divisor is not a known non-zero constant is checked
+/// (`-fsanitize=integer-divide-by-zero`, no recovery, no sanitizer runtime
+/// linked), and a zero divisor calls the handler defined here, which jumps back
+/// to the innermost `guarded` call of its thread; that call throws, and the
+/// entry point turns the exception into an error like any other. Locals with
+/// destructors between the `guarded` call and the division are not destroyed
+/// (their memory may leak; a kernel body rarely has any). `INT_MIN / -1` is not
+/// checked (it still traps).
+pub(crate) const DIVGUARD: &str = r##"
+#include <csetjmp>
+#include <stdexcept>
+namespace dlbridge_divguard {
+inline thread_local std::jmp_buf* t_jmp = nullptr;
+struct Restore {
+  std::jmp_buf* prev;
+  ~Restore() { t_jmp = prev; }
+};
+/// Runs f(); an integer division or modulo by zero inside it throws std::domain_error.
+template <typename F>
+void guarded(F&& f) {
+  std::jmp_buf buf;
+  Restore restore{t_jmp};
+  if (setjmp(buf) != 0) throw std::domain_error("integer division or modulo by zero");
+  t_jmp = &buf;
+  f();
+}
+}  // namespace dlbridge_divguard
+extern "C" __attribute__((visibility("hidden"), noreturn, used)) void __ubsan_handle_divrem_overflow_abort(void*, void*, void*) {
+  if (dlbridge_divguard::t_jmp != nullptr) std::longjmp(*dlbridge_divguard::t_jmp, 1);
+  __builtin_trap();
+}
 "##;
 
 /// Generated source, counting lines so that `#line` directives can point
@@ -623,6 +658,7 @@ fn prologue(src: &mut Src, kind: &str, name: &str, signature: &str, vars: &[char
     src.line(&format!("// Signature: {signature}"));
     src.push(PLUGIN_H);
     src.line(&format!("#define DLBRIDGE_PARALLEL_MIN {PARALLEL_THRESHOLD}"));
+    src.push(DIVGUARD);
     src.push(&RUNTIME.replace("@LIBMVEC@", &libmvec_declarations()));
     src.line("");
     src.line("// ---- the kernel's types ----");

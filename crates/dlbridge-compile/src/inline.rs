@@ -562,6 +562,7 @@ impl InlineLibrary {
         src.line(&format!("// Specialisation: {}.", if lib.is_empty() { "no type variables".into() } else { self.dtypes_text(lib) }));
         src.push(PLUGIN_H);
         src.push(CPU_PRELUDE);
+        src.push(crate::cpu::DIVGUARD);
         src.line("");
         src.line("// ---- the library's types ----");
         for ((n, _), d) in s.vars.iter().zip(lib) {
@@ -942,7 +943,7 @@ fn cpu_entry(src: &mut Src, k: usize, f: &Function, lib: &[DType]) {
     for s in &f.sizes {
         args.push(s.cpp());
     }
-    src.line(&format!("    ::{}({});", f.name(), args.join(", ")));
+    src.line(&format!("    dlbridge_divguard::guarded([&] {{ ::{}({}); }});", f.name(), args.join(", ")));
     src.line("    return DLBRIDGE_OK;");
     src.line("  } catch (...) {");
     src.line("    return dlbridge_inline::from_exception(kKernel, _err, _err_len);");

@@ -18,6 +18,13 @@ use dlbridge_core::{Error, ErrorKind, Result};
 pub const CXX_FLAGS: &[&str] =
     &["-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-shared", "-fPIC", "-pthread", "-fvisibility=hidden"];
 
+/// Added when the compiler takes them: integer division or modulo by zero in
+/// a kernel becomes an error instead of a SIGFPE (see `cpu::DIVGUARD`). The
+/// check calls a handler the generated source defines, so no sanitizer
+/// runtime is linked (`-static-libubsan` keeps GCC from adding libubsan).
+pub const DIVGUARD_FLAGS: &[&str] =
+    &["-fsanitize=integer-divide-by-zero", "-fno-sanitize-recover=integer-divide-by-zero", "-static-libubsan"];
+
 /// Names of the user's text in generated sources (`#line 1 "operation"`), in
 /// the order their diagnostics are shown.
 pub const USER_FILES: &[&str] =
@@ -38,6 +45,9 @@ pub struct Compiler {
     pub identity: String,
     /// Whether loops calling libm functions can use glibc's libmvec.
     pub libmvec: bool,
+    /// Whether the compiler takes [`DIVGUARD_FLAGS`] (integer division by
+    /// zero in a kernel is then an error, not a SIGFPE).
+    pub divguard: bool,
 }
 
 /// What to install when no compiler is found.
@@ -65,8 +75,15 @@ impl Compiler {
                     let text = String::from_utf8_lossy(&out.stdout).into_owned();
                     let version = text.lines().next().unwrap_or("").trim().to_owned();
                     let path = which(program).map_or_else(|| program.clone(), |p| p.display().to_string());
-                    let mut c = Compiler { identity: format!("{path}\n{}\n{text}", command.join(" ")), command, version, libmvec: false };
-                    c.libmvec = c.libmvec_cached();
+                    let mut c = Compiler {
+                        identity: format!("{path}\n{}\n{text}", command.join(" ")),
+                        command,
+                        version,
+                        libmvec: false,
+                        divguard: false,
+                    };
+                    c.libmvec = c.probe_cached("libmvec", Compiler::probe_libmvec);
+                    c.divguard = c.probe_cached("divguard", Compiler::probe_divguard);
                     return Ok(c);
                 }
                 Ok(out) => tried.push(format!("`{} --version` exited with {}", command.join(" "), out.status)),
@@ -77,19 +94,19 @@ impl Compiler {
         Err(format!("{what} ({}). {INSTALL_HINT}", tried.join("; ")))
     }
 
-    /// [`Compiler::probe_libmvec`], remembered in the cache directory per
-    /// compiler identity (a process that finds its kernels on disk should not
-    /// pay a probe compilation).
-    fn libmvec_cached(&self) -> bool {
+    /// A probe's answer, remembered in the cache directory per compiler
+    /// identity (a process that finds its kernels on disk should not pay a
+    /// probe compilation).
+    fn probe_cached(&self, what: &str, probe: fn(&Compiler) -> bool) -> bool {
         use sha2::{Digest, Sha256};
         let hash: String = Sha256::digest(self.identity.as_bytes()).iter().take(16).map(|b| format!("{b:02x}")).collect();
-        let file = crate::cache::cpu_cache_dir().join(format!("toolchain-{hash}.libmvec"));
+        let file = crate::cache::cpu_cache_dir().join(format!("toolchain-{hash}.{what}"));
         match std::fs::read_to_string(&file).map(|t| t.trim().to_owned()) {
             Ok(t) if t == "1" => return true,
             Ok(t) if t == "0" => return false,
             _ => {}
         }
-        let found = self.probe_libmvec();
+        let found = probe(self);
         if let Some(dir) = file.parent()
             && std::fs::create_dir_all(dir).is_ok()
         {
@@ -134,11 +151,44 @@ impl Compiler {
         ok
     }
 
+    /// Whether a function with an integer division compiles with
+    /// [`DIVGUARD_FLAGS`] and the handler the generated sources define.
+    fn probe_divguard(&self) -> bool {
+        let Ok(dir) = tempfile_dir() else { return false };
+        let src = dir.join("probe.cpp");
+        let so = dir.join("probe.so");
+        let text = format!(
+            "{}\nextern \"C\" void probe(const int* x, const int* y, int* z, long n) {{\n  \
+             dlbridge_divguard::guarded([&] {{ for (long i = 0; i < n; i++) z[i] = x[i] / y[i]; }});\n}}\n",
+            crate::cpu::DIVGUARD
+        );
+        let ok = std::fs::write(&src, text).is_ok() && {
+            let (program, pre) = match self.command.split_first() {
+                Some(x) => x,
+                None => return false,
+            };
+            Command::new(program)
+                .args(pre)
+                .args(CXX_FLAGS)
+                .args(DIVGUARD_FLAGS)
+                .arg("-o")
+                .arg(&so)
+                .arg(&src)
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        let _ = std::fs::remove_dir_all(&dir);
+        ok
+    }
+
     /// Every flag a kernel is compiled with (the cache key holds them).
     pub fn flags(&self) -> Vec<&'static str> {
         let mut f = CXX_FLAGS.to_vec();
         if self.libmvec {
             f.extend_from_slice(LIBMVEC_FLAGS);
+        }
+        if self.divguard {
+            f.extend_from_slice(DIVGUARD_FLAGS);
         }
         f
     }

@@ -170,3 +170,40 @@ fn a_compile_error_points_into_the_operation() {
     assert!(m.contains("ElementwiseKernel bad_rs (T=f32): the C++ compiler"), "{m}");
     assert!(m.contains("operation line 1, column"), "{m}");
 }
+
+/// Integer division or modulo by zero in a body is an error naming the kernel
+/// (with g++/clang++ that take `-fsanitize=integer-divide-by-zero`), not a
+/// SIGFPE that kills the process; on one thread and on many, and the kernel
+/// keeps working afterwards.
+#[test]
+fn integer_division_by_zero_in_a_body_is_an_error_not_a_crash() {
+    let compiler = dlbridge_compile::toolchain::Compiler::get().unwrap();
+    if !compiler.divguard {
+        println!("skipped: {} does not take -fsanitize=integer-divide-by-zero without its runtime", compiler.version);
+        return;
+    }
+    let reg = Registry::new();
+    let k =
+        ElementwiseKernel::new("int32 x, int32 y", "int32 q, int32 r", "q = x / y; r = x % y", "divmod_rs", Default::default()).unwrap();
+    let kernel = k.register(&reg).unwrap();
+    // 2^20 elements run on several threads (above the parallel threshold); a few.
+    for n in [8usize, 1 << 20] {
+        let xs: Vec<i32> = (0..n as i32).map(|i| i + 7).collect();
+        let mut ys: Vec<i32> = (0..n as i32).map(|i| i % 5 + 1).collect();
+        let (x, y_ok) = (Array::from_slice(&xs, &[n as i64]).unwrap(), Array::from_slice(&ys, &[n as i64]).unwrap());
+        ys[n - 3] = 0; // in the last chunk
+        let y_bad = Array::from_slice(&ys, &[n as i64]).unwrap();
+        let (mut q, mut r) = (Array::zeros(DType::I32, &[n as i64]).unwrap(), Array::zeros(DType::I32, &[n as i64]).unwrap());
+        let e = kernel
+            .call(&mut [Arg::Tensor(x.view()), Arg::Tensor(y_bad.view())], &mut [q.view_mut().unwrap(), r.view_mut().unwrap()])
+            .unwrap_err();
+        assert_eq!(e.to_string(), "divmod_rs: integer division or modulo by zero (plugin dlbridge-compile:divmod_rs)", "{e}");
+        assert_eq!(e.kind(), ErrorKind::Runtime);
+        kernel.call(&mut [Arg::Tensor(x.view()), Arg::Tensor(y_ok.view())], &mut [q.view_mut().unwrap(), r.view_mut().unwrap()]).unwrap();
+        let (q, r) = (q.to_vec::<i32>().unwrap(), r.to_vec::<i32>().unwrap());
+        for i in 0..n {
+            let (a, b) = (xs[i], i as i32 % 5 + 1);
+            assert_eq!((q[i], r[i]), (a / b, a % b), "element {i}");
+        }
+    }
+}

@@ -612,6 +612,9 @@ fn guard(name: &str, f: impl FnOnce() -> Result<()>) -> Result<()> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e @ (Error::Context { .. } | Error::Argument { .. }))) => Err(e),
+        // A message that names the kernel already (plugins' own errors, e.g.
+        // generated kernels' `name: ...`) is not prefixed twice.
+        Ok(Err(e)) if e.to_string().strip_prefix(name).is_some_and(|rest| rest.starts_with(": ")) => Err(e),
         Ok(Err(e)) => Err(e.context(name.to_owned())),
         Err(panic) => Err(Error::Runtime(format!("{name}: kernel panicked: {}", panic_message(panic.as_ref())))),
     }
