@@ -315,3 +315,22 @@ def test_integer_division_by_zero_in_a_body_is_an_error_not_a_crash():
     with pytest.raises(RuntimeError, match="integer division or modulo by zero"):
         s(np.array([1, 2, 0, 4], np.int64))
     assert int(s(np.array([1, 2, 4], np.int64))) == 175
+
+
+def test_cuda_device_functions_cupy_bodies_use_compile_on_the_cpu():
+    # rsqrt, max of a float and a double, and atomicAdd into a raw output from
+    # many threads (a histogram over 2^20 elements), as CuPy bodies write them.
+    k = dlbridge.ElementwiseKernel("float32 x", "float32 y", "y = rsqrt(max(x, 0.25)) + rsqrtf(4.0f)", "cuda_fns_py")
+    x = np.array([0.0, 1.0, 4.0, 16.0], np.float32)
+    np.testing.assert_allclose(k(x), 1 / np.sqrt(np.maximum(x, 0.25)) + 0.5, rtol=1e-6)
+    hist = dlbridge.ElementwiseKernel("int32 x, mut raw int32 h", "", "atomicAdd(&h[x], 1)", "histogram_py")
+    v = (np.arange(1 << 20, dtype=np.int64) * 7919 % 16).astype(np.int32)
+    h = np.zeros(16, np.int32)
+    hist(v, h)
+    np.testing.assert_array_equal(h, np.bincount(v, minlength=16))
+    fmax = dlbridge.ElementwiseKernel("float32 x, mut raw float32 m", "", "atomicMax(&m[0], x); atomicAdd(&m[1], x)", "fmax_py")
+    m = np.zeros(2, np.float32)
+    xs = np.linspace(-1, 3, 1 << 20, dtype=np.float32)
+    fmax(xs, m)
+    assert m[0] == 3.0
+    np.testing.assert_allclose(m[1], xs.sum(dtype=np.float64), rtol=1e-3)

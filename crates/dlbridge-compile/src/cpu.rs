@@ -11,7 +11,10 @@
 //!   (`__device__`, `__host__`, `__global__`, `__forceinline__`); `<cmath>`,
 //!   `<cstdint>`, `<algorithm>`, `<complex>` are included and `using
 //!   namespace std;` makes `min`, `max`, `sqrt`, `exp`, `tanh`, `erf` work
-//!   unqualified; the user's `preamble` follows at file scope.
+//!   unqualified; CUDA's `rsqrt`/`rsqrtf`, `max`/`min` of two different
+//!   arithmetic types, and `atomicAdd`/`atomicMax`/`atomicMin`/`atomicExch`/
+//!   `atomicCAS` (for raw outputs written from many threads) are defined; the
+//!   user's `preamble` follows at file scope.
 //! * Elementwise: `i` (the flat C-order index over the broadcast shape),
 //!   `const T& x` per non-raw input (`T&` when `mut`), `T& z` per output, a
 //!   `dlbridge::Raw<T>` per raw input (`r[k]` with a flat C-order index into
@@ -113,6 +116,7 @@ const RUNTIME: &str = r##"
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 #if defined(__linux__)
@@ -143,6 +147,68 @@ const RUNTIME: &str = r##"
 @LIBMVEC@
 
 using namespace std;
+
+// CUDA device functions CuPy bodies use, with CUDA's meaning.
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline float rsqrt(float x) { return 1.0f / std::sqrt(x); }
+inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
+// max/min of two different arithmetic types (CUDA has such overloads: max(x, 0.0)
+// with a float x); the same type keeps std::max/std::min.
+template <typename A, typename B,
+          std::enable_if_t<!std::is_same<A, B>::value && std::is_arithmetic<A>::value && std::is_arithmetic<B>::value, int> = 0>
+inline std::common_type_t<A, B> max(A a, B b) {
+  using C = std::common_type_t<A, B>;
+  return std::max<C>(static_cast<C>(a), static_cast<C>(b));
+}
+template <typename A, typename B,
+          std::enable_if_t<!std::is_same<A, B>::value && std::is_arithmetic<A>::value && std::is_arithmetic<B>::value, int> = 0>
+inline std::common_type_t<A, B> min(A a, B b) {
+  using C = std::common_type_t<A, B>;
+  return std::min<C>(static_cast<C>(a), static_cast<C>(b));
+}
+// atomicAdd/atomicMax/atomicMin/atomicExch/atomicCAS for the threads a CPU
+// kernel runs on (a raw output written by many elements: a histogram). They
+// return the old value, as CUDA's do.
+template <typename T>
+inline T atomicAdd(T* p, T v) {
+  if constexpr (std::is_integral<T>::value) {
+    return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+  } else {
+    T old, want;
+    __atomic_load(p, &old, __ATOMIC_RELAXED);
+    do {
+      want = old + v;
+    } while (!__atomic_compare_exchange(p, &old, &want, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    return old;
+  }
+}
+template <typename T>
+inline T atomicExch(T* p, T v) {
+  T old;
+  __atomic_exchange(p, &v, &old, __ATOMIC_RELAXED);
+  return old;
+}
+template <typename T>
+inline T atomicCAS(T* p, T expected, T desired) {
+  __atomic_compare_exchange(p, &expected, &desired, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  return expected;
+}
+template <typename T>
+inline T atomicMax(T* p, T v) {
+  T old;
+  __atomic_load(p, &old, __ATOMIC_RELAXED);
+  while (old < v && !__atomic_compare_exchange(p, &old, &v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+  return old;
+}
+template <typename T>
+inline T atomicMin(T* p, T v) {
+  T old;
+  __atomic_load(p, &old, __ATOMIC_RELAXED);
+  while (v < old && !__atomic_compare_exchange(p, &old, &v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+  return old;
+}
 
 namespace dlbridge {
 
