@@ -315,6 +315,12 @@ def test_integer_division_by_zero_in_a_body_is_an_error_not_a_crash():
     with pytest.raises(RuntimeError, match="integer division or modulo by zero"):
         s(np.array([1, 2, 0, 4], np.int64))
     assert int(s(np.array([1, 2, 4], np.int64))) == 175
+    # A long reduction to one output: per-thread partials, combined (and
+    # post-mapped: here 100 / 0) on the calling thread.
+    p = dlbridge.ReductionKernel("int64 x", "int64 y", "x", "a + b", "y = 100 / a", "0", "post_div_py")
+    with pytest.raises(RuntimeError, match="integer division or modulo by zero"):
+        p(np.zeros(1 << 20, np.int64))
+    assert int(p(np.ones(1 << 20, np.int64) * 0 + np.arange(1 << 20) % 2)) == 100 // (1 << 19)
 
 
 def test_cuda_device_functions_cupy_bodies_use_compile_on_the_cpu():
@@ -328,9 +334,11 @@ def test_cuda_device_functions_cupy_bodies_use_compile_on_the_cpu():
     h = np.zeros(16, np.int32)
     hist(v, h)
     np.testing.assert_array_equal(h, np.bincount(v, minlength=16))
-    fmax = dlbridge.ElementwiseKernel("float32 x, mut raw float32 m", "", "atomicMax(&m[0], x); atomicAdd(&m[1], x)", "fmax_py")
-    m = np.zeros(2, np.float32)
+    fmax = dlbridge.ElementwiseKernel(
+        "float32 x, mut raw float32 m", "", "atomicMax(&m[0], x); atomicAdd(&m[1], x); atomicAdd(&m[2], 1)", "fmax_py"
+    )
+    m = np.zeros(3, np.float32)
     xs = np.linspace(-1, 3, 1 << 20, dtype=np.float32)
     fmax(xs, m)
-    assert m[0] == 3.0
+    assert m[0] == 3.0 and m[2] == 1 << 20  # an int value into a float array converts, as in CUDA
     np.testing.assert_allclose(m[1], xs.sum(dtype=np.float64), rtol=1e-3)

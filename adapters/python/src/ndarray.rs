@@ -24,9 +24,11 @@
 //! - the copy is used only while it still describes the array: each view
 //!   compares the object's fields with it again when Python code may have
 //!   run since it was taken (see `import::python_may_run`), so an array
-//!   resized, reshaped, retyped or made read-only in between is an error,
-//!   never a read of freed memory. (A buffer export would not protect either:
-//!   NumPy lets `resize(refcheck=False)` free a buffer that is exported.)
+//!   resized, reshaped, retyped or made read-only in between is an error, not
+//!   a read of its freed buffer. (Memory the array borrows from a base object
+//!   that is itself resized or freed meanwhile is beyond what its fields can
+//!   show; a buffer export would not protect either: NumPy lets
+//!   `resize(refcheck=False)` free a buffer that is exported.)
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_long};
@@ -74,10 +76,14 @@ static NDARRAY: PyOnceLock<Option<(Py<pyo3::types::PyType>, bool)>> = PyOnceLock
 
 /// `(numpy.ndarray, whether its fields may be read in place)`, or None without NumPy.
 fn ndarray_type(py: Python<'_>) -> Option<&(Py<pyo3::types::PyType>, bool)> {
+    if NDARRAY.get(py).is_none() {
+        // Importing NumPy and reading the probes runs Python code, and a thread
+        // that waits for another one's first use lets other threads run it:
+        // every caller that may not find the answer ready bumps the epoch.
+        crate::import::python_may_run();
+    }
     NDARRAY
         .get_or_init(py, || {
-            // Importing NumPy and reading the probes runs Python code.
-            crate::import::python_may_run();
             let np = py.import("numpy").ok()?;
             let ty = np.getattr("ndarray").ok()?.cast_into::<pyo3::types::PyType>().ok()?.unbind();
             let ok = layout_matches(py, &np, &ty).unwrap_or(false);
@@ -107,6 +113,11 @@ b.flags.writeable = False
 c = np.zeros((), dtype=np.int8)
 probes = [a, b, c, np.zeros((2, 0), dtype=np.complex64), np.zeros(3, dtype=np.float16)]
 ";
+    // Nothing is read before NumPy says its objects are at least this large.
+    let basic: usize = ty.bind(py).getattr("__basicsize__")?.extract()?;
+    if basic < std::mem::size_of::<ArrayFields>() {
+        return Ok(false);
+    }
     let globals = pyo3::types::PyDict::new(py);
     globals.set_item("np", np)?;
     py.run(code, Some(&globals), None)?;
@@ -323,9 +334,9 @@ impl NdArray {
         let Some(f) = (unsafe { read_fields(obj) }) else { return false };
         let ndim = usize::from(self.ndim);
         let item = self.dtype.itemsize().unwrap_or(1) as i64;
-        let want = if self.read_only { 0 } else { WRITEABLE };
         std::ptr::eq(f.data.cast_const(), self.data)
-            && f.flags & (WRITEABLE | WARN_ON_WRITE) == want
+            && f.flags & WARN_ON_WRITE == 0
+            && (self.read_only || f.flags & WRITEABLE != 0)
             && dtype_of(f.type_num) == Some(self.dtype)
             && f.byteorder as u8 != NON_NATIVE
             && f.shape.len() == ndim

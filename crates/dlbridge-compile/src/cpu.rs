@@ -148,29 +148,39 @@ const RUNTIME: &str = r##"
 
 using namespace std;
 
-// CUDA device functions CuPy bodies use, with CUDA's meaning.
-inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
-inline float rsqrt(float x) { return 1.0f / std::sqrt(x); }
-inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
+// CUDA device functions CuPy bodies use, with CUDA's meaning. rsqrt under
+// names of our own (a newer C library may declare C23's rsqrt itself).
+inline float dlbridge_rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline float dlbridge_rsqrt(float x) { return 1.0f / std::sqrt(x); }
+inline double dlbridge_rsqrt(double x) { return 1.0 / std::sqrt(x); }
+#define rsqrtf dlbridge_rsqrtf
+#define rsqrt dlbridge_rsqrt
 // max/min of two different arithmetic types (CUDA has such overloads: max(x, 0.0)
 // with a float x); the same type keeps std::max/std::min.
 template <typename A, typename B,
           std::enable_if_t<!std::is_same<A, B>::value && std::is_arithmetic<A>::value && std::is_arithmetic<B>::value, int> = 0>
 inline std::common_type_t<A, B> max(A a, B b) {
   using C = std::common_type_t<A, B>;
-  return std::max<C>(static_cast<C>(a), static_cast<C>(b));
+  if constexpr (std::is_floating_point<C>::value) return std::fmax(static_cast<C>(a), static_cast<C>(b));  // CUDA's: NaN loses
+  else return std::max<C>(static_cast<C>(a), static_cast<C>(b));
 }
 template <typename A, typename B,
           std::enable_if_t<!std::is_same<A, B>::value && std::is_arithmetic<A>::value && std::is_arithmetic<B>::value, int> = 0>
 inline std::common_type_t<A, B> min(A a, B b) {
   using C = std::common_type_t<A, B>;
-  return std::min<C>(static_cast<C>(a), static_cast<C>(b));
+  if constexpr (std::is_floating_point<C>::value) return std::fmin(static_cast<C>(a), static_cast<C>(b));  // CUDA's: NaN loses
+  else return std::min<C>(static_cast<C>(a), static_cast<C>(b));
 }
 // atomicAdd/atomicMax/atomicMin/atomicExch/atomicCAS for the threads a CPU
 // kernel runs on (a raw output written by many elements: a histogram). They
-// return the old value, as CUDA's do.
+// return the old value, as CUDA's do; the value converts to the pointee's type
+// (atomicAdd(&h[k], 1) on a float array), as in CUDA.
 template <typename T>
-inline T atomicAdd(T* p, T v) {
+struct dlbridge_same {
+  using type = T;
+};
+template <typename T>
+inline T atomicAdd(T* p, typename dlbridge_same<T>::type v) {
   if constexpr (std::is_integral<T>::value) {
     return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
   } else {
@@ -183,18 +193,18 @@ inline T atomicAdd(T* p, T v) {
   }
 }
 template <typename T>
-inline T atomicExch(T* p, T v) {
+inline T atomicExch(T* p, typename dlbridge_same<T>::type v) {
   T old;
   __atomic_exchange(p, &v, &old, __ATOMIC_RELAXED);
   return old;
 }
 template <typename T>
-inline T atomicCAS(T* p, T expected, T desired) {
+inline T atomicCAS(T* p, typename dlbridge_same<T>::type expected, typename dlbridge_same<T>::type desired) {
   __atomic_compare_exchange(p, &expected, &desired, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
   return expected;
 }
 template <typename T>
-inline T atomicMax(T* p, T v) {
+inline T atomicMax(T* p, typename dlbridge_same<T>::type v) {
   T old;
   __atomic_load(p, &old, __ATOMIC_RELAXED);
   while (old < v && !__atomic_compare_exchange(p, &old, &v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
@@ -202,7 +212,7 @@ inline T atomicMax(T* p, T v) {
   return old;
 }
 template <typename T>
-inline T atomicMin(T* p, T v) {
+inline T atomicMin(T* p, typename dlbridge_same<T>::type v) {
   T old;
   __atomic_load(p, &old, __ATOMIC_RELAXED);
   while (v < old && !__atomic_compare_exchange(p, &old, &v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
@@ -586,8 +596,10 @@ inline int32_t from_exception(const char* kernel, char* err, size_t err_len) {
 /// to the innermost `guarded` call of its thread; that call throws, and the
 /// entry point turns the exception into an error like any other. Locals with
 /// destructors between the `guarded` call and the division are not destroyed
-/// (their memory may leak; a kernel body rarely has any). `INT_MIN / -1` is not
-/// checked (it still traps).
+/// (their memory may leak; a kernel body rarely has any, a `load_inline` function
+/// may: a skipped `std::lock_guard` leaves its mutex locked). `INT_MIN / -1` is
+/// not checked (it still traps), nor is a division in threads the user's own
+/// code starts (OpenMP, std::thread): there the check traps (SIGILL).
 pub(crate) const DIVGUARD: &str = r##"
 #include <csetjmp>
 #include <stdexcept>
@@ -1103,9 +1115,12 @@ pub fn reduction_cpp(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<Str
     src.line("        parallel_chunks(J, by_partials, [&](int part, ptrdiff_t b, ptrdiff_t e) {");
     src.line("          parts[static_cast<size_t>(part)] = dlbridge_fold_any(c, at, o, b, e);");
     src.line("        });");
-    src.line("        _type_reduce acc = *parts[0];");
-    src.line("        for (size_t p = 1; p < parts.size(); ++p) acc = dlbridge_reduce(acc, *parts[p]);");
-    src.line("        dlbridge_store(c, at, o, acc);");
+    src.line("        // reduce_expr and post_map_expr run here, on the calling thread: guarded too.");
+    src.line("        dlbridge_divguard::guarded([&] {");
+    src.line("          _type_reduce acc = *parts[0];");
+    src.line("          for (size_t p = 1; p < parts.size(); ++p) acc = dlbridge_reduce(acc, *parts[p]);");
+    src.line("          dlbridge_store(c, at, o, acc);");
+    src.line("        });");
     src.line("      }");
     src.line("    }");
     src.line("    return DLBRIDGE_OK;");

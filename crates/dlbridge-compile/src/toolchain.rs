@@ -25,6 +25,10 @@ pub const CXX_FLAGS: &[&str] =
 pub const DIVGUARD_FLAGS: &[&str] =
     &["-fsanitize=integer-divide-by-zero", "-fno-sanitize-recover=integer-divide-by-zero", "-static-libubsan"];
 
+/// [`DIVGUARD_FLAGS`] for compilers without `-static-libubsan` (clang, which
+/// links no sanitizer runtime into shared libraries anyway).
+pub const DIVGUARD_FLAGS_NO_STATIC: &[&str] = &["-fsanitize=integer-divide-by-zero", "-fno-sanitize-recover=integer-divide-by-zero"];
+
 /// Names of the user's text in generated sources (`#line 1 "operation"`), in
 /// the order their diagnostics are shown.
 pub const USER_FILES: &[&str] =
@@ -45,9 +49,10 @@ pub struct Compiler {
     pub identity: String,
     /// Whether loops calling libm functions can use glibc's libmvec.
     pub libmvec: bool,
-    /// Whether the compiler takes [`DIVGUARD_FLAGS`] (integer division by
-    /// zero in a kernel is then an error, not a SIGFPE).
-    pub divguard: bool,
+    /// The flags that turn integer division by zero in a kernel into an
+    /// error instead of a SIGFPE ([`DIVGUARD_FLAGS`], or the variant this
+    /// compiler takes); empty when it takes neither.
+    pub divguard: &'static [&'static str],
 }
 
 /// What to install when no compiler is found.
@@ -80,10 +85,16 @@ impl Compiler {
                         command,
                         version,
                         libmvec: false,
-                        divguard: false,
+                        divguard: &[],
                     };
                     c.libmvec = c.probe_cached("libmvec", Compiler::probe_libmvec);
-                    c.divguard = c.probe_cached("divguard", Compiler::probe_divguard);
+                    c.divguard = if c.probe_cached("divguard", |c| c.probe_divguard(DIVGUARD_FLAGS)) {
+                        DIVGUARD_FLAGS
+                    } else if c.probe_cached("divguard-nostatic", |c| c.probe_divguard(DIVGUARD_FLAGS_NO_STATIC)) {
+                        DIVGUARD_FLAGS_NO_STATIC
+                    } else {
+                        &[]
+                    };
                     return Ok(c);
                 }
                 Ok(out) => tried.push(format!("`{} --version` exited with {}", command.join(" "), out.status)),
@@ -151,9 +162,10 @@ impl Compiler {
         ok
     }
 
-    /// Whether a function with an integer division compiles with
-    /// [`DIVGUARD_FLAGS`] and the handler the generated sources define.
-    fn probe_divguard(&self) -> bool {
+    /// Whether a function with an integer division compiles with `flags` and
+    /// links with no undefined symbol left (the check must call the handler
+    /// the generated sources define, not one of a sanitizer runtime).
+    fn probe_divguard(&self, flags: &[&str]) -> bool {
         let Ok(dir) = tempfile_dir() else { return false };
         let src = dir.join("probe.cpp");
         let so = dir.join("probe.so");
@@ -170,7 +182,8 @@ impl Compiler {
             Command::new(program)
                 .args(pre)
                 .args(CXX_FLAGS)
-                .args(DIVGUARD_FLAGS)
+                .args(flags)
+                .args(if cfg!(target_os = "linux") { &["-Wl,--no-undefined"][..] } else { &[] })
                 .arg("-o")
                 .arg(&so)
                 .arg(&src)
@@ -187,9 +200,7 @@ impl Compiler {
         if self.libmvec {
             f.extend_from_slice(LIBMVEC_FLAGS);
         }
-        if self.divguard {
-            f.extend_from_slice(DIVGUARD_FLAGS);
-        }
+        f.extend_from_slice(self.divguard);
         f
     }
 
