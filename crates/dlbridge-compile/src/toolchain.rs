@@ -88,7 +88,7 @@ impl Compiler {
                         divguard: &[],
                     };
                     c.libmvec = c.probe_cached("libmvec", Compiler::probe_libmvec);
-                    c.divguard = if c.probe_cached("divguard", |c| c.probe_divguard(DIVGUARD_FLAGS)) {
+                    c.divguard = if c.probe_cached("divguard-linked", |c| c.probe_divguard(DIVGUARD_FLAGS)) {
                         DIVGUARD_FLAGS
                     } else if c.probe_cached("divguard-nostatic", |c| c.probe_divguard(DIVGUARD_FLAGS_NO_STATIC)) {
                         DIVGUARD_FLAGS_NO_STATIC
