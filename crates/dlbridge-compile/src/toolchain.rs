@@ -137,59 +137,41 @@ impl Compiler {
         if !cfg!(all(target_os = "linux", target_arch = "x86_64")) {
             return false;
         }
-        let Ok(dir) = tempfile_dir() else { return false };
-        let src = dir.join("probe.cpp");
-        let so = dir.join("probe.so");
         let text = "#include <cmath>\nextern \"C\" {\n#pragma omp declare simd notinbranch\nfloat tanhf(float);\n}\n\
                     extern \"C\" void probe(const float* x, float* y, long n) { for (long i = 0; i < n; i++) y[i] = tanhf(x[i]); }\n";
-        let ok = std::fs::write(&src, text).is_ok() && {
-            let (program, pre) = match self.command.split_first() {
-                Some(x) => x,
-                None => return false,
-            };
-            Command::new(program)
-                .args(pre)
-                .args(CXX_FLAGS)
-                .args(LIBMVEC_FLAGS)
-                .arg("-o")
-                .arg(&so)
-                .arg(&src)
-                .arg("-lmvec")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        };
-        let _ = std::fs::remove_dir_all(&dir);
-        ok
+        self.probe_builds(text, LIBMVEC_FLAGS, &["-lmvec"])
     }
 
     /// Whether a function with an integer division compiles with `flags` and
     /// links with no undefined symbol left (the check must call the handler
     /// the generated sources define, not one of a sanitizer runtime).
     fn probe_divguard(&self, flags: &[&str]) -> bool {
-        let Ok(dir) = tempfile_dir() else { return false };
-        let src = dir.join("probe.cpp");
-        let so = dir.join("probe.so");
         let text = format!(
             "{}\nextern \"C\" void probe(const int* x, const int* y, int* z, long n) {{\n  \
              dlbridge_divguard::guarded([&] {{ for (long i = 0; i < n; i++) z[i] = x[i] / y[i]; }});\n}}\n",
             crate::cpu::DIVGUARD
         );
-        let ok = std::fs::write(&src, text).is_ok() && {
-            let (program, pre) = match self.command.split_first() {
-                Some(x) => x,
-                None => return false,
-            };
-            Command::new(program)
+        let link: &[&str] = if cfg!(target_os = "linux") { &["-Wl,--no-undefined"] } else { &[] };
+        self.probe_builds(&text, flags, link)
+    }
+
+    /// Whether `text` compiles into a shared library with [`CXX_FLAGS`] and
+    /// `flags` (in a fresh private directory, removed after), `link` last.
+    fn probe_builds(&self, text: &str, flags: &[&str], link: &[&str]) -> bool {
+        let Some((program, pre)) = self.command.split_first() else { return false };
+        let Ok(dir) = tempfile_dir() else { return false };
+        let (src, so) = (dir.join("probe.cpp"), dir.join("probe.so"));
+        let ok = std::fs::write(&src, text).is_ok()
+            && Command::new(program)
                 .args(pre)
                 .args(CXX_FLAGS)
                 .args(flags)
-                .args(if cfg!(target_os = "linux") { &["-Wl,--no-undefined"][..] } else { &[] })
                 .arg("-o")
                 .arg(&so)
                 .arg(&src)
+                .args(link)
                 .output()
-                .is_ok_and(|o| o.status.success())
-        };
+                .is_ok_and(|o| o.status.success());
         let _ = std::fs::remove_dir_all(&dir);
         ok
     }
