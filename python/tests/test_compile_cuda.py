@@ -112,11 +112,24 @@ def test_a_compile_error_points_at_the_operation():
     assert "operation line 2" in str(e.value) and "not_declared" in str(e.value)
 
 
-def test_float16_is_refused_on_cuda_with_a_type_error():
-    k = dlbridge.ElementwiseKernel("float16 x", "float32 z", "z = x", "f16_cuda")
+def test_float16_and_bfloat16_run_on_cuda_and_complex_is_a_type_error():
+    fma = dlbridge.ElementwiseKernel("T x, T y, T b", "T z", "z = x * y + b", "fma_halfs_cuda")
+    for dt in (torch.float16, torch.bfloat16):
+        x, y, b = (_cuda(100_003, dtype=dt, seed=s) for s in (1, 2, 3))
+        got = fma(x, y, b)
+        assert got.dtype == dt and got.device == x.device
+        want = (x.float() * y.float() + b.float()).to(dt)  # computed in float, rounded once
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+        down = dlbridge.ElementwiseKernel("float32 x, T like", "T z", "z = x", "f32_to_halfs_cuda")
+        f = torch.randn(1 << 20, device="cuda") * 1e4
+        assert torch.equal(down(f, torch.zeros((), dtype=dt, device="cuda")).view(torch.int16), f.to(dt).view(torch.int16))
+    s = dlbridge.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_halfs_cuda", reduce_type="float")
+    x = _cuda(64, 3000, dtype=torch.float16)
+    torch.testing.assert_close(s(x, axis=1).float(), x.float().sum(1), rtol=1e-3, atol=1e-2)
+    k = dlbridge.ElementwiseKernel("complex64 x", "float32 z", "z = 0", "c64_cuda")
     with pytest.raises(TypeError) as e:
-        k(torch.ones(3, dtype=torch.float16, device="cuda"))
-    assert "f16" in str(e.value)
+        k(torch.ones(3, dtype=torch.complex64, device="cuda"))
+    assert "c64" in str(e.value)
 
 
 # ---- CuPy's ReductionKernel examples ----------------------------------------------------

@@ -7,7 +7,10 @@
 //! table with one CPU kernel whose signature is the specialised signature.
 //!
 //! # What a kernel body sees (CuPy's semantics)
-//! * `typedef <ctype> T;` for every bound placeholder; CUDA spellings compile
+//! * `typedef <ctype> T;` for every bound placeholder (f16/bf16 are the
+//!   `float16`/`bfloat16` of `crate::halfs`, computed in float; c64/c128 are
+//!   `std::complex`, mixing with real values as CuPy's `thrust::complex`
+//!   does); CUDA spellings compile
 //!   (`__device__`, `__host__`, `__global__`, `__forceinline__`); `<cmath>`,
 //!   `<cstdint>`, `<algorithm>`, `<complex>` are included and `using
 //!   namespace std;` makes `min`, `max`, `sqrt`, `exp`, `tanh`, `erf` work
@@ -155,22 +158,60 @@ inline float dlbridge_rsqrt(float x) { return 1.0f / std::sqrt(x); }
 inline double dlbridge_rsqrt(double x) { return 1.0 / std::sqrt(x); }
 #define rsqrtf dlbridge_rsqrtf
 #define rsqrt dlbridge_rsqrt
+@HALF_TYPES@
+// Arithmetic for max/min: the built-in arithmetic types and float16/bfloat16
+// (which compute in float).
+template <typename A>
+struct dlbridge_arith : std::is_arithmetic<A> {};
+template <>
+struct dlbridge_arith<float16> : std::true_type {};
+template <>
+struct dlbridge_arith<bfloat16> : std::true_type {};
+template <typename A, typename B>
+using dlbridge_common = decltype(+std::declval<A>() + +std::declval<B>());
 // max/min of two different arithmetic types (CUDA has such overloads: max(x, 0.0)
 // with a float x); the same type keeps std::max/std::min.
 template <typename A, typename B,
-          std::enable_if_t<!std::is_same<A, B>::value && std::is_arithmetic<A>::value && std::is_arithmetic<B>::value, int> = 0>
-inline std::common_type_t<A, B> max(A a, B b) {
-  using C = std::common_type_t<A, B>;
+          std::enable_if_t<!std::is_same<A, B>::value && dlbridge_arith<A>::value && dlbridge_arith<B>::value, int> = 0>
+inline dlbridge_common<A, B> max(A a, B b) {
+  using C = dlbridge_common<A, B>;
   if constexpr (std::is_floating_point<C>::value) return std::fmax(static_cast<C>(a), static_cast<C>(b));  // CUDA's: NaN loses
   else return std::max<C>(static_cast<C>(a), static_cast<C>(b));
 }
 template <typename A, typename B,
-          std::enable_if_t<!std::is_same<A, B>::value && std::is_arithmetic<A>::value && std::is_arithmetic<B>::value, int> = 0>
-inline std::common_type_t<A, B> min(A a, B b) {
-  using C = std::common_type_t<A, B>;
+          std::enable_if_t<!std::is_same<A, B>::value && dlbridge_arith<A>::value && dlbridge_arith<B>::value, int> = 0>
+inline dlbridge_common<A, B> min(A a, B b) {
+  using C = dlbridge_common<A, B>;
   if constexpr (std::is_floating_point<C>::value) return std::fmin(static_cast<C>(a), static_cast<C>(b));  // CUDA's: NaN loses
   else return std::min<C>(static_cast<C>(a), static_cast<C>(b));
 }
+// complex64/complex128 are std::complex<float>/<double> (`complex<float>`, as
+// CuPy spells them). std::complex only mixes with its own value type; CuPy's
+// (thrust::complex) mixes with any arithmetic type and with the other complex,
+// promoting (complex<float> * 2.0 is a complex<double>): so here too.
+template <typename T, typename U>
+using dlbridge_cx = std::complex<decltype(std::declval<T>() + std::declval<U>())>;
+#define DLBRIDGE_COMPLEX_MIX(OP)                                                                                \
+  template <typename T, typename U, std::enable_if_t<!std::is_same<T, U>::value && dlbridge_arith<U>::value, int> = 0> \
+  inline dlbridge_cx<T, U> operator OP(const std::complex<T>& a, U b) {                                        \
+    using C = dlbridge_cx<T, U>;                                                                                \
+    return C(a) OP typename C::value_type(b);                                                                   \
+  }                                                                                                             \
+  template <typename T, typename U, std::enable_if_t<!std::is_same<T, U>::value && dlbridge_arith<U>::value, int> = 0> \
+  inline dlbridge_cx<T, U> operator OP(U a, const std::complex<T>& b) {                                        \
+    using C = dlbridge_cx<T, U>;                                                                                \
+    return typename C::value_type(a) OP C(b);                                                                   \
+  }                                                                                                             \
+  template <typename T, typename U, std::enable_if_t<!std::is_same<T, U>::value, int> = 0>                      \
+  inline dlbridge_cx<T, U> operator OP(const std::complex<T>& a, const std::complex<U>& b) {                   \
+    using C = dlbridge_cx<T, U>;                                                                                \
+    return C(a) OP C(b);                                                                                        \
+  }
+DLBRIDGE_COMPLEX_MIX(+)
+DLBRIDGE_COMPLEX_MIX(-)
+DLBRIDGE_COMPLEX_MIX(*)
+DLBRIDGE_COMPLEX_MIX(/)
+#undef DLBRIDGE_COMPLEX_MIX
 // atomicAdd/atomicMax/atomicMin/atomicExch/atomicCAS for the threads a CPU
 // kernel runs on (a raw output written by many elements: a histogram). They
 // return the old value, as CUDA's do; the value converts to the pointee's type
@@ -181,6 +222,7 @@ struct dlbridge_same {
 };
 template <typename T>
 inline T atomicAdd(T* p, typename dlbridge_same<T>::type v) {
+  static_assert(sizeof(T) <= 8, "atomics on a 16-byte type (complex128) are not supported on the CPU");
   if constexpr (std::is_integral<T>::value) {
     return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
   } else {
@@ -194,17 +236,20 @@ inline T atomicAdd(T* p, typename dlbridge_same<T>::type v) {
 }
 template <typename T>
 inline T atomicExch(T* p, typename dlbridge_same<T>::type v) {
+  static_assert(sizeof(T) <= 8, "atomics on a 16-byte type (complex128) are not supported on the CPU");
   T old;
   __atomic_exchange(p, &v, &old, __ATOMIC_RELAXED);
   return old;
 }
 template <typename T>
 inline T atomicCAS(T* p, typename dlbridge_same<T>::type expected, typename dlbridge_same<T>::type desired) {
+  static_assert(sizeof(T) <= 8, "atomics on a 16-byte type (complex128) are not supported on the CPU");
   __atomic_compare_exchange(p, &expected, &desired, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
   return expected;
 }
 template <typename T>
 inline T atomicMax(T* p, typename dlbridge_same<T>::type v) {
+  static_assert(sizeof(T) <= 8, "atomics on a 16-byte type (complex128) are not supported on the CPU");
   T old;
   __atomic_load(p, &old, __ATOMIC_RELAXED);
   while (old < v && !__atomic_compare_exchange(p, &old, &v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
@@ -213,6 +258,7 @@ inline T atomicMax(T* p, typename dlbridge_same<T>::type v) {
 }
 template <typename T>
 inline T atomicMin(T* p, typename dlbridge_same<T>::type v) {
+  static_assert(sizeof(T) <= 8, "atomics on a 16-byte type (complex128) are not supported on the CPU");
   T old;
   __atomic_load(p, &old, __ATOMIC_RELAXED);
   while (v < old && !__atomic_compare_exchange(p, &old, &v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
@@ -737,7 +783,7 @@ fn prologue(src: &mut Src, kind: &str, name: &str, signature: &str, vars: &[char
     src.push(PLUGIN_H);
     src.line(&format!("#define DLBRIDGE_PARALLEL_MIN {PARALLEL_THRESHOLD}"));
     src.push(DIVGUARD);
-    src.push(&RUNTIME.replace("@LIBMVEC@", &libmvec_declarations()));
+    src.push(&RUNTIME.replace("@LIBMVEC@", &libmvec_declarations()).replace("@HALF_TYPES@", crate::halfs::HALF_TYPES));
     src.line("");
     src.line("// ---- the kernel's types ----");
     for c in vars {
@@ -1171,15 +1217,19 @@ mod tests {
     #[test]
     fn unsupported_dtypes_are_type_errors_naming_the_placeholder_or_parameter() {
         let spec = ElementwiseSpec::new("T x", "T z", "z = x", "k", "", "", "").unwrap();
-        let e = elementwise_cpp(&spec, &[('T', DType::F16)]).unwrap_err();
+        let f32x4 = DType::new(dlbridge_core::DTypeCode::Float, 32, 4).unwrap();
+        let e = elementwise_cpp(&spec, &[('T', f32x4)]).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Type);
         assert!(
-            e.to_string().starts_with("ElementwiseKernel `k`: T: dtype f16 (float16) is not supported by the CPU backend (yet)"),
+            e.to_string().starts_with(&format!("ElementwiseKernel `k`: T: dtype {f32x4} is not supported by the CPU backend (yet)")),
             "{e}"
         );
-        let spec = ElementwiseSpec::new("complex64 x", "float32 z", "z = 0", "k", "", "", "").unwrap();
-        let e = elementwise_cpp(&spec, &[]).unwrap_err();
-        assert!(e.to_string().starts_with("ElementwiseKernel `k`: parameter `x`: dtype c64 (complex64) is not supported"), "{e}");
+        for (d, ct) in
+            [(DType::F16, "float16"), (DType::BF16, "bfloat16"), (DType::C64, "std::complex<float>"), (DType::C128, "std::complex<double>")]
+        {
+            let src = elementwise_cpp(&spec, &[('T', d)]).unwrap();
+            assert!(src.contains(&format!("typedef {ct} T;")), "{d}");
+        }
         let e = elementwise_cpp(&ElementwiseSpec::new("T x", "T z", "z = x", "k", "", "", "").unwrap(), &[]).unwrap_err();
         assert_eq!(e.to_string(), "ElementwiseKernel `k`: type placeholder `T` is not bound");
     }

@@ -16,8 +16,8 @@
 //! # What a kernel body sees
 //! As on the CPU, with CUDA's spellings native: `typedef <ctype> T;` per
 //! bound placeholder (bool `bool`, i8..u64 `int8_t`..`uint64_t` (declared by
-//! the generated code; NVRTC has no system headers), f32 `float`, f64
-//! `double`); CUDA's math functions (`sqrt`, `exp`, `min`, `max`, ...) as
+//! the generated code; NVRTC has no system headers), f16 `float16`, bf16
+//! `bfloat16`, f32 `float`, f64 `double`); CUDA's math functions (`sqrt`, `exp`, `min`, `max`, ...) as
 //! NVRTC provides them (no `std::`); `CUDART_INF_F`, `CUDART_NAN_F`,
 //! `CUDART_INF`, `CUDART_NAN`; the `preamble` at file scope, compiled with
 //! `-default-device` (a helper without `__device__` is a device function).
@@ -50,8 +50,9 @@
 //! * A raw index out of range is not an error (a kernel cannot report one
 //!   without synchronising): reads give an unspecified value and writes go
 //!   to a scratch word, never outside the array.
-//! * f16, bf16 and complex dtypes are a Type error naming the dtype (the
-//!   signature's placeholders cannot take them on the CPU either).
+//! * complex dtypes are a Type error naming the dtype (NVRTC has no
+//!   `std::complex`); f16 and bf16 are the CPU's `float16`/`bfloat16`
+//!   (crate::halfs), converted bit by bit.
 //! * At most 8 dims per operand after merging contiguous dims (8 per raw
 //!   input, unmerged).
 //!
@@ -72,13 +73,28 @@ use dlbridge_registry::{Arg, Call, DynKernelFn, Impl};
 
 use crate::cpu::Src;
 use crate::elementwise::Specialisations;
-use crate::params::{CPU_DTYPES, ElementwiseSpec, Param, ParamType, ReductionSpec, bound_dtype, numpy_dtype};
+use crate::params::{ElementwiseSpec, Param, ParamType, ReductionSpec, bound_dtype, numpy_dtype};
 
 /// The file name NVRTC's messages use for generated (non-user) lines.
 pub const GENERATED_FILE: &str = "dlbridge_generated.cu";
 
-/// The dtypes the CUDA backend supports (those of the CPU backend).
-pub const CUDA_DTYPES: &[DType] = CPU_DTYPES;
+/// The dtypes the CUDA backend supports: the CPU backend's but complex (NVRTC
+/// has no `std::complex`).
+pub const CUDA_DTYPES: &[DType] = &[
+    DType::BOOL,
+    DType::I8,
+    DType::I16,
+    DType::I32,
+    DType::I64,
+    DType::U8,
+    DType::U16,
+    DType::U32,
+    DType::U64,
+    DType::F16,
+    DType::BF16,
+    DType::F32,
+    DType::F64,
+];
 
 /// NVRTC options of every generated source (the architecture comes first, per device).
 pub const OPTIONS: &[&str] = &["--std=c++17", "-default-device"];
@@ -89,8 +105,8 @@ pub const MAX_REDUCTION_BLOCK: u32 = 512;
 /// The shared definitions of kernels/cuda (DlbIndexer, dlb_offset).
 const COMMON: &str = include_str!("../../../kernels/cuda/dlbridge_common.cuh");
 
-/// The CUDA C type of one element (`f32` → `float`); f16, bf16 and complex
-/// dtypes are a Type error naming the dtype.
+/// The CUDA C type of one element (`f32` → `float`, `f16` → `float16`);
+/// complex dtypes are a Type error naming the dtype.
 pub fn cuda_ctype(d: DType) -> Result<&'static str> {
     crate::params::element_ctype(d, "CUDA", CUDA_DTYPES)
 }
@@ -303,6 +319,7 @@ fn prologue(src: &mut Src, kind: &str, name: &str, signature: &str, vars: &[char
     for l in COMMON.lines().filter(|l| l.trim() != "#pragma once") {
         src.line(l);
     }
+    src.push(crate::halfs::HALF_TYPES);
     src.push(RUNTIME);
     src.line("");
     src.line("// ---- the kernel's types ----");

@@ -27,6 +27,7 @@ pub mod cache;
 pub mod cpu;
 pub mod cuda;
 pub mod elementwise;
+mod halfs;
 pub mod inline;
 pub mod params;
 pub mod reduction;

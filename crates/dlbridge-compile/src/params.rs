@@ -50,7 +50,7 @@ pub struct Param {
 }
 
 /// NumPy dtype names and the dlbridge dtypes they denote.
-const NUMPY_NAMES: [(&str, DType); 14] = [
+const NUMPY_NAMES: [(&str, DType); 15] = [
     ("bool", DType::BOOL),
     ("int8", DType::I8),
     ("int16", DType::I16),
@@ -61,6 +61,7 @@ const NUMPY_NAMES: [(&str, DType); 14] = [
     ("uint32", DType::U32),
     ("uint64", DType::U64),
     ("float16", DType::F16),
+    ("bfloat16", DType::BF16),
     ("float32", DType::F32),
     ("float64", DType::F64),
     ("complex64", DType::C64),
@@ -82,21 +83,46 @@ pub fn numpy_name(d: DType) -> Option<&'static str> {
 
 /// The dtypes a type variable may take on the CPU backend, in the order the
 /// signature lists them.
-pub const CPU_DTYPES: &[DType] =
-    &[DType::BOOL, DType::I8, DType::I16, DType::I32, DType::I64, DType::U8, DType::U16, DType::U32, DType::U64, DType::F32, DType::F64];
+pub const CPU_DTYPES: &[DType] = &[
+    DType::BOOL,
+    DType::I8,
+    DType::I16,
+    DType::I32,
+    DType::I64,
+    DType::U8,
+    DType::U16,
+    DType::U32,
+    DType::U64,
+    DType::F16,
+    DType::BF16,
+    DType::F32,
+    DType::F64,
+    DType::C64,
+    DType::C128,
+];
 
-/// The C++ type of one element on the CPU backend (`f32` → `float`).
-///
-/// f16, bf16 and complex dtypes are a Type error: they have no C++ type the
-/// generated code can use yet.
+/// The C++ type of one element on the CPU backend (`f32` → `float`, `f16` →
+/// `float16`, `c64` → `std::complex<float>`).
 pub fn cpu_ctype(d: DType) -> Result<&'static str> {
     element_ctype(d, "CPU", CPU_DTYPES)
 }
 
 /// The C/C++ type of one element for a backend (the CPU's and CUDA's are the
-/// same `<stdint.h>` names); a dtype outside `supported` is a Type error naming
-/// the dtype, the backend and what it supports.
+/// same `<stdint.h>` names, and the `float16`/`bfloat16` of
+/// [`crate::halfs`]; complex is `std::complex`, which only the CPU has); a
+/// dtype outside `supported` is a Type error naming the dtype, the backend
+/// and what it supports.
 pub(crate) fn element_ctype(d: DType, backend: &str, supported: &[DType]) -> Result<&'static str> {
+    if !supported.contains(&d) {
+        let numpy = numpy_name(d).map(|n| format!(" ({n})")).unwrap_or_default();
+        return Err(Error::Coded {
+            kind: ErrorKind::Type,
+            message: format!(
+                "dtype {d}{numpy} is not supported by the {backend} backend (yet); it supports {}",
+                dtype_list(supported, ", ")
+            ),
+        });
+    }
     Ok(match d {
         DType::BOOL => "bool",
         DType::I8 => "int8_t",
@@ -107,16 +133,16 @@ pub(crate) fn element_ctype(d: DType, backend: &str, supported: &[DType]) -> Res
         DType::U16 => "uint16_t",
         DType::U32 => "uint32_t",
         DType::U64 => "uint64_t",
+        DType::F16 => "float16",
+        DType::BF16 => "bfloat16",
         DType::F32 => "float",
         DType::F64 => "double",
+        DType::C64 => "std::complex<float>",
+        DType::C128 => "std::complex<double>",
         other => {
-            let numpy = numpy_name(other).map(|n| format!(" ({n})")).unwrap_or_default();
             return Err(Error::Coded {
                 kind: ErrorKind::Type,
-                message: format!(
-                    "dtype {other}{numpy} is not supported by the {backend} backend (yet); it supports {}",
-                    dtype_list(supported, ", ")
-                ),
+                message: format!("dtype {other} has no element type in generated {backend} code"),
             });
         }
     })
@@ -844,7 +870,7 @@ mod tests {
         assert_eq!(
             err(parse_params("float33 x", "in_params")),
             "in_params: parameter 1 (`float33 x`): unknown type `float33` (a type is a one-letter placeholder such as \
-             `T` or a NumPy dtype name: bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, \
+             `T` or a NumPy dtype name: bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, \
              float32, float64, complex64, complex128)"
         );
         assert_eq!(
@@ -873,20 +899,24 @@ mod tests {
         }
         assert_eq!(numpy_dtype("float"), None);
         assert_eq!(numpy_dtype("f32"), None);
-        assert_eq!(numpy_name(DType::BF16), None);
+        assert_eq!(numpy_name(DType::BF16), Some("bfloat16"));
         assert_eq!(cpu_ctype(DType::F32).unwrap(), "float");
         assert_eq!(cpu_ctype(DType::U16).unwrap(), "uint16_t");
+        assert_eq!(cpu_ctype(DType::F16).unwrap(), "float16");
+        assert_eq!(cpu_ctype(DType::BF16).unwrap(), "bfloat16");
+        assert_eq!(cpu_ctype(DType::C128).unwrap(), "std::complex<double>");
         for &d in CPU_DTYPES {
             assert!(cpu_ctype(d).is_ok(), "{d}");
         }
-        let e = cpu_ctype(DType::C64).unwrap_err();
+        let f8 = DType::new(dlbridge_core::DTypeCode::Float, 64, 2).unwrap();
+        let e = cpu_ctype(f8).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Type);
         assert_eq!(
             e.to_string(),
-            "dtype c64 (complex64) is not supported by the CPU backend (yet); it supports bool, i8, i16, i32, i64, u8, u16, u32, u64, f32, f64"
+            format!(
+                "dtype {f8} is not supported by the CPU backend (yet); it supports bool, i8, i16, i32, i64, u8, u16, u32, u64, f16, bf16, f32, f64, c64, c128"
+            )
         );
-        assert!(cpu_ctype(DType::BF16).unwrap_err().to_string().starts_with("dtype bf16 is not supported by the CPU backend (yet)"));
-        assert!(cpu_ctype(DType::F16).unwrap_err().to_string().starts_with("dtype f16 (float16) is not supported"));
     }
 
     #[test]
@@ -894,7 +924,7 @@ mod tests {
         let s =
             ElementwiseSpec::new("T x, mut T y, raw T r, float32 alpha, raw mut U q", "T z, float64 w", "z = x", "k", "", "", "").unwrap();
         assert_eq!(s.type_vars(), vec!['T', 'U']);
-        let all = "bool|i8|i16|i32|i64|u8|u16|u32|u64|f32|f64";
+        let all = "bool|i8|i16|i32|i64|u8|u16|u32|u64|f16|bf16|f32|f64|c64|c128";
         let sig = s.signature();
         assert_eq!(
             sig,
