@@ -342,3 +342,20 @@ def test_cuda_device_functions_cupy_bodies_use_compile_on_the_cpu():
     fmax(xs, m)
     assert m[0] == 3.0 and m[2] == 1 << 20  # an int value into a float array converts, as in CUDA
     np.testing.assert_allclose(m[1], xs.sum(dtype=np.float64), rtol=1e-3)
+
+
+def test_cupys_in_ind_out_ind_mean_idiom_and_a_parameter_named_n():
+    # CuPy's own mean: the reduced count is _in_ind.size() / _out_ind.size().
+    mean = dlbridge.ReductionKernel(
+        "T x", "T y", "x", "a + b", "y = a / _type_reduce(_in_ind.size() / _out_ind.size())", "0", "mean_cupy",
+        reduce_type="double",
+    )
+    x = np.random.default_rng(5).random((4, 6, 5))
+    for axis in (None, 0, (0, 2), -1):
+        np.testing.assert_allclose(mean(x, axis=axis), x.mean(axis=axis), rtol=1e-12)
+    np.testing.assert_allclose(mean(x, axis=1, keepdims=True), x.mean(axis=1, keepdims=True), rtol=1e-12)
+    # CuPy reserves only `i`: `n` is a parameter like any other (a scalar here, a raw array there).
+    times_n = dlbridge.ElementwiseKernel("T x, int32 n", "T y", "y = x * n", "times_n")
+    np.testing.assert_array_equal(times_n(np.arange(5.0), 3), np.arange(5.0) * 3)
+    first_n = dlbridge.ElementwiseKernel("raw T n, T x", "T y", "y = x + n[0] + n.size()", "raw_n")
+    np.testing.assert_array_equal(first_n(np.array([10.0, 0.0]), np.arange(3.0)), np.arange(3.0) + 12)

@@ -22,13 +22,15 @@
 //!   `const T& x` per non-raw input (`T&` when `mut`), `T& z` per output, a
 //!   `dlbridge::Raw<T>` per raw input (`r[k]` with a flat C-order index into
 //!   `r`'s own shape, bounds-checked, any strides; `r.size()`, `r.ndim()`,
-//!   `r.shape()[d]`), `_ind.size()` and `n` (the broadcast size). `loop_prep`
+//!   `r.shape()[d]`), `_ind.size()` and `n` (the broadcast size; a parameter named `n` takes that name over). `loop_prep`
 //!   runs once per thread before its part of the loop, `after_loop` once after.
 //! * Reduction: `map_expr` sees the inputs' elements (`const T& x`), `_i` (the
 //!   flat index of the output element), `_j` and `_J` (the reduced element's
 //!   flat index and the reduced count); `reduce_expr` sees `a` and `b`;
 //!   `post_map_expr` sees `a`, the outputs (`T& y`), `_i` and `_J` (so a mean
-//!   is `y = a / _J`); `_type_reduce` is the reduce type.
+//!   is `y = a / _J`); both see CuPy's `_in_ind` and `_out_ind` (`.size()`:
+//!   the input's and the output's element counts); `_type_reduce` is the
+//!   reduce type.
 //!
 //! # How it runs
 //! Elementwise: non-raw operands are broadcast (right-aligned; a missing dim
@@ -69,6 +71,12 @@ use crate::params::{ElementwiseSpec, Param, ParamType, ReductionSpec, bound_dtyp
 
 /// The plugin header, pasted at the top of every generated source.
 pub(crate) const PLUGIN_H: &str = include_str!("../../dlbridge-registry/include/dlbridge/plugin.h");
+
+/// CuPy's `_in_ind` and `_out_ind` in a reduction's map and post-map
+/// (`_in_ind.size() / _out_ind.size()` is the reduced count, CuPy's mean
+/// idiom), from the reduced count `_J` and the number of outputs `_M`.
+pub(crate) const IN_OUT_IND: [&str; 3] =
+    ["  const dlbridge::Size _in_ind(_M * _J), _out_ind(_M);", "  (void)_in_ind;", "  (void)_out_ind;"];
 
 /// The file name diagnostics use for generated (non-user) lines.
 pub const GENERATED_FILE: &str = "dlbridge_generated.cpp";
@@ -267,6 +275,15 @@ inline T atomicMin(T* p, typename dlbridge_same<T>::type v) {
 }
 
 namespace dlbridge {
+
+/// `_in_ind` / `_out_ind` of a reduction: only their size.
+struct Size {
+  explicit Size(ptrdiff_t n) : n_(n) {}
+  ptrdiff_t size() const { return n_; }
+
+ private:
+  ptrdiff_t n_;
+};
 
 /// `_ind`: the iteration space of an elementwise kernel (CuPy's CIndexer).
 class Indexer {
@@ -881,8 +898,11 @@ pub fn elementwise_cpp(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Result
     src.line("void dlbridge_chunk(const dlbridge_Walk& _w, void* const* _data, DLTensor* const* _t, const dlbridge::Indexer& _ind,");
     src.line("                    ptrdiff_t _begin, ptrdiff_t _end) {");
     src.line("  (void)_t;");
-    src.line("  const ptrdiff_t n = _ind.size();");
-    src.line("  (void)n;");
+    if !all.iter().any(|p| p.name == "n") {
+        // CuPy has no `n`; a parameter of that name takes it over.
+        src.line("  const ptrdiff_t n = _ind.size();");
+        src.line("  (void)n;");
+    }
     for (t, p) in all.iter().enumerate().filter(|(_, p)| p.raw) {
         let ct = &ctypes[t];
         let elem = if p.mutable { ct.clone() } else { format!("const {ct}") };
@@ -1008,10 +1028,14 @@ pub fn reduction_cpp(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<Str
         src.line("}");
     }
     let in_params: Vec<String> = spec.inputs.iter().enumerate().map(|(t, p)| format!("const {}& {}", ctypes[t], p.name)).collect();
-    src.line(&format!("inline _type_reduce dlbridge_map({}, ptrdiff_t _i, ptrdiff_t _j, ptrdiff_t _J) {{", in_params.join(", ")));
+    src.line(&format!(
+        "inline _type_reduce dlbridge_map({}, ptrdiff_t _i, ptrdiff_t _j, ptrdiff_t _J, ptrdiff_t _M) {{",
+        in_params.join(", ")
+    ));
     src.line("  (void)_i;");
     src.line("  (void)_j;");
     src.line("  (void)_J;");
+    IN_OUT_IND.iter().for_each(|l| src.line(l));
     src.line("  return static_cast<_type_reduce>(");
     src.user("map_expr", &spec.map_expr, ");");
     src.line("}");
@@ -1020,9 +1044,13 @@ pub fn reduction_cpp(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<Str
     src.user("reduce_expr", &spec.reduce_expr, ");");
     src.line("}");
     let out_params: Vec<String> = spec.outputs.iter().enumerate().map(|(m, p)| format!("{}& {}", ctypes[n_in + m], p.name)).collect();
-    src.line(&format!("inline void dlbridge_post_map(const _type_reduce& a, {}, ptrdiff_t _i, ptrdiff_t _J) {{", out_params.join(", ")));
+    src.line(&format!(
+        "inline void dlbridge_post_map(const _type_reduce& a, {}, ptrdiff_t _i, ptrdiff_t _J, ptrdiff_t _M) {{",
+        out_params.join(", ")
+    ));
     src.line("  (void)_i;");
     src.line("  (void)_J;");
+    IN_OUT_IND.iter().for_each(|l| src.line(l));
     src.user("post_map_expr", &spec.post_map_expr, ";");
     src.line("}");
     src.line("");
@@ -1045,7 +1073,7 @@ pub fn reduction_cpp(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<Str
     src.line("  ptrdiff_t _first[dlbridge_kIn];");
     src.line("  _c.red.offsets(_jb, _first);");
     let args = map_args(&|t| format!("static_cast<const {}*>(_c.data[{t}])[_base[{t}] + _first[{t}]]", ctypes[t]));
-    src.line(&format!("  _type_reduce _acc = dlbridge_map({args}, _i, _jb, _J);"));
+    src.line(&format!("  _type_reduce _acc = dlbridge_map({args}, _i, _jb, _J, _c.kept.size);"));
     src.line("  _c.red.for_runs(_jb + 1, _je, [&](ptrdiff_t _j0, ptrdiff_t _len, const ptrdiff_t* _off) {");
     for (t, ct) in ctypes.iter().enumerate().take(n_in) {
         src.line(&format!("    const {ct}* const _q{t} = static_cast<const {ct}*>(_c.data[{t}]) + _base[{t}] + _off[{t}];"));
@@ -1054,7 +1082,7 @@ pub fn reduction_cpp(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<Str
     }
     let args = map_args(&|t| format!("_q{t}[dlbridge_kUnit ? _u : _u * _s{t}]"));
     src.line("    for (ptrdiff_t _u = 0; _u < _len; ++_u) {");
-    src.line(&format!("      _acc = dlbridge_reduce(_acc, dlbridge_map({args}, _i, _j0 + _u, _J));"));
+    src.line(&format!("      _acc = dlbridge_reduce(_acc, dlbridge_map({args}, _i, _j0 + _u, _J, _c.kept.size));"));
     src.line("    }");
     src.line("  });");
     src.line("  return _acc;");
@@ -1091,7 +1119,7 @@ pub fn reduction_cpp(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<Str
             format!("static_cast<{}*>(_c.data[{k}])[_off[{k}]]", ctypes[k])
         })
         .collect();
-    src.line(&format!("  dlbridge_post_map(_acc, {}, _i, _c.red.size);", outs.join(", ")));
+    src.line(&format!("  dlbridge_post_map(_acc, {}, _i, _c.red.size, _c.kept.size);", outs.join(", ")));
     src.line("}");
     src.line("");
 

@@ -28,7 +28,7 @@
 //!   C-order index into its own shape (`r[k]`, any strides; `r.size()`,
 //!   `r.ndim()`, `r.shape()[d]`, at most 8 dims). `loop_prep` runs once per
 //!   thread before its grid-stride loop, `after_loop` once after it.
-//! * Reduction: `map_expr` sees `const T& x` per input, `_i`, `_j`, `_J`;
+//! * Reduction: `map_expr` sees `const T& x` per input, `_i`, `_j`, `_J`, `_in_ind`, `_out_ind`;
 //!   `reduce_expr` sees `a` and `b`; `post_map_expr` sees `a`, `T& y` per
 //!   output, `_i`, `_J`; `_type_reduce` is the reduce type.
 //!
@@ -125,6 +125,15 @@ namespace dlbridge {
 
 /// Where a raw access out of range goes (never outside the array).
 __device__ unsigned long long scratch[2];
+
+/// `_in_ind` / `_out_ind` of a reduction: only their size.
+struct Size {
+  __device__ explicit Size(ptrdiff_t n) : n_(n) {}
+  __device__ ptrdiff_t size() const { return n_; }
+
+ private:
+  ptrdiff_t n_;
+};
 
 /// `_ind`: the iteration space of an elementwise kernel.
 class Indexer {
@@ -380,8 +389,11 @@ pub fn elementwise_source(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Res
     src.line("template <bool dlbridge_kContig>");
     src.line(&format!("__device__ __forceinline__ void dlbridge_run({}, const DlbIndexer& _indx, long long _size) {{", params.join(", ")));
     src.line("  const dlbridge::Indexer _ind(_indx, _size);");
-    src.line("  const ptrdiff_t n = _size;");
-    src.line("  (void)n;");
+    if !all.iter().any(|p| p.name == "n") {
+        // CuPy has no `n`; a parameter of that name takes it over.
+        src.line("  const ptrdiff_t n = _size;");
+        src.line("  (void)n;");
+    }
     src.line("  (void)_ind;");
     for (t, p) in all.iter().enumerate().filter(|(_, p)| p.raw) {
         let elem = format!("{}{}", qual(t), ctypes[t]);
@@ -466,12 +478,13 @@ pub fn reduction_source(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<
     }
     let in_params: Vec<String> = spec.inputs.iter().enumerate().map(|(t, p)| format!("const {}& {}", ctypes[t], p.name)).collect();
     src.line(&format!(
-        "__device__ __forceinline__ _type_reduce dlbridge_map({}, ptrdiff_t _i, ptrdiff_t _j, ptrdiff_t _J) {{",
+        "__device__ __forceinline__ _type_reduce dlbridge_map({}, ptrdiff_t _i, ptrdiff_t _j, ptrdiff_t _J, ptrdiff_t _M) {{",
         in_params.join(", ")
     ));
     src.line("  (void)_i;");
     src.line("  (void)_j;");
     src.line("  (void)_J;");
+    crate::cpu::IN_OUT_IND.iter().for_each(|l| src.line(l));
     src.line("  return static_cast<_type_reduce>(");
     src.user("map_expr", &spec.map_expr, ");");
     src.line("}");
@@ -481,11 +494,12 @@ pub fn reduction_source(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<
     src.line("}");
     let out_params: Vec<String> = spec.outputs.iter().enumerate().map(|(m, p)| format!("{}& {}", ctypes[n_in + m], p.name)).collect();
     src.line(&format!(
-        "__device__ __forceinline__ void dlbridge_post_map(const _type_reduce& a, {}, ptrdiff_t _i, ptrdiff_t _J) {{",
+        "__device__ __forceinline__ void dlbridge_post_map(const _type_reduce& a, {}, ptrdiff_t _i, ptrdiff_t _J, ptrdiff_t _M) {{",
         out_params.join(", ")
     ));
     src.line("  (void)_i;");
     src.line("  (void)_J;");
+    crate::cpu::IN_OUT_IND.iter().for_each(|l| src.line(l));
     src.user("post_map_expr", &spec.post_map_expr, ";");
     src.line("}");
     src.line("");
@@ -522,7 +536,7 @@ pub fn reduction_source(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<
     }
     src.line("    for (long long _j = _t; _j < _J; _j += blockDim.x) {");
     let margs: Vec<String> = (0..n_in).map(|t| format!("_b{t}[dlbridge_kContig ? _j : dlbridge_offset(_r{t}, _j)]")).collect();
-    src.line(&format!("      const _type_reduce _v = dlbridge_map({}, _o, _j, _J);", margs.join(", ")));
+    src.line(&format!("      const _type_reduce _v = dlbridge_map({}, _o, _j, _J, _M);", margs.join(", ")));
     if has_identity {
         src.line("      _acc = dlbridge_reduce(_acc, _v);");
     } else {
@@ -550,7 +564,7 @@ pub fn reduction_source(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<
     src.line("    }");
     src.line("    if (_t == 0) {");
     let outs: Vec<String> = (0..n_out).map(|m| format!("_p{0}[dlbridge_offset(_k{0}, _o)]", n_in + m)).collect();
-    src.line(&format!("      dlbridge_post_map(_s[0], {}, _o, _J);", outs.join(", ")));
+    src.line(&format!("      dlbridge_post_map(_s[0], {}, _o, _J, _M);", outs.join(", ")));
     src.line("    }");
     src.line("    __syncthreads();");
     src.line("  }");

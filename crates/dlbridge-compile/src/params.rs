@@ -307,12 +307,32 @@ const CPP_KEYWORDS: &[&str] = &[
 ];
 
 /// Names the generated code declares in the body's scope.
-const RESERVED: &[&str] = &["i", "n", "_ind"];
+const RESERVED: &[&str] = &["i", "_ind"];
 
 /// Names the generated code uses in the body's scope (types, namespaces): a
 /// parameter of that name would hide them.
-const USED_NAMES: &[&str] =
-    &["std", "ptrdiff_t", "size_t", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t", "DLTensor"];
+const USED_NAMES: &[&str] = &[
+    "std",
+    "ptrdiff_t",
+    "size_t",
+    "int8_t",
+    "int16_t",
+    "int32_t",
+    "int64_t",
+    "uint8_t",
+    "uint16_t",
+    "uint32_t",
+    "uint64_t",
+    "DLTensor",
+    "float16",
+    "bfloat16",
+];
+
+/// A name as error messages show it: at most 80 characters (a 5000-character
+/// name is not echoed whole).
+fn shortened(name: &str) -> String {
+    if name.chars().count() <= 80 { name.to_owned() } else { format!("{}...", name.chars().take(77).collect::<String>()) }
+}
 
 /// Why `name` cannot name a kernel or parameter, if it cannot.
 fn bad_name(name: &str) -> Option<String> {
@@ -328,7 +348,7 @@ fn bad_name(name: &str) -> Option<String> {
         return Some("is a C++ keyword".into());
     }
     if RESERVED.contains(&name) {
-        return Some("is reserved: the generated code declares it (`i` the flat index, `n` and `_ind` the size)".into());
+        return Some("is reserved: the generated code declares it (`i` the flat index, `_ind` the size)".into());
     }
     if USED_NAMES.contains(&name) {
         return Some("is reserved: the generated code uses that type or namespace".into());
@@ -343,7 +363,7 @@ fn bad_name(name: &str) -> Option<String> {
 /// `ReductionKernel`.
 fn check_common(kind: &str, name: &str, inputs: &[Param], outputs: &[Param]) -> Result<()> {
     if let Some(why) = bad_name(name) {
-        return Err(invalid(format!("{kind} name `{name}` {why}")));
+        return Err(invalid(format!("{kind} name `{}` {why}", shortened(name))));
     }
     let at = |m: String| invalid(format!("{kind} `{name}`: {m}"));
     if inputs.len() + outputs.len() > MAX_PARAMS {
@@ -356,7 +376,7 @@ fn check_common(kind: &str, name: &str, inputs: &[Param], outputs: &[Param]) -> 
     let mut seen = BTreeSet::new();
     for (p, what) in inputs.iter().map(|p| (p, "in_params")).chain(outputs.iter().map(|p| (p, "out_params"))) {
         if let Some(why) = bad_name(&p.name) {
-            return Err(at(format!("{what}: parameter name `{}` {why}", p.name)));
+            return Err(at(format!("{what}: parameter name `{}` {why}", shortened(&p.name))));
         }
         if !seen.insert(p.name.as_str()) {
             return Err(at(format!("{what}: parameter `{}` is declared twice (names are unique across in_params and out_params)", p.name)));
@@ -564,7 +584,7 @@ impl ElementwiseSpec {
     ///
     /// Refused (an [`Error::InvalidArgument`] naming the kernel and the
     /// parameter): names that are not C identifiers, C++ keywords, reserved
-    /// (`i`, `n`, `_ind`, a leading `_` or `dlbridge`) or declared twice; no
+    /// (`i`, `_ind`, a leading `_` or `dlbridge`) or declared twice; no
     /// non-raw parameter (the iteration shape comes from them); raw or `mut`
     /// outputs; an output type placeholder no input has; more than
     /// [`MAX_TYPE_VARS`] placeholders or [`MAX_RAW_PARAMS`] raw inputs; an
@@ -980,12 +1000,13 @@ mod tests {
             "ElementwiseKernel name `_k` is reserved: names starting with `_` or `dlbridge` belong to the generated code"
         );
         assert_eq!(name(&"k".repeat(65)), format!("ElementwiseKernel name `{}` is longer than 64 bytes", "k".repeat(65)));
+        assert_eq!(name(&"k".repeat(5000)), format!("ElementwiseKernel name `{}...` is longer than 64 bytes", "k".repeat(77)));
         let param = |i: &str, o: &str| err(ew(i, o));
         assert_eq!(
             param("T i", "T z"),
-            "ElementwiseKernel `k`: in_params: parameter name `i` is reserved: the generated code declares it (`i` the flat index, `n` and `_ind` the size)"
+            "ElementwiseKernel `k`: in_params: parameter name `i` is reserved: the generated code declares it (`i` the flat index, `_ind` the size)"
         );
-        assert!(param("T n", "T z").contains("parameter name `n` is reserved"));
+        assert!(ew("T x, int32 n", "T z").is_ok(), "`n` is free for parameters, as in CuPy");
         assert!(param("T _ind", "T z").contains("parameter name `_ind` is reserved"));
         assert_eq!(
             param("T x", "T dlbridge_out"),
@@ -1098,7 +1119,7 @@ mod tests {
         );
         assert_eq!(
             err(red("T x", "T i")),
-            "ReductionKernel `r`: out_params: parameter name `i` is reserved: the generated code declares it (`i` the flat index, `n` and `_ind` the size)"
+            "ReductionKernel `r`: out_params: parameter name `i` is reserved: the generated code declares it (`i` the flat index, `_ind` the size)"
         );
     }
 

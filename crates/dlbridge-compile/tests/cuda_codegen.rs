@@ -195,6 +195,10 @@ fn complex_is_a_type_error_naming_the_dtype_and_f16_bf16_compile() {
     }
     let red = ReductionSpec::new("T x", "T y", "x", "max(a, b)", "y = a", Some("-CUDART_INF_F"), "rmax", None, "").unwrap();
     compiles(&reduction_source(&red, &[('T', DType::F16)]).unwrap());
+    // CuPy's mean idiom: _in_ind.size() / _out_ind.size().
+    let post = "y = a / _type_reduce(_in_ind.size() / _out_ind.size())";
+    let red = ReductionSpec::new("T x", "T y", "x", "a + b", post, Some("0"), "rmean", Some("float"), "").unwrap();
+    compiles(&reduction_source(&red, &[('T', DType::BF16)]).unwrap());
 }
 
 #[test]
