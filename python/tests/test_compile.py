@@ -359,3 +359,15 @@ def test_cupys_in_ind_out_ind_mean_idiom_and_a_parameter_named_n():
     np.testing.assert_array_equal(times_n(np.arange(5.0), 3), np.arange(5.0) * 3)
     first_n = dlbridge.ElementwiseKernel("raw T n, T x", "T y", "y = x + n[0] + n.size()", "raw_n")
     np.testing.assert_array_equal(first_n(np.array([10.0, 0.0]), np.arange(3.0)), np.arange(3.0) + 12)
+
+
+def test_a_preamble_helper_named_like_a_std_function_is_not_ambiguous():
+    # CuPy preambles define their own clamp/gcd; the generated code does not
+    # `using namespace std`, so they are not ambiguous with std::clamp.
+    k = dlbridge.ElementwiseKernel(
+        "T x", "T y", "y = clamp(x, T(0), T(1)) + gcd(12, 18) + numeric_limits<T>::epsilon() * 0 + sqrt(T(4))", "clamp_pre",
+        preamble="template <typename T> __device__ T clamp(T v, T lo, T hi) { return v < lo ? lo : (v > hi ? hi : v); }\n"
+        "__device__ int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }",
+    )
+    x = np.array([-1.0, 0.25, 3.0], np.float32)
+    np.testing.assert_array_equal(k(x), np.clip(x, 0, 1) + 6 + 2)

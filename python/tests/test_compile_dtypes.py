@@ -184,3 +184,41 @@ def test_the_signature_lists_the_new_dtypes_and_mismatches_are_still_type_errors
         k(torch.ones(3), torch.ones(3))  # b must be bfloat16
     got = k(torch.ones(3, dtype=torch.float16), torch.ones(3, dtype=torch.bfloat16))
     assert got.dtype == torch.float16 and got.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_max_and_min_follow_cuda_a_nan_loses_in_either_order():
+    # CUDA's max/min on floats are fmax/fmin: CuPy's ReLU max(x, T(0)) maps NaN to 0,
+    # and a max reduction skips a NaN wherever it is (std::max kept or dropped it by order).
+    relu = dlbridge.ElementwiseKernel("T x", "T y, T z", "y = max(x, T(0)); z = min(T(0), x)", "relu_nan")
+    for dt in (np.float16, np.float32, np.float64):
+        y, z = relu(np.array([np.nan, -1, 2], dt))
+        np.testing.assert_array_equal(y, np.array([0, 0, 2], dt))
+        np.testing.assert_array_equal(z, np.array([0, -1, 0], dt))
+    m = dlbridge.ReductionKernel("T x", "T y", "x", "max(a, b)", "y = a", "-CUDART_INF", "max_nan")
+    for dt in (np.float16, np.float32, np.float64):
+        x = np.array([[np.nan, 1, 3], [1, np.nan, 3], [1, 3, np.nan]], dt)
+        np.testing.assert_array_equal(m(x, axis=1), np.array([3, 3, 3], dt))
+    long = np.arange(5000, dtype=np.float32)
+    long[::1024] = np.nan  # a NaN first in every block of the long-reduction path
+    assert m(long) == 4999
+
+
+def test_a_double_is_rounded_once_to_float16_and_the_two_byte_types_convert():
+    down = dlbridge.ElementwiseKernel("float64 x", "float16 z", "z = x", "f64_to_f16")
+    d = np.concatenate([[65519.99999999, 65520.0, 1 + 2.0**-11 + 2.0**-40, 2.0**-25 + 2.0**-60],
+                        np.random.default_rng(6).standard_normal(1 << 18) * 1000])
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(down(d).view(np.uint16), d.astype(np.float16).view(np.uint16))
+    swap = dlbridge.ElementwiseKernel("float16 x, bfloat16 y", "bfloat16 a, float16 b", "a = x; b = y", "f16_bf16")
+    a, b = swap(torch.tensor([1.5, -2.0, 65504.0], dtype=torch.float16), torch.tensor([3.0, 0.5, -1e-3], dtype=torch.bfloat16))
+    assert torch.equal(a, torch.tensor([1.5, -2.0, 65504.0]).to(torch.bfloat16))
+    assert torch.equal(b, torch.tensor([3.0, 0.5, -1e-3], dtype=torch.bfloat16).to(torch.float16))
+
+
+def test_isnan_isinf_isfinite_of_a_complex_look_at_both_parts():
+    k = dlbridge.ElementwiseKernel("T x", "bool a, bool b, bool c", "a = isnan(x); b = isinf(x); c = isfinite(x)", "cisnan")
+    x = np.array([1 + 1j, complex(np.nan, 0), complex(0, np.inf), complex(np.inf, np.nan)], np.complex64)
+    a, b, c = k(x)
+    np.testing.assert_array_equal(a, np.isnan(x))
+    np.testing.assert_array_equal(b, np.isinf(x))
+    np.testing.assert_array_equal(c, np.isfinite(x))

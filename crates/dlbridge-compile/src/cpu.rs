@@ -12,9 +12,10 @@
 //!   `std::complex`, mixing with real values as CuPy's `thrust::complex`
 //!   does); CUDA spellings compile
 //!   (`__device__`, `__host__`, `__global__`, `__forceinline__`); `<cmath>`,
-//!   `<cstdint>`, `<algorithm>`, `<complex>` are included and `using
-//!   namespace std;` makes `min`, `max`, `sqrt`, `exp`, `tanh`, `erf` work
-//!   unqualified; CUDA's `rsqrt`/`rsqrtf`, `max`/`min` of two different
+//!   `<cstdint>`, `<algorithm>`, `<complex>` are included and using-declarations
+//!   make `<cmath>`'s functions, `min`, `max`, `swap`, `complex` and its
+//!   functions and `numeric_limits` work unqualified (not `using namespace
+//!   std`: a preamble's `clamp` or `gcd` is not ambiguous); CUDA's `rsqrt`/`rsqrtf`, `max`/`min` of two different
 //!   arithmetic types, and `atomicAdd`/`atomicMax`/`atomicMin`/`atomicExch`/
 //!   `atomicCAS` (for raw outputs written from many threads) are defined; the
 //!   user's `preamble` follows at file scope.
@@ -157,7 +158,25 @@ const RUNTIME: &str = r##"
 // DLBRIDGE_LIBMVEC and links -lmvec).
 @LIBMVEC@
 
-using namespace std;
+// The names CUDA (and CuPy's headers) give a kernel body unqualified: <cmath>'s
+// functions with their float overloads, min/max/swap, <complex>'s complex and
+// its functions, numeric_limits. Not `using namespace std`: a preamble helper
+// named like another std function (clamp, gcd, lcm, ...) would be ambiguous.
+using std::abs; using std::fabs; using std::fmod; using std::remainder; using std::remquo; using std::fma;
+using std::fmax; using std::fmin; using std::fdim; using std::nan; using std::exp; using std::exp2;
+using std::expm1; using std::log; using std::log10; using std::log2; using std::log1p; using std::pow;
+using std::sqrt; using std::cbrt; using std::hypot; using std::sin; using std::cos; using std::tan;
+using std::asin; using std::acos; using std::atan; using std::atan2; using std::sinh; using std::cosh;
+using std::tanh; using std::asinh; using std::acosh; using std::atanh; using std::erf; using std::erfc;
+using std::tgamma; using std::lgamma; using std::ceil; using std::floor; using std::trunc; using std::round;
+using std::lround; using std::llround; using std::nearbyint; using std::rint; using std::lrint;
+using std::llrint; using std::frexp; using std::ldexp; using std::modf; using std::scalbn;
+using std::scalbln; using std::ilogb; using std::logb; using std::nextafter; using std::nexttoward;
+using std::copysign; using std::fpclassify; using std::isfinite; using std::isinf; using std::isnan;
+using std::isnormal; using std::signbit; using std::isgreater; using std::isgreaterequal; using std::isless;
+using std::islessequal; using std::islessgreater; using std::isunordered; using std::min; using std::max;
+using std::swap; using std::complex; using std::real; using std::imag; using std::conj; using std::arg;
+using std::norm; using std::polar; using std::proj; using std::numeric_limits;
 
 // CUDA device functions CuPy bodies use, with CUDA's meaning. rsqrt under
 // names of our own (a newer C library may declare C23's rsqrt itself).
@@ -193,6 +212,17 @@ inline dlbridge_common<A, B> min(A a, B b) {
   if constexpr (std::is_floating_point<C>::value) return std::fmin(static_cast<C>(a), static_cast<C>(b));  // CUDA's: NaN loses
   else return std::min<C>(static_cast<C>(a), static_cast<C>(b));
 }
+// max/min of two values of one floating type are CUDA's fmax/fmin too (a NaN
+// loses, whatever the order): std::max's answer would depend on the order
+// (and a reduction's max(a, b) would drop a block after a NaN).
+inline float max(float a, float b) { return std::fmax(a, b); }
+inline double max(double a, double b) { return std::fmax(a, b); }
+inline float min(float a, float b) { return std::fmin(a, b); }
+inline double min(double a, double b) { return std::fmin(a, b); }
+inline float16 max(float16 a, float16 b) { return float16(std::fmax(float(a), float(b))); }
+inline float16 min(float16 a, float16 b) { return float16(std::fmin(float(a), float(b))); }
+inline bfloat16 max(bfloat16 a, bfloat16 b) { return bfloat16(std::fmax(float(a), float(b))); }
+inline bfloat16 min(bfloat16 a, bfloat16 b) { return bfloat16(std::fmin(float(a), float(b))); }
 // complex64/complex128 are std::complex<float>/<double> (`complex<float>`, as
 // CuPy spells them). std::complex only mixes with its own value type; CuPy's
 // (thrust::complex) mixes with any arithmetic type and with the other complex,
@@ -220,6 +250,13 @@ DLBRIDGE_COMPLEX_MIX(-)
 DLBRIDGE_COMPLEX_MIX(*)
 DLBRIDGE_COMPLEX_MIX(/)
 #undef DLBRIDGE_COMPLEX_MIX
+// CuPy's isnan/isinf/isfinite of a complex: of either part (isfinite: of both).
+template <typename T>
+inline bool isnan(const std::complex<T>& z) { return std::isnan(z.real()) || std::isnan(z.imag()); }
+template <typename T>
+inline bool isinf(const std::complex<T>& z) { return std::isinf(z.real()) || std::isinf(z.imag()); }
+template <typename T>
+inline bool isfinite(const std::complex<T>& z) { return std::isfinite(z.real()) && std::isfinite(z.imag()); }
 // atomicAdd/atomicMax/atomicMin/atomicExch/atomicCAS for the threads a CPU
 // kernel runs on (a raw output written by many elements: a histogram). They
 // return the old value, as CUDA's do; the value converts to the pointee's type

@@ -3,7 +3,9 @@
 //! that the system compiler (CPU backend) and NVRTC (CUDA backend) both take.
 //!
 //! Each is a 2-byte storage type (`static_assert`ed) that converts to `float`
-//! implicitly and is built from a `float` (so from any arithmetic value):
+//! implicitly and is built from a `float`, a `double` (rounded once, not
+//! through float) or anything that converts to float (integers, the other
+//! 2-byte type):
 //! arithmetic happens in `float`, an expression is evaluated in `float` and
 //! rounded once when it is stored (PyTorch's "opmath" for reduced-precision
 //! types, as Inductor's fused kernels do; NumPy rounds after every operator).
@@ -90,11 +92,40 @@ __host__ __device__ __forceinline__ uint16_t dlbridge_f32_to_bf16(float f) {
 // bf16 bits -> float (exact).
 __host__ __device__ __forceinline__ float dlbridge_bf16_to_f32(uint16_t h) { return dlbridge_u2f(static_cast<uint32_t>(h) << 16); }
 
-#define DLBRIDGE_HALF_TYPE(NAME, TO, FROM)                                                          \
+// A double rounded to float "to odd" (the float nearest below in magnitude,
+// its last bit set when inexact): rounding that to f16 or bf16 (at least 13
+// bits narrower) to nearest even gives the correctly rounded result, where
+// double -> float -> half would round twice (65519.99999999 would be inf).
+__host__ __device__ __forceinline__ float dlbridge_f64_to_f32_odd(double d) {
+  float f = static_cast<float>(d);
+  if (static_cast<double>(f) == d || d != d) return f;
+  uint32_t u = dlbridge_f2u(f);
+  if ((static_cast<double>(f) < 0 ? -static_cast<double>(f) : static_cast<double>(f)) > (d < 0 ? -d : d)) u -= 1;
+  return dlbridge_u2f(u | 1u);
+}
+#if defined(DLBRIDGE_NATIVE_F16)
+__host__ __device__ __forceinline__ uint16_t dlbridge_f64_to_f16(double d) {
+  _Float16 h = static_cast<_Float16>(d);
+  uint16_t b;
+  __builtin_memcpy(&b, &h, 2);
+  return b;
+}
+#else
+__host__ __device__ __forceinline__ uint16_t dlbridge_f64_to_f16(double d) { return dlbridge_f32_to_f16(dlbridge_f64_to_f32_odd(d)); }
+#endif
+__host__ __device__ __forceinline__ uint16_t dlbridge_f64_to_bf16(double d) { return dlbridge_f32_to_bf16(dlbridge_f64_to_f32_odd(d)); }
+
+// Built from a float or a double (each rounded once), and from anything else
+// that converts to float (an integer, the other 2-byte type).
+#define DLBRIDGE_HALF_TYPE(NAME, TO, TO_D, FROM)                                                    \
   struct NAME {                                                                                      \
     uint16_t bits;                                                                                   \
     NAME() = default;                                                                                \
     __host__ __device__ __forceinline__ NAME(float f) : bits(TO(f)) {}                               \
+    __host__ __device__ __forceinline__ NAME(double d) : bits(TO_D(d)) {}                            \
+    template <typename U>                                                                            \
+    __host__ __device__ __forceinline__ NAME(const U& v, decltype(static_cast<float>(v))* = nullptr) \
+        : bits(TO(static_cast<float>(v))) {}                                                         \
     __host__ __device__ __forceinline__ operator float() const { return FROM(bits); }               \
     __host__ __device__ __forceinline__ NAME& operator+=(float v) { return *this = float(*this) + v; } \
     __host__ __device__ __forceinline__ NAME& operator-=(float v) { return *this = float(*this) - v; } \
@@ -106,8 +137,8 @@ __host__ __device__ __forceinline__ float dlbridge_bf16_to_f32(uint16_t h) { ret
     __host__ __device__ __forceinline__ NAME operator--(int) { NAME old = *this; *this -= 1.0f; return old; } \
   };                                                                                                 \
   static_assert(sizeof(NAME) == 2, #NAME " is not 2 bytes");
-DLBRIDGE_HALF_TYPE(float16, dlbridge_f32_to_f16, dlbridge_f16_to_f32)
-DLBRIDGE_HALF_TYPE(bfloat16, dlbridge_f32_to_bf16, dlbridge_bf16_to_f32)
+DLBRIDGE_HALF_TYPE(float16, dlbridge_f32_to_f16, dlbridge_f64_to_f16, dlbridge_f16_to_f32)
+DLBRIDGE_HALF_TYPE(bfloat16, dlbridge_f32_to_bf16, dlbridge_f64_to_bf16, dlbridge_bf16_to_f32)
 #undef DLBRIDGE_HALF_TYPE
 "##;
 
@@ -204,6 +235,29 @@ int main() {
     check(float_of(x));
     check_bf16(float_of(x));
   }
+  // Doubles: f16 against the compiler's correctly rounded double -> _Float16,
+  // bf16 against rounding the 52-bit mantissa to 7 bits by hand (normal range).
+  uint64_t y = 88172645463325252ull;
+  for (int k = 0; k < (1 << 21); ++k) {
+    y ^= y << 13; y ^= y >> 7; y ^= y << 17;
+    double d;
+    uint64_t b = (y & 0x800fffffffffffffull) | (static_cast<uint64_t>(1023 - 30 + (y >> 52) % 48) << 52);  // |d| in [2^-30, 2^18)
+    std::memcpy(&d, &b, 8);
+    _Float16 n = static_cast<_Float16>(d);
+    uint16_t want;
+    std::memcpy(&want, &n, 2);
+    if (float16(d).bits != want && bad++ < 10) std::printf("f16(double %a): got %04x want %04x\n", d, float16(d).bits, want);
+    uint64_t hi = b >> 45, lo = b & ((1ull << 45) - 1);
+    hi += (lo > (1ull << 44) || (lo == (1ull << 44) && (hi & 1)));
+    uint64_t rb = hi << 45;
+    double r;
+    std::memcpy(&r, &rb, 8);
+    uint16_t wb = static_cast<uint16_t>(bits_of(static_cast<float>(r)) >> 16);
+    if (bfloat16(d).bits != wb && bad++ < 10) std::printf("bf16(double %a): got %04x want %04x\n", d, bfloat16(d).bits, wb);
+    checked += 2;
+  }
+  // The other 2-byte type and integers convert through float.
+  if (bfloat16(float16(1.5f)).bits != 0x3fc0 || float16(bfloat16(-2.0f)).bits != 0xc000 || float16(3).bits != 0x4200) ++bad;
   if (bad) return 1;
   std::printf("checked %ld\n", checked);
   return 0;
