@@ -73,28 +73,14 @@ use dlbridge_registry::{Arg, Call, DynKernelFn, Impl};
 
 use crate::cpu::Src;
 use crate::elementwise::Specialisations;
-use crate::params::{ElementwiseSpec, Param, ParamType, ReductionSpec, bound_dtype, numpy_dtype};
+use crate::params::{CPU_DTYPES, ElementwiseSpec, Param, ParamType, ReductionSpec, bound_dtype, numpy_dtype};
 
 /// The file name NVRTC's messages use for generated (non-user) lines.
 pub const GENERATED_FILE: &str = "dlbridge_generated.cu";
 
 /// The dtypes the CUDA backend supports: the CPU backend's but complex (NVRTC
 /// has no `std::complex`).
-pub const CUDA_DTYPES: &[DType] = &[
-    DType::BOOL,
-    DType::I8,
-    DType::I16,
-    DType::I32,
-    DType::I64,
-    DType::U8,
-    DType::U16,
-    DType::U32,
-    DType::U64,
-    DType::F16,
-    DType::BF16,
-    DType::F32,
-    DType::F64,
-];
+pub const CUDA_DTYPES: &[DType] = CPU_DTYPES.split_at(CPU_DTYPES.len() - 2).0; // CPU_DTYPES ends with c64, c128
 
 /// NVRTC options of every generated source (the architecture comes first, per device).
 pub const OPTIONS: &[&str] = &["--std=c++17", "-default-device"];

@@ -169,6 +169,8 @@ fn a_compile_error_points_at_the_operations_line() {
 
 #[test]
 fn complex_is_a_type_error_naming_the_dtype_and_f16_bf16_compile() {
+    assert_eq!(dlbridge_compile::cuda::CUDA_DTYPES.len(), 13);
+    assert!(dlbridge_compile::cuda::CUDA_DTYPES.iter().all(|d| !matches!(d.code(), dlbridge_core::DTypeCode::Complex)));
     let red = ReductionSpec::new("complex64 x", "float32 y", "0", "a + b", "y = a", Some("0"), "rc", None, "").unwrap();
     let e = reduction_source(&red, &[]).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Type);
