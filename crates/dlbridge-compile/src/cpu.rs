@@ -12,18 +12,20 @@
 //!   `std::complex`, mixing with real values as CuPy's `thrust::complex`
 //!   does); CUDA spellings compile
 //!   (`__device__`, `__host__`, `__global__`, `__forceinline__`); `<cmath>`,
-//!   `<cstdint>`, `<algorithm>`, `<complex>` are included and using-declarations
-//!   make `<cmath>`'s functions, `min`, `max`, `swap`, `complex` and its
-//!   functions and `numeric_limits` work unqualified (not `using namespace
-//!   std`: a preamble's `clamp` or `gcd` is not ambiguous); CUDA's `rsqrt`/`rsqrtf`, `max`/`min` of two different
-//!   arithmetic types, and `atomicAdd`/`atomicMax`/`atomicMin`/`atomicExch`/
+//!   `<cstdint>`, `<algorithm>`, `<complex>` are included and
+//!   using-declarations make `<cmath>`'s functions, `min`, `max`, `swap`,
+//!   `complex` and its functions and `numeric_limits` work unqualified (not
+//!   `using namespace std`: a preamble's `clamp` or `gcd` is not ambiguous);
+//!   CUDA's `rsqrt`/`rsqrtf`, `max`/`min` (fmax/fmin on floats, also of two
+//!   different arithmetic types), and `atomicAdd`/`atomicMax`/`atomicMin`/`atomicExch`/
 //!   `atomicCAS` (for raw outputs written from many threads) are defined; the
 //!   user's `preamble` follows at file scope.
 //! * Elementwise: `i` (the flat C-order index over the broadcast shape),
 //!   `const T& x` per non-raw input (`T&` when `mut`), `T& z` per output, a
 //!   `dlbridge::Raw<T>` per raw input (`r[k]` with a flat C-order index into
 //!   `r`'s own shape, bounds-checked, any strides; `r.size()`, `r.ndim()`,
-//!   `r.shape()[d]`), `_ind.size()` and `n` (the broadcast size; a parameter named `n` takes that name over). `loop_prep`
+//!   `r.shape()[d]`), `_ind.size()` and `n` (the broadcast size; a parameter
+//!   named `n` takes that name over). `loop_prep`
 //!   runs once per thread before its part of the loop, `after_loop` once after.
 //! * Reduction: `map_expr` sees the inputs' elements (`const T& x`), `_i` (the
 //!   flat index of the output element), `_j` and `_J` (the reduced element's
@@ -197,7 +199,7 @@ struct dlbridge_arith<bfloat16> : std::true_type {};
 template <typename A, typename B>
 using dlbridge_common = decltype(+std::declval<A>() + +std::declval<B>());
 // max/min of two different arithmetic types (CUDA has such overloads: max(x, 0.0)
-// with a float x); the same type keeps std::max/std::min.
+// with a float x); two integers of one type keep std::max/std::min.
 template <typename A, typename B,
           std::enable_if_t<!std::is_same<A, B>::value && dlbridge_arith<A>::value && dlbridge_arith<B>::value, int> = 0>
 inline dlbridge_common<A, B> max(A a, B b) {
@@ -261,13 +263,14 @@ inline bool isfinite(const std::complex<T>& z) { return std::isfinite(z.real()) 
 // kernel runs on (a raw output written by many elements: a histogram). They
 // return the old value, as CUDA's do; the value converts to the pointee's type
 // (atomicAdd(&h[k], 1) on a float array), as in CUDA.
+// (dlbridge_same keeps the value out of deduction; every atomic instantiates it.)
 template <typename T>
 struct dlbridge_same {
+  static_assert(sizeof(T) <= 8, "atomics on a 16-byte type (complex128) are not supported on the CPU");
   using type = T;
 };
 template <typename T>
 inline T atomicAdd(T* p, typename dlbridge_same<T>::type v) {
-  static_assert(sizeof(T) <= 8, "atomics on a 16-byte type (complex128) are not supported on the CPU");
   if constexpr (std::is_integral<T>::value) {
     return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
   } else {
@@ -281,34 +284,31 @@ inline T atomicAdd(T* p, typename dlbridge_same<T>::type v) {
 }
 template <typename T>
 inline T atomicExch(T* p, typename dlbridge_same<T>::type v) {
-  static_assert(sizeof(T) <= 8, "atomics on a 16-byte type (complex128) are not supported on the CPU");
   T old;
   __atomic_exchange(p, &v, &old, __ATOMIC_RELAXED);
   return old;
 }
 template <typename T>
 inline T atomicCAS(T* p, typename dlbridge_same<T>::type expected, typename dlbridge_same<T>::type desired) {
-  static_assert(sizeof(T) <= 8, "atomics on a 16-byte type (complex128) are not supported on the CPU");
   __atomic_compare_exchange(p, &expected, &desired, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
   return expected;
 }
-template <typename T>
-inline T atomicMax(T* p, typename dlbridge_same<T>::type v) {
-  static_assert(sizeof(T) <= 8, "atomics on a 16-byte type (complex128) are not supported on the CPU");
+// atomicMax/atomicMin: replace the value while `v` is better than it.
+template <typename T, typename Better>
+inline T dlbridge_atomic_keep(T* p, T v, Better better) {
   T old;
   __atomic_load(p, &old, __ATOMIC_RELAXED);
-  while (old < v && !__atomic_compare_exchange(p, &old, &v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  while (better(v, old) && !__atomic_compare_exchange(p, &old, &v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
   }
   return old;
 }
 template <typename T>
+inline T atomicMax(T* p, typename dlbridge_same<T>::type v) {
+  return dlbridge_atomic_keep(p, v, [](const T& a, const T& b) { return b < a; });
+}
+template <typename T>
 inline T atomicMin(T* p, typename dlbridge_same<T>::type v) {
-  static_assert(sizeof(T) <= 8, "atomics on a 16-byte type (complex128) are not supported on the CPU");
-  T old;
-  __atomic_load(p, &old, __ATOMIC_RELAXED);
-  while (v < old && !__atomic_compare_exchange(p, &old, &v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-  }
-  return old;
+  return dlbridge_atomic_keep(p, v, [](const T& a, const T& b) { return a < b; });
 }
 
 namespace dlbridge {
