@@ -25,6 +25,7 @@ __all__ = [
     "full",
     "elementwise_kernel",
     "_numpy_read_in_place",
+    "_kernel_vectorcall",
     "reduction_kernel",
     "compile_stats",
     "load_inline",
@@ -263,6 +264,9 @@ def load_inline(
     """Registers the functions of ``dlbridge.load_inline`` (``(key, signature)`` pairs); the kernels in order."""
 def _numpy_read_in_place() -> bool:
     """Whether exact NumPy arrays are read in place (their layout checked once against NumPy's answers)."""
+def _kernel_vectorcall() -> bool:
+    """Whether calling a ``Kernel`` takes its vectorcall entry (the type object's layout checked once),
+    rather than ``tp_call`` with an argument tuple and a keyword dict."""
 def compile_stats() -> dict[str, Any]:
     """What the CPU kernel cache did in this process: ``compiled``, ``disk_hits``, ``dir``."""
 def zeros(shape: int | Sequence[int], dtype: _DTypeLike | None = None) -> Array:

@@ -454,6 +454,13 @@ fn _numpy_read_in_place(py: Python<'_>) -> bool {
     dlbridge_python::numpy_read_in_place(py)
 }
 
+/// Whether calling a `dlbridge.Kernel` takes its vectorcall entry (the type
+/// object's layout check passed), rather than `tp_call` with a tuple and a dict.
+#[pyfunction]
+fn _kernel_vectorcall() -> bool {
+    dlbridge_python::vectorcall::installed()
+}
+
 #[pymodule]
 fn _dlbridge(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // NVRTC ships in the NVIDIA wheels torch depends on: look in this interpreter's
@@ -465,6 +472,11 @@ fn _dlbridge(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     m.add_class::<PyArray>()?;
     m.add_class::<PyKernel>()?;
+    // Calls skip the tuple and dict of tp_call (see dlbridge_python::vectorcall);
+    // measured on a real instance, before any kernel can be called.
+    if let Some(k) = dlbridge::registry().list().into_iter().next() {
+        dlbridge_python::vectorcall::install(&Bound::new(m.py(), PyKernel::new(k))?)?;
+    }
     m.add_class::<dlbridge_python::kernel::PyParam>()?;
     m.add_class::<PyPlugin>()?;
     m.add_function(wrap_pyfunction!(list_kernels, m)?)?;
@@ -477,6 +489,7 @@ fn _dlbridge(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reduction_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(compile_stats, m)?)?;
     m.add_function(wrap_pyfunction!(_numpy_read_in_place, m)?)?;
+    m.add_function(wrap_pyfunction!(_kernel_vectorcall, m)?)?;
     m.add_function(wrap_pyfunction!(load_inline, m)?)?;
     m.add_function(wrap_pyfunction!(zeros, m)?)?;
     m.add_function(wrap_pyfunction!(inspect_capsule, m)?)?;

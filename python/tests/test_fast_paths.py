@@ -300,3 +300,78 @@ def test_python_code_that_leaves_numpy_arrays_alone_does_not_disturb_the_call():
     np.testing.assert_array_equal(fp.fp_scale(x, Harmless()), x * 3)
     fp.fp_axpy(y, x, Harmless())
     np.testing.assert_array_equal(y, 1 + 3 * x)
+
+
+# --- The vectorcall entry of dlbridge.Kernel -----------------------------------
+#
+# Calls take the Kernel type's vectorcall entry (no argument tuple, no keyword
+# dict); `type(k).__call__(k, ...)` still reaches pyo3's tp_call. Both must bind,
+# check and fail alike.
+
+
+def test_kernels_are_called_through_vectorcall_on_this_python():
+    # The type-object layout check passed: a check that wrongly failed would
+    # silently send every call through the slower tp_call.
+    assert dlbridge._dlbridge._kernel_vectorcall()
+
+
+def _both_entries(kernel, *args, **kwargs):
+    """The kernel called through vectorcall and through tp_call, results or errors."""
+    out = []
+    for call in (kernel, lambda *a, **k: type(kernel).__call__(kernel, *a, **k)):
+        try:
+            out.append(("ok", call(*args, **kwargs)))
+        except Exception as e:  # noqa: BLE001 - compared below
+            out.append((type(e), str(e), getattr(e, "kernel", None), getattr(e, "argument", None)))
+    return out
+
+
+def test_vectorcall_and_tp_call_agree_on_results():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.ones((2, 3), np.float32)
+    (_, r1), (_, r2) = _both_entries(add, a, b)
+    np.testing.assert_array_equal(r1, a + b)
+    np.testing.assert_array_equal(r2, a + b)
+    # out= as a keyword (kwnames in vectorcall, a dict in tp_call), and destination-passing.
+    for kwargs, extra in (({"out": np.empty((2, 3), np.float32)}, ()), ({}, (np.empty((2, 3), np.float32),))):
+        target = kwargs.get("out", extra[0] if extra else None)
+        for kind, r in _both_entries(add, a, b, *extra, **kwargs):
+            assert kind == "ok" and r is target
+            np.testing.assert_array_equal(target, a + b)
+    # A scalar parameter, and a keyword passed through ** (PyObject_Call with a dict).
+    x = torch.arange(4, dtype=torch.float32)
+    y = torch.ones(4)
+    for kind, r in _both_entries(axpy, 2.0, x, y):  # y += 2 x, once through each entry
+        assert kind == "ok" and r is None
+    torch.testing.assert_close(y, 4 * x + 1)
+    out = torch.empty(4)
+    assert add(x, y, **{"out": out}) is out
+    torch.testing.assert_close(out, x + y)
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, message",
+    [
+        ((), {}, "add() takes 2 arguments"),
+        ((np.ones(2, np.float32),), {}, "add() takes 2 arguments"),
+        ((np.ones(2, np.float32),) * 2, {"foo": 1}, "unexpected keyword argument 'foo'"),
+        ((np.ones(2, np.float32),) * 2, {"out": np.empty(2, np.float32), "bar": 1}, "unexpected keyword argument 'bar'"),
+        ((np.ones(2, np.float32), "x"), {}, "expected a tensor"),
+        ((np.ones(2, np.float32), np.ones(3, np.float32)), {}, "add"),
+        ((np.ones(2, np.float32),) * 3, {"out": np.empty(2, np.float32)}, "outputs are given twice"),
+    ],
+)
+def test_vectorcall_and_tp_call_agree_on_errors(args, kwargs, message):
+    (e1, *rest1), (e2, *rest2) = _both_entries(add, *args, **kwargs)
+    assert e1 is e2 and e1 != "ok" and issubclass(e1, Exception)
+    assert rest1 == rest2
+    assert message in rest1[0]
+
+
+def test_vectorcall_writes_nothing_into_a_read_only_output():
+    a = np.ones(3, np.float32)
+    ro = np.zeros(3, np.float32)
+    ro.flags.writeable = False
+    for kind, *rest in _both_entries(add, a, a, out=ro):
+        assert kind is not None and kind != "ok", rest
+    np.testing.assert_array_equal(ro, 0)

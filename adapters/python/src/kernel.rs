@@ -39,13 +39,16 @@ pub const RELEASE_GIL_MIN: usize = 1 << 15;
 #[pyclass(name = "Kernel", module = "dlbridge", frozen)]
 #[derive(Debug)]
 pub struct PyKernel {
+    /// The type's vectorcall entry, at the same offset in every instance
+    /// (see [`crate::vectorcall`]; read by CPython once the entry is installed).
+    pub(crate) vectorcall: pyo3::ffi::vectorcallfunc,
     kernel: Arc<Kernel>,
 }
 
 impl PyKernel {
     /// Wraps a kernel.
     pub fn new(kernel: Arc<Kernel>) -> PyKernel {
-        PyKernel { kernel }
+        PyKernel { vectorcall: crate::vectorcall::kernel_vectorcall, kernel }
     }
 }
 
@@ -173,11 +176,11 @@ fn numpy_dtype(d: DType) -> Option<&'static str> {
 impl PyKernel {
     /// Binds `args` (and `out=`) to the kernel's parameters.
     #[inline(always)]
-    fn bind<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>, out: Option<&Bound<'py, PyAny>>) -> PyResult<Call<'_, 'py>> {
+    fn bind<'py>(&self, py: Python<'py>, args: &[Bound<'py, PyAny>], out: Option<&Bound<'py, PyAny>>) -> PyResult<Call<'_, 'py>> {
         let k: &Kernel = &self.kernel;
         let mut objects = Objects { py };
         let b = match out.filter(|o| !o.is_none()) {
-            None => k.bind(&mut objects, args.iter()),
+            None => k.bind(&mut objects, args.iter().cloned()),
             Some(o) => {
                 let list: SmallVec<[Bound<'py, PyAny>; 2]> = if let Ok(t) = o.cast::<PyTuple>() {
                     t.iter().collect()
@@ -186,7 +189,7 @@ impl PyKernel {
                 } else {
                     smallvec::smallvec![o.clone()]
                 };
-                k.bind_out(&mut objects, args.iter(), list)
+                k.bind_out(&mut objects, args.iter().cloned(), list)
             }
         }?;
         Ok(b)
@@ -229,7 +232,14 @@ impl PyKernel {
         Ok((total, device))
     }
 
-    fn run<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>, out: Option<&Bound<'py, PyAny>>) -> PyResult<Py<PyAny>> {
+    /// A call: `kernel(*args, out=out)`, from either entry (`tp_call` or
+    /// [`crate::vectorcall`]).
+    pub(crate) fn call_objects<'py>(
+        &self,
+        py: Python<'py>,
+        args: &[Bound<'py, PyAny>],
+        out: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
         let mut call = self.bind(py, args, out)?;
         let (total, device) = self.survey(py, &mut call)?;
         // Large calls release the GIL: lent exchange views need it, so own them first.
@@ -434,7 +444,7 @@ impl PyKernel {
     /// `(shape, dtype, device)` of every output for these inputs (what `__call__` allocates).
     #[pyo3(signature = (*args))]
     fn prepare_outputs<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>) -> PyResult<Vec<(Vec<i64>, String, String)>> {
-        let mut call = self.bind(py, args, None)?;
+        let mut call = self.bind(py, &tuple_items(args), None)?;
         self.survey(py, &mut call)?;
         if call.given_outputs().is_some() {
             return Err(PyTypeError::new_err(format!("{}.prepare_outputs() takes the inputs only, not the outputs", self.kernel.name())));
@@ -446,8 +456,13 @@ impl PyKernel {
     /// Runs the kernel; see the module docs.
     #[pyo3(signature = (*args, out=None))]
     fn __call__<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>, out: Option<&Bound<'py, PyAny>>) -> PyResult<Py<PyAny>> {
-        self.run(py, args, out)
+        self.call_objects(py, &tuple_items(args), out)
     }
+}
+
+/// A tuple's items, inline for the usual handful.
+fn tuple_items<'py>(t: &Bound<'py, PyTuple>) -> SmallVec<[Bound<'py, PyAny>; 8]> {
+    t.iter().collect()
 }
 
 /// One dim of a `dlbridge.Param`: a fixed size, a symbol (`M`) or a group (`...B`).

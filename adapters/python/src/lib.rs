@@ -23,7 +23,7 @@
 //! CUDA memory (`cuda`: its stream rule, copies between devices, device
 //! memory for outputs). Unsafe code lives in `exchange` (the C
 //! exchange API, consumed), `array_exchange` (the C exchange API dlbridge.Array offers), `buffer` (the buffer protocol), `ndarray` (NumPy arrays read in place), `array` (buffer export),
-//! `capsule`, `import` (views of imported tensors) and `inspect`, each with its invariants written down.
+//! `capsule`, `import` (views of imported tensors), `inspect` and `vectorcall` (the Kernel type's vectorcall entry), each with its invariants written down.
 
 #![deny(unsafe_code)]
 
@@ -46,6 +46,8 @@ pub mod inspect;
 pub mod kernel;
 #[allow(unsafe_code)]
 pub(crate) mod ndarray;
+#[allow(unsafe_code)]
+pub mod vectorcall;
 
 pub use array::PyArray;
 pub use kernel::PyKernel;
