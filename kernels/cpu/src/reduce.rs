@@ -178,21 +178,20 @@ fn simd_sum_f32<S: pulp::Simd>(simd: S, x: &[f32]) -> f64 {
         start += block.len();
         let (head, tail) = S::as_simd_f32s(block);
         let z = simd.splat_f32s(0.0);
-        let (mut a0, mut a1, mut a2, mut a3) = (z, z, z, z);
-        let full = head.len() / 4 * 4;
-        let mut i = 0;
-        while i < full {
-            a0 = simd.add_f32s(a0, head[i]);
-            a1 = simd.add_f32s(a1, head[i + 1]);
-            a2 = simd.add_f32s(a2, head[i + 2]);
-            a3 = simd.add_f32s(a3, head[i + 3]);
-            i += 4;
+        let mut a = [z; 8];
+        let quads = head.chunks_exact(8);
+        let rest = quads.remainder();
+        for q in quads {
+            for k in 0..8 {
+                a[k] = simd.add_f32s(a[k], q[k]);
+            }
         }
-        while i < head.len() {
-            a0 = simd.add_f32s(a0, head[i]);
-            i += 1;
+        for (k, &v) in rest.iter().enumerate() {
+            a[k] = simd.add_f32s(a[k], v);
         }
-        let mut s = simd.reduce_sum_f32s(simd.add_f32s(simd.add_f32s(a0, a1), simd.add_f32s(a2, a3)));
+        let (b0, b1) = (simd.add_f32s(a[0], a[4]), simd.add_f32s(a[1], a[5]));
+        let (b2, b3) = (simd.add_f32s(a[2], a[6]), simd.add_f32s(a[3], a[7]));
+        let mut s = simd.reduce_sum_f32s(simd.add_f32s(simd.add_f32s(b0, b1), simd.add_f32s(b2, b3)));
         for &v in tail {
             s += v;
         }

@@ -364,17 +364,19 @@ fn reductions_over_transposed_inputs_match_the_reference_in_full_and_partial_blo
     }
 }
 
-/// Contiguous bf16 rows summed as u32 word pairs: every alignment of the row's
-/// start and every parity of its length (head, words, tail).
+/// Contiguous rows at every alignment of the row's start and every length
+/// around the vector loops' steps: bf16 summed as u32 word pairs (head, words,
+/// tail), f32 in eight vector accumulators (full groups, leftover vectors, tail).
 #[test]
-fn bf16_row_sums_match_the_reference_at_every_alignment_and_length() {
-    for n in [1i64, 2, 3, 31, 32, 33, 63, 64, 65, 1023, 1024, 1025, 2049] {
+fn row_sums_match_the_reference_at_every_alignment_and_length() {
+    for n in [1i64, 2, 3, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 143, 1023, 1024, 1025, 2049] {
         for extra in 0..4 {
             let shape = [3, n];
             let lx = shifted(Layout::new(&shape, &[0, 1], &[1, 1]), extra);
             let lo = Layout::new(&shape, &[0, 1], &[1, 1]);
             let lr = Layout::new(&shape[..1], &[0], &[1]);
             check_rows::<bf16>(&shape, &lx, &lo, &lr, 60 + n as u64);
+            check_rows::<f32>(&shape, &lx, &lo, &lr, 160 + n as u64);
         }
     }
 }
