@@ -176,11 +176,14 @@ fn numpy_dtype(d: DType) -> Option<&'static str> {
 impl PyKernel {
     /// Binds `args` (and `out=`) to the kernel's parameters.
     #[inline(always)]
-    fn bind<'py>(&self, py: Python<'py>, args: &[Bound<'py, PyAny>], out: Option<&Bound<'py, PyAny>>) -> PyResult<Call<'_, 'py>> {
+    fn bind<'py, I>(&self, py: Python<'py>, args: I, out: Option<&Bound<'py, PyAny>>) -> PyResult<Call<'_, 'py>>
+    where
+        I: ExactSizeIterator<Item = Bound<'py, PyAny>>,
+    {
         let k: &Kernel = &self.kernel;
         let mut objects = Objects { py };
         let b = match out.filter(|o| !o.is_none()) {
-            None => k.bind(&mut objects, args.iter().cloned()),
+            None => k.bind(&mut objects, args),
             Some(o) => {
                 let list: SmallVec<[Bound<'py, PyAny>; 2]> = if let Ok(t) = o.cast::<PyTuple>() {
                     t.iter().collect()
@@ -189,7 +192,7 @@ impl PyKernel {
                 } else {
                     smallvec::smallvec![o.clone()]
                 };
-                k.bind_out(&mut objects, args.iter().cloned(), list)
+                k.bind_out(&mut objects, args, list)
             }
         }?;
         Ok(b)
@@ -234,12 +237,10 @@ impl PyKernel {
 
     /// A call: `kernel(*args, out=out)`, from either entry (`tp_call` or
     /// [`crate::vectorcall`]).
-    pub(crate) fn call_objects<'py>(
-        &self,
-        py: Python<'py>,
-        args: &[Bound<'py, PyAny>],
-        out: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Py<PyAny>> {
+    pub(crate) fn call_objects<'py, I>(&self, py: Python<'py>, args: I, out: Option<&Bound<'py, PyAny>>) -> PyResult<Py<PyAny>>
+    where
+        I: ExactSizeIterator<Item = Bound<'py, PyAny>>,
+    {
         let mut call = self.bind(py, args, out)?;
         let (total, device) = self.survey(py, &mut call)?;
         // Large calls release the GIL: lent exchange views need it, so own them first.
@@ -444,7 +445,7 @@ impl PyKernel {
     /// `(shape, dtype, device)` of every output for these inputs (what `__call__` allocates).
     #[pyo3(signature = (*args))]
     fn prepare_outputs<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>) -> PyResult<Vec<(Vec<i64>, String, String)>> {
-        let mut call = self.bind(py, &tuple_items(args), None)?;
+        let mut call = self.bind(py, args.iter(), None)?;
         self.survey(py, &mut call)?;
         if call.given_outputs().is_some() {
             return Err(PyTypeError::new_err(format!("{}.prepare_outputs() takes the inputs only, not the outputs", self.kernel.name())));
@@ -456,13 +457,8 @@ impl PyKernel {
     /// Runs the kernel; see the module docs.
     #[pyo3(signature = (*args, out=None))]
     fn __call__<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>, out: Option<&Bound<'py, PyAny>>) -> PyResult<Py<PyAny>> {
-        self.call_objects(py, &tuple_items(args), out)
+        self.call_objects(py, args.iter(), out)
     }
-}
-
-/// A tuple's items, inline for the usual handful.
-fn tuple_items<'py>(t: &Bound<'py, PyTuple>) -> SmallVec<[Bound<'py, PyAny>; 8]> {
-    t.iter().collect()
 }
 
 /// One dim of a `dlbridge.Param`: a fixed size, a symbol (`M`) or a group (`...B`).

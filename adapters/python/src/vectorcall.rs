@@ -35,7 +35,6 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple, PyType};
 use pyo3::{PyTypeInfo, ffi};
-use smallvec::SmallVec;
 
 use crate::kernel::PyKernel;
 
@@ -126,7 +125,6 @@ unsafe fn call(
     };
     // SAFETY: each is a live object the caller holds for the call (borrowed; `to_owned` takes a reference).
     let own = |p: *mut ffi::PyObject| unsafe { Borrowed::from_ptr(py, p) }.to_owned();
-    let positional: SmallVec<[Bound<'_, PyAny>; 8]> = values[..nargs].iter().map(|&p| own(p)).collect();
     let mut out = None;
     if let Some(names) = &names {
         for (name, &value) in names.iter().zip(&values[nargs..]) {
@@ -140,7 +138,8 @@ unsafe fn call(
             out = Some(own(value));
         }
     }
-    Ok(kernel.get().call_objects(py, &positional, out.as_ref())?.into_ptr())
+    let positional = values[..nargs].iter().map(|&p| own(p));
+    Ok(kernel.get().call_objects(py, positional, out.as_ref())?.into_ptr())
 }
 
 /// Whether the type object of `ty` reads as [`TypeHead`] says, compared with
