@@ -34,6 +34,7 @@ from ._introspect import install as _install_introspection
 
 # inspect.signature(kernel), kernel.__doc__ and help(kernel) describe each kernel.
 _install_introspection(Kernel)
+_dlbridge._freeze_kernel_type()  # after the attributes above; see _dlbridge's vectorcall entry
 
 __all__ = [
     "Array",

@@ -26,6 +26,7 @@ __all__ = [
     "elementwise_kernel",
     "_numpy_read_in_place",
     "_kernel_vectorcall",
+    "_freeze_kernel_type",
     "reduction_kernel",
     "compile_stats",
     "load_inline",
@@ -267,6 +268,8 @@ def _numpy_read_in_place() -> bool:
 def _kernel_vectorcall() -> bool:
     """Whether calling a ``Kernel`` takes its vectorcall entry (the type object's layout checked once),
     rather than ``tp_call`` with an argument tuple and a keyword dict."""
+def _freeze_kernel_type() -> None:
+    """Makes ``Kernel`` immutable once the package has set its attributes (called by ``dlbridge``)."""
 def compile_stats() -> dict[str, Any]:
     """What the CPU kernel cache did in this process: ``compiled``, ``disk_hits``, ``dir``."""
 def zeros(shape: int | Sequence[int], dtype: _DTypeLike | None = None) -> Array:

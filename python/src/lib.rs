@@ -461,6 +461,14 @@ fn _kernel_vectorcall() -> bool {
     dlbridge_python::vectorcall::installed()
 }
 
+/// Makes `dlbridge.Kernel` immutable once the package has set its attributes
+/// (its vectorcall entry must stay the one `__call__` runs; see
+/// `dlbridge_python::vectorcall`).
+#[pyfunction]
+fn _freeze_kernel_type(py: Python<'_>) {
+    dlbridge_python::vectorcall::freeze(py);
+}
+
 #[pymodule]
 fn _dlbridge(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // NVRTC ships in the NVIDIA wheels torch depends on: look in this interpreter's
@@ -490,6 +498,7 @@ fn _dlbridge(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compile_stats, m)?)?;
     m.add_function(wrap_pyfunction!(_numpy_read_in_place, m)?)?;
     m.add_function(wrap_pyfunction!(_kernel_vectorcall, m)?)?;
+    m.add_function(wrap_pyfunction!(_freeze_kernel_type, m)?)?;
     m.add_function(wrap_pyfunction!(load_inline, m)?)?;
     m.add_function(wrap_pyfunction!(zeros, m)?)?;
     m.add_function(wrap_pyfunction!(inspect_capsule, m)?)?;

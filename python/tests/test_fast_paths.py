@@ -375,3 +375,19 @@ def test_vectorcall_writes_nothing_into_a_read_only_output():
     for kind, *rest in _both_entries(add, a, a, out=ro):
         assert kind is not None and kind != "ok", rest
     np.testing.assert_array_equal(ro, 0)
+
+
+def test_kernel_type_is_immutable_so_call_cannot_diverge_from_the_entry():
+    # On 3.11, assigning __call__ on a type with a vectorcall entry would change
+    # tp_call only; the type refuses the assignment instead.
+    with pytest.raises(TypeError):
+        dlbridge.Kernel.__call__ = lambda *a, **k: "patched"
+    a = np.ones(2, np.float32)
+    np.testing.assert_array_equal(add(a, a), a + a)
+
+
+def test_a_keyword_that_is_not_valid_utf8_is_an_unexpected_keyword_on_both_entries():
+    a = np.ones(2, np.float32)
+    (e1, m1, *_), (e2, m2, *_) = _both_entries(add, a, a, **{"\ud800": 1})
+    assert e1 is e2 is TypeError
+    assert "unexpected keyword argument" in m1 and "unexpected keyword argument" in m2

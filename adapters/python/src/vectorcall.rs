@@ -17,6 +17,12 @@
 //!   `PyType_GetSlot` and `PyType_GetFlags` report. Any difference (another
 //!   interpreter, a free-threaded build, a 32-bit platform) leaves the type as
 //!   pyo3 made it, and calls take `tp_call` as before.
+//! - The type has no subclasses (no `Py_TPFLAGS_BASETYPE`, checked), and
+//!   [`freeze`] makes it immutable (`Py_TPFLAGS_IMMUTABLETYPE`, 3.10+; pyo3
+//!   offers `immutable_type` to abi3 builds only from 3.14) once the `dlbridge`
+//!   package has set its own attributes on it: from then on nobody can assign
+//!   `Kernel.__call__`, which on 3.11 would change `tp_call` and leave the
+//!   entry in place (3.12 clears the flag then).
 //! - It is written once, at module initialisation, before any Kernel is
 //!   called (no other thread can be using the type), and only to add: the
 //!   offset of the entry in an instance and the flag that says it is there.
@@ -128,9 +134,11 @@ unsafe fn call(
     let mut out = None;
     if let Some(names) = &names {
         for (name, &value) in names.iter().zip(&values[nargs..]) {
+            // Compared as str objects: a name that is not valid UTF-8 (a lone
+            // surrogate) is an unexpected keyword, as in tp_call, not an encoding error.
             let name = name.cast_into::<PyString>()?;
-            if name.to_str()? != "out" {
-                return Err(PyTypeError::new_err(format!("Kernel.__call__() got an unexpected keyword argument '{name}'")));
+            if !name.eq("out") {
+                return Err(PyTypeError::new_err(format!("Kernel.__call__() got an unexpected keyword argument {}", name.repr()?)));
             }
             if out.is_some() {
                 return Err(PyTypeError::new_err("Kernel.__call__() got multiple values for keyword argument 'out'"));
@@ -173,6 +181,7 @@ unsafe fn check(ty: &Bound<'_, PyType>) -> PyResult<bool> {
         // SAFETY: a live type object.
         && head.tp_flags == unsafe { ffi::PyType_GetFlags(raw) }
         && head.tp_flags & ffi::Py_TPFLAGS_HEAPTYPE != 0
+        && head.tp_flags & ffi::Py_TPFLAGS_BASETYPE == 0
         && head.tp_flags & HAVE_VECTORCALL == 0
         && head.tp_vectorcall_offset == 0
         && py.version_info() >= (3, 9))
@@ -204,6 +213,23 @@ pub fn install(sample: &Bound<'_, PyKernel>) -> PyResult<bool> {
     }
     INSTALLED.store(true, std::sync::atomic::Ordering::Relaxed);
     Ok(true)
+}
+
+/// Makes `dlbridge.Kernel` immutable, when [`install`] gave it its entry (see
+/// the module docs; called by the `dlbridge` package once it has set the
+/// type's `__doc__` and `__signature__`).
+pub fn freeze(py: Python<'_>) {
+    if !installed() {
+        return;
+    }
+    let ty = PyKernel::type_object(py);
+    // SAFETY: `install` checked this type object's layout (the flags field
+    // among the rest); the GIL is held, and adding a flag that only refuses
+    // later attribute assignments changes nothing a running call relies on.
+    unsafe {
+        (*ty.as_type_ptr().cast::<TypeHead>()).tp_flags |= ffi::Py_TPFLAGS_IMMUTABLETYPE;
+        ffi::PyType_Modified(ty.as_type_ptr());
+    }
 }
 
 static INSTALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
