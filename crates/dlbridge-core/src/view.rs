@@ -247,7 +247,13 @@ impl<'a> TensorView<'a> {
         }
     }
 
-    fn check_typed<T: Element>(&self, what: &str) -> Result<()> {
+    /// The checks every typed access ([`TensorView::iter`],
+    /// [`TensorView::as_slice`]) makes before it reads elements of type `T`:
+    /// the dtype is `T`'s, the memory is host-accessible and `data` is aligned
+    /// for `T`. `what` names the access in the error. A kernel that walks the
+    /// layout itself calls this once, before any pointer use.
+    #[inline]
+    pub fn check_typed<T: Element>(&self, what: &str) -> Result<()> {
         if self.dtype != T::DTYPE {
             return Err(Error::DTypeMismatch { expected: T::DTYPE.to_string(), got: self.dtype }.context(what.to_owned()));
         }
@@ -525,6 +531,12 @@ impl<'a> TensorViewMut<'a> {
             unsafe { std::ptr::copy(s.wrapping_offset(so * item as isize), d.wrapping_offset(dof * item as isize), item) };
         }
         Ok(())
+    }
+
+    /// [`TensorView::check_typed`] for this view.
+    #[inline]
+    pub fn check_typed<T: Element>(&self, what: &str) -> Result<()> {
+        self.view.check_typed::<T>(what)
     }
 
     /// Iterates mutable references to the elements in row-major logical order.

@@ -28,9 +28,9 @@ fn matmul<T: Element + GemmScalar>(call: &mut Call<'_, '_>) -> Result<()> {
         return Ok(());
     }
     // Typed checks (dtype, host memory, alignment) before any raw pointer use.
-    a.iter::<T>()?;
-    b.iter::<T>()?;
-    c.iter_mut::<T>()?;
+    a.check_typed::<T>("matmul")?;
+    b.check_typed::<T>("matmul")?;
+    c.check_typed::<T>("matmul")?;
     let (a_rs, a_cs) = (a.strides()[0] as isize, a.strides()[1] as isize);
     let (b_rs, b_cs) = (b.strides()[0] as isize, b.strides()[1] as isize);
     let (c_rs, c_cs) = (c.strides()[0] as isize, c.strides()[1] as isize);

@@ -106,13 +106,24 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(shape: &[i64], strides: &[&[i64]]) -> Option<Plan> {
-        let k = strides.len();
+    /// A plan with no dims yet, for [`Plan::fill`].
+    #[inline(always)]
+    fn empty(k: usize) -> Plan {
+        Plan { k, base: [0isize; MAX_OPS], dims: SmallVec::new(), block: 0, tiled: false }
+    }
+
+    /// Plans the walk over `shape` of the operands with `strides` (one per
+    /// operand, `self.k` of them), in place: a plan is a few hundred bytes, and
+    /// a one-element call would otherwise spend a good part of its time
+    /// copying it. False: the tensors are empty, nothing to walk.
+    #[inline(always)]
+    fn fill(&mut self, shape: &[i64], strides: &[&[i64]]) -> bool {
+        let k = self.k;
+        debug_assert_eq!(k, strides.len());
         if shape.contains(&0) {
-            return None;
+            return false;
         }
-        let mut base = [0isize; MAX_OPS];
-        let mut dims: SmallVec<[Dim; 8]> = SmallVec::new();
+        let (base, dims) = (&mut self.base, &mut self.dims);
         for (d, &n) in shape.iter().enumerate().rev() {
             if n == 1 {
                 continue;
@@ -137,14 +148,20 @@ impl Plan {
             }
             key
         });
-        let mut merged: SmallVec<[Dim; 8]> = SmallVec::new();
-        for d in dims {
-            match merged.last_mut() {
+        // Merge each dim into the one before it where every operand steps over
+        // the inner one exactly (in place: `dims` is a few hundred bytes).
+        let mut kept = 0usize;
+        for r in 0..dims.len() {
+            let d = dims[r];
+            match kept.checked_sub(1).map(|m| &mut dims[m]) {
                 Some(m) if (0..k).all(|op| d.s[op] == m.s[op] * m.n as isize) => m.n *= d.n,
-                _ => merged.push(d),
+                _ => {
+                    dims[kept] = d;
+                    kept += 1;
+                }
             }
         }
-        let mut dims = merged;
+        dims.truncate(kept);
         // Pad to two dims. A padded innermost dim covers one element, which is
         // contiguous in every operand: stride 1, so nothing is gathered (or allocated).
         if dims.is_empty() {
@@ -175,7 +192,9 @@ impl Plan {
             CHUNK
         }
         .min(dims[0].n);
-        Some(Plan { k, base, dims, block, tiled: transposed.is_some() })
+        self.block = block;
+        self.tiled = transposed.is_some();
+        true
     }
 
     fn blocks0(&self) -> usize {
@@ -859,9 +878,9 @@ fn zip_map_impl<T: Element + Default, K: RunKernel<T, N>, const N: usize>(
 ) -> Result<()> {
     assert!(N < MAX_OPS, "zip_map takes at most {} inputs", MAX_OPS - 1);
     // Typed checks (dtype, host memory, alignment) before any pointer use.
-    out.iter_mut::<T>()?;
+    out.check_typed::<T>("elementwise")?;
     for x in ins {
-        x.iter::<T>()?;
+        x.check_typed::<T>("elementwise")?;
         if x.shape() != out.shape() {
             return Err(Error::Shape(format!("elementwise: input shape {:?} is not the output's {:?}", x.shape(), out.shape())));
         }
@@ -889,7 +908,10 @@ fn zip_map_impl<T: Element + Default, K: RunKernel<T, N>, const N: usize>(
     let mut strides: SmallVec<[&[i64]; MAX_OPS]> = SmallVec::new();
     strides.push(oview.strides());
     strides.extend(ins.iter().map(|x| x.strides()));
-    let Some(plan) = Plan::new(out.shape(), &strides) else { return Ok(()) };
+    let mut plan = Plan::empty(strides.len());
+    if !plan.fill(out.shape(), &strides) {
+        return Ok(());
+    }
 
     let (s0, s1) = (plan.dims[0].s, plan.dims[1].s);
     let needs_buf: [bool; N] = std::array::from_fn(|i| !alias[i + 1] && !matches!(s0[i + 1], 0 | 1));
@@ -1201,8 +1223,8 @@ pub fn map_rows<T: Element + Default, U: Element + Default, K: RowKernel<T, U>>(
     scratch_len: usize,
     k: &K,
 ) -> Result<()> {
-    x.iter::<T>()?;
-    y.iter_mut::<U>()?;
+    x.check_typed::<T>("row kernel")?;
+    y.check_typed::<U>("row kernel")?;
     let nd = x.ndim();
     let (bshape, n) = match x.shape().split_last() {
         Some((&n, b)) => (b, n as usize),
