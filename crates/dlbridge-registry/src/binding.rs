@@ -120,14 +120,17 @@ pub enum Value<T> {
 /// around, and most kernels take at most 4 parameters).
 type Values<T> = SmallVec<[Value<T>; 4]>;
 
+/// The outputs a caller gave (most kernels have one).
+pub type Given<T> = SmallVec<[T; 1]>;
+
 /// A call's arguments bound to a kernel's parameters, ready to [`run`](Binding::run).
 #[derive(Debug)]
 pub struct Binding<'k, T, E> {
     kernel: &'k Kernel,
     params: Values<T>,
-    /// Outputs given by the caller (rare: boxed in a Vec, so that a binding,
-    /// which callers move around, stays small).
-    given: Option<Vec<T>>,
+    /// Outputs given by the caller (destination-passing calls, `out=`): the
+    /// first one inline, so such a call allocates nothing.
+    given: Option<Given<T>>,
     _error: PhantomData<fn() -> E>,
 }
 
@@ -195,7 +198,7 @@ impl Kernel {
         let mut binding = Binding::new(self);
         self.bind_params(adapter, values.by_ref().take(np), None, &mut binding.params)?;
         if given {
-            self.bind_outputs(adapter, values, binding.given.insert(Vec::new()))?;
+            self.bind_outputs(adapter, values, binding.given.insert(Given::new()))?;
         }
         Ok(binding)
     }
@@ -275,7 +278,7 @@ impl Kernel {
                 .into());
         }
         self.bind_params(adapter, values, None, &mut binding.params)?;
-        self.bind_outputs(adapter, outputs, binding.given.insert(Vec::new()))
+        self.bind_outputs(adapter, outputs, binding.given.insert(Given::new()))
     }
 
     /// Binds tensors and scalars given in two lists, each in signature order,
@@ -359,7 +362,7 @@ impl Kernel {
         }
         self.bind_params(adapter, tensors, Some(scalars), &mut binding.params)?;
         match outputs {
-            Some(o) => self.bind_outputs(adapter, o, binding.given.insert(Vec::new())),
+            Some(o) => self.bind_outputs(adapter, o, binding.given.insert(Given::new())),
             None => Ok(()),
         }
     }
@@ -414,7 +417,7 @@ impl Kernel {
         &self,
         adapter: &mut A,
         values: impl Iterator<Item = A::Value<'a>>,
-        outs: &mut Vec<A::Tensor<'a>>,
+        outs: &mut Given<A::Tensor<'a>>,
     ) -> Result<(), A::Error> {
         let sig = self.signature();
         for (p, value) in sig.outputs.iter().zip(values) {
@@ -462,12 +465,12 @@ impl<'k, T: Operand, E: From<Error>> Binding<'k, T, E> {
     }
 
     /// The outputs the caller gave, back (after [`Binding::run`]).
-    pub fn into_given_outputs(self) -> Option<Vec<T>> {
+    pub fn into_given_outputs(self) -> Option<Given<T>> {
         self.given
     }
 
     /// The outputs the caller gave, taken out (after [`Binding::run`]).
-    pub fn take_given_outputs(&mut self) -> Option<Vec<T>> {
+    pub fn take_given_outputs(&mut self) -> Option<Given<T>> {
         self.given.take()
     }
 

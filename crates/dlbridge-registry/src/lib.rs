@@ -30,7 +30,7 @@ pub mod registry;
 pub mod signature;
 pub mod threads;
 
-pub use binding::{Adapter, Allocator, ArrayAllocator, Binding, Job, Operand, Scalar, Value};
+pub use binding::{Adapter, Allocator, ArrayAllocator, Binding, Given, Job, Operand, Scalar, Value};
 pub use call::{Arg, Bindings, OutputSpec};
 pub use dlbridge_array;
 pub use dlbridge_core;
