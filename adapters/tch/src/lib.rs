@@ -124,33 +124,23 @@ pub fn from_dlpack(m: ManagedTensor) -> Result<Tensor> {
 /// scalars in order. Outputs are allocated with tch on the inputs' device from
 /// the shapes the signature gives, and returned.
 pub fn call(kernel: &Kernel, tensors: &[&Tensor], scalars: &[Scalar]) -> Result<Vec<Tensor>> {
-    let lent = raw::Lending::new(tensors, &[]);
-    let ins = (0..lent.len()).map(|i| (&lent, i));
+    let mut lending = raw::Lending::new(tensors, &[]);
+    let lent = lending.lend();
+    let ins = (0..lent.len()).map(|i| (lent, i));
     let none = None::<[(&raw::Lending<'_>, usize); 0]>;
-    let stream = stream_for(tensors.iter().copied())?;
+    let stream = lent.stream()?;
     let outs = kernel.call_split(&mut Lent, ins, scalars, none, &mut TchAllocator, stream, run_with_torch_threads)?;
     Ok(outs.into_iter().map(|o| o.0).collect())
-}
-
-/// The stream a call on these tensors runs on: torch's current stream of the
-/// first CUDA tensor's device (so a CUDA kernel orders with the caller's other
-/// torch work), NULL on CPU. Asked only when a tensor is on CUDA.
-fn stream_for<'t>(tensors: impl IntoIterator<Item = &'t Tensor>) -> Result<*mut std::ffi::c_void> {
-    for t in tensors {
-        if let tch::Device::Cuda(id) = t.device() {
-            return raw::current_cuda_stream(id as i32);
-        }
-    }
-    Ok(std::ptr::null_mut())
 }
 
 /// Like [`call`], writing into the given output tensors instead (destination-passing style).
 pub fn call_into(kernel: &Kernel, tensors: &[&Tensor], scalars: &[Scalar], outputs: &[&Tensor]) -> Result<()> {
     // Every tensor lent in one shim call, checked (as the binding layer binds
     // each one) in the same order and with the same errors as [`Tch`].
-    let lent = raw::Lending::new(tensors, outputs);
-    let (ins, outs) = ((0..tensors.len()).map(|i| (&lent, i)), (tensors.len()..lent.len()).map(|i| (&lent, i)));
-    let stream = stream_for(tensors.iter().chain(outputs).copied())?;
+    let mut lending = raw::Lending::new(tensors, outputs);
+    let lent = lending.lend();
+    let (ins, outs) = ((0..tensors.len()).map(|i| (lent, i)), (tensors.len()..lent.len()).map(|i| (lent, i)));
+    let stream = lent.stream()?;
     kernel.call_split(&mut Lent, ins, scalars, Some(outs), &mut TchAllocator, stream, run_with_torch_threads).map(drop)
 }
 

@@ -145,19 +145,32 @@ pub(crate) struct Lending<'t> {
 }
 
 impl<'t> Lending<'t> {
-    /// Lends the tensors of `first`, then those of `then`, in order (what
-    /// [`borrow`] does for one); each one is validated when its view is taken
-    /// ([`Lending::view`]).
+    /// A lending of the tensors of `first`, then those of `then`, in order;
+    /// nothing is lent before [`Lending::lend`].
     #[inline(always)]
     pub(crate) fn new(first: &'t [&'t Tensor], then: &'t [&'t Tensor]) -> Lending<'t> {
-        let ptrs: SmallVec<[*mut c_void; 8]> = first.iter().chain(then).map(|t| c_tensor(t)).collect();
-        let mut dls: SmallVec<[DLTensor; 8]> = smallvec::smallvec![blank(); ptrs.len()];
-        let mut codes: SmallVec<[i32; 8]> = smallvec::smallvec![-1; ptrs.len()];
+        Lending { first, then, dls: SmallVec::new(), codes: SmallVec::new() }
+    }
+
+    /// Lends every tensor (what [`borrow`] does for one), in place (a
+    /// lending is a few hundred bytes: it is filled where it lives, not
+    /// moved); each one is validated when its view is taken ([`Lending::view`]).
+    #[inline(always)]
+    pub(crate) fn lend(&mut self) -> &Self {
+        let ptrs: SmallVec<[*mut c_void; 8]> = self.first.iter().chain(self.then).map(|t| c_tensor(t)).collect();
+        self.dls.clear();
+        self.codes.clear();
+        self.dls.reserve_exact(ptrs.len());
+        self.codes.reserve_exact(ptrs.len());
+        for _ in 0..ptrs.len() {
+            self.dls.push(blank());
+            self.codes.push(-1);
+        }
         // SAFETY: `ptrs` holds live tch tensors (borrowed for 't); `dls` and
         // `codes` have one writable slot per tensor; the shim catches every C++
         // exception (code -1).
-        unsafe { dlbridge_tch_borrow_n(ptrs.as_ptr(), ptrs.len(), dls.as_mut_ptr(), codes.as_mut_ptr()) };
-        Lending { first, then, dls, codes }
+        unsafe { dlbridge_tch_borrow_n(ptrs.as_ptr(), ptrs.len(), self.dls.as_mut_ptr(), self.codes.as_mut_ptr()) };
+        self
     }
 
     /// How many tensors it lends.
@@ -179,6 +192,19 @@ impl<'t> Lending<'t> {
         match self.codes[i] {
             0 => Ok(()),
             code => Err(refused(self.tensor(i), code)),
+        }
+    }
+
+    /// The stream a call on these tensors runs on: torch's current stream on
+    /// the device of the first lent CUDA tensor (so a CUDA kernel orders with
+    /// the caller's other torch work), NULL when none is on CUDA. Read from
+    /// the lent DLTensors: no shim call unless a tensor is on CUDA (a refused
+    /// tensor fails the call when it is bound, so it is passed over here).
+    pub(crate) fn stream(&self) -> Result<*mut c_void> {
+        let cuda = self.dls.iter().zip(&self.codes).find(|(dl, code)| **code == 0 && dl.device.device_type == DLDeviceType::CUDA);
+        match cuda {
+            Some((dl, _)) => current_cuda_stream(dl.device.device_id),
+            None => Ok(std::ptr::null_mut()),
         }
     }
 
