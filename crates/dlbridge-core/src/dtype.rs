@@ -70,6 +70,24 @@ const ALL_CODES: [DTypeCode; 18] = [
     DTypeCode::Float4E2M1Fn,
 ];
 
+/// [`DTypeCode::allowed_bits`] of each code (indexed by its value), as sets
+/// of 256 bits (widths 0-127, then 128-255).
+const ALLOWED_BITS: [[u128; 2]; 18] = {
+    let mut sets = [[0u128; 2]; 18];
+    let mut c = 0;
+    while c < ALL_CODES.len() {
+        let code = ALL_CODES[c];
+        let bits = code.allowed_bits();
+        let mut b = 0;
+        while b < bits.len() {
+            sets[code as usize][(bits[b] >> 7) as usize] |= 1u128 << (bits[b] & 127);
+            b += 1;
+        }
+        c += 1;
+    }
+    sets
+};
+
 impl DTypeCode {
     /// Maps a raw DLPack code; `None` for codes DLPack 1.3 does not define.
     pub const fn from_u8(code: u8) -> Option<DTypeCode> {
@@ -77,7 +95,7 @@ impl DTypeCode {
     }
 
     /// The scalar widths (in bits) DLPack allows for this code, one lane.
-    fn allowed_bits(self) -> &'static [u8] {
+    const fn allowed_bits(self) -> &'static [u8] {
         match self {
             DTypeCode::Int | DTypeCode::UInt => &[1, 2, 4, 8, 16, 32, 64],
             DTypeCode::Float => &[16, 32, 64],
@@ -96,6 +114,13 @@ impl DTypeCode {
             DTypeCode::Float6E2M3Fn | DTypeCode::Float6E3M2Fn => &[6],
             DTypeCode::Float4E2M1Fn => &[4],
         }
+    }
+
+    /// Whether DLPack allows `bits` for this code: [`DTypeCode::allowed_bits`]
+    /// as a bit set (one load and a shift where every foreign tensor is checked).
+    #[inline]
+    fn allows_bits(self, bits: u8) -> bool {
+        (ALLOWED_BITS[self as usize][usize::from(bits >> 7)] >> (bits & 127)) & 1 == 1
     }
 
     /// The short name used in dtype strings (`f8_e4m3fn`, ...); `None` for the
@@ -151,12 +176,13 @@ impl DType {
     }
 
     /// Builds a dtype, checking the combination is one DLPack defines.
+    #[inline]
     pub fn new(code: DTypeCode, bits: u8, lanes: u16) -> Result<DType> {
         let err = |reason: &str| Error::UnknownDType { code: code as u8, bits, lanes, reason: reason.to_owned() };
         if lanes == 0 {
             return Err(err("lanes must be at least 1"));
         }
-        if !code.allowed_bits().contains(&bits) {
+        if !code.allows_bits(bits) {
             return Err(err(&format!("{code:?} allows bits {:?}", code.allowed_bits())));
         }
         // Sub-byte types are packed: vector lanes must still fill whole bits cleanly.
@@ -164,6 +190,7 @@ impl DType {
     }
 
     /// Validates a raw `DLDataType` from a foreign producer.
+    #[inline]
     pub fn from_dl(dl: DLDataType) -> Result<DType> {
         let code = DTypeCode::from_u8(dl.code.0).ok_or_else(|| Error::UnknownDType {
             code: dl.code.0,
@@ -354,3 +381,20 @@ macro_rules! element {
 element!(i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16, u32 => U32, u64 => U64,
          f32 => F32, f64 => F64, half::f16 => F16, half::bf16 => BF16,
          num_complex::Complex<f32> => C64, num_complex::Complex<f64> => C128);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bit_sets_allow_exactly_the_listed_widths() {
+        for (value, &code) in ALL_CODES.iter().enumerate() {
+            assert_eq!(code as usize, value, "ALL_CODES is indexed by code");
+            for bits in 0..=u8::MAX {
+                assert_eq!(code.allows_bits(bits), code.allowed_bits().contains(&bits), "{code:?} with {bits} bits");
+            }
+        }
+        assert!(DTypeCode::Complex.allows_bits(128));
+        assert!(!DTypeCode::Float.allows_bits(128 + 32));
+    }
+}
