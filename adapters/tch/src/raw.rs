@@ -10,7 +10,7 @@
 //! `to_dlpack` returns an owning DLPack tensor validated like any foreign one.
 //! A borrowed DLTensor is only turned into a view whose lifetime is bounded by
 //! a borrow of the `Tensor` it came from; a writable one ([`borrow_mut`]) only
-//! for a tensor the caller hands to a kernel for writing. [`borrow_all`] lends
+//! for a tensor the caller hands to a kernel for writing. [`Lending::lend`] lends
 //! every tensor of a call in one shim call; a [`Lent`] DLTensor is turned into
 //! a view (validated like any foreign tensor) bounded by the borrow of its
 //! `Tensor`. No C++ exception crosses into Rust: the shim catches them all
@@ -132,7 +132,7 @@ pub(crate) fn borrow(t: &Tensor, flags: Flags) -> Result<TensorView<'_>> {
     unsafe { view_from_dltensor(&out, flags) }
 }
 
-/// Every tensor of a call, lent by [`Lending::new`] in one shim call: the
+/// Every tensor of a call, lent by [`Lending::lend`] in one shim call: the
 /// shim's DLTensor for each (valid where its code is 0) while the tensors are
 /// borrowed for 't.
 #[derive(Debug)]
@@ -186,12 +186,14 @@ impl<'t> Lending<'t> {
         }
     }
 
-    /// The shim's refusal of tensor `i`, if it refused it (grad, sparse, quantized).
+    /// The shim's refusal of tensor `i`, if it refused it (grad, sparse,
+    /// quantized), or an error if it was not lent (no [`Lending::lend`] yet).
     #[inline]
     pub(crate) fn check(&self, i: usize) -> Result<()> {
-        match self.codes[i] {
-            0 => Ok(()),
-            code => Err(refused(self.tensor(i), code)),
+        match self.codes.get(i) {
+            Some(0) => Ok(()),
+            Some(&code) => Err(refused(self.tensor(i), code)),
+            None => Err(Error::Runtime(format!("tch tensor {i} was used before it was lent"))),
         }
     }
 
@@ -201,7 +203,11 @@ impl<'t> Lending<'t> {
     /// the lent DLTensors: no shim call unless a tensor is on CUDA (a refused
     /// tensor fails the call when it is bound, so it is passed over here).
     pub(crate) fn stream(&self) -> Result<*mut c_void> {
-        let cuda = self.dls.iter().zip(&self.codes).find(|(dl, code)| **code == 0 && dl.device.device_type == DLDeviceType::CUDA);
+        debug_assert_eq!(self.dls.len(), self.len(), "asked before Lending::lend");
+        // torch's ROCm builds call HIP devices CUDA (tch's Device::Cuda, the
+        // same stream API) and export them as kDLROCM.
+        let gpu = [DLDeviceType::CUDA, DLDeviceType::ROCM];
+        let cuda = self.dls.iter().zip(&self.codes).find(|(dl, code)| **code == 0 && gpu.contains(&dl.device.device_type));
         match cuda {
             Some((dl, _)) => current_cuda_stream(dl.device.device_id),
             None => Ok(std::ptr::null_mut()),
@@ -227,7 +233,7 @@ pub(crate) fn borrow_mut(t: &Tensor) -> Result<TensorViewMut<'_>> {
     writable(borrow(t, Flags::empty())?)
 }
 
-/// `view` (of a tensor lent by [`borrow`] or [`borrow_all`]), writable: for
+/// `view` (of a tensor lent by [`borrow`] or a [`Lending`]), writable: for
 /// a tensor the caller hands to a kernel for writing (a `mut` argument, an output).
 pub(crate) fn writable(view: TensorView<'_>) -> Result<TensorViewMut<'_>> {
     // SAFETY: torch memory is shared-mutable (any holder of the tensor may

@@ -31,8 +31,8 @@
 //! Invariants: every view here was validated by dlbridge-core (its layout's
 //! logical elements all lie in its extent of host memory, readable for the
 //! view's lifetime; a `TensorViewMut` is writable, exclusively held and
-//! non-overlapping), and the typed accessors (`iter::<T>` / `iter_mut::<T>`)
-//! are called first, so dtype, host memory and alignment are checked. An input
+//! non-overlapping), and the typed checks (`check_typed::<T>`, what `iter::<T>`
+//! checks) are made first, so dtype, host memory and alignment are checked. An input
 //! whose byte extent intersects the output's is refused unless it is exactly
 //! the output (same address, shape and strides: the one aliasing the registry
 //! allows); such an input is never turned into a slice, it is read through the
@@ -120,6 +120,7 @@ impl Plan {
     fn fill(&mut self, shape: &[i64], strides: &[&[i64]]) -> bool {
         let k = self.k;
         debug_assert_eq!(k, strides.len());
+        debug_assert!(self.dims.is_empty(), "a plan is filled once");
         if shape.contains(&0) {
             return false;
         }
