@@ -927,19 +927,17 @@ fn zip_map_impl<T: Element + Default, K: RunKernel<T, N>, const N: usize>(
         std::array::from_fn(|op| op <= N && !plan.tiled && plan.dims[1].n > 1 && s0[op] == 1 && !alias[op] && s1[op] != 0 && s1[op] != row);
     let walk = Walk { plan: &plan, ptrs, alias, needs_buf, tiled, tile_rows, reads_out, prefetch };
     let arch = pulp::Arch::new();
+    // f32 binary maps without tiles run as 256-bit loops, as torch's do: they
+    // are bound by memory, and `compare.py 1 add` measured them faster that
+    // way than as 512-bit loops (broadcast bias 0.60 -> 0.52-0.54 ms,
+    // contiguous 0.50 -> 0.47). bf16, which converts in 512-bit registers,
+    // and tiled transposes measured slower, and keep pulp's widest dispatch.
+    #[cfg(target_arch = "x86_64")]
+    let avx2 = (T::DTYPE == dlbridge_core::DType::F32 && N == 2 && !plan.tiled).then(pulp::x86::V3::try_new).flatten();
     let exec = |lo: usize, hi: usize| {
         let job = ExecRuns { walk: &walk, lo, hi, k, _t: std::marker::PhantomData };
-        // f32 binary maps without tiles run as 256-bit loops, as torch's do:
-        // they are bound by memory, and `compare.py 1 add` measured them
-        // faster so than as 512-bit loops (broadcast bias 0.60 -> 0.52-0.54
-        // ms, contiguous 0.50 -> 0.47; bf16, which converts in 512-bit
-        // registers, and tiled transposes measured slower, and keep AVX-512).
         #[cfg(target_arch = "x86_64")]
-        if T::DTYPE == dlbridge_core::DType::F32
-            && N == 2
-            && !plan.tiled
-            && let Some(simd) = pulp::x86::V3::try_new()
-        {
+        if let Some(simd) = avx2 {
             return simd.vectorize(|| pulp::WithSimd::with_simd(job, simd));
         }
         arch.dispatch(job)
