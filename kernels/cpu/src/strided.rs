@@ -823,10 +823,13 @@ fn exec_runs<T: Element + Default, K: RunKernel<T, N>, const N: usize, const PRE
         // operand: the hardware prefetcher stops at each gap (and at each page), so
         // that run's lines are prefetched a piece at a time while this run is computed
         // piece by piece (a whole run of prefetches at once would fill the miss queue).
-        // Each line is hinted twice (presumably a hint that finds the miss queue full is
-        // dropped, and the second one lands): on this machine (AMD EPYC) relu on a sliced f32 operand (rows 4 KiB
-        // long, 16 KiB apart) took 733 us this way against 834 us hinting the next run
-        // once (medians of 5 alternating runs of the criterion bench; add 742 vs 738).
+        // Each line is hinted twice (presumably a hint that finds the miss queue full
+        // is dropped, and the second one lands). On this machine (AMD EPYC), relu on a
+        // sliced f32 operand (rows 4 KiB long, 16 KiB apart) took 639 us this way
+        // against 742 us hinting the next run once, add 599 vs 626 us (medians of 5
+        // alternating runs of the two builds' criterion bench). Near the end of a
+        // thread's share the next run stands in (its `gapped` test is then looser,
+        // which only skips a hint).
         let pf = if PREFETCH && r + 1 < hi { cur.peek(AHEAD).or_else(|| cur.peek(1)) } else { None }
             .map(|next| (next, gapped(&off, &next, AHEAD * len)))
             .filter(|(_, g)| g.iter().any(|&g| g));
