@@ -66,7 +66,7 @@ const LINE: usize = 64;
 /// f32: 256 source rows per tile beat 64 (more runs) and 1024 (more pages
 /// and cache sets in flight).
 const TILE: usize = 256;
-/// Bytes computed between prefetches of the next run (when runs have gaps).
+/// Bytes computed between prefetches of a run ahead (when runs have gaps).
 const PIECE: usize = 1 << 10;
 /// Runs ahead whose lines are prefetched (when runs have gaps).
 const AHEAD: usize = 2;
