@@ -135,6 +135,22 @@ fn relu_and_gelu_match_the_reference() {
     assert!((g[0] - 0.841_344_746_068_543).abs() < 1e-12 && (g[1] + 0.158_655_253_931_457).abs() < 1e-12, "{g:?}");
 }
 
+/// gelu on bf16, over every bf16 value, gives the f32 gelu of the widened value
+/// rounded to bf16 (the kernel narrows a block at a time with AVX512-BF16 where
+/// the CPU has it, element by element elsewhere: the bits must be the same).
+#[test]
+fn gelu_bf16_rounds_the_f32_gelu_of_every_value() {
+    let x: Vec<bf16> = (0..=u16::MAX).map(bf16::from_bits).collect();
+    let a = Array::from_slice(&x, &[256, 256]).unwrap();
+    let f32_gelu = run("gelu", &mut [ArrayArg::In(&Array::from_vec(x.iter().map(|v| v.to_f32()).collect(), &[256, 256]).unwrap())]);
+    let expect: Vec<u16> = f32_gelu[0].to_vec::<f32>().unwrap().iter().map(|&v| bf16::from_f32(v).to_bits()).collect();
+    let got: Vec<u16> = run("gelu", &mut [ArrayArg::In(&a)])[0].to_vec::<bf16>().unwrap().iter().map(|v| v.to_bits()).collect();
+    let nan = |b: u16| b & 0x7f80 == 0x7f80 && b & 0x7f != 0;
+    for (i, (&g, &e)) in got.iter().zip(&expect).enumerate() {
+        assert!(g == e || (nan(g) && nan(e)), "gelu(bf16 {:#06x}) = {g:#06x}, expected {e:#06x}", x[i].to_bits());
+    }
+}
+
 fn libm_erf(x: f64) -> f64 {
     // Abramowitz-Stegun 7.1.26 is too coarse for 1e-6; integrate instead (Simpson, 2000 steps).
     let n = 2000;

@@ -96,6 +96,9 @@ pub fn f32_to_bf16(x: f32) -> bf16 {
     bf16::from_bits(if x.is_nan() { nan } else { rounded } as u16)
 }
 
+/// A conversion of a whole slice, `dst[i] = f(src[i])` (see [`Real::down_slice`]).
+pub type SliceConv<S, D> = fn(&[S], &mut [D]);
+
 /// Floating-point elements: computed in `C` (f32 for f32/f16/bf16, f64 for f64).
 pub trait Real: Scalar {
     /// The type the math runs in.
@@ -104,6 +107,13 @@ pub trait Real: Scalar {
     fn up(self) -> Self::C;
     /// Narrow (round to nearest).
     fn down(c: Self::C) -> Self;
+    /// [`Real::down`] over a slice, where the CPU narrows faster a vector at a
+    /// time than the compiler's code for `down` does (bf16 with AVX512-BF16);
+    /// None elsewhere. It gives the same values as `down`.
+    #[inline(always)]
+    fn down_slice() -> Option<SliceConv<Self::C, Self>> {
+        None
+    }
 }
 
 /// The math the float kernels need, on f32 and f64.
@@ -361,5 +371,9 @@ impl Real for bf16 {
     #[inline(always)]
     fn down(c: f32) -> bf16 {
         f32_to_bf16(c)
+    }
+    #[inline(always)]
+    fn down_slice() -> Option<SliceConv<f32, bf16>> {
+        crate::strided::narrow_bf16_fn()
     }
 }
