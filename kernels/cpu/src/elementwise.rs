@@ -27,6 +27,9 @@ pub trait Op2<T>: Copy + Send + Sync {
 }
 /// A unary element operation (see [`Op2`]).
 pub trait Op1<T>: Copy + Send + Sync {
+    /// Little arithmetic per element (relu): bound by memory, so f32 runs use
+    /// 256-bit vectors.
+    const MEMORY_BOUND: bool = false;
     /// `f(x)`
     fn apply(self, x: T) -> T;
 }
@@ -78,6 +81,7 @@ impl<T: Scalar> Op2<T> for Axpy<T> {
 #[derive(Clone, Copy, Debug)]
 pub struct Relu;
 impl<T: Scalar> Op1<T> for Relu {
+    const MEMORY_BOUND: bool = true;
     #[inline(always)]
     fn apply(self, x: T) -> T {
         x.maximum(T::zero())
@@ -198,6 +202,7 @@ impl<T: Scalar, F: Op2<T>> RunKernel<T, 2> for Run2<F> {
 /// [`run1`] as a [`RunKernel`] (see [`Run2`]).
 struct Run1<F>(F);
 impl<T: Scalar, F: Op1<T>> RunKernel<T, 1> for Run1<F> {
+    const MEMORY_BOUND: bool = F::MEMORY_BOUND;
     #[inline(always)]
     fn run(&self, o: &mut [T], [x]: [Src<'_, T>; 1]) {
         run1(o, &x, self.0)

@@ -710,6 +710,9 @@ mod simd {
 /// dispatch (the whole loop over runs is compiled for AVX2 / AVX-512 there),
 /// so `run` should be `#[inline(always)]` and made of plain loops.
 pub trait RunKernel<T, const N: usize>: Sync {
+    /// Little arithmetic per element (relu): bound by memory, so f32 runs use
+    /// 256-bit vectors, as f32 binary maps do (see `zip_map_impl`).
+    const MEMORY_BOUND: bool = false;
     /// Computes one run of the output from the inputs' runs.
     fn run(&self, o: &mut [T], srcs: [Src<'_, T>; N]);
 }
@@ -1000,13 +1003,16 @@ fn zip_map_impl<T: Element + Default, K: RunKernel<T, N>, const N: usize>(
         std::array::from_fn(|op| op <= N && !plan.tiled && plan.dims[1].n > 1 && s0[op] == 1 && !alias[op] && s1[op] != 0 && s1[op] != row);
     let walk = Walk { plan: &plan, ptrs, alias, needs_buf, tiled, tile_rows, reads_out, prefetch };
     let arch = pulp::Arch::new();
-    // f32 binary maps without tiles run as 256-bit loops, as torch's do: they
-    // are bound by memory, and `compare.py 1 add` measured them faster that
+    // f32 binary maps and memory-bound unary ones (relu) without tiles run as
+    // 256-bit loops, as torch's do: `compare.py 1 add` measured add faster that
     // way than as 512-bit loops (broadcast bias 0.60 -> 0.52-0.54 ms,
-    // contiguous 0.50 -> 0.47). bf16, which converts in 512-bit registers,
-    // and tiled transposes measured slower, and keep pulp's widest dispatch.
+    // contiguous 0.50 -> 0.47), and relu f32 went from 506 to 485 us
+    // contiguous and from 731 to 640 us sliced (medians of 5 alternating runs).
+    // bf16, which converts in 512-bit registers, tiled transposes and unary maps
+    // with real arithmetic (gelu: 0.68 -> 1.21 ms as AVX2) measured slower, and
+    // keep pulp's widest dispatch.
     #[cfg(target_arch = "x86_64")]
-    let avx2 = (T::DTYPE == dlbridge_core::DType::F32 && N == 2 && !plan.tiled).then(pulp::x86::V3::try_new).flatten();
+    let avx2 = (T::DTYPE == dlbridge_core::DType::F32 && (N == 2 || K::MEMORY_BOUND) && !plan.tiled).then(pulp::x86::V3::try_new).flatten();
     let exec = |lo: usize, hi: usize| {
         let job = ExecRuns { walk: &walk, lo, hi, k, _t: std::marker::PhantomData };
         #[cfg(target_arch = "x86_64")]
