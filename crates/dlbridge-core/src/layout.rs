@@ -272,6 +272,18 @@ pub fn is_non_overlapping(shape: &[i64], strides: &[i64]) -> bool {
     if shape.contains(&0) {
         return true;
     }
+    // Row-major contiguous over the dims of more than one element (the sorted test
+    // below ignores the others too): non-overlapping, with no sort. This is every
+    // Array and most tensors, and a writable view of one is checked on every call.
+    let mut expect = 1i64;
+    let contiguous = shape.iter().zip(strides).rev().filter(|(n, _)| **n > 1).all(|(&n, &s)| {
+        let ok = s == expect;
+        expect = expect.checked_mul(n).unwrap_or(0);
+        ok && expect != 0
+    });
+    if contiguous && shape.len() == strides.len() {
+        return true;
+    }
     let mut dims: smallvec::SmallVec<[(i64, i64); 6]> =
         shape.iter().zip(strides).filter(|(n, _)| **n > 1).map(|(&n, &s)| (n, s.unsigned_abs().min(i64::MAX as u64) as i64)).collect();
     dims.sort_unstable_by_key(|&(_, s)| s);

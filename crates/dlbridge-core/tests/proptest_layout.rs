@@ -156,6 +156,45 @@ proptest! {
     }
 }
 
+/// Every element offset of a small layout, by enumeration.
+fn offsets(shape: &[i64], strides: &[i64]) -> Vec<i64> {
+    let mut out = vec![0i64];
+    for (&n, &s) in shape.iter().zip(strides) {
+        out = out.iter().flat_map(|&o| (0..n.max(0)).map(move |i| o + i * s)).collect();
+    }
+    out
+}
+
+proptest! {
+    /// `is_non_overlapping` is sound (a layout it accepts maps each element to its
+    /// own offset, checked by enumeration) and accepts every row-major
+    /// contiguous layout, with or without dims of one element.
+    #[test]
+    fn non_overlapping_is_sound(
+        dims in prop::collection::vec((-1i64..5, -9i64..10), 0..5),
+        ones in prop::collection::vec(any::<bool>(), 0..5),
+    ) {
+        let shape: Vec<i64> = dims.iter().map(|d| d.0).collect();
+        let strides: Vec<i64> = dims.iter().map(|d| d.1).collect();
+        if layout::is_non_overlapping(&shape, &strides) && !shape.contains(&0) {
+            let mut o = offsets(&shape, &strides);
+            let n = o.len();
+            o.sort_unstable();
+            o.dedup();
+            prop_assert_eq!(o.len(), n, "shape {:?} strides {:?} accepted but overlaps", shape, strides);
+        }
+        // Contiguous: sizes 1..5, some of them 1 with any stride.
+        let sizes: Vec<i64> = dims.iter().zip(ones.iter().chain(std::iter::repeat(&false))).map(|(d, &one)| if one { 1 } else { d.0.clamp(1, 4) }).collect();
+        let mut strides = vec![0i64; sizes.len()];
+        let mut acc = 1;
+        for i in (0..sizes.len()).rev() {
+            strides[i] = if sizes[i] == 1 { dims[i].1 } else { acc };
+            acc *= sizes[i];
+        }
+        prop_assert!(layout::is_non_overlapping(&sizes, &strides), "contiguous {:?} {:?} refused", sizes, strides);
+    }
+}
+
 #[test]
 fn read_only_flag_survives_validation() {
     let mut foreign = ForeignTensor::new(&Fields { flags: Flags::READ_ONLY.bits(), ..Fields::f32(&[1]) });
