@@ -10,7 +10,11 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+step="starting"
+log() { step="$*"; printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+# The last line of a failed run names the step that failed (a log shown only in part, as CI's
+# may be, still says where to look).
+trap 'rc=$?; [ "$rc" -eq 0 ] || printf "\033[1m==> FAILED (exit %s) in: %s\033[0m\n" "$rc" "$step" >&2' EXIT
 
 find_python() {
     # >= 3.11: the abi3 extension needs the buffer protocol of the 3.11 limited API (pyproject.toml).
@@ -73,7 +77,8 @@ run_tests() {
     log "cargo fmt --check (rustfmt.toml)"
     cargo fmt --check
     log "cargo test --workspace (all crates but the extension module)"
-    cargo test --workspace --exclude dlbridge-py --quiet
+    # --no-fail-fast: every test target runs, and cargo ends by naming each one that failed.
+    cargo test --workspace --exclude dlbridge-py --quiet --no-fail-fast
     log "tch example: a small MLP mixing tch layers with registry kernels"
     cargo run --release --quiet -p dlbridge-tch --example mlp
     log "cargo clippy --workspace --all-targets (warnings are errors)"
