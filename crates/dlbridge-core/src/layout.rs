@@ -276,12 +276,13 @@ pub fn is_non_overlapping(shape: &[i64], strides: &[i64]) -> bool {
     // below ignores the others too): non-overlapping, with no sort. This is every
     // Array and most tensors, and a writable view of one is checked on every call.
     let mut expect = 1i64;
-    let contiguous = shape.iter().zip(strides).rev().filter(|(n, _)| **n > 1).all(|(&n, &s)| {
-        let ok = s == expect;
-        expect = expect.checked_mul(n).unwrap_or(0);
-        ok && expect != 0
-    });
-    if contiguous && shape.len() == strides.len() {
+    let contiguous = shape.len() == strides.len()
+        && shape.iter().zip(strides).rev().filter(|(n, _)| **n > 1).all(|(&n, &s)| {
+            let ok = s == expect;
+            expect = expect.checked_mul(n).unwrap_or(0);
+            ok && expect != 0
+        });
+    if contiguous {
         return true;
     }
     let mut dims: smallvec::SmallVec<[(i64, i64); 6]> =

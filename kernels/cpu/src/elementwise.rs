@@ -13,7 +13,7 @@
 use dlbridge_core::{Error, Result, Slot, TensorView, TensorViewMut};
 use dlbridge_registry::{Call, KernelOpts, register_kernel};
 
-use crate::num::{Compute, Real, Scalar};
+use crate::num::{Compute, Real, Scalar, SliceConv};
 pub use crate::strided::PAR_MIN;
 use crate::strided::{RunKernel, Src, update_map, zip_map};
 
@@ -215,13 +215,14 @@ impl<T: Scalar, F: Op1<T>> RunKernel<T, 1> for Run1<F> {
 /// compute-bound, and the software rounding is ~8 of its ~30 vector
 /// instructions: a stand-alone C loop took 201 ps per element that way against
 /// 139 with `vcvtneps2bf16`. Here gelu on 4096x1024 bf16 went from 943 to 889 us
-/// (medians of 3 alternating runs of the two builds' criterion bench).
-struct GeluRun;
-impl<T: Real> RunKernel<T, 1> for GeluRun {
+/// (medians of 3 alternating runs of the two builds' criterion bench). It holds
+/// `T::down_slice()`, asked once per call rather than once per run.
+struct GeluRun<T: Real>(Option<SliceConv<T::C, T>>);
+impl<T: Real> RunKernel<T, 1> for GeluRun<T> {
     #[inline(always)]
     fn run(&self, o: &mut [T], [x]: [Src<'_, T>; 1]) {
         const BLOCK: usize = 256;
-        match (T::down_slice(), &x) {
+        match (self.0, &x) {
             (Some(down), Src::Slice(x)) => {
                 let mut buf = [<T::C as Compute>::ZERO; BLOCK];
                 let n = o.len();
@@ -316,7 +317,7 @@ fn relu<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
 
 fn gelu<T: Real>(call: &mut Call<'_, '_>) -> Result<()> {
     let (ins, mut outs) = call.io();
-    zip_map::<T, 1>(outs.take("y")?, [ins.tensor("x")?], &GeluRun)
+    zip_map::<T, 1>(outs.take("y")?, [ins.tensor("x")?], &GeluRun(T::down_slice()))
 }
 
 fn axpy<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {

@@ -468,7 +468,8 @@ mod simd {
     }
 
     pub(super) fn avx512bf16() -> bool {
-        std::arch::is_x86_feature_detected!("avx512bf16")
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bf16")
             && std::arch::is_x86_feature_detected!("avx512bw")
             && std::arch::is_x86_feature_detected!("avx512vl")
     }
@@ -479,6 +480,7 @@ mod simd {
     /// of 16 holding one goes through the scalar conversion instead.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
     pub(super) fn narrow_bf16(src: &[f32], dst: &mut [bf16]) {
+        debug_assert_eq!(src.len(), dst.len(), "narrow_bf16 converts equal lengths");
         let n = src.len().min(dst.len());
         let (exponent, mantissa) = (_mm512_set1_epi32(0x7f80_0000), _mm512_set1_epi32(0x007f_ffff));
         let mut i = 0;
