@@ -6,8 +6,10 @@
 //! and otherwise gather a few rows at a time into a per-thread buffer
 //! ([`crate::strided::map_rows`]); a row whose stride is 0 is one value
 //! repeated, summed without reading it N times. When the input is transposed
-//! (its innermost batch dim has stride 1), sum and mean add blocks of 64
-//! adjacent rows vertically, one vector lane per row, without gathering. Rows
+//! (its innermost batch dim has stride 1), sum and mean add blocks of up to
+//! 1024 adjacent rows vertically, one lane per row in an L1 buffer, a whole
+//! run (element k of every row: up to 4 KiB, contiguous) at a time, two runs per
+//! pass and two runs prefetched ahead, without gathering. Rows
 //! run in parallel above [`PAR_MIN`] elements. Sums run in blocks of 1024
 //! elements with independent lanes in the element's compute type (f32 for
 //! f32/f16/bf16, f64 for f64: vector code, dispatched at run time to
@@ -31,7 +33,7 @@ use dlbridge_registry::{Call, KernelOpts, register_kernel};
 
 use crate::elementwise::PAR_MIN;
 use crate::num::{Compute, Real, Scalar};
-use crate::strided::{Cols, ROW_BLOCK, RowKernel, as_u32_pairs, map_rows};
+use crate::strided::{COL_BLOCK, Cols, ROW_BLOCK, RowKernel, as_u32_pairs, map_rows};
 
 /// Elements that can be summed: in lanes of type `L`, block totals in `A`.
 pub trait Summable: Scalar {
@@ -59,10 +61,11 @@ pub trait Summable: Scalar {
     fn simd_sum<S: pulp::Simd>(_simd: S, x: &[Self]) -> Self::A {
         lane_sum::<Self, LANES>(x)
     }
-    /// The totals of a block of a transposed input's rows, inside pulp's
-    /// dispatch (explicit SIMD for f32 and bf16; [`col_sums`] otherwise).
+    /// The totals of a block of a transposed input's rows (`out` has one per
+    /// row), inside pulp's dispatch (explicit SIMD for f32 and bf16;
+    /// [`col_sums`] otherwise).
     #[inline(always)]
-    fn simd_col_sums<S: pulp::Simd>(_simd: S, c: &Cols<'_, Self>, out: &mut [Self::A; ROW_BLOCK]) {
+    fn simd_col_sums<S: pulp::Simd>(_simd: S, c: &Cols<'_, Self>, out: &mut [Self::A]) {
         col_sums(c, out)
     }
 }
@@ -71,7 +74,7 @@ macro_rules! summable_float {
     ($($t:ty => $l:ty, $lane:expr $(, $simd:ident, $cols:ident)?);*) => {$(
         impl Summable for $t {
             $(#[inline(always)] fn simd_sum<S: pulp::Simd>(simd: S, x: &[Self]) -> f64 { $simd(simd, x) })?
-            $(#[inline(always)] fn simd_col_sums<S: pulp::Simd>(simd: S, c: &Cols<'_, Self>, out: &mut [f64; ROW_BLOCK]) {
+            $(#[inline(always)] fn simd_col_sums<S: pulp::Simd>(simd: S, c: &Cols<'_, Self>, out: &mut [f64]) {
                 $cols(simd, c, out)
             })?
             type L = $l;
@@ -89,80 +92,111 @@ macro_rules! summable_float {
 summable_float!(f32 => f32, |x| x, simd_sum_f32, col_sums_f32; f64 => f64, |x| x; f16 => f32, f16::to_f32;
                 bf16 => f32, crate::num::bf16_to_f32, simd_sum_bf16, col_sums_bf16);
 
-/// The lanes of a vector of f32.
+/// [`col_sums`] for f32 in explicit SIMD. Each run of [`LANES`] elements of
+/// the rows is added in f32 lanes held in an L1 buffer, a whole run (up to
+/// [`COL_BLOCK`] adjacent elements, one per row) at a time, so the input is read
+/// as long contiguous runs; the lanes' totals are then widened into `out`.
+/// Rows past the last whole vector go to [`col_sums`].
 #[inline(always)]
-fn lanes_f32<S: pulp::Simd>(v: &S::f32s) -> &[f32] {
-    pulp::bytemuck::cast_slice(std::slice::from_ref(v))
-}
-
-/// [`col_sums`] for f32 in explicit SIMD: four vectors of rows at a time, each
-/// accumulating [`LANES`] runs in f32 before the totals are widened to f64.
-#[inline(always)]
-fn col_sums_f32<S: pulp::Simd>(simd: S, c: &Cols<'_, f32>, out: &mut [f64; ROW_BLOCK]) {
-    let (n, l) = (c.n(), S::F32_LANES);
-    if c.width() != ROW_BLOCK || !ROW_BLOCK.is_multiple_of(4 * l) {
-        return col_sums(c, out);
+fn col_sums_f32<S: pulp::Simd>(simd: S, c: &Cols<'_, f32>, out: &mut [f64]) {
+    let (n, w, l) = (c.n(), c.width(), S::F32_LANES);
+    let wide = w / l * l;
+    if wide < w {
+        col_sums(&c.narrow(wide, w - wide), &mut out[wide..w]);
     }
-    *out = [0.0; ROW_BLOCK];
-    for g in (0..ROW_BLOCK).step_by(4 * l) {
-        let mut k = 0;
-        while k < n {
-            let end = n.min(k + LANES);
-            let z = simd.splat_f32s(0.0);
-            let (mut a0, mut a1, mut a2, mut a3) = (z, z, z, z);
-            while k < end {
-                let (v, _) = S::as_simd_f32s(&c.col(k)[g..g + 4 * l]);
-                a0 = simd.add_f32s(a0, v[0]);
-                a1 = simd.add_f32s(a1, v[1]);
-                a2 = simd.add_f32s(a2, v[2]);
-                a3 = simd.add_f32s(a3, v[3]);
-                k += 1;
+    let out = &mut out[..wide];
+    out.fill(0.0);
+    let mut buf = [0.0f32; COL_BLOCK];
+    let lanes = &mut buf[..wide];
+    let mut k = 0;
+    while k < n {
+        let end = n.min(k + LANES);
+        lanes.fill(0.0);
+        // Two runs per pass over the lanes (each lane still adds them in order):
+        // half the loads and stores of the lanes.
+        while k + 1 < end {
+            c.prefetch(k + AHEAD);
+            c.prefetch(k + AHEAD + 1);
+            let (x0, _) = S::as_simd_f32s(&c.col(k)[..wide]);
+            let (x1, _) = S::as_simd_f32s(&c.col(k + 1)[..wide]);
+            let (acc, _) = S::as_mut_simd_f32s(lanes);
+            for ((a, &u), &v) in acc.iter_mut().zip(x0).zip(x1) {
+                *a = simd.add_f32s(simd.add_f32s(*a, u), v);
             }
-            for (j, a) in [a0, a1, a2, a3].iter().enumerate() {
-                for (i, &v) in lanes_f32::<S>(a).iter().enumerate() {
-                    out[g + j * l + i] += v as f64;
-                }
+            k += 2;
+        }
+        if k < end {
+            let (xs, _) = S::as_simd_f32s(&c.col(k)[..wide]);
+            let (acc, _) = S::as_mut_simd_f32s(lanes);
+            for (a, &x) in acc.iter_mut().zip(xs) {
+                *a = simd.add_f32s(*a, x);
             }
+            k += 1;
+        }
+        for (o, &v) in out.iter_mut().zip(lanes.iter()) {
+            *o += v as f64;
         }
     }
 }
 
 /// [`col_sums`] for bf16 in explicit SIMD: each run read as u32 words holding
 /// two neighbouring rows' elements (even row in the low half, odd row in the
-/// high half: [`simd_sum_bf16`]'s shift and mask), accumulated per row pair.
+/// high half: [`simd_sum_bf16`]'s shift and mask), added into even-row and
+/// odd-row f32 lanes in L1 buffers a whole run at a time (as [`col_sums_f32`]).
 #[inline(always)]
-fn col_sums_bf16<S: pulp::Simd>(simd: S, c: &Cols<'_, bf16>, out: &mut [f64; ROW_BLOCK]) {
-    let (n, l) = (c.n(), S::F32_LANES);
-    // 32 words per run; the runs must all be word-aligned (the stride is even).
+fn col_sums_bf16<S: pulp::Simd>(simd: S, c: &Cols<'_, bf16>, out: &mut [f64]) {
+    let (n, w, l) = (c.n(), c.width(), S::F32_LANES);
+    // Word-aligned runs (the first one and the stride even), whole vectors of words.
     let aligned = (0..n.min(2)).all(|k| as_u32_pairs(c.col(k)).0.is_empty());
-    if c.width() != ROW_BLOCK || !(ROW_BLOCK / 2).is_multiple_of(2 * l) || !aligned || cfg!(target_endian = "big") {
-        return col_sums(c, out);
+    let words = if aligned && cfg!(target_endian = "little") { w / 2 / l * l } else { 0 };
+    let wide = 2 * words;
+    if wide < w {
+        col_sums(&c.narrow(wide, w - wide), &mut out[wide..w]);
     }
-    *out = [0.0; ROW_BLOCK];
+    if words == 0 {
+        return;
+    }
+    let out = &mut out[..wide];
+    out.fill(0.0);
+    let (mut even, mut odd) = ([0.0f32; COL_BLOCK / 2], [0.0f32; COL_BLOCK / 2]);
+    let (even, odd) = (&mut even[..words], &mut odd[..words]);
     let (mask, sixteen) = (simd.splat_u32s(0xFFFF_0000), simd.splat_u32s(16));
-    for g in (0..ROW_BLOCK / 2).step_by(2 * l) {
-        let mut k = 0;
-        while k < n {
-            let end = n.min(k + LANES);
-            let z = simd.splat_f32s(0.0);
-            let (mut e0, mut o0, mut e1, mut o1) = (z, z, z, z);
-            while k < end {
-                let (_, words, _) = as_u32_pairs(c.col(k));
-                let (v, _) = S::as_simd_u32s(&words[g..g + 2 * l]);
-                e0 = simd.add_f32s(e0, simd.transmute_f32s_u32s(simd.wrapping_dyn_shl_u32s(v[0], sixteen)));
-                o0 = simd.add_f32s(o0, simd.transmute_f32s_u32s(simd.and_u32s(v[0], mask)));
-                e1 = simd.add_f32s(e1, simd.transmute_f32s_u32s(simd.wrapping_dyn_shl_u32s(v[1], sixteen)));
-                o1 = simd.add_f32s(o1, simd.transmute_f32s_u32s(simd.and_u32s(v[1], mask)));
-                k += 1;
+    let mut k = 0;
+    while k < n {
+        let end = n.min(k + LANES);
+        even.fill(0.0);
+        odd.fill(0.0);
+        let lo = |v| simd.transmute_f32s_u32s(simd.wrapping_dyn_shl_u32s(v, sixteen));
+        let hi = |v| simd.transmute_f32s_u32s(simd.and_u32s(v, mask));
+        // Two runs per pass over the lanes, as in col_sums_f32.
+        while k + 1 < end {
+            c.prefetch(k + AHEAD);
+            c.prefetch(k + AHEAD + 1);
+            let (_, p0, _) = as_u32_pairs(&c.col(k)[..wide]);
+            let (_, p1, _) = as_u32_pairs(&c.col(k + 1)[..wide]);
+            let ((v0, _), (v1, _)) = (S::as_simd_u32s(p0), S::as_simd_u32s(p1));
+            let (ev, _) = S::as_mut_simd_f32s(even);
+            let (ov, _) = S::as_mut_simd_f32s(odd);
+            for (((e, o), &u), &v) in ev.iter_mut().zip(ov.iter_mut()).zip(v0).zip(v1) {
+                *e = simd.add_f32s(simd.add_f32s(*e, lo(u)), lo(v));
+                *o = simd.add_f32s(simd.add_f32s(*o, hi(u)), hi(v));
             }
-            for (j, (e, o)) in [(e0, o0), (e1, o1)].iter().enumerate() {
-                let (e, o) = (lanes_f32::<S>(e), lanes_f32::<S>(o));
-                for i in 0..l {
-                    let w = g + j * l + i;
-                    out[2 * w] += e[i] as f64;
-                    out[2 * w + 1] += o[i] as f64;
-                }
+            k += 2;
+        }
+        if k < end {
+            let (_, pairs, _) = as_u32_pairs(&c.col(k)[..wide]);
+            let (vs, _) = S::as_simd_u32s(pairs);
+            let (ev, _) = S::as_mut_simd_f32s(even);
+            let (ov, _) = S::as_mut_simd_f32s(odd);
+            for ((e, o), &v) in ev.iter_mut().zip(ov.iter_mut()).zip(vs) {
+                *e = simd.add_f32s(*e, lo(v));
+                *o = simd.add_f32s(*o, hi(v));
             }
+            k += 1;
+        }
+        for (i, (&e, &o)) in even.iter().zip(odd.iter()).enumerate() {
+            out[2 * i] += e as f64;
+            out[2 * i + 1] += o as f64;
         }
     }
 }
@@ -266,6 +300,8 @@ summable_int!(i32, i64);
 const LANES: usize = 32;
 /// Lanes of softmax's max (4 AVX-512 registers of f32: independent chains).
 const MAX_LANES: usize = 64;
+/// Runs of a transposed input prefetched ahead of the one being added.
+const AHEAD: usize = 2;
 /// Elements per block before the lanes are folded into the wide accumulator.
 const BLOCK: usize = 1024;
 
@@ -350,16 +386,30 @@ fn row_total<T: Summable, S: pulp::Simd>(simd: S, row: &[T], n: usize) -> T::A {
     if row.len() < n { row[0].times(n) } else { T::simd_sum(simd, row) }
 }
 
-/// Totals of the rows of a transposed input's block, read a whole run (element
-/// k of every row) at a time: runs of up to [`LANES`] elements of each row are
-/// added in `T::L` (one lane per row: vector adds down the block), their
-/// totals in `T::A` -- the same accuracy as [`lane_sum`]'s lanes.
+/// Totals of the rows of a transposed input's block (`out`: one per row),
+/// [`ROW_BLOCK`] rows at a time, read a whole run (element k of every row) at a
+/// time: runs of up to [`LANES`] elements of each row are added in `T::L` (one
+/// lane per row: vector adds down the block), their totals in `T::A` -- the
+/// same accuracy as [`lane_sum`]'s lanes.
 #[inline(always)]
-fn col_sums<T: Summable>(c: &Cols<'_, T>, out: &mut [T::A; ROW_BLOCK]) {
+fn col_sums<T: Summable>(c: &Cols<'_, T>, out: &mut [T::A]) {
+    let mut lo = 0;
+    while lo < c.width() {
+        let w = ROW_BLOCK.min(c.width() - lo);
+        col_sums_block(&c.narrow(lo, w), &mut out[lo..lo + w]);
+        lo += w;
+    }
+}
+
+/// [`col_sums`] of at most [`ROW_BLOCK`] rows.
+#[inline(always)]
+fn col_sums_block<T: Summable>(c: &Cols<'_, T>, out: &mut [T::A]) {
     let (n, w) = (c.n(), c.width());
-    *out = [T::AZ; ROW_BLOCK];
+    let out = &mut out[..w];
+    out.fill(T::AZ);
     if w == ROW_BLOCK {
         // A full block: fixed-size loops, so the lanes stay in vector registers.
+        let out: &mut [T::A; ROW_BLOCK] = out.try_into().expect("a full block");
         let mut k = 0;
         while k < n {
             let end = n.min(k + LANES);
@@ -377,7 +427,6 @@ fn col_sums<T: Summable>(c: &Cols<'_, T>, out: &mut [T::A; ROW_BLOCK]) {
         }
         return;
     }
-    let out = &mut out[..w];
     let mut lanes = [T::L::default(); ROW_BLOCK];
     let lanes = &mut lanes[..w];
     let mut k = 0;
@@ -409,9 +458,10 @@ impl<T: Summable + Default, const MEAN: bool> RowKernel<T, T> for SumRows<MEAN> 
     }
     #[inline(always)]
     fn cols<V: pulp::Simd>(&self, simd: V, c: &Cols<'_, T>, y: &mut [T]) {
-        let mut acc = [T::AZ; ROW_BLOCK];
-        T::simd_col_sums(simd, c, &mut acc);
-        for (y, &a) in y.iter_mut().zip(&acc) {
+        let mut acc = [T::AZ; COL_BLOCK];
+        let acc = &mut acc[..c.width()];
+        T::simd_col_sums(simd, c, acc);
+        for (y, &a) in y.iter_mut().zip(acc.iter()) {
             *y = if MEAN { T::mean(a, c.n()) } else { T::fin(a) };
         }
     }

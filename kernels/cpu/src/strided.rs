@@ -1059,6 +1059,22 @@ impl<'a, T> Cols<'a, T> {
     pub fn width(&self) -> usize {
         self.cnt
     }
+    /// Rows `lo .. lo + w` of these (every run narrowed to them).
+    #[inline(always)]
+    pub fn narrow(&self, lo: usize, w: usize) -> Cols<'a, T> {
+        assert!(lo.checked_add(w).is_some_and(|hi| hi <= self.cnt), "rows {lo}..+{w} of {}", self.cnt);
+        Cols { p: self.p.wrapping_add(lo), xs: self.xs, n: self.n, cnt: w, _input: std::marker::PhantomData }
+    }
+    /// Asks the CPU to fetch run `k` (element `k` of each row) into cache
+    /// ahead of its use; nothing when `k` is past the last run. A run of a
+    /// transposed input starts a page of its own, where the hardware
+    /// prefetcher starts cold.
+    #[inline(always)]
+    pub fn prefetch(&self, k: usize) {
+        if k < self.n {
+            prefetch_lines::<1>(self.p.wrapping_offset(k as isize * self.xs).cast(), self.cnt * size_of::<T>());
+        }
+    }
     /// Element `k` of each of the rows, in row order.
     #[inline(always)]
     pub fn col(&self, k: usize) -> &'a [T] {
@@ -1070,8 +1086,14 @@ impl<'a, T> Cols<'a, T> {
     }
 }
 
-/// Rows read together as [`Cols`], or gathered into a row buffer at once.
+/// Rows gathered into a row buffer at once.
 pub const ROW_BLOCK: usize = 64;
+
+/// Rows of a transposed input read together as [`Cols`]: each run is up to
+/// this many adjacent elements (4 KiB of f32), so a block streams whole pages
+/// one after the other (the hardware prefetcher follows a long run; it does not
+/// follow 64-element runs 16 KiB apart).
+pub const COL_BLOCK: usize = 1024;
 
 /// A kernel over the last-dim rows of `x` (see [`map_rows`]). Called inside
 /// `pulp`'s dispatch (the loop over rows is compiled for AVX2 / AVX-512 there),
@@ -1088,8 +1110,9 @@ pub trait RowKernel<T, U>: Sync {
     /// kernel is order-free), `n` (the row's length) and the output row `y`
     /// (`n` elements, or one for a reduction).
     fn row<V: pulp::Simd>(&self, simd: V, x: &[T], n: usize, y: &mut [U], scratch: &mut [Self::S]);
-    /// One result per row of a block of a transposed input's rows (only for
-    /// order-free reductions; the default gathers nothing and is never called).
+    /// One result per row of a block of a transposed input's rows (at most
+    /// [`COL_BLOCK`]; only for order-free reductions; the default gathers
+    /// nothing and is never called).
     fn cols<V: pulp::Simd>(&self, simd: V, c: &Cols<'_, T>, y: &mut [U]) {
         let _ = (simd, c, y);
         unreachable!("cols on a kernel that is not order-free")
@@ -1359,7 +1382,7 @@ pub fn map_rows<T: Element + Default, U: Element + Default, K: RowKernel<T, U>>(
     // Rows gathered together: a cache line of each element of a transposed input's
     // rows (16 f32 rows), as far as a 256 KiB buffer allows.
     let rb = if vertical {
-        ROW_BLOCK
+        COL_BLOCK
     } else if xgather {
         let line = if m_in > 1 { (LINE / size_of::<T>()).max(1) } else { 16 };
         line.min((1 << 18) / (n * size_of::<T>()).max(1)).clamp(1, ROW_BLOCK)

@@ -331,14 +331,18 @@ fn shifted(l: Layout, extra: usize) -> Layout {
 }
 
 /// Transposed inputs whose rows are adjacent in memory (the innermost batch dim
-/// has stride 1): sum and mean add whole blocks of rows at once (full 64-row
-/// blocks and partial ones, across outer batch dims and thread splits), softmax
+/// has stride 1): sum and mean add whole blocks of rows at once (full blocks
+/// of 1024 rows -- `COL_BLOCK` -- and partial ones, widths that leave rows past
+/// the last whole vector, odd numbers of runs after the 32-run chunks, across
+/// outer batch dims and thread splits), softmax
 /// gathers row blocks with register transposes. bf16 at odd and even offsets
 /// (the word-pair sums need 4-byte alignment, else take the generic path).
 #[test]
 fn reductions_over_transposed_inputs_match_the_reference_in_full_and_partial_blocks() {
     // (shape, perm): perm puts the innermost batch dim last in memory (stride 1).
-    let cases: [(&[i64], &[usize]); 5] = [
+    let cases: [(&[i64], &[usize]); 7] = [
+        (&[2100, 37], &[1, 0]),
+        (&[2, 1030, 35], &[0, 2, 1]),
         (&[130, 70], &[1, 0]),
         (&[64, 33], &[1, 0]),
         (&[3, 100, 50], &[0, 2, 1]),
