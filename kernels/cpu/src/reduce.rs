@@ -8,8 +8,8 @@
 //! repeated, summed without reading it N times. When the input is transposed
 //! (its innermost batch dim has stride 1), sum and mean add blocks of up to
 //! 1024 adjacent rows vertically, one lane per row in an L1 buffer, a whole
-//! run (element k of every row: up to 4 KiB, contiguous) at a time, two runs per
-//! pass and two runs prefetched ahead, without gathering. Rows
+//! run (element k of every row: up to 4 KiB, contiguous) at a time, two runs
+//! (four for bf16) per pass and two runs prefetched ahead, without gathering. Rows
 //! run in parallel above [`PAR_MIN`] elements. Sums run in blocks of 1024
 //! elements with independent lanes in the element's compute type (f32 for
 //! f32/f16/bf16, f64 for f64: vector code, dispatched at run time to
@@ -142,7 +142,8 @@ fn col_sums_f32<S: pulp::Simd>(simd: S, c: &Cols<'_, f32>, out: &mut [f64]) {
 /// [`col_sums`] for bf16 in explicit SIMD: each run read as u32 words holding
 /// two neighbouring rows' elements (even row in the low half, odd row in the
 /// high half: [`simd_sum_bf16`]'s shift and mask), added into even-row and
-/// odd-row f32 lanes in L1 buffers a whole run at a time (as [`col_sums_f32`]).
+/// odd-row f32 lanes in L1 buffers a whole run at a time (as [`col_sums_f32`],
+/// four runs per pass: its lanes cost twice the loads and stores of f32's).
 #[inline(always)]
 fn col_sums_bf16<S: pulp::Simd>(simd: S, c: &Cols<'_, bf16>, out: &mut [f64]) {
     let (n, w, l) = (c.n(), c.width(), S::F32_LANES);
@@ -168,22 +169,28 @@ fn col_sums_bf16<S: pulp::Simd>(simd: S, c: &Cols<'_, bf16>, out: &mut [f64]) {
         odd.fill(0.0);
         let lo = |v| simd.transmute_f32s_u32s(simd.wrapping_dyn_shl_u32s(v, sixteen));
         let hi = |v| simd.transmute_f32s_u32s(simd.and_u32s(v, mask));
-        // Two runs per pass over the lanes, as in col_sums_f32.
-        while k + 1 < end {
-            c.prefetch(k + AHEAD);
-            c.prefetch(k + AHEAD + 1);
+        // Four runs per pass over the lanes (each lane still adds them in order):
+        // a quarter of the loads and stores of the lanes.
+        while k + 3 < end {
+            for a in 0..4 {
+                c.prefetch(k + AHEAD + a);
+            }
             let (_, p0, _) = as_u32_pairs(&c.col(k)[..wide]);
             let (_, p1, _) = as_u32_pairs(&c.col(k + 1)[..wide]);
+            let (_, p2, _) = as_u32_pairs(&c.col(k + 2)[..wide]);
+            let (_, p3, _) = as_u32_pairs(&c.col(k + 3)[..wide]);
             let ((v0, _), (v1, _)) = (S::as_simd_u32s(p0), S::as_simd_u32s(p1));
+            let ((v2, _), (v3, _)) = (S::as_simd_u32s(p2), S::as_simd_u32s(p3));
             let (ev, _) = S::as_mut_simd_f32s(even);
             let (ov, _) = S::as_mut_simd_f32s(odd);
-            for (((e, o), &u), &v) in ev.iter_mut().zip(ov.iter_mut()).zip(v0).zip(v1) {
-                *e = simd.add_f32s(simd.add_f32s(*e, lo(u)), lo(v));
-                *o = simd.add_f32s(simd.add_f32s(*o, hi(u)), hi(v));
+            let vs = v0.iter().zip(v1).zip(v2.iter().zip(v3));
+            for ((e, o), ((&a, &b), (&c, &d))) in ev.iter_mut().zip(ov.iter_mut()).zip(vs) {
+                *e = simd.add_f32s(simd.add_f32s(simd.add_f32s(simd.add_f32s(*e, lo(a)), lo(b)), lo(c)), lo(d));
+                *o = simd.add_f32s(simd.add_f32s(simd.add_f32s(simd.add_f32s(*o, hi(a)), hi(b)), hi(c)), hi(d));
             }
-            k += 2;
+            k += 4;
         }
-        if k < end {
+        while k < end {
             let (_, pairs, _) = as_u32_pairs(&c.col(k)[..wide]);
             let (vs, _) = S::as_simd_u32s(pairs);
             let (ev, _) = S::as_mut_simd_f32s(even);
