@@ -162,13 +162,14 @@ fn col_sums_bf16<S: pulp::Simd>(simd: S, c: &Cols<'_, bf16>, out: &mut [f64]) {
     let (mut even, mut odd) = ([0.0f32; COL_BLOCK / 2], [0.0f32; COL_BLOCK / 2]);
     let (even, odd) = (&mut even[..words], &mut odd[..words]);
     let (mask, sixteen) = (simd.splat_u32s(0xFFFF_0000), simd.splat_u32s(16));
+    // A word's even-row element (its low half) and odd-row element, as f32.
+    let lo = |v| simd.transmute_f32s_u32s(simd.wrapping_dyn_shl_u32s(v, sixteen));
+    let hi = |v| simd.transmute_f32s_u32s(simd.and_u32s(v, mask));
     let mut k = 0;
     while k < n {
         let end = n.min(k + LANES);
         even.fill(0.0);
         odd.fill(0.0);
-        let lo = |v| simd.transmute_f32s_u32s(simd.wrapping_dyn_shl_u32s(v, sixteen));
-        let hi = |v| simd.transmute_f32s_u32s(simd.and_u32s(v, mask));
         // Four runs per pass over the lanes (each lane still adds them in order):
         // a quarter of the loads and stores of the lanes.
         while k + 3 < end {
@@ -184,9 +185,9 @@ fn col_sums_bf16<S: pulp::Simd>(simd: S, c: &Cols<'_, bf16>, out: &mut [f64]) {
             let (ev, _) = S::as_mut_simd_f32s(even);
             let (ov, _) = S::as_mut_simd_f32s(odd);
             let vs = v0.iter().zip(v1).zip(v2.iter().zip(v3));
-            for ((e, o), ((&a, &b), (&c, &d))) in ev.iter_mut().zip(ov.iter_mut()).zip(vs) {
-                *e = simd.add_f32s(simd.add_f32s(simd.add_f32s(simd.add_f32s(*e, lo(a)), lo(b)), lo(c)), lo(d));
-                *o = simd.add_f32s(simd.add_f32s(simd.add_f32s(simd.add_f32s(*o, hi(a)), hi(b)), hi(c)), hi(d));
+            for ((e, o), ((&w0, &w1), (&w2, &w3))) in ev.iter_mut().zip(ov.iter_mut()).zip(vs) {
+                *e = simd.add_f32s(simd.add_f32s(simd.add_f32s(simd.add_f32s(*e, lo(w0)), lo(w1)), lo(w2)), lo(w3));
+                *o = simd.add_f32s(simd.add_f32s(simd.add_f32s(simd.add_f32s(*o, hi(w0)), hi(w1)), hi(w2)), hi(w3));
             }
             k += 4;
         }
