@@ -115,6 +115,8 @@ def main():
         want = reference()
         assert isinstance(got, torch.Tensor), type(got)
         assert got.dtype == want.dtype and got.shape == want.shape, (label, got.dtype, got.shape)
+        # Laid out as torch lays out its own result (an elementwise one follows its operands).
+        assert got.stride() == want.stride(), (label, got.stride(), want.stride())
         err = (got.float() - want.float()).abs().max().item()
         scale = want.float().abs().max().item() or 1.0
         assert err <= tol * max(1.0, scale) * 10 + 1e-6, f"{label}: error {err}"

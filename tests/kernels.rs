@@ -298,8 +298,104 @@ fn copy_makes_any_layout_contiguous_for_every_dtype() {
     assert_eq!(run("copy", &mut [ArrayArg::In(&r)])[0].to_vec::<i16>().unwrap(), vec![5, 3, 1]);
 }
 
+/// Row-major strides (in elements) of `shape`.
+fn row_major(shape: &[i64]) -> Vec<i64> {
+    let mut s = vec![1i64; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
+}
+
+#[test]
+fn elementwise_outputs_follow_the_inputs_memory_order_as_numpy_and_torch_do() {
+    let base = arr(&ramp(24, 1.0), &[4, 6]);
+    let t = base.t().unwrap(); // [6, 4], strides [1, 6]
+    let c = t.contiguous().unwrap(); // the same values, row-major
+    let tv = t.to_vec::<f32>().unwrap();
+    // One transposed input: the output has its strides, and the right values.
+    let y = run("relu", &mut [ArrayArg::In(&t)]).remove(0);
+    assert_eq!((y.shape(), y.strides()), (t.shape(), t.strides()));
+    assert_eq!(y.to_vec::<f32>().unwrap(), tv.iter().map(|v| v.max(0.0)).collect::<Vec<_>>());
+    // Both transposed: the same; `add(x.t(), x.t())` is a pass over memory in order.
+    let y = run("add", &mut [ArrayArg::In(&t), ArrayArg::In(&t)]).remove(0);
+    assert_eq!(y.strides(), t.strides());
+    assert_eq!(y.to_vec::<f32>().unwrap(), tv.iter().map(|v| v + v).collect::<Vec<_>>());
+    // Mixed layouts: the first input decides (torch's rule).
+    let y = run("add", &mut [ArrayArg::In(&c), ArrayArg::In(&t)]).remove(0);
+    assert_eq!(y.strides(), row_major(&[6, 4]));
+    assert_eq!(y.to_vec::<f32>().unwrap(), tv.iter().map(|v| v + v).collect::<Vec<_>>());
+    let y = run("sub", &mut [ArrayArg::In(&t), ArrayArg::In(&c)]).remove(0);
+    assert_eq!(y.strides(), t.strides());
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![0.0; 24]);
+    // Three dims, permuted: [3, 4, 5] -> [5, 3, 4], strides [1, 20, 5].
+    let p = arr(&ramp(60, 1.0), &[3, 4, 5]).permute(&[2, 0, 1]).unwrap();
+    let y = run("gelu", &mut [ArrayArg::In(&p)]).remove(0);
+    assert_eq!((y.shape(), y.strides()), (&[5i64, 3, 4][..], &[1i64, 20, 5][..]));
+    let g = run("gelu", &mut [ArrayArg::In(&p.contiguous().unwrap())]).remove(0);
+    assert_eq!(y.to_vec::<f32>().unwrap(), g.to_vec::<f32>().unwrap());
+    // A negative stride orders by its size (NumPy's order='K'), the output's own strides positive.
+    let f = t.slice(0, -1, -7, -1).unwrap(); // [6, 4], strides [-1, 6]
+    let y = run("relu", &mut [ArrayArg::In(&f)]).remove(0);
+    assert_eq!(y.strides(), t.strides());
+    assert_eq!(y.to_vec::<f32>().unwrap(), f.to_vec::<f32>().unwrap().iter().map(|v| v.max(0.0)).collect::<Vec<_>>());
+    // Not elementwise (an explicit last dim), and `copy`, whose job is a contiguous copy: row-major.
+    for name in ["softmax", "copy"] {
+        let y = run(name, &mut [ArrayArg::In(&t)]).remove(0);
+        assert_eq!(y.strides(), row_major(&[6, 4]), "{name}");
+    }
+    // What an adapter is told to allocate.
+    let add = get_kernel("add").unwrap();
+    let spec = add.prepare_outputs(&[dlbridge::Arg::Tensor(p.view()), dlbridge::Arg::Tensor(p.view())]).unwrap().remove(0);
+    assert_eq!(spec.order.as_slice(), &[1, 2, 0]);
+    assert_eq!(spec.memory_shape().as_slice(), &[3, 4, 5]);
+    assert_eq!(spec.axes().as_slice(), &[2, 0, 1]);
+    assert_eq!(spec.strides().as_slice(), &[1, 20, 5]);
+    assert!(spec.to_string().ends_with("(memory order [1, 2, 0])"), "{spec}");
+    let spec = add.prepare_outputs(&[dlbridge::Arg::Tensor(c.view()), dlbridge::Arg::Tensor(c.view())]).unwrap().remove(0);
+    assert!(spec.is_row_major() && spec.axes().as_slice() == [0, 1] && spec.strides().as_slice() == [4, 1]);
+}
+
+#[test]
+fn size_one_dims_count_as_torch_counts_them() {
+    // A [3, 1] column and a transposed [1, 3]: both contiguous but for their
+    // size-1 dims, so the output is row-major (torch: strides (1, 1)).
+    let col = arr(&[1.0, 2.0, 3.0], &[3, 1]);
+    let t = arr(&[10.0, 20.0, 30.0], &[1, 3]).t().unwrap(); // [3, 1], strides [1, 3]
+    let y = run("add", &mut [ArrayArg::In(&col), ArrayArg::In(&t)]).remove(0);
+    assert_eq!(y.strides(), &[1, 1]);
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![11.0, 22.0, 33.0]);
+    // [1, 3, 2] permuted to [2, 1, 3], strides [1, 6, 2]: the output keeps them (torch: (1, 6, 2)).
+    let x = arr(&ramp(6, 1.0), &[1, 3, 2]).permute(&[2, 0, 1]).unwrap();
+    let y = run("relu", &mut [ArrayArg::In(&x)]).remove(0);
+    assert_eq!(y.strides(), &[1, 6, 2]);
+    assert_eq!(y.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap().iter().map(|v| v.max(0.0)).collect::<Vec<_>>());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn an_elementwise_output_takes_the_strides_of_any_dense_permuted_input(
+        shape in proptest::collection::vec(2i64..5, 2..5), seed in any::<u64>(),
+    ) {
+        // A random permutation of a contiguous base: every dim > 1, so the
+        // order is fully told and the output's strides are the input's own.
+        let n = shape.len();
+        let mut perm: Vec<usize> = (0..n).collect();
+        let mut r = seed;
+        for i in (1..n).rev() {
+            r = r.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            perm.swap(i, (r >> 33) as usize % (i + 1));
+        }
+        let numel = shape.iter().product::<i64>() as usize;
+        let x = arr(&ramp(numel, 0.01), &shape).permute(&perm).unwrap();
+        let y = run("relu", &mut [ArrayArg::In(&x)]).remove(0);
+        prop_assert_eq!(y.shape(), x.shape());
+        prop_assert_eq!(y.strides(), x.strides());
+        let expect: Vec<f32> = x.to_vec::<f32>().unwrap().iter().map(|v| v.max(0.0)).collect();
+        prop_assert_eq!(y.to_vec::<f32>().unwrap(), expect);
+    }
 
     #[test]
     fn add_on_random_views_matches_elementwise_reference(

@@ -177,6 +177,10 @@ class Kernel:
     @property
     def devices(self) -> list[str]: ...
     @property
+    def outputs_follow_inputs(self) -> bool:
+        """Whether an output whose dims are exactly the inputs' ``...S`` group is allocated
+        in the inputs' memory order (NumPy's ``order='K'``); False: always row-major."""
+    @property
     def params(self) -> list[Param]:
         """The inputs in call order."""
     @property

@@ -252,6 +252,66 @@ class _Binder:
         return _TORCH_DTYPES[o.dtype] if o.dtype in _TORCH_DTYPES else self.types[o.dtype][0]
 
 
+def _pack_only(dims: Sequence[Any]) -> str | None:
+    """The pack a tensor's dims consist of alone (``T[...S]``, ``T[*S]``), else None."""
+    if len(dims) == 1 and isinstance(dims[0], str) and dims[0][:1] in ("*", "."):
+        return dims[0]
+    return None
+
+
+def _memory_order(shape: Sequence[Any], inputs: Sequence[torch.Tensor]) -> list[int] | None:
+    """The memory order (outermost dim first) the registry gives an elementwise
+    output of ``shape`` whose inputs are ``inputs``, or None for row-major: the
+    same rule as the Rust side's (torch's TensorIterator: all contiguous inputs
+    of the output's shape give a row-major output, else ``reorder_dimensions``,
+    where a dim an input broadcasts, or has a zero stride in, tells nothing)."""
+    n = len(shape)
+    if n < 2 or all(tuple(t.shape) == tuple(shape) and t.is_contiguous() for t in inputs):
+        return None
+    aligned = [t for t in inputs if t.dim() <= n]
+
+    def stride(t: torch.Tensor, d: int) -> Any:
+        j = d - (n - t.dim())
+        if j < 0 or (t.shape[j] == 1 and shape[d] != 1) or t.stride(j) == 0:
+            return None
+        return t.stride(j)
+
+    def compare(d0: int, d1: int) -> int:
+        for t in aligned:
+            a, b = stride(t, d0), stride(t, d1)
+            if a is None or b is None:
+                continue
+            if a != b:
+                return -1 if a < b else 1
+            if shape[d0] > shape[d1]:
+                return 1
+        return 0
+
+    perm = list(reversed(range(n)))
+    for i in range(1, n):
+        dim1 = i
+        for dim0 in reversed(range(i)):
+            c = compare(perm[dim0], perm[dim1])
+            if c > 0:
+                perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
+                dim1 = dim0
+            elif c < 0:
+                break
+    perm.reverse()
+    return None if perm == list(range(n)) else perm
+
+
+def _empty(shape: list[Any], dtype: torch.dtype, device: torch.device, order: list[int] | None) -> torch.Tensor:
+    if order is None:
+        return torch.empty(shape, dtype=dtype, device=device)
+    strides: list[Any] = [0] * len(shape)
+    step: Any = 1
+    for d in reversed(order):
+        strides[d] = step
+        step = step * torch.sym_max(shape[d], 1)
+    return torch.empty_strided(shape, strides, dtype=dtype, device=device)
+
+
 def fake_of(kernel: Any) -> Callable[..., Any]:
     """The fake implementation of ``kernel``'s signature: checks the arguments
     and returns empty outputs of the derived shapes, dtypes and device."""
@@ -264,8 +324,16 @@ def fake_of(kernel: Any) -> Callable[..., Any]:
             if p.kind == "tensor":
                 b.tensor(p, a)
         device = b.device[0] if b.device else torch.device("cpu")
-        outs = tuple(torch.empty(b.output_shape(o), dtype=b.output_dtype(o), device=device) for o in outputs)
-        return None if not outs else outs[0] if len(outs) == 1 else outs
+        outs = []
+        for o in outputs:
+            shape = b.output_shape(o)
+            pack = _pack_only(o.dims)
+            # An elementwise output follows its inputs' memory order, as the kernel's does.
+            order = None
+            if pack is not None and k.outputs_follow_inputs:
+                order = _memory_order(shape, [a for p, a in zip(params, args) if p.kind == "tensor" and _pack_only(p.dims) == pack])
+            outs.append(_empty(shape, b.output_dtype(o), device, order))
+        return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)
 
     fake.__name__ = f"{k.name}_fake"
     fake.__qualname__ = fake.__name__
@@ -302,7 +370,8 @@ def _explain_fake(k: dlbridge.Kernel) -> str:
         lines.append(f"  {p.name}: {p.annotation} ({'; '.join(what) or 'any tensor'})")
     for o in k.outputs:
         shape = "[" + ", ".join(str(d).lstrip("*") for d in o.dims) + "]"
-        lines.append(f"  returns {o.name}: empty {shape} of dtype {o.dtype}, on the inputs' device")
+        order = ", in the inputs' memory order" if _pack_only(o.dims) and k.outputs_follow_inputs else ""
+        lines.append(f"  returns {o.name}: empty {shape} of dtype {o.dtype}, on the inputs' device{order}")
     if not k.outputs:
         lines.append("  returns nothing (the kernel writes its mut inputs)")
     lines.append("Dims bound from symbolic shapes stay symbolic (SymInt); a mismatch is the kernel's own error.")

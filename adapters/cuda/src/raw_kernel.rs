@@ -259,7 +259,7 @@ pub fn raw_kernel(source: &str, entry: &str, signature: &str, options: &[String]
         signature: signature.to_string(),
         device: DeviceType::CUDA,
         imp: Impl::Dyn(Arc::new(move |call: &mut Call<'_, '_>| run.launch(call))),
-        opts: KernelOpts { contiguous: true, alias_outputs: false },
+        opts: KernelOpts { contiguous: true, ..KernelOpts::DEFAULT },
         origin: format!("dlbridge.cuda.RawKernel ({entry})"),
         doc: format!("CUDA C kernel {entry}, compiled with NVRTC"),
     };

@@ -122,7 +122,10 @@ impl<E: From<Error>> Allocator<E> for DeviceArrays {
     type Tensor = Array;
     fn allocate(&mut self, spec: &OutputSpec) -> Result<Array, E> {
         if is_cuda(spec.device) {
-            return Ok(allocate_cuda(spec.device, spec.dtype, &spec.shape)?);
+            if spec.is_row_major() {
+                return Ok(allocate_cuda(spec.device, spec.dtype, &spec.shape)?);
+            }
+            return Ok(allocate_cuda(spec.device, spec.dtype, &spec.memory_shape())?.permute(&spec.axes())?);
         }
         dlbridge_registry::binding::ArrayAllocator.allocate(spec)
     }

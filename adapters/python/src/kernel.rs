@@ -100,7 +100,13 @@ impl Allocator<PyFail> for Exchange<'_> {
     fn allocate(&mut self, spec: &OutputSpec) -> Result<ManagedTensor, PyFail> {
         // torch's allocator may dispatch to Python (a TorchDispatchMode).
         python_may_run();
-        Ok(self.api.allocate(self.py, spec)?)
+        if spec.is_row_major() {
+            return Ok(self.api.allocate(self.py, spec)?);
+        }
+        // The exchange allocator takes a shape only (row-major): allocate in
+        // memory order, then re-export the same memory permuted.
+        let t = self.api.allocate(self.py, &OutputSpec { shape: spec.memory_shape(), order: Default::default(), ..spec.clone() })?;
+        Ok(t.permute(&spec.axes()).map_err(crate::errors::to_pyerr)?)
     }
 }
 
@@ -124,9 +130,15 @@ impl<'py> Allocator<PyFail> for Numpy<'py> {
         python_may_run();
         let py = self.py;
         let obj = match numpy_dtype(spec.dtype).filter(|_| spec.device == Device::CPU) {
-            Some(dtype) => {
+            Some(dtype) if spec.is_row_major() => {
                 let shape = PyTuple::new(py, spec.shape.iter())?;
                 py.import(pyo3::intern!(py, "numpy"))?.call_method1(pyo3::intern!(py, "empty"), (shape, dtype))?
+            }
+            // In the inputs' memory order, as NumPy's own ufuncs (order='K').
+            Some(dtype) => {
+                let shape = PyTuple::new(py, spec.memory_shape().iter())?;
+                let a = py.import(pyo3::intern!(py, "numpy"))?.call_method1(pyo3::intern!(py, "empty"), (shape, dtype))?;
+                a.call_method1(pyo3::intern!(py, "transpose"), (PyTuple::new(py, spec.axes().iter())?,))?
             }
             None => Bound::new(py, PyArray::new(<ArrayAllocator as Allocator<PyFail>>::allocate(&mut ArrayAllocator, spec)?))?.into_any(),
         };
@@ -413,6 +425,13 @@ impl PyKernel {
     #[getter]
     fn devices(&self) -> Vec<String> {
         self.kernel.devices().map(|d| d.to_string()).collect()
+    }
+    /// Whether an output whose dims are exactly the inputs' `...S` group is
+    /// allocated in the inputs' memory order (NumPy's `order='K'`, torch's
+    /// TensorIterator); False for kernels whose outputs are always row-major.
+    #[getter]
+    fn outputs_follow_inputs(&self) -> bool {
+        self.kernel.opts().outputs_follow_inputs()
     }
     /// The inputs (scalars, tensors, `mut` tensors) in call order, as `dlbridge.Param`s.
     #[getter]

@@ -274,8 +274,14 @@ impl Operand for TchOutput {
 impl Allocator<Error> for TchAllocator {
     type Tensor = TchOutput;
     fn allocate(&mut self, s: &OutputSpec) -> Result<TchOutput> {
-        let t = Tensor::f_empty(&s.shape[..], (kind_of(s.dtype)?, device_of(s.device)?))
-            .map_err(|e| Error::Runtime(format!("allocating {s}: {e}")))?;
+        let fail = |e: tch::TchError| Error::Runtime(format!("allocating {s}: {e}"));
+        let options = (kind_of(s.dtype)?, device_of(s.device)?);
+        if s.is_row_major() {
+            return Ok(TchOutput(Tensor::f_empty(&s.shape[..], options).map_err(fail)?));
+        }
+        // In the inputs' memory order: row-major in that order, then permuted.
+        let axes: Vec<i64> = s.axes().iter().map(|&a| a as i64).collect();
+        let t = Tensor::f_empty(&s.memory_shape()[..], options).and_then(|t| t.f_permute(&axes[..])).map_err(fail)?;
         Ok(TchOutput(t))
     }
 }

@@ -119,7 +119,7 @@ impl ElementwiseKernel {
             imp,
             // An output may be exactly an input (in place, `k(x, y, x)`), unless
             // a raw input can be read at any index.
-            opts: KernelOpts { alias_outputs: !raw, contiguous: false },
+            opts: KernelOpts { alias_outputs: !raw, ..KernelOpts::DEFAULT },
             origin: format!("{ORIGIN_PREFIX} (ElementwiseKernel)"),
             doc: format!("ElementwiseKernel: {}", one_line(&self.spec.operation)),
         }

@@ -833,7 +833,7 @@ impl InlineLibrary {
     /// The definitions of function `k`: CPU and/or CUDA, one signature.
     fn defs(&self, k: usize) -> Vec<KernelDef> {
         let f = &self.inner.functions[k];
-        let opts = KernelOpts { alias_outputs: false, contiguous: true };
+        let opts = KernelOpts { contiguous: true, ..KernelOpts::DEFAULT };
         let mut defs = Vec::with_capacity(2);
         if f.cpu {
             let me = self.clone();

@@ -296,6 +296,34 @@ impl ManagedTensor {
         unsafe { ManagedTensor::from_raw_versioned(ptr) }
     }
 
+    /// The same memory with its dims reordered, zero copy: dim `i` of the result
+    /// is dim `axes[i]` of this tensor (NumPy's `transpose`, torch's `permute`).
+    /// This tensor lives inside the result, and its deleter runs when the
+    /// result's does; the flags (READ_ONLY included) carry over.
+    pub fn permute(self, axes: &[usize]) -> Result<ManagedTensor> {
+        let n = self.view.ndim();
+        let mut seen = [false; MAX_NDIM];
+        if axes.len() != n || axes.iter().any(|&a| a >= n || std::mem::replace(&mut seen[a], true)) {
+            return Err(Error::InvalidArgument(format!("permute({axes:?}) is not a permutation of {n} dims")));
+        }
+        let shape: SmallVec<[i64; 6]> = axes.iter().map(|&a| self.view.shape()[a]).collect();
+        let strides: SmallVec<[i64; 6]> = axes.iter().map(|&a| self.view.strides()[a]).collect();
+        let desc = TensorDesc {
+            dtype: self.view.dtype(),
+            device: self.view.device(),
+            shape: &shape,
+            strides: Some(&strides),
+            byte_offset: 0,
+            flags: self.view.flags(),
+        };
+        let data = self.view.data_ptr().cast_mut();
+        // SAFETY: the result reaches exactly the elements this validated tensor
+        // reaches (the same dims, strides and element 0, in another order), and
+        // `self`, which keeps that memory alive, moves into the result as its
+        // owner; the flags carry over, so it is written only if this one may be.
+        unsafe { Self::export_owner(self, data, &desc) }
+    }
+
     /// Exports a `Vec` as a writable contiguous tensor of the given shape.
     pub fn from_vec<T: Element>(mut v: Vec<T>, shape: &[i64]) -> Result<ManagedTensor> {
         check_len(v.len(), shape)?;

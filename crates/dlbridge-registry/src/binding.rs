@@ -103,7 +103,8 @@ pub trait Adapter {
 pub trait Allocator<E> {
     /// The tensors it allocates.
     type Tensor: Operand;
-    /// A new tensor of `spec`'s shape, dtype and device (contents unspecified).
+    /// A new tensor of `spec`'s shape, dtype and device (contents unspecified),
+    /// laid out in `spec.order` where the framework can (see [`OutputSpec::order`]).
     fn allocate(&mut self, spec: &OutputSpec) -> Result<Self::Tensor, E>;
 }
 
@@ -588,7 +589,7 @@ impl Operand for ManagedTensor {
     }
 }
 
-/// Allocates outputs as [`Array`]s in host memory (zeroed).
+/// Allocates outputs as [`Array`]s in host memory (zeroed), in the spec's memory order.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ArrayAllocator;
 
@@ -602,6 +603,9 @@ impl<E: From<Error>> Allocator<E> for ArrayAllocator {
             }
             .into());
         }
-        Ok(Array::zeros(spec.dtype, &spec.shape)?)
+        if spec.is_row_major() {
+            return Ok(Array::zeros(spec.dtype, &spec.shape)?);
+        }
+        Ok(Array::zeros(spec.dtype, &spec.memory_shape())?.permute(&spec.axes())?)
     }
 }

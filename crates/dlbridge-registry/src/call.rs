@@ -60,6 +60,56 @@ pub struct OutputSpec {
     pub dtype: DType,
     /// Device to allocate on (the inputs' device).
     pub device: Device,
+    /// The order of the dims in memory, outermost first (a permutation of
+    /// `0..shape.len()`); empty for row-major. An elementwise output (dims that
+    /// are exactly one `...` group the inputs share) follows the inputs' memory
+    /// order, as NumPy's ufuncs (`order='K'`) and torch's TensorIterator lay out
+    /// theirs: `add(x.t(), x.t())` is then a pass over memory in order, not a
+    /// transpose. An allocator allocates [`OutputSpec::memory_shape`] row-major
+    /// and permutes it by [`OutputSpec::axes`]; one that allocates row-major
+    /// anyway still gets the right values (every kernel writes any strides).
+    pub order: SmallVec<[usize; 6]>,
+}
+
+impl OutputSpec {
+    /// Whether the output is laid out row-major (the common case).
+    #[inline]
+    pub fn is_row_major(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// The shape in memory order: what to allocate row-major.
+    pub fn memory_shape(&self) -> SmallVec<[i64; 6]> {
+        if self.order.is_empty() { self.shape.clone() } else { self.order.iter().map(|&d| self.shape[d]).collect() }
+    }
+
+    /// The permutation of a row-major [`OutputSpec::memory_shape`] allocation
+    /// that gives this output's dims: dim `i` of the output is dim `axes[i]`
+    /// of the allocation (the argument of NumPy's `transpose` and torch's
+    /// `permute`). The identity for a row-major output.
+    pub fn axes(&self) -> SmallVec<[usize; 6]> {
+        if self.order.is_empty() {
+            return (0..self.shape.len()).collect();
+        }
+        let mut axes: SmallVec<[usize; 6]> = smallvec::smallvec![0; self.order.len()];
+        for (k, &d) in self.order.iter().enumerate() {
+            axes[d] = k;
+        }
+        axes
+    }
+
+    /// The strides, in elements, of a dense tensor of this shape in this order.
+    pub fn strides(&self) -> SmallVec<[i64; 6]> {
+        let n = self.shape.len();
+        let mut strides: SmallVec<[i64; 6]> = smallvec::smallvec![0; n];
+        let mut step = 1i64;
+        for k in (0..n).rev() {
+            let d = if self.order.is_empty() { k } else { self.order[k] };
+            strides[d] = step;
+            step = step.saturating_mul(self.shape[d].max(1));
+        }
+        strides
+    }
 }
 
 /// What one call bound its signature's variables to. Compact and inline:
@@ -631,8 +681,10 @@ fn output_arity_error(sig: &Signature, got: usize) -> Error {
 }
 
 /// Shapes, dtypes and devices of every output, from bound inputs alone
-/// (Tensor Comprehensions' prepareOutputs step).
-pub fn output_specs(sig: &Signature, b: &Bindings, args: &[Arg<'_>]) -> Result<SmallVec<[OutputSpec; 2]>> {
+/// (Tensor Comprehensions' prepareOutputs step). `follow_inputs`: elementwise
+/// outputs take the inputs' memory order (see [`OutputSpec::order`]); a
+/// kernel that takes only contiguous tensors gets row-major ones.
+pub fn output_specs(sig: &Signature, b: &Bindings, args: &[Arg<'_>], follow_inputs: bool) -> Result<SmallVec<[OutputSpec; 2]>> {
     let device = b.device().unwrap_or(Device::CPU);
     let mut specs = SmallVec::new();
     for p in &sig.outputs {
@@ -649,9 +701,103 @@ pub fn output_specs(sig: &Signature, b: &Bindings, args: &[Arg<'_>]) -> Result<S
                 Dim::Rest(r) => shape.extend_from_slice(b.rest(r, args).ok_or_else(|| unbound(sig, &sig.rests[r]))?),
             }
         }
-        specs.push(OutputSpec { name: p.name.clone(), shape, dtype, device });
+        let order = match t.dims.as_slice() {
+            [Dim::Rest(r)] if follow_inputs && shape.len() > 1 => memory_order(sig, *r, &shape, args),
+            _ => SmallVec::new(),
+        };
+        specs.push(OutputSpec { name: p.name.clone(), shape, dtype, device, order });
     }
     Ok(specs)
+}
+
+/// The memory order (outermost dim first) of an output of `shape` whose dims
+/// are exactly the group `...rest`, from the inputs whose dims are exactly that
+/// group too; empty when that is row-major. The rule is torch's
+/// TensorIterator's (`reorder_dimensions`), on absolute strides as NumPy's
+/// `order='K'`: dims are sorted from inner to outer by an insertion sort
+/// whose comparison asks the inputs in argument order, the first one that
+/// tells two dims apart deciding (smaller |stride| inner, equal strides: the
+/// smaller dim inner); a dim an input broadcasts (or has a zero stride in)
+/// tells nothing, and when no input tells, the dims keep their row-major
+/// order. As torch, inputs of the output's shape that are all contiguous (size-1
+/// dims aside) give a row-major output at once. So `relu(x.t())`
+/// and `add(x.t(), x.t())` come out with `x.t()`'s strides, `add(x, b)` with a
+/// broadcast bias row-major, `add(x, y.t())` row-major (the first input decides).
+fn memory_order(sig: &Signature, rest: usize, shape: &[i64], args: &[Arg<'_>]) -> SmallVec<[usize; 6]> {
+    let n = shape.len();
+    // (shape, strides) of each input that follows the group, aligned to the
+    // output's trailing dims (a shorter input broadcasts from the left).
+    let mut inputs: SmallVec<[(&[i64], &[i64]); 4]> = SmallVec::new();
+    for (p, a) in sig.params.iter().zip(args) {
+        let Some(t) = p.tensor() else { continue };
+        if !matches!(t.dims.as_slice(), [Dim::Rest(r)] if *r == rest) {
+            continue;
+        }
+        let v = match a {
+            Arg::Tensor(v) => (v.shape(), v.strides()),
+            Arg::TensorMut(v) => (v.shape(), v.strides()),
+            _ => continue,
+        };
+        if v.0.len() <= n {
+            inputs.push(v);
+        }
+    }
+    // torch's fast path: inputs of the output's shape, all contiguous (size-1
+    // dims aside), make a row-major output (`x.t()` of a [1, n] is contiguous).
+    if inputs.iter().all(|&(s, st)| s == shape && is_row_major(s, st)) {
+        return SmallVec::new();
+    }
+    // |stride| of output dim `d` in `input`, or None where it tells nothing:
+    // the input broadcasts that dim (or has no such dim), or a zero stride.
+    let stride = |(s, st): (&[i64], &[i64]), d: usize| -> Option<u64> {
+        let j = d.checked_sub(n - s.len())?;
+        (!(s[j] == 1 && shape[d] != 1) && st[j] != 0).then(|| st[j].unsigned_abs())
+    };
+    // torch's comparison of the dims at positions `dim0 < dim1` of `perm`
+    // (`dim0` the inner one): > 0 swap them, < 0 keep them, 0 no input tells.
+    let compare = |d0: usize, d1: usize| -> i32 {
+        for &i in &inputs {
+            let (Some(a), Some(b)) = (stride(i, d0), stride(i, d1)) else { continue };
+            if a != b {
+                return if a < b { -1 } else { 1 };
+            }
+            // Equal strides: the smaller dim goes inside.
+            if shape[d0] > shape[d1] {
+                return 1;
+            }
+        }
+        0
+    };
+    // `perm` lists dims from the innermost out (torch's `perm_`).
+    let mut perm: SmallVec<[usize; 6]> = (0..n).rev().collect();
+    for i in 1..n {
+        let mut dim1 = i;
+        for dim0 in (0..i).rev() {
+            let c = compare(perm[dim0], perm[dim1]);
+            if c > 0 {
+                perm.swap(dim0, dim1);
+                dim1 = dim0;
+            } else if c < 0 {
+                break;
+            }
+        }
+    }
+    perm.reverse();
+    if perm.iter().enumerate().all(|(k, &d)| k == d) { SmallVec::new() } else { perm }
+}
+
+/// Row-major contiguous, size-1 dims aside (torch's `is_contiguous`).
+fn is_row_major(shape: &[i64], strides: &[i64]) -> bool {
+    let mut expect = 1i64;
+    for (&n, &s) in shape.iter().zip(strides).rev() {
+        if n != 1 {
+            if s != expect {
+                return false;
+            }
+            expect = expect.saturating_mul(n);
+        }
+    }
+    true
 }
 
 fn unbound(sig: &Signature, what: &str) -> Error {
@@ -660,6 +806,10 @@ fn unbound(sig: &Signature, what: &str) -> Error {
 
 impl fmt::Display for OutputSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}{:?} on {}", self.name, self.dtype, self.shape.as_slice(), self.device)
+        write!(f, "{}: {}{:?} on {}", self.name, self.dtype, self.shape.as_slice(), self.device)?;
+        if !self.order.is_empty() {
+            write!(f, " (memory order {:?})", self.order.as_slice())?;
+        }
+        Ok(())
     }
 }

@@ -56,13 +56,23 @@ pub struct KernelOpts {
     pub alias_outputs: bool,
     /// Every tensor must be contiguous; a strided one is refused (not copied).
     pub contiguous: bool,
+    /// Outputs the caller did not give are allocated row-major, whatever the
+    /// inputs' layout (a kernel whose job is a contiguous copy). Otherwise an
+    /// elementwise output follows the inputs' memory order ([`OutputSpec::order`](crate::OutputSpec::order)).
+    pub row_major_outputs: bool,
 }
 
 impl KernelOpts {
     /// No aliasing, any strides.
-    pub const DEFAULT: KernelOpts = KernelOpts { alias_outputs: false, contiguous: false };
+    pub const DEFAULT: KernelOpts = KernelOpts { alias_outputs: false, contiguous: false, row_major_outputs: false };
     /// Outputs may be exactly an input (elementwise kernels).
-    pub const ELEMENTWISE: KernelOpts = KernelOpts { alias_outputs: true, contiguous: false };
+    pub const ELEMENTWISE: KernelOpts = KernelOpts { alias_outputs: true, contiguous: false, row_major_outputs: false };
+
+    /// Whether elementwise outputs follow the inputs' memory order.
+    #[inline]
+    pub fn outputs_follow_inputs(&self) -> bool {
+        !self.contiguous && !self.row_major_outputs
+    }
 }
 
 /// The context a kernel implementation runs in: its checked arguments,
@@ -372,7 +382,7 @@ impl Kernel {
     /// adapter needs to allocate them with its own framework.
     pub fn prepare_outputs(&self, args: &[Arg<'_>]) -> Result<SmallVec<[OutputSpec; 2]>> {
         let b = bind_for_specs(&self.sig, args)?;
-        output_specs(&self.sig, &b, args)
+        output_specs(&self.sig, &b, args, self.opts.outputs_follow_inputs())
     }
 
     /// Checks every argument and output against the signature, then runs the

@@ -39,6 +39,8 @@ pub const SYMBOL: &str = "dlbridge_plugin";
 pub const FLAG_ALIAS_OUTPUTS: u32 = 1;
 /// `DLBRIDGE_KERNEL_CONTIGUOUS`
 pub const FLAG_CONTIGUOUS: u32 = 2;
+/// `DLBRIDGE_KERNEL_ROW_MAJOR_OUTPUTS`
+pub const FLAG_ROW_MAJOR_OUTPUTS: u32 = 4;
 /// Most kernels one plugin may declare.
 pub const MAX_KERNELS: u32 = 4096;
 /// Longest plugin name, in bytes.
@@ -318,10 +320,14 @@ impl Plugin {
             let Some(entry) = k.entry else {
                 return Err(perr(&path, format!("kernels[{i}] ({}): entry point is NULL", sig.name)));
             };
-            if k.flags & !(FLAG_ALIAS_OUTPUTS | FLAG_CONTIGUOUS) != 0 {
+            if k.flags & !(FLAG_ALIAS_OUTPUTS | FLAG_CONTIGUOUS | FLAG_ROW_MAJOR_OUTPUTS) != 0 {
                 return Err(perr(&path, format!("kernels[{i}] ({}): unknown flags {:#x}", sig.name, k.flags)));
             }
-            let opts = KernelOpts { alias_outputs: k.flags & FLAG_ALIAS_OUTPUTS != 0, contiguous: k.flags & FLAG_CONTIGUOUS != 0 };
+            let opts = KernelOpts {
+                alias_outputs: k.flags & FLAG_ALIAS_OUTPUTS != 0,
+                contiguous: k.flags & FLAG_CONTIGUOUS != 0,
+                row_major_outputs: k.flags & FLAG_ROW_MAJOR_OUTPUTS != 0,
+            };
             kernels.push(PluginKernel { signature: sig.to_string(), device, opts, doc: doc.clone() });
             defs.push(KernelDef {
                 signature: sig.to_string(),

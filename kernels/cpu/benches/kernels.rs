@@ -7,11 +7,14 @@
 //! cases at the same thread count) and prints the ratios, ours/torch and
 //! each layout over the contiguous case.
 //!
-//! Layouts, for an operand of logical shape 4096x1024 (the output is always a
-//! contiguous tensor, as the adapters allocate it; every buffer starts 64-byte
-//! aligned, as torch's do):
+//! Layouts, for an operand of logical shape 4096x1024 (the output is laid out
+//! as the adapters allocate it: `Kernel::prepare_outputs`' memory order, so an
+//! elementwise output follows its operands, NumPy's `order='K'`; every buffer
+//! starts 64-byte aligned, as torch's do):
 //! * `contiguous`: row-major;
 //! * `transposed`: the `.t()` of a contiguous 1024x4096 (strides `[1, 4096]`);
+//! * `into_contiguous` (add, relu, gelu): the same operands written into a
+//!   given row-major output (`out=`): a transpose;
 //! * `broadcast`: one 1024-row expanded to 4096 rows (strides `[0, 1]`); for
 //!   `add` only the second operand is broadcast (a bias), the first is contiguous;
 //! * `sliced`: `base[::2, 256:1280]` of a contiguous 8192x2048 (strides `[4096, 1]`);
@@ -90,7 +93,7 @@ impl<T: Element> Operand<T> {
         let (c, r) = (C as i64, R as i64);
         let (n, strides, offset) = match layout {
             "contiguous" => (R * C, [c, 1], 0),
-            "transposed" => (R * C, [1, r], 0),
+            "transposed" | "into_contiguous" => (R * C, [1, r], 0),
             "broadcast" => (C, [0, 1], 0),
             "sliced" => (4 * R * C, [4 * c, 1], 256),
             "flipped" => (R * C, [-c, -1], R * C - 1),
@@ -104,7 +107,7 @@ impl<T: Element> Operand<T> {
     }
 }
 
-const LAYOUTS: [&str; 5] = ["contiguous", "transposed", "broadcast", "sliced", "flipped"];
+const LAYOUTS: [&str; 6] = ["contiguous", "transposed", "into_contiguous", "broadcast", "sliced", "flipped"];
 
 fn bench_dtype<T: Element>(c: &mut Criterion, dtype: &str, conv: fn(f32) -> T) {
     dlbridge_kernels_cpu::link();
@@ -115,23 +118,31 @@ fn bench_dtype<T: Element>(c: &mut Criterion, dtype: &str, conv: fn(f32) -> T) {
         let k = reg.get(name).unwrap();
         let mut g = c.benchmark_group(format!("{name}/{dtype}"));
         g.throughput(Throughput::Elements((R * C) as u64));
+        let elementwise = matches!(name, "add" | "relu" | "gelu");
         for layout in LAYOUTS {
+            if layout == "into_contiguous" && !elementwise {
+                continue; // the same as `transposed`: these outputs are row-major anyway
+            }
             let x = Operand::new(layout, conv);
             // add: both operands in the layout, except `broadcast` (a contiguous
             // matrix plus a broadcast bias row).
             let a = if name == "add" && layout == "broadcast" { Some(Operand::new("contiguous", conv)) } else { None };
             let reduces = matches!(name, "sum" | "mean");
+            let args = || match &a {
+                Some(a) => vec![Arg::Tensor(a.view()), Arg::Tensor(x.view())],
+                None if name == "add" => vec![Arg::Tensor(x.view()), Arg::Tensor(x.view())],
+                None => vec![Arg::Tensor(x.view())],
+            };
+            // The output's strides: what an adapter would allocate, or row-major when given.
+            let spec = k.prepare_outputs(&args()).unwrap().remove(0);
+            let strides = if layout == "into_contiguous" { vec![C as i64, 1] } else { spec.strides().to_vec() };
             g.bench_function(layout, |bench| {
                 bench.iter(|| {
-                    let mut args = match &a {
-                        Some(a) => vec![Arg::Tensor(a.view()), Arg::Tensor(x.view())],
-                        None if name == "add" => vec![Arg::Tensor(x.view()), Arg::Tensor(x.view())],
-                        None => vec![Arg::Tensor(x.view())],
-                    };
+                    let mut args = args();
                     let o = if reduces {
                         TensorViewMut::from_slice_mut(&mut rows[rows_at..rows_at + R], &ROWS).unwrap()
                     } else {
-                        TensorViewMut::from_slice_mut(&mut out[out_at..out_at + R * C], &SHAPE).unwrap()
+                        TensorViewMut::from_slice_strided_mut(&mut out[out_at..out_at + R * C], &SHAPE, Some(&strides), 0).unwrap()
                     };
                     k.call(&mut args, &mut [o]).unwrap();
                     black_box(&out);

@@ -3,12 +3,14 @@
     .venv/bin/python kernels/cpu/benches/torch_kernels.py            # 1 and 2 threads
     .venv/bin/python kernels/cpu/benches/torch_kernels.py 1 gelu     # 1 thread, names containing "gelu"
 
-Every case writes into a preallocated contiguous output (``out=``), as the
-criterion bench does (the adapters allocate contiguous outputs); the second
-column is the plain functional call, where torch allocates the output itself
-(matching the input's layout: ``x.t() + x.t()`` returns a transposed tensor).
-Layouts of the 4096x1024 operand are those of benches/kernels.rs: contiguous,
-transposed (``.t()`` of a 1024x4096), broadcast (one row expanded; for add only
+Every case writes into a preallocated output (``out=``) laid out as torch's own
+functional call lays out its result (``x.t() + x.t()`` is a transposed tensor),
+as the criterion bench writes into the layout dlbridge's adapters allocate (the
+same rule); the second column is the plain functional call, allocation
+included. Layouts of the 4096x1024 operand are those of benches/kernels.rs:
+contiguous, transposed (``.t()`` of a 1024x4096), into_contiguous (add, relu,
+gelu: transposed operands, a given row-major output: a transpose), broadcast
+(one row expanded; for add only
 the second operand, a bias), sliced (``base[::2, 256:1280]`` of 8192x2048),
 flipped (``base.flip(0, 1)`` -- torch has no negative strides, so this row
 is a contiguous-input copy-free stand-in: torch's flip itself copies).
@@ -42,7 +44,7 @@ def operand(layout, dtype):
     rnd = lambda *s: (torch.rand(*s, generator=g) * 8 - 4).to(dtype)  # noqa: E731
     if layout == "contiguous":
         return rnd(R, C)
-    if layout == "transposed":
+    if layout in ("transposed", "into_contiguous"):
         return rnd(C, R).t()
     if layout == "broadcast":
         return rnd(C).expand(R, C)
@@ -53,15 +55,28 @@ def operand(layout, dtype):
     raise ValueError(layout)
 
 
+def _out(functional, layout, dtype):
+    """The output to write into: row-major for ``into_contiguous``, else laid
+    out as torch's functional call lays out its own result."""
+    if layout == "into_contiguous":
+        return torch.empty(R, C, dtype=dtype)
+    return torch.empty_like(functional(), memory_format=torch.preserve_format)
+
+
 def cases(dtype):
-    for layout in ["contiguous", "transposed", "broadcast", "sliced", "flipped"]:
+    for layout in ["contiguous", "transposed", "into_contiguous", "broadcast", "sliced", "flipped"]:
         x = operand(layout, dtype)
         o = torch.empty(R, C, dtype=dtype)
         r = torch.empty(R, dtype=dtype)
         a = operand("contiguous", dtype) if layout == "broadcast" else x
-        yield "add", layout, (lambda a=a, x=x, o=o: torch.add(a, x, out=o)), (lambda a=a, x=x: torch.add(a, x))
-        yield "relu", layout, (lambda x=x, o=o: torch.clamp_min(x, 0, out=o)), (lambda x=x: torch.relu(x))
-        yield "gelu", layout, (lambda x=x, o=o: torch._C._nn.gelu(x, out=o)), (lambda x=x: torch.nn.functional.gelu(x))
+        f = lambda a=a, x=x: torch.add(a, x)  # noqa: E731
+        yield "add", layout, (lambda a=a, x=x, o=_out(f, layout, dtype): torch.add(a, x, out=o)), f
+        f = lambda x=x: torch.relu(x)  # noqa: E731
+        yield "relu", layout, (lambda x=x, o=_out(f, layout, dtype): torch.clamp_min(x, 0, out=o)), f
+        f = lambda x=x: torch.nn.functional.gelu(x)  # noqa: E731
+        yield "gelu", layout, (lambda x=x, o=_out(f, layout, dtype): torch._C._nn.gelu(x, out=o)), f
+        if layout == "into_contiguous":
+            continue  # the rest have row-major outputs: the same as `transposed`
         yield (
             "softmax",
             layout,
