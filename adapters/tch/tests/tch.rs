@@ -121,6 +121,24 @@ fn kernels_run_on_tch_tensors_with_outputs_allocated_by_tch() {
 }
 
 #[test]
+fn elementwise_outputs_allocated_by_tch_follow_the_inputs_layout_as_torch_does() {
+    let reg = registry();
+    let x = Tensor::randn([4, 6], (Kind::Float, Device::Cpu)).tr(); // [6, 4], strides [1, 6]
+    let y = call(&reg.get("add").unwrap(), &[&x, &x], &[]).unwrap().remove(0);
+    let want = &x + &x;
+    assert_eq!(y.stride(), want.stride());
+    assert_eq!(y.stride(), [1, 6]);
+    assert!(y.equal(&want));
+    let p = Tensor::randn([2, 3, 5], (Kind::Float, Device::Cpu)).permute([2, 0, 1]);
+    let y = call(&reg.get("relu").unwrap(), &[&p], &[]).unwrap().remove(0);
+    assert_eq!(y.stride(), p.relu().stride());
+    assert!(y.equal(&p.relu()));
+    // Not elementwise: softmax's output is row-major, as torch's.
+    let s = call(&reg.get("softmax").unwrap(), &[&x], &[]).unwrap().remove(0);
+    assert_eq!(s.stride(), [4, 1]);
+}
+
+#[test]
 fn mut_params_and_given_outputs_are_written_in_place() {
     let reg = registry();
     let x = Tensor::from_slice(&[1.0f64, 2.0, 3.0]);

@@ -177,3 +177,38 @@ fn managed_tensors_move_across_threads() {
     let sum = std::thread::spawn(move || t.view().as_slice::<u8>().unwrap().iter().map(|&x| x as u32).sum::<u32>()).join().unwrap();
     assert_eq!(sum, 6);
 }
+
+#[test]
+fn permute_reorders_dims_zero_copy_and_releases_the_producer_once() {
+    let mut foreign = ForeignTensor::new(&Fields::f32(&[2, 3, 4]));
+    // SAFETY: the ForeignTensor outlives every tensor below.
+    let t = unsafe { ManagedTensor::from_raw_versioned(foreign.versioned_ptr()) }.unwrap();
+    let data = t.view().data_ptr();
+    let p = t.permute(&[2, 0, 1]).unwrap();
+    assert_eq!((p.shape(), p.strides()), (&[4i64, 2, 3][..], &[1i64, 12, 4][..]));
+    assert_eq!(p.view().data_ptr(), data, "the same memory");
+    assert_eq!(foreign.deleter_calls(), 0, "the producer's tensor lives inside the permuted one");
+    // Handed on and taken back (as torch's to_py does), then dropped: the producer's deleter once.
+    // SAFETY: `raw` came from into_raw_versioned and is owned here.
+    let back = unsafe { ManagedTensor::from_raw_versioned(p.into_raw_versioned()) }.unwrap();
+    assert_eq!(back.strides(), &[1, 12, 4]);
+    drop(back);
+    assert_eq!(foreign.deleter_calls(), 1);
+}
+
+#[test]
+fn permute_keeps_read_only_and_refuses_what_is_not_a_permutation() {
+    let a: Arc<[f32]> = Arc::from(vec![0.0f32; 6]);
+    let mut t = ManagedTensor::from_arc(a.clone(), &[2, 3]).unwrap().permute(&[1, 0]).unwrap();
+    assert!(t.is_read_only() && t.view_mut().is_err(), "READ_ONLY carries over");
+    assert_eq!(t.strides(), &[1, 3]);
+    drop(t);
+    assert_eq!(Arc::strong_count(&a), 1);
+    for bad in [&[0usize][..], &[0, 0], &[0, 2], &[1, 0, 2]] {
+        let t = ManagedTensor::from_arc(a.clone(), &[2, 3]).unwrap();
+        let e = t.permute(bad).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Value, "{bad:?}");
+        assert!(e.to_string().contains("not a permutation of 2 dims"), "{e}");
+        assert_eq!(Arc::strong_count(&a), 1, "{bad:?}: a refused permute releases the tensor");
+    }
+}
