@@ -14,12 +14,13 @@
 //! | copy | every byte-sized dtype | any layout in, any layout out |
 //!
 //! Multi-threaded above `PAR_MIN` elements (2^16), single-threaded below, on
-//! a rayon pool of dlbridge's own sized by the registry's thread budget
+//! threads of dlbridge's own sized by the registry's thread budget
 //! (`DLBRIDGE_NUM_THREADS`; dlbridge-tch passes torch's thread count): see
 //! [`threads`]. Hot loops are compiled for the best instruction set the CPU has
 //! (SSE2 baseline, AVX2+FMA or AVX-512) through `pulp`'s runtime dispatch.
-//! Unsafe code lives in `matmul` (the `gemm` call) and `strided` (raw-pointer
-//! runs over validated strided views; its invariants open the module). Call [`link`] (the `dlbridge` facade does) so the linker keeps this
+//! Unsafe code lives in `matmul` (the `gemm` call), `strided` (raw-pointer
+//! runs over validated strided views; its invariants open the module) and
+//! `team` (a parallel loop's borrowed closure handed to helper threads). Call [`link`] (the `dlbridge` facade does) so the linker keeps this
 //! crate's registrations.
 #![deny(unsafe_code)]
 
@@ -40,6 +41,8 @@ pub mod num;
 pub mod reduce;
 #[allow(unsafe_code)]
 mod strided;
+#[allow(unsafe_code)]
+mod team;
 pub mod threads;
 
 /// Forces the linker to keep this crate (and so its `inventory` registrations).

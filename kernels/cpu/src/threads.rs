@@ -7,15 +7,20 @@
 //! dlbridge-tch passes torch's intra-op thread count). A budget of one thread
 //! runs the loop on the caller's thread and starts no pool at all.
 //!
-//! One pool per budget, built on first use and kept (a budget is a small
-//! number: the cores, or what torch was told); the caller waits while the
-//! pool works, so a loop uses exactly its budget of cores. Idle workers spin
-//! only briefly before they sleep (rayon's idle loop), so nothing keeps a core
-//! busy between calls.
+//! Elementwise maps and row loops ([`for_each_part`]) run statically on a
+//! team of `n - 1` helper threads (`dlbridge-N.i`) plus the caller, as OpenMP
+//! runs torch's loops; `gemm` and chunked reductions run on a rayon pool of
+//! `n` threads (`dlbridge-rayon-N.i`) while the caller waits. One team and one
+//! pool per budget, built on first use and kept (a budget is a small number:
+//! the cores, or what torch was told), so a loop uses exactly its budget of
+//! cores. Idle helpers spin for `team::SPIN` (300 us) and rayon's workers
+//! briefly before they sleep, so nothing keeps a core busy between calls.
 
 use std::sync::OnceLock;
 
 use rayon::prelude::*;
+
+use crate::team::Team;
 
 /// Budgets above this share the largest pool.
 const MAX_POOLS: usize = 64;
@@ -32,7 +37,7 @@ pub fn budget() -> usize {
 /// system refused to start its threads (the loop then runs on the caller).
 fn pool(n: usize) -> Option<&'static rayon::ThreadPool> {
     POOLS[n - 1]
-        .get_or_init(|| rayon::ThreadPoolBuilder::new().num_threads(n).thread_name(move |i| format!("dlbridge-{n}.{i}")).build().ok())
+        .get_or_init(|| rayon::ThreadPoolBuilder::new().num_threads(n).thread_name(move |i| format!("dlbridge-rayon-{n}.{i}")).build().ok())
         .as_ref()
 }
 
@@ -47,11 +52,36 @@ pub fn pool_for_call() -> Option<&'static rayon::ThreadPool> {
 }
 
 /// `f(0) .. f(parts - 1)`, split across the current call's budget of threads.
+///
+/// Statically, as OpenMP's static schedule (torch's `at::parallel_for`): the
+/// caller runs the first contiguous share of the parts and helper thread `i`
+/// of the budget's team the `i`-th, on every call, so each core finds in its
+/// own caches the share of a tensor it touched in the last call; the helpers
+/// spin for a moment between loops (then sleep), so back-to-back kernels do
+/// not wait for a thread to wake (see `team`). When the team is busy (another
+/// thread is running a loop on it), the parts go to the budget's rayon pool.
 pub fn for_each_part(parts: usize, f: impl Fn(usize) + Sync + Send) {
-    match pool_for_call() {
-        Some(p) if parts > 1 => p.install(|| (0..parts).into_par_iter().for_each(f)),
-        _ => (0..parts).for_each(f),
+    let n = budget();
+    if n == 1 || parts < 2 {
+        return (0..parts).for_each(f);
     }
+    let share = |i: usize| (parts * i / n..parts * (i + 1) / n).for_each(&f);
+    if let Some(t) = team(n)
+        && t.run(&share).is_ok()
+    {
+        return;
+    }
+    match pool(n) {
+        Some(p) => p.install(|| (0..parts).into_par_iter().for_each(&f)),
+        None => (0..parts).for_each(f),
+    }
+}
+
+static TEAMS: [OnceLock<Option<Team>>; MAX_POOLS] = [const { OnceLock::new() }; MAX_POOLS];
+
+/// The team for a budget of `n` threads (n >= 2): `n - 1` helpers, built on first use.
+fn team(n: usize) -> Option<&'static Team> {
+    TEAMS[n - 1].get_or_init(|| Team::new(n - 1)).as_ref()
 }
 
 /// `map` over `x` in chunks of `chunk` elements, the results combined with
