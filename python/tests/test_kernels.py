@@ -1,5 +1,9 @@
 """Calling registry kernels from Python on torch, NumPy, dlbridge.Array and buffers."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -133,3 +137,30 @@ def test_plugin_kernels_run_on_torch_and_numpy(c_plugin):
     assert out.shape == () and out == 5.0
     with pytest.raises(ValueError, match=r"c_sqrt: negative input -4 at index 0 \(plugin example-c\)"):
         dlbridge.get_kernel("c_sqrt")(torch.tensor([-4.0]))
+
+
+_FORK_CHILD = r"""
+import os, sys, numpy as np, dlbridge
+relu = dlbridge.get_kernel("relu")
+x = np.arange(1 << 20, dtype=np.float32).reshape(1024, 1024) - 1000.0
+want = np.maximum(x, 0)
+assert np.array_equal(relu(x), want)  # the parent's helper threads are running now
+pid = os.fork()
+if pid == 0:  # the child has the parent's team and pool, but none of their threads
+    ok = np.array_equal(relu(x), want) and np.array_equal(relu(x.T), want.T)
+    os._exit(0 if ok else 3)
+for _ in range(300):
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        sys.exit(os.waitstatus_to_exitcode(status))
+    __import__("time").sleep(0.1)
+os.kill(pid, 9)
+sys.exit("the forked child hung in a parallel kernel")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on this platform")
+def test_a_forked_child_runs_parallel_kernels_without_the_parents_threads():
+    env = dict(os.environ, DLBRIDGE_NUM_THREADS="2")
+    r = subprocess.run([sys.executable, "-c", _FORK_CHILD], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr

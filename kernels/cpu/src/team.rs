@@ -46,6 +46,8 @@ pub(crate) struct Team {
     state: Arc<State>,
     helpers: usize,
     busy: Mutex<()>,
+    /// The process that started the helpers: a forked child has none of them.
+    pid: u32,
 }
 
 impl Team {
@@ -66,7 +68,7 @@ impl Team {
             let s = state.clone();
             std::thread::Builder::new().name(format!("dlbridge-{}.{i}", helpers + 1)).spawn(move || helper(&s, i)).ok()?;
         }
-        Some(Team { state, helpers, busy: Mutex::new(()) })
+        Some(Team { state, helpers, busy: Mutex::new(()), pid: std::process::id() })
     }
 
     /// Runs `share(0)` on this thread and `share(1..=helpers)` on the helpers,
@@ -74,6 +76,10 @@ impl Team {
     /// is running a loop on this team. A panicking share panics here, after
     /// every share has finished.
     pub(crate) fn run(&self, share: &(dyn Fn(usize) + Sync)) -> Result<(), ()> {
+        // After fork() the child has this Team but not its threads: nothing would run the shares.
+        if self.pid != std::process::id() {
+            return Err(());
+        }
         let _busy = match self.busy.try_lock() {
             Ok(g) => g,
             Err(TryLockError::WouldBlock) => return Err(()),
@@ -86,6 +92,10 @@ impl Team {
         // keeps this call from returning or unwinding before the count is 0;
         // the job is cleared before `busy` is released.
         let job: Job = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), Job>(share) };
+        // From here on, leaving this function (even by unwinding) waits for the helpers.
+        let wait = Wait(s);
+        // A loop whose own share 0 panicked unwound past the check below: start clean.
+        s.panicked.store(false, Ordering::SeqCst);
         *s.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job);
         s.remaining.store(self.helpers, Ordering::SeqCst);
         s.generation.fetch_add(1, Ordering::SeqCst);
@@ -93,7 +103,6 @@ impl Team {
             let _g = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
-        let wait = Wait(s);
         share(0);
         drop(wait);
         if s.panicked.swap(false, Ordering::SeqCst) {
@@ -143,13 +152,23 @@ fn helper(s: &State, i: usize) {
             s.sleeping.fetch_sub(1, Ordering::SeqCst);
         }
         seen = s.generation.load(Ordering::Acquire);
+        // Counts this helper out when dropped, whatever happens below (even a
+        // panic payload whose own drop panics, which ends this thread).
+        let _out = CountOut(s);
         let job = *s.job.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(job) = job
             && catch_unwind(AssertUnwindSafe(|| job(i))).is_err()
         {
             s.panicked.store(true, Ordering::SeqCst);
         }
-        // The last use of the job: from here the caller may return.
-        s.remaining.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// The last use of the job by a helper: from its drop on, the caller may return.
+struct CountOut<'s>(&'s State);
+
+impl Drop for CountOut<'_> {
+    fn drop(&mut self) {
+        self.0.remaining.fetch_sub(1, Ordering::Release);
     }
 }

@@ -13,7 +13,7 @@
 //! `n` threads (`dlbridge-rayon-N.i`) while the caller waits. One team and one
 //! pool per budget, built on first use and kept (a budget is a small number:
 //! the cores, or what torch was told), so a loop uses exactly its budget of
-//! cores. Idle helpers spin for `team::SPIN` (300 us) and rayon's workers
+//! cores. Idle helpers spin for `team::SPIN` (30 us) and rayon's workers
 //! briefly before they sleep, so nothing keeps a core busy between calls.
 
 use std::sync::OnceLock;
@@ -25,7 +25,7 @@ use crate::team::Team;
 /// Budgets above this share the largest pool.
 const MAX_POOLS: usize = 64;
 
-static POOLS: [OnceLock<Option<rayon::ThreadPool>>; MAX_POOLS] = [const { OnceLock::new() }; MAX_POOLS];
+static POOLS: [OnceLock<Option<(rayon::ThreadPool, u32)>>; MAX_POOLS] = [const { OnceLock::new() }; MAX_POOLS];
 
 /// The threads the current call may use (at least 1).
 #[inline]
@@ -34,11 +34,17 @@ pub fn budget() -> usize {
 }
 
 /// The pool for `n` threads (n >= 2), built on first use; None if the
-/// system refused to start its threads (the loop then runs on the caller).
+/// system refused to start its threads, or in a child forked after the pool
+/// started (whose threads the child does not have): the loop then runs on the caller.
 fn pool(n: usize) -> Option<&'static rayon::ThreadPool> {
     POOLS[n - 1]
-        .get_or_init(|| rayon::ThreadPoolBuilder::new().num_threads(n).thread_name(move |i| format!("dlbridge-rayon-{n}.{i}")).build().ok())
+        .get_or_init(|| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(n).thread_name(move |i| format!("dlbridge-rayon-{n}.{i}")).build().ok();
+            pool.map(|p| (p, std::process::id()))
+        })
         .as_ref()
+        .filter(|(_, pid)| *pid == std::process::id())
+        .map(|(p, _)| p)
 }
 
 /// The pool for the current call's budget of threads; None for a budget of
@@ -59,7 +65,8 @@ pub fn pool_for_call() -> Option<&'static rayon::ThreadPool> {
 /// own caches the share of a tensor it touched in the last call; the helpers
 /// spin for a moment between loops (then sleep), so back-to-back kernels do
 /// not wait for a thread to wake (see `team`). When the team is busy (another
-/// thread is running a loop on it), the parts go to the budget's rayon pool.
+/// thread is running a loop on it), the parts go to the budget's rayon pool;
+/// in a child forked after the threads started, they run on the caller.
 pub fn for_each_part(parts: usize, f: impl Fn(usize) + Sync + Send) {
     let n = budget();
     if n == 1 || parts < 2 {
