@@ -42,7 +42,7 @@ mod scalar;
 use std::fmt;
 use std::sync::Arc;
 
-use dlbridge_core::layout::{Extent, MAX_NDIM, check_layout, contiguous_strides, is_contiguous};
+use dlbridge_core::layout::{Extent, MAX_NDIM, check_layout, check_permutation, contiguous_strides, is_contiguous};
 use dlbridge_core::{DType, DTypeCode, Device, Element, Error, Flags, ManagedTensor, Result, TensorDesc, TensorView, TensorViewMut};
 use smallvec::SmallVec;
 
@@ -358,15 +358,10 @@ impl Array {
 
     /// Reorders the dimensions (a view): output dim `i` is input dim `perm[i]`.
     pub fn permute(&self, perm: &[usize]) -> Result<Array> {
-        let n = self.ndim();
-        let bad = || Error::InvalidArgument(format!("permute({perm:?}) is not a permutation of {n} dims"));
-        let mut seen = [false; MAX_NDIM];
-        if perm.len() != n || perm.iter().any(|&p| seen.get_mut(p).filter(|_| p < n).is_none_or(|s| std::mem::replace(s, true))) {
-            return Err(bad());
-        }
+        check_permutation(perm, self.ndim())?;
         let mut out = self.clone();
-        out.shape = perm.iter().map(|&p| self.shape.get(p).copied().ok_or_else(bad)).collect::<Result<_>>()?;
-        out.strides = perm.iter().map(|&p| self.strides.get(p).copied().ok_or_else(bad)).collect::<Result<_>>()?;
+        out.shape = perm.iter().map(|&p| self.shape[p]).collect();
+        out.strides = perm.iter().map(|&p| self.strides[p]).collect();
         Ok(out)
     }
 

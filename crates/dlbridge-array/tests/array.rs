@@ -198,3 +198,14 @@ fn select_drops_the_dim_and_shares_memory() {
         a.check().unwrap();
     }
 }
+
+#[test]
+fn permute_refuses_what_is_not_a_permutation_with_the_core_message() {
+    let a = Array::zeros(DType::F32, &[2, 3, 4]).unwrap();
+    let p = a.permute(&[2, 0, 1]).unwrap();
+    assert_eq!((p.shape(), p.strides()), (&[4i64, 2, 3][..], &[1i64, 12, 4][..]));
+    for bad in [&[0usize, 1][..], &[0, 1, 1], &[0, 1, 3], &[0, 1, 2, 3]] {
+        let e = a.permute(bad).unwrap_err();
+        assert_eq!(e.to_string(), format!("permute({bad:?}) is not a permutation of 3 dims"));
+    }
+}

@@ -46,6 +46,16 @@ pub fn contiguous_strides(shape: &[i64]) -> Result<smallvec::SmallVec<[i64; 6]>>
     Ok(strides)
 }
 
+/// Checks that `axes` is a permutation of `0..ndim` (the argument of a
+/// permute: NumPy's `transpose`, torch's `permute`).
+pub fn check_permutation(axes: &[usize], ndim: usize) -> Result<()> {
+    let mut seen = [false; MAX_NDIM];
+    if axes.len() != ndim || ndim > MAX_NDIM || axes.iter().any(|&a| a >= ndim || std::mem::replace(&mut seen[a], true)) {
+        return Err(Error::InvalidArgument(format!("permute({axes:?}) is not a permutation of {ndim} dims")));
+    }
+    Ok(())
+}
+
 /// Validates a tensor's shape, strides, dtype and data address.
 ///
 /// * every dim is `>= 0`; the element count and the byte extent are computed

@@ -26,7 +26,7 @@ use crate::Flags;
 use crate::device::Device;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::layout::{MAX_NDIM, contiguous_strides};
+use crate::layout::{MAX_NDIM, check_permutation, contiguous_strides};
 use crate::raw::view_from_dltensor;
 use crate::view::{TensorView, TensorViewMut};
 
@@ -301,11 +301,7 @@ impl ManagedTensor {
     /// This tensor lives inside the result, and its deleter runs when the
     /// result's does; the flags (READ_ONLY included) carry over.
     pub fn permute(self, axes: &[usize]) -> Result<ManagedTensor> {
-        let n = self.view.ndim();
-        let mut seen = [false; MAX_NDIM];
-        if axes.len() != n || axes.iter().any(|&a| a >= n || std::mem::replace(&mut seen[a], true)) {
-            return Err(Error::InvalidArgument(format!("permute({axes:?}) is not a permutation of {n} dims")));
-        }
+        check_permutation(axes, self.view.ndim())?;
         let shape: SmallVec<[i64; 6]> = axes.iter().map(|&a| self.view.shape()[a]).collect();
         let strides: SmallVec<[i64; 6]> = axes.iter().map(|&a| self.view.strides()[a]).collect();
         let desc = TensorDesc {

@@ -744,7 +744,7 @@ fn memory_order(sig: &Signature, rest: usize, shape: &[i64], args: &[Arg<'_>]) -
     }
     // torch's fast path: inputs of the output's shape, all contiguous (size-1
     // dims aside), make a row-major output (`x.t()` of a [1, n] is contiguous).
-    if inputs.iter().all(|&(s, st)| s == shape && is_row_major(s, st)) {
+    if inputs.iter().all(|&(s, st)| s == shape && dlbridge_core::layout::is_contiguous(s, st)) {
         return SmallVec::new();
     }
     // |stride| of output dim `d` in `input`, or None where it tells nothing:
@@ -784,20 +784,6 @@ fn memory_order(sig: &Signature, rest: usize, shape: &[i64], args: &[Arg<'_>]) -
     }
     perm.reverse();
     if perm.iter().enumerate().all(|(k, &d)| k == d) { SmallVec::new() } else { perm }
-}
-
-/// Row-major contiguous, size-1 dims aside (torch's `is_contiguous`).
-fn is_row_major(shape: &[i64], strides: &[i64]) -> bool {
-    let mut expect = 1i64;
-    for (&n, &s) in shape.iter().zip(strides).rev() {
-        if n != 1 {
-            if s != expect {
-                return false;
-            }
-            expect = expect.saturating_mul(n);
-        }
-    }
-    true
 }
 
 fn unbound(sig: &Signature, what: &str) -> Error {
