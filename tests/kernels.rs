@@ -339,11 +339,20 @@ fn elementwise_outputs_follow_the_inputs_memory_order_as_numpy_and_torch_do() {
     let y = run("relu", &mut [ArrayArg::In(&f)]).remove(0);
     assert_eq!(y.strides(), t.strides());
     assert_eq!(y.to_vec::<f32>().unwrap(), f.to_vec::<f32>().unwrap().iter().map(|v| v.max(0.0)).collect::<Vec<_>>());
-    // Not elementwise (an explicit last dim), and `copy`, whose job is a contiguous copy: row-major.
-    for name in ["softmax", "copy"] {
-        let y = run(name, &mut [ArrayArg::In(&t)]).remove(0);
-        assert_eq!(y.strides(), row_major(&[6, 4]), "{name}");
+    // An output shaped like its input (softmax's `[...B, N]`) follows it too, with the
+    // values of the contiguous case; `copy`, whose job is a contiguous copy, is row-major;
+    // matmul's output, shaped like no input, is row-major.
+    let y = run("softmax", &mut [ArrayArg::In(&t)]).remove(0);
+    assert_eq!(y.strides(), t.strides());
+    let want = run("softmax", &mut [ArrayArg::In(&c)]).remove(0);
+    assert_eq!(want.strides(), row_major(&[6, 4]));
+    for (g, w) in y.to_vec::<f32>().unwrap().iter().zip(want.to_vec::<f32>().unwrap()) {
+        assert!((g - w).abs() <= 1e-6 * w.abs().max(1e-30), "{g} vs {w}");
     }
+    let y = run("copy", &mut [ArrayArg::In(&t)]).remove(0);
+    assert_eq!(y.strides(), row_major(&[6, 4]));
+    let y = run("matmul", &mut [ArrayArg::In(&t), ArrayArg::In(&base)]).remove(0);
+    assert_eq!(y.strides(), row_major(&[6, 6]));
     // What an adapter is told to allocate.
     let add = get_kernel("add").unwrap();
     let spec = add.prepare_outputs(&[dlbridge::Arg::Tensor(p.view()), dlbridge::Arg::Tensor(p.view())]).unwrap().remove(0);
@@ -411,4 +420,30 @@ proptest! {
         let expect: Vec<f64> = a.to_vec::<f64>().unwrap().iter().zip(b.to_vec::<f64>().unwrap()).map(|(x, y)| x + y).collect();
         prop_assert_eq!(out[0].to_vec::<f64>().unwrap(), expect);
     }
+}
+
+#[test]
+fn softmax_of_a_transposed_input_treats_nan_and_infinities_as_the_contiguous_case_does() {
+    // Logical [8, 5] rows of x.t(): row 0 holds a NaN, row 1 +inf, row 2 is all
+    // -inf, row 3 has one -inf among finite values, the others are finite.
+    let mut v = ramp(40, 0.01);
+    let at = |r: usize, k: usize| k * 8 + r; // element (r, k) of the transpose of a [5, 8]
+    v[at(0, 2)] = f32::NAN;
+    v[at(1, 4)] = f32::INFINITY;
+    for k in 0..5 {
+        v[at(2, k)] = f32::NEG_INFINITY;
+    }
+    v[at(3, 1)] = f32::NEG_INFINITY;
+    let t = arr(&v, &[5, 8]).t().unwrap();
+    let y = run("softmax", &mut [ArrayArg::In(&t)]).remove(0);
+    assert_eq!(y.strides(), t.strides(), "the output follows the input");
+    let want = run("softmax", &mut [ArrayArg::In(&t.contiguous().unwrap())]).remove(0).to_vec::<f32>().unwrap();
+    let got = y.to_vec::<f32>().unwrap();
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g.is_nan(), w.is_nan(), "element {i}: {g} vs {w}");
+        assert!(g.is_nan() || (g - w).abs() <= 1e-6, "element {i}: {g} vs {w}");
+    }
+    assert!(got[..15].iter().all(|v| v.is_nan()), "rows 0-2 are NaN: {:?}", &got[..15]);
+    assert_eq!(got[16], 0.0, "e^-inf is 0");
+    assert!(got[15..].iter().all(|v| !v.is_nan()));
 }

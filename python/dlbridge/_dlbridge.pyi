@@ -178,8 +178,9 @@ class Kernel:
     def devices(self) -> list[str]: ...
     @property
     def outputs_follow_inputs(self) -> bool:
-        """Whether an output whose dims are exactly the inputs' ``...S`` group is allocated
-        in the inputs' memory order (NumPy's ``order='K'``); False: always row-major."""
+        """Whether an output whose dims are exactly an input's (``...S``, ``...B, N``) is
+        allocated in the memory order of the inputs shaped like it (NumPy's ``order='K'``);
+        False: always row-major."""
     @property
     def params(self) -> list[Param]:
         """The inputs in call order."""

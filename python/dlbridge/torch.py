@@ -252,16 +252,9 @@ class _Binder:
         return _TORCH_DTYPES[o.dtype] if o.dtype in _TORCH_DTYPES else self.types[o.dtype][0]
 
 
-def _pack_only(dims: Sequence[Any]) -> str | None:
-    """The pack a tensor's dims consist of alone (``T[...S]``, ``T[*S]``), else None."""
-    if len(dims) == 1 and isinstance(dims[0], str) and dims[0][:1] in ("*", "."):
-        return dims[0]
-    return None
-
-
 def _memory_order(shape: Sequence[Any], inputs: Sequence[torch.Tensor]) -> list[int] | None:
-    """The memory order (outermost dim first) the registry gives an elementwise
-    output of ``shape`` whose inputs are ``inputs``, or None for row-major: the
+    """The memory order (outermost dim first) the registry gives an output of
+    ``shape`` shaped like ``inputs`` (elementwise, softmax), or None for row-major: the
     same rule as the Rust side's (torch's TensorIterator: all contiguous inputs
     of the output's shape give a row-major output, else ``reorder_dimensions``,
     where a dim an input broadcasts, or has a zero stride in, tells nothing)."""
@@ -327,11 +320,11 @@ def fake_of(kernel: Any) -> Callable[..., Any]:
         outs = []
         for o in outputs:
             shape = b.output_shape(o)
-            pack = _pack_only(o.dims)
-            # An elementwise output follows its inputs' memory order, as the kernel's does.
+            # An output shaped like inputs (an elementwise one, softmax's) follows their
+            # memory order, as the kernel's does.
             order = None
-            if pack is not None and k.outputs_follow_inputs:
-                order = _memory_order(shape, [a for p, a in zip(params, args) if p.kind == "tensor" and _pack_only(p.dims) == pack])
+            if k.outputs_follow_inputs:
+                order = _memory_order(shape, [a for p, a in zip(params, args) if p.kind == "tensor" and list(p.dims) == list(o.dims)])
             outs.append(_empty(shape, b.output_dtype(o), device, order))
         return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)
 
@@ -370,7 +363,8 @@ def _explain_fake(k: dlbridge.Kernel) -> str:
         lines.append(f"  {p.name}: {p.annotation} ({'; '.join(what) or 'any tensor'})")
     for o in k.outputs:
         shape = "[" + ", ".join(str(d).lstrip("*") for d in o.dims) + "]"
-        order = ", in the inputs' memory order" if _pack_only(o.dims) and k.outputs_follow_inputs else ""
+        alike = any(p.kind == "tensor" and list(p.dims) == list(o.dims) for p in k.params)
+        order = ", in the memory order of the inputs shaped like it" if alike and k.outputs_follow_inputs else ""
         lines.append(f"  returns {o.name}: empty {shape} of dtype {o.dtype}, on the inputs' device{order}")
     if not k.outputs:
         lines.append("  returns nothing (the kernel writes its mut inputs)")

@@ -109,10 +109,20 @@ def test_bf16_torch_and_the_array_fallback_follow_too():
     torch.testing.assert_close(gelu(x), torch.nn.functional.gelu(x), atol=2e-2, rtol=2e-2)
 
 
-def test_not_elementwise_and_copy_stay_row_major():
-    x = torch.randn(6, 4).t()
-    assert dlbridge.get_kernel("softmax")(x).is_contiguous()
+def test_softmax_follows_its_input_and_copy_and_matmul_stay_row_major():
+    # softmax's output is shaped like its input ([...B, N]): it follows it, with
+    # torch's values (torch's own softmax returns a row-major result); matmul's
+    # output is shaped like no input.
+    x = torch.randn(300, 70).t()
+    y = dlbridge.get_kernel("softmax")(x)
+    assert y.stride() == x.stride() == (1, 70)
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+    z = torch.randn(4, 300, 70, dtype=torch.bfloat16).transpose(1, 2)
+    y = dlbridge.get_kernel("softmax")(z)
+    assert y.stride() == z.stride()
+    torch.testing.assert_close(y, torch.softmax(z, -1), atol=1e-2, rtol=1e-2)
     assert dlbridge.get_kernel("copy")(x).is_contiguous()
+    assert dlbridge.get_kernel("matmul")(x, torch.randn(300, 5).t().contiguous().t()).is_contiguous()
     assert not dlbridge.get_kernel("copy").outputs_follow_inputs
     assert add.outputs_follow_inputs and relu.outputs_follow_inputs
 

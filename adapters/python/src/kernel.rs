@@ -426,9 +426,10 @@ impl PyKernel {
     fn devices(&self) -> Vec<String> {
         self.kernel.devices().map(|d| d.to_string()).collect()
     }
-    /// Whether an output whose dims are exactly the inputs' `...S` group is
-    /// allocated in the inputs' memory order (NumPy's `order='K'`, torch's
-    /// TensorIterator); False for kernels whose outputs are always row-major.
+    /// Whether an output whose dims are exactly an input's (`...S`, `...B, N`)
+    /// is allocated in the memory order of the inputs shaped like it (NumPy's
+    /// `order='K'`, torch's TensorIterator); False for kernels whose outputs
+    /// are always row-major.
     #[getter]
     fn outputs_follow_inputs(&self) -> bool {
         self.kernel.opts().outputs_follow_inputs()

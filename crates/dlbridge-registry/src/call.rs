@@ -61,9 +61,9 @@ pub struct OutputSpec {
     /// Device to allocate on (the inputs' device).
     pub device: Device,
     /// The order of the dims in memory, outermost first (a permutation of
-    /// `0..shape.len()`); empty for row-major. An elementwise output (dims that
-    /// are exactly one `...` group the inputs share) follows the inputs' memory
-    /// order, as NumPy's ufuncs (`order='K'`) and torch's TensorIterator lay out
+    /// `0..shape.len()`); empty for row-major. An output whose dims are exactly
+    /// an input's (an elementwise `...S`, softmax's `...B, N`) follows the memory
+    /// order of the inputs shaped like it, as NumPy's ufuncs (`order='K'`) and torch's TensorIterator lay out
     /// theirs: `add(x.t(), x.t())` is then a pass over memory in order, not a
     /// transpose. An allocator allocates [`OutputSpec::memory_shape`] row-major
     /// and permutes it by [`OutputSpec::axes`]; one that allocates row-major
@@ -681,8 +681,8 @@ fn output_arity_error(sig: &Signature, got: usize) -> Error {
 }
 
 /// Shapes, dtypes and devices of every output, from bound inputs alone
-/// (Tensor Comprehensions' prepareOutputs step). `follow_inputs`: elementwise
-/// outputs take the inputs' memory order (see [`OutputSpec::order`]); a
+/// (Tensor Comprehensions' prepareOutputs step). `follow_inputs`: outputs
+/// shaped like inputs take their memory order (see [`OutputSpec::order`]); a
 /// kernel that takes only contiguous tensors gets row-major ones.
 pub fn output_specs(sig: &Signature, b: &Bindings, args: &[Arg<'_>], follow_inputs: bool) -> Result<SmallVec<[OutputSpec; 2]>> {
     let device = b.device().unwrap_or(Device::CPU);
@@ -701,18 +701,16 @@ pub fn output_specs(sig: &Signature, b: &Bindings, args: &[Arg<'_>], follow_inpu
                 Dim::Rest(r) => shape.extend_from_slice(b.rest(r, args).ok_or_else(|| unbound(sig, &sig.rests[r]))?),
             }
         }
-        let order = match t.dims.as_slice() {
-            [Dim::Rest(r)] if follow_inputs && shape.len() > 1 => memory_order(sig, *r, &shape, args),
-            _ => SmallVec::new(),
-        };
+        let order = if follow_inputs && shape.len() > 1 { memory_order(sig, &t.dims, &shape, args) } else { SmallVec::new() };
         specs.push(OutputSpec { name: p.name.clone(), shape, dtype, device, order });
     }
     Ok(specs)
 }
 
 /// The memory order (outermost dim first) of an output of `shape` whose dims
-/// are exactly the group `...rest`, from the inputs whose dims are exactly that
-/// group too; empty when that is row-major. The rule is torch's
+/// are `dims` (`[...S]` for an elementwise kernel, `[...B, N]` for softmax), from
+/// the inputs whose dims are exactly those too; empty when that is row-major
+/// (so is an output shaped like no input, e.g. matmul's). The rule is torch's
 /// TensorIterator's (`reorder_dimensions`), on absolute strides as NumPy's
 /// `order='K'`: dims are sorted from inner to outer by an insertion sort
 /// whose comparison asks the inputs in argument order, the first one that
@@ -723,14 +721,14 @@ pub fn output_specs(sig: &Signature, b: &Bindings, args: &[Arg<'_>], follow_inpu
 /// dims aside) give a row-major output at once. So `relu(x.t())`
 /// and `add(x.t(), x.t())` come out with `x.t()`'s strides, `add(x, b)` with a
 /// broadcast bias row-major, `add(x, y.t())` row-major (the first input decides).
-fn memory_order(sig: &Signature, rest: usize, shape: &[i64], args: &[Arg<'_>]) -> SmallVec<[usize; 6]> {
+fn memory_order(sig: &Signature, dims: &[Dim], shape: &[i64], args: &[Arg<'_>]) -> SmallVec<[usize; 6]> {
     let n = shape.len();
-    // (shape, strides) of each input that follows the group, aligned to the
+    // (shape, strides) of each input with the output's dims, aligned to the
     // output's trailing dims (a shorter input broadcasts from the left).
     let mut inputs: SmallVec<[(&[i64], &[i64]); 4]> = SmallVec::new();
     for (p, a) in sig.params.iter().zip(args) {
         let Some(t) = p.tensor() else { continue };
-        if !matches!(t.dims.as_slice(), [Dim::Rest(r)] if *r == rest) {
+        if t.dims.as_slice() != dims {
             continue;
         }
         let v = match a {

@@ -58,7 +58,7 @@ pub struct KernelOpts {
     pub contiguous: bool,
     /// Outputs the caller did not give are allocated row-major, whatever the
     /// inputs' layout (a kernel whose job is a contiguous copy). Otherwise an
-    /// elementwise output follows the inputs' memory order ([`OutputSpec::order`](crate::OutputSpec::order)).
+    /// output shaped like inputs follows their memory order ([`OutputSpec::order`](crate::OutputSpec::order)).
     pub row_major_outputs: bool,
 }
 
@@ -68,7 +68,7 @@ impl KernelOpts {
     /// Outputs may be exactly an input (elementwise kernels).
     pub const ELEMENTWISE: KernelOpts = KernelOpts { alias_outputs: true, contiguous: false, row_major_outputs: false };
 
-    /// Whether elementwise outputs follow the inputs' memory order.
+    /// Whether outputs shaped like inputs follow their memory order.
     #[inline]
     pub fn outputs_follow_inputs(&self) -> bool {
         !self.contiguous && !self.row_major_outputs

@@ -88,7 +88,7 @@ def main():
                 contiguous = median_of(f"{name}/{dt}", "contiguous", f"t{n}")
                 for lay in LAYOUTS:
                     if f"{name}/{dt}/{lay}" not in theirs:
-                        continue  # into_contiguous: elementwise kernels only
+                        continue  # into_contiguous: kernels whose outputs follow their inputs only
                     t = median_of(f"{name}/{dt}", lay, f"t{n}")
                     th = theirs[f"{name}/{dt}/{lay}"]
                     label = f"{name}/{dt}/{lay}"

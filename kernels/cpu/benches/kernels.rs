@@ -9,11 +9,11 @@
 //!
 //! Layouts, for an operand of logical shape 4096x1024 (the output is laid out
 //! as the adapters allocate it: `Kernel::prepare_outputs`' memory order, so an
-//! elementwise output follows its operands, NumPy's `order='K'`; every buffer
+//! elementwise or softmax output follows its operands, NumPy's `order='K'`; every buffer
 //! starts 64-byte aligned, as torch's do):
 //! * `contiguous`: row-major;
 //! * `transposed`: the `.t()` of a contiguous 1024x4096 (strides `[1, 4096]`);
-//! * `into_contiguous` (add, relu, gelu): the same operands written into a
+//! * `into_contiguous` (add, relu, gelu, softmax): the same operands written into a
 //!   given row-major output (`out=`): a transpose;
 //! * `broadcast`: one 1024-row expanded to 4096 rows (strides `[0, 1]`); for
 //!   `add` only the second operand is broadcast (a bias), the first is contiguous;
@@ -118,9 +118,10 @@ fn bench_dtype<T: Element>(c: &mut Criterion, dtype: &str, conv: fn(f32) -> T) {
         let k = reg.get(name).unwrap();
         let mut g = c.benchmark_group(format!("{name}/{dtype}"));
         g.throughput(Throughput::Elements((R * C) as u64));
-        let elementwise = matches!(name, "add" | "relu" | "gelu");
+        // Kernels whose output follows the input's layout (the rest are row-major).
+        let follows = matches!(name, "add" | "relu" | "gelu" | "softmax");
         for layout in LAYOUTS {
-            if layout == "into_contiguous" && !elementwise {
+            if layout == "into_contiguous" && !follows {
                 continue; // the same as `transposed`: these outputs are row-major anyway
             }
             let x = Operand::new(layout, conv);

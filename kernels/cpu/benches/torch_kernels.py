@@ -9,7 +9,7 @@ as the criterion bench writes into the layout dlbridge's adapters allocate (the
 same rule); the second column is the plain functional call, allocation
 included. Layouts of the 4096x1024 operand are those of benches/kernels.rs:
 contiguous, transposed (``.t()`` of a 1024x4096), into_contiguous (add, relu,
-gelu: transposed operands, a given row-major output: a transpose), broadcast
+gelu, softmax: transposed operands, a given row-major output: a transpose), broadcast
 (one row expanded; for add only
 the second operand, a bias), sliced (``base[::2, 256:1280]`` of 8192x2048),
 flipped (``base.flip(0, 1)`` -- torch has no negative strides, so this row
@@ -75,14 +75,10 @@ def cases(dtype):
         yield "relu", layout, (lambda x=x, o=_out(f, layout, dtype): torch.clamp_min(x, 0, out=o)), f
         f = lambda x=x: torch.nn.functional.gelu(x)  # noqa: E731
         yield "gelu", layout, (lambda x=x, o=_out(f, layout, dtype): torch._C._nn.gelu(x, out=o)), f
+        f = lambda x=x: torch.softmax(x, -1)  # noqa: E731
+        yield "softmax", layout, (lambda x=x, o=_out(f, layout, dtype): torch.ops.aten._softmax.out(x, -1, False, out=o)), f
         if layout == "into_contiguous":
-            continue  # the rest have row-major outputs: the same as `transposed`
-        yield (
-            "softmax",
-            layout,
-            (lambda x=x, o=o: torch.ops.aten._softmax.out(x, -1, False, out=o)),
-            (lambda x=x: torch.softmax(x, -1)),
-        )
+            continue  # sum and mean have row-major outputs: the same as `transposed`
         yield "sum", layout, (lambda x=x, r=r: torch.sum(x, -1, out=r)), (lambda x=x: x.sum(-1))
         yield "mean", layout, (lambda x=x, r=r: torch.mean(x, -1, out=r)), (lambda x=x: x.mean(-1))
 

@@ -33,7 +33,7 @@ use dlbridge_registry::{Call, KernelOpts, register_kernel};
 
 use crate::elementwise::PAR_MIN;
 use crate::num::{Compute, Real, Scalar};
-use crate::strided::{COL_BLOCK, Cols, ROW_BLOCK, RowKernel, as_u32_pairs, map_rows};
+use crate::strided::{COL_BLOCK, Cols, ColsMut, ROW_BLOCK, RowKernel, as_u32_pairs, map_rows};
 
 /// Elements that can be summed: in lanes of type `L`, block totals in `A`.
 pub trait Summable: Scalar {
@@ -590,6 +590,72 @@ where
     #[inline(always)]
     fn row<V: pulp::Simd>(&self, _: V, x: &[T], _: usize, y: &mut [T], tmp: &mut [T::C]) {
         softmax_row(x, y, tmp)
+    }
+    const COLS_FULL: bool = true;
+    fn cols_full_scratch(n: usize, w: usize) -> usize {
+        if size_of::<T>() == size_of::<T::C>() { 2 * w } else { w * (n + 2) }
+    }
+    /// [`softmax_row`] on a block of a transposed input's rows, vectorised
+    /// across the rows (each element of the block's rows is one contiguous
+    /// run): their maxes, then e^(x - max) with the sums (into the output
+    /// itself for f32 and f64, else an f32 scratch), then the scaled output,
+    /// one run at a time. A block's runs stay in cache between the passes, so
+    /// the input is read from memory once and the output written once, in
+    /// runs, where a row-major output would make every call a transpose.
+    #[inline(always)]
+    fn cols_full<V: pulp::Simd>(&self, _: V, c: &Cols<'_, T>, y: &mut ColsMut<'_, T>, scratch: &mut [T::C]) {
+        let (n, w) = (c.n(), c.width());
+        let (m, rest) = scratch.split_at_mut(w);
+        let (s, tmp) = rest.split_at_mut(w);
+        m.fill(<T::C as Compute>::NEG_INF);
+        s.fill(<T::C as Compute>::ZERO);
+        // As in softmax_row: a NaN is skipped by the max and makes its row NaN below.
+        for k in 0..n {
+            c.prefetch(k + 8);
+            for (m, &x) in m.iter_mut().zip(c.col(k)) {
+                let v = x.up();
+                *m = if v > *m { v } else { *m };
+            }
+        }
+        if size_of::<T>() == size_of::<T::C>() {
+            // f32 and f64 (math in their own type, so the output can hold e^(x - max)
+            // exactly): the output is the scratch, and stays in cache for the scaling
+            // (4096x1024 f32, transposed: 1.6-2.0 ms against 2.0-2.5 through an f32 scratch).
+            for k in 0..n {
+                y.prefetch(k + 8);
+                for ((y, s), (&x, &m)) in y.col_mut(k).iter_mut().zip(s.iter_mut()).zip(c.col(k).iter().zip(m.iter())) {
+                    let e = (x.up() - m).exp();
+                    *y = T::down(e);
+                    *s = *s + e;
+                }
+            }
+            for v in s.iter_mut() {
+                *v = <T::C as Compute>::ONE / *v;
+            }
+            for k in 0..n {
+                for (y, &s) in y.col_mut(k).iter_mut().zip(s.iter()) {
+                    *y = T::down(y.up() * s);
+                }
+            }
+            return;
+        }
+        let tmp = &mut tmp[..n * w];
+        for (k, t) in tmp.chunks_exact_mut(w).enumerate() {
+            for ((t, s), (&x, &m)) in t.iter_mut().zip(s.iter_mut()).zip(c.col(k).iter().zip(m.iter())) {
+                let e = (x.up() - m).exp();
+                *t = e;
+                *s = *s + e;
+            }
+        }
+        for v in s.iter_mut() {
+            *v = <T::C as Compute>::ONE / *v;
+        }
+        for (k, t) in tmp.chunks_exact(w).enumerate() {
+            y.prefetch(k + 8);
+            for ((y, &t), &s) in y.col_mut(k).iter_mut().zip(t).zip(s.iter()) {
+                *y = T::down(t * s);
+            }
+        }
     }
 }
 

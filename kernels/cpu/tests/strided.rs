@@ -334,13 +334,17 @@ fn shifted(l: Layout, extra: usize) -> Layout {
 /// has stride 1): sum and mean add whole blocks of rows at once (full blocks
 /// of 1024 rows -- `COL_BLOCK` -- and partial ones, widths that leave rows past
 /// the last whole vector, odd numbers of runs after the 32-run chunks, across
-/// outer batch dims and thread splits), softmax
-/// gathers row blocks with register transposes. bf16 at odd and even offsets
+/// outer batch dims and thread splits); softmax into a row-major output
+/// gathers row blocks with register transposes, and into an output laid out
+/// as its input (what the adapters allocate) computes whole blocks of rows
+/// across the rows (`cols_full`), but for rows too long for 8 to a block
+/// (`[20, 9000]`), which take the gathering path. bf16 at odd and even offsets
 /// (the word-pair sums need 4-byte alignment, else take the generic path).
 #[test]
 fn reductions_over_transposed_inputs_match_the_reference_in_full_and_partial_blocks() {
     // (shape, perm): perm puts the innermost batch dim last in memory (stride 1).
-    let cases: [(&[i64], &[usize]); 7] = [
+    let cases: [(&[i64], &[usize]); 8] = [
+        (&[20, 9000], &[1, 0]),
         (&[2100, 37], &[1, 0]),
         (&[2, 1030, 35], &[0, 2, 1]),
         (&[130, 70], &[1, 0]),
@@ -365,6 +369,12 @@ fn reductions_over_transposed_inputs_match_the_reference_in_full_and_partial_blo
         let lr2 = Layout::new(b, &(0..b.len()).collect::<Vec<_>>(), &vec![-2i64; b.len()]);
         check_rows::<f32>(shape, &lx, &lo, &lr2, seed);
         check_rows::<bf16>(shape, &lx, &lo, &lr2, seed);
+        // The output laid out as the input (the rows of a block adjacent in both).
+        let lxo = Layout::new(shape, perm, &ones);
+        check_rows::<f32>(shape, &lx, &lxo, &lr, seed);
+        check_rows::<f64>(shape, &lx, &lxo, &lr, seed);
+        check_rows::<bf16>(shape, &lx, &lxo, &lr, seed);
+        check_rows::<bf16>(shape, &shifted(lx.clone(), 1), &shifted(lxo.clone(), 1), &lr, seed);
     }
 }
 

@@ -85,8 +85,8 @@ typedef struct {
 /* Kernel flags. */
 #define DLBRIDGE_KERNEL_ALIAS_OUTPUTS 1u /* an output may be exactly an input (in-place elementwise) */
 #define DLBRIDGE_KERNEL_CONTIGUOUS 2u    /* refuse non-contiguous tensors */
-/* allocate outputs row-major; without it, an output whose dims are exactly the inputs'
-   `...S` group follows their memory order (NumPy's order='K') */
+/* allocate outputs row-major; without it, an output whose dims are exactly an input's
+   (`...S`, `...B, N`) follows the memory order of the inputs shaped like it (NumPy's order='K') */
 #define DLBRIDGE_KERNEL_ROW_MAJOR_OUTPUTS 4u
 
 /* One scalar argument; which member is valid follows the signature. */
