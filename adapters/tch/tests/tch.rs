@@ -133,9 +133,14 @@ fn elementwise_outputs_allocated_by_tch_follow_the_inputs_layout_as_torch_does()
     let y = call(&reg.get("relu").unwrap(), &[&p], &[]).unwrap().remove(0);
     assert_eq!(y.stride(), p.relu().stride());
     assert!(y.equal(&p.relu()));
-    // Not elementwise: softmax's output is row-major, as torch's.
+    // softmax's output is shaped like its input, so it follows it too (torch's own
+    // softmax is row-major; the values are the same); matmul's is row-major.
     let s = call(&reg.get("softmax").unwrap(), &[&x], &[]).unwrap().remove(0);
-    assert_eq!(s.stride(), [4, 1]);
+    assert_eq!(s.stride(), [1, 6]);
+    let want = x.softmax(-1, Kind::Float);
+    assert!((&s - &want).abs().max().double_value(&[]) < 1e-6);
+    let m = call(&reg.get("matmul").unwrap(), &[&x, &x.tr()], &[]).unwrap().remove(0);
+    assert_eq!(m.stride(), [6, 1]);
 }
 
 #[test]
