@@ -186,16 +186,17 @@ fn numpy_dtype(d: DType) -> Option<&'static str> {
 }
 
 impl PyKernel {
-    /// Binds `args` (and `out=`) to the kernel's parameters.
+    /// Binds `args` (and `out=`) to the kernel's parameters, into `call` (an
+    /// empty binding of this kernel: it is filled where it lives, never moved).
     #[inline(always)]
-    fn bind<'py, I>(&self, py: Python<'py>, args: I, out: Option<&Bound<'py, PyAny>>) -> PyResult<Call<'_, 'py>>
+    fn bind<'py, I>(&self, py: Python<'py>, args: I, out: Option<&Bound<'py, PyAny>>, call: &mut Call<'_, 'py>) -> PyResult<()>
     where
         I: ExactSizeIterator<Item = Bound<'py, PyAny>>,
     {
         let k: &Kernel = &self.kernel;
         let mut objects = Objects { py };
-        let b = match out.filter(|o| !o.is_none()) {
-            None => k.bind(&mut objects, args),
+        match out.filter(|o| !o.is_none()) {
+            None => Ok(k.bind_into(&mut objects, args, call)?),
             Some(o) => {
                 let list: SmallVec<[Bound<'py, PyAny>; 2]> = if let Ok(t) = o.cast::<PyTuple>() {
                     t.iter().collect()
@@ -204,10 +205,9 @@ impl PyKernel {
                 } else {
                     smallvec::smallvec![o.clone()]
                 };
-                k.bind_out(&mut objects, args, list)
+                Ok(k.bind_out_into(&mut objects, args, list, call)?)
             }
-        }?;
-        Ok(b)
+        }
     }
 
     /// After binding: the checks that needed a lent tensor's dtype, then the
@@ -253,7 +253,8 @@ impl PyKernel {
     where
         I: ExactSizeIterator<Item = Bound<'py, PyAny>>,
     {
-        let mut call = self.bind(py, args, out)?;
+        let mut call = self.kernel.binding();
+        self.bind(py, args, out, &mut call)?;
         let (total, device) = self.survey(py, &mut call)?;
         // Large calls release the GIL: lent exchange views need it, so own them first.
         let release = total >= RELEASE_GIL_MIN;
@@ -465,7 +466,8 @@ impl PyKernel {
     /// `(shape, dtype, device)` of every output for these inputs (what `__call__` allocates).
     #[pyo3(signature = (*args))]
     fn prepare_outputs<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>) -> PyResult<Vec<(Vec<i64>, String, String)>> {
-        let mut call = self.bind(py, args.iter(), None)?;
+        let mut call = self.kernel.binding();
+        self.bind(py, args.iter(), None, &mut call)?;
         self.survey(py, &mut call)?;
         if call.given_outputs().is_some() {
             return Err(PyTypeError::new_err(format!("{}.prepare_outputs() takes the inputs only, not the outputs", self.kernel.name())));

@@ -177,6 +177,18 @@ impl Kernel {
         ))
     }
 
+    /// A binding to fill must be this kernel's, and empty.
+    #[inline(always)]
+    fn check_empty<T, E>(&self, binding: &Binding<'_, T, E>) -> Result<()> {
+        if !std::ptr::eq(binding.kernel, self) || !binding.params.is_empty() || binding.given.is_some() {
+            return Err(Error::Runtime(format!(
+                "internal error: {}() was bound into a binding that is not its own empty one",
+                self.name()
+            )));
+        }
+        Ok(())
+    }
+
     /// Binds values given positionally: one per parameter in signature order,
     /// optionally followed by one per output (destination-passing style).
     #[inline(always)]
@@ -185,6 +197,33 @@ impl Kernel {
         I: IntoIterator<Item = A::Value<'a>>,
         I::IntoIter: ExactSizeIterator,
     {
+        let mut binding = Binding::new(self);
+        self.bind_into(adapter, values, &mut binding)?;
+        Ok(binding)
+    }
+
+    /// An empty binding of this kernel, for [`Kernel::bind_into`] and
+    /// [`Kernel::bind_out_into`]: a caller that keeps the binding in one place
+    /// fills it there (a binding holds its operands inline, several hundred
+    /// bytes, which every move copies).
+    #[inline(always)]
+    pub fn binding<T, E>(&self) -> Binding<'_, T, E> {
+        Binding::new(self)
+    }
+
+    /// [`Kernel::bind`], into an empty `binding` of this kernel (from [`Kernel::binding`]).
+    #[inline(always)]
+    pub fn bind_into<'a, A: Adapter, I>(
+        &self,
+        adapter: &mut A,
+        values: I,
+        binding: &mut Binding<'_, A::Tensor<'a>, A::Error>,
+    ) -> Result<(), A::Error>
+    where
+        I: IntoIterator<Item = A::Value<'a>>,
+        I::IntoIter: ExactSizeIterator,
+    {
+        self.check_empty(binding)?;
         let mut values = values.into_iter();
         let sig = self.signature();
         let (np, no) = (sig.params.len(), sig.outputs.len());
@@ -196,12 +235,11 @@ impl Kernel {
         } else {
             return Err(self.positional_arity(n).into());
         };
-        let mut binding = Binding::new(self);
         self.bind_params(adapter, values.by_ref().take(np), None, &mut binding.params)?;
         if given {
             self.bind_outputs(adapter, values, binding.given.insert(Given::new()))?;
         }
-        Ok(binding)
+        Ok(())
     }
 
     /// Binds one value per parameter and the outputs given apart (`out=`).
@@ -245,8 +283,9 @@ impl Kernel {
         binding.run(alloc, stream)
     }
 
+    /// [`Kernel::bind_out`], into an empty `binding` of this kernel (from [`Kernel::binding`]).
     #[inline(always)]
-    fn bind_out_into<'a, A: Adapter, I, O>(
+    pub fn bind_out_into<'a, A: Adapter, I, O>(
         &self,
         adapter: &mut A,
         values: I,
@@ -259,6 +298,7 @@ impl Kernel {
         O: IntoIterator<Item = A::Value<'a>>,
         O::IntoIter: ExactSizeIterator,
     {
+        self.check_empty(binding)?;
         let (values, outputs) = (values.into_iter(), outputs.into_iter());
         let sig = self.signature();
         let (np, no) = (sig.params.len(), sig.outputs.len());

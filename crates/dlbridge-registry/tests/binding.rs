@@ -222,6 +222,42 @@ fn destination_passing_and_out_write_the_callers_tensor_and_allocate_nothing() {
 }
 
 #[test]
+fn a_binding_filled_in_place_runs_like_a_returned_one_and_only_an_empty_one_of_its_kernel_is_filled() {
+    let (reg, runs) = registry();
+    let (k, other) = (reg.get("add2").unwrap(), reg.get("axpy").unwrap());
+    let (mut a, mut b, mut c) = (Toy::new(&[1.0, 2.0]), Toy::new(&[10.0, 20.0]), Toy::new(&[0.0, 0.0]));
+    let mut alloc = ToyAllocator::default();
+    let mut call = k.binding();
+    k.bind_into(&mut ToyAdapter, [ToyArg::T(&mut a), ToyArg::T(&mut b)], &mut call).unwrap();
+    let outs = call.run(&mut alloc, std::ptr::null_mut()).unwrap();
+    drop(call);
+    assert_eq!(outs[0].0.data, vec![11.0, 22.0]);
+    // out=, in place: the caller's tensor is written, nothing allocated.
+    let mut call = k.binding();
+    k.bind_out_into(&mut ToyAdapter, [ToyArg::T(&mut a), ToyArg::T(&mut b)], [ToyArg::T(&mut c)], &mut call).unwrap();
+    assert!(call.run(&mut alloc, std::ptr::null_mut()).unwrap().is_empty());
+    drop(call);
+    assert_eq!((c.data.clone(), alloc.made.len(), runs.load(Ordering::SeqCst)), (vec![11.0, 22.0], 1, 2));
+
+    // A binding already filled, or another kernel's, is refused, never appended to.
+    let (mut x, mut y) = (Toy::new(&[1.0]), Toy::new(&[2.0]));
+    let mut call = k.binding();
+    k.bind_into(&mut ToyAdapter, [ToyArg::T(&mut a), ToyArg::T(&mut b)], &mut call).unwrap();
+    let e = k.bind_into(&mut ToyAdapter, [ToyArg::T(&mut x), ToyArg::T(&mut y)], &mut call).unwrap_err();
+    assert!(e.to_string().contains("not its own empty one"), "{e}");
+    drop(call);
+    let (mut x, mut y) = (Toy::new(&[1.0]), Toy::new(&[2.0]));
+    let (mut p, mut q) = (Toy::new(&[1.0]), Toy::new(&[2.0]));
+    let mut foreign = other.binding();
+    let e = k.bind_into(&mut ToyAdapter, [ToyArg::T(&mut x), ToyArg::T(&mut y)], &mut foreign).unwrap_err();
+    assert!(e.to_string().contains("add2() was bound into a binding that is not its own empty one"), "{e}");
+    let e = k.bind_out_into(&mut ToyAdapter, [ToyArg::T(&mut p), ToyArg::T(&mut q)], [ToyArg::T(&mut c)], &mut foreign).unwrap_err();
+    assert!(e.to_string().contains("not its own empty one"), "{e}");
+    drop(foreign);
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "no refused binding ran");
+}
+
+#[test]
 fn arity_errors_are_type_errors_that_list_the_parameters() {
     let (reg, _) = registry();
     let k = reg.get("add2").unwrap();
