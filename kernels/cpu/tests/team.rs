@@ -145,3 +145,33 @@ fn idle_helpers_sleep_and_use_no_cpu() {
     let after = cpu_ticks_of("dlbridge-5.1").unwrap();
     assert!(after - before <= 1, "an idle helper used {} ticks in 0.5 s", after - before);
 }
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_caller_waiting_for_a_slow_helper_sleeps_instead_of_spinning() {
+    on_thread("caller4", 4, || {
+        let before = cpu_ticks_of("caller4").expect("this thread");
+        let done = AtomicUsize::new(0);
+        let t0 = std::time::Instant::now();
+        // The caller's share is empty work; helper 3's takes 400 ms (a helper
+        // that lost its core looks the same from the caller).
+        for_each_part(4, |p| {
+            if p == 3 {
+                std::thread::sleep(std::time::Duration::from_millis(400));
+            }
+            done.fetch_add(1, Ordering::SeqCst);
+        });
+        assert!(t0.elapsed() >= std::time::Duration::from_millis(400));
+        assert_eq!(done.load(Ordering::SeqCst), 4, "the caller returned after every share");
+        let used = cpu_ticks_of("caller4").unwrap() - before;
+        assert!(used <= 5, "the waiting caller used {used} ticks in 0.4 s");
+        // And it wakes for the next loops as before.
+        for round in 0..50u64 {
+            let sum = AtomicU64::new(0);
+            for_each_part(8, |p| {
+                sum.fetch_add(p as u64 + round, Ordering::SeqCst);
+            });
+            assert_eq!(sum.into_inner(), 28 + 8 * round);
+        }
+    });
+}
