@@ -14,10 +14,13 @@
 //! pool per budget, built on first use and kept (a budget is a small number:
 //! the cores, or what torch was told), so a loop uses exactly its budget of
 //! cores. Idle helpers spin for `team::SPIN` (30 us) and rayon's workers
-//! briefly before they sleep, so nothing keeps a core busy between calls.
+//! briefly before they sleep, so nothing keeps a core busy between calls. A
+//! loop inside a part of another runs serially on that part's thread (the
+//! budget is spent on the outer loop, as OpenMP does with nested regions).
 
 use std::sync::OnceLock;
 
+use dlbridge_registry::threads::with_num_threads;
 use rayon::prelude::*;
 
 use crate::team::Team;
@@ -67,11 +70,16 @@ pub fn pool_for_call() -> Option<&'static rayon::ThreadPool> {
 /// not wait for a thread to wake (see `team`). When the team is busy (another
 /// thread is running a loop on it), the parts go to the budget's rayon pool;
 /// in a child forked after the threads started, they run on the caller.
+///
+/// A loop inside a part (a nested loop) runs on the thread of that part, as
+/// nested regions do under OpenMP and `at::parallel_for`: the call's budget is
+/// spent on the outer loop, never multiplied.
 pub fn for_each_part(parts: usize, f: impl Fn(usize) + Sync + Send) {
     let n = budget();
     if n == 1 || parts < 2 {
         return (0..parts).for_each(f);
     }
+    let f = |p: usize| with_num_threads(1, || f(p));
     let share = |i: usize| (parts * i / n..parts * (i + 1) / n).for_each(&f);
     if let Some(t) = team(n)
         && t.run(&share).is_ok()
@@ -79,7 +87,7 @@ pub fn for_each_part(parts: usize, f: impl Fn(usize) + Sync + Send) {
         return;
     }
     match pool(n) {
-        Some(p) => p.install(|| (0..parts).into_par_iter().for_each(&f)),
+        Some(p) => p.install(|| (0..parts).into_par_iter().for_each(f)),
         None => (0..parts).for_each(f),
     }
 }
@@ -101,7 +109,7 @@ pub fn map_reduce_chunks<T: Sync, A: Send>(
     op: impl Fn(A, A) -> A + Sync + Send,
 ) -> A {
     match pool_for_call() {
-        Some(p) if x.len() > chunk => p.install(|| x.par_chunks(chunk).map(map).reduce(identity, op)),
+        Some(p) if x.len() > chunk => p.install(|| x.par_chunks(chunk).map(|c| with_num_threads(1, || map(c))).reduce(identity, op)),
         _ => x.chunks(chunk.max(1)).map(map).fold(identity(), op),
     }
 }

@@ -175,3 +175,24 @@ fn a_caller_waiting_for_a_slow_helper_sleeps_instead_of_spinning() {
         }
     });
 }
+
+#[test]
+fn a_loop_inside_a_share_runs_on_that_shares_thread_and_the_budget_comes_back() {
+    on_thread("caller7", 7, || {
+        let nested = Mutex::new(Vec::new());
+        let budgets = Mutex::new(Vec::new());
+        for_each_part(7, |_| {
+            let outer = std::thread::current().name().unwrap_or("unnamed").to_owned();
+            budgets.lock().unwrap().push(budget());
+            for_each_part(4, |_| {
+                nested.lock().unwrap().push((outer.clone(), std::thread::current().name().unwrap_or("unnamed").to_owned()));
+            });
+        });
+        // Not the process-wide 8 on the helpers: the budget of 7 was spent on the outer loop.
+        assert_eq!(budgets.into_inner().unwrap(), vec![1; 7]);
+        let nested = nested.into_inner().unwrap();
+        assert_eq!(nested.len(), 28);
+        assert!(nested.iter().all(|(outer, inner)| outer == inner), "{nested:?}");
+        assert_eq!(budget(), 7);
+    });
+}
