@@ -599,9 +599,13 @@ where
     /// across the rows (each element of the block's rows is one contiguous
     /// run): their maxes, then e^(x - max) with the sums (into the output
     /// itself for f32 and f64, else an f32 scratch), then the scaled output,
-    /// one run at a time. A block's runs stay in cache between the passes, so
+    /// one run at a time. A block's runs stay in L2 or L3 between the passes, so
     /// the input is read from memory once and the output written once, in
-    /// runs, where a row-major output would make every call a transpose.
+    /// runs, where a row-major output would make every call a transpose. Every
+    /// pass prefetches the runs it reads 8 ahead: a block (1 MiB of scratch
+    /// elements) does not stay in a 1 MiB L2 (prefetching the input again for
+    /// the second pass and the output for the third: 4096x1024 f32 transposed
+    /// 2.3-2.4 -> 1.7-2.0 ms, criterion A/B, alternating).
     #[inline(always)]
     fn cols_full<V: pulp::Simd>(&self, _: V, c: &Cols<'_, T>, y: &mut ColsMut<'_, T>, scratch: &mut [T::C]) {
         let (n, w) = (c.n(), c.width());
@@ -622,6 +626,7 @@ where
             // exactly): the output is the scratch, and stays in cache for the scaling
             // (4096x1024 f32, transposed: 1.6-2.0 ms against 2.0-2.5 through an f32 scratch).
             for k in 0..n {
+                c.prefetch(k + 8);
                 y.prefetch(k + 8);
                 for ((y, s), (&x, &m)) in y.col_mut(k).iter_mut().zip(s.iter_mut()).zip(c.col(k).iter().zip(m.iter())) {
                     let e = (x.up() - m).exp();
@@ -633,6 +638,7 @@ where
                 *v = <T::C as Compute>::ONE / *v;
             }
             for k in 0..n {
+                y.prefetch(k + 8);
                 for (y, &s) in y.col_mut(k).iter_mut().zip(s.iter()) {
                     *y = T::down(y.up() * s);
                 }
@@ -641,6 +647,7 @@ where
         }
         let tmp = &mut tmp[..n * w];
         for (k, t) in tmp.chunks_exact_mut(w).enumerate() {
+            c.prefetch(k + 8);
             for ((t, s), (&x, &m)) in t.iter_mut().zip(s.iter_mut()).zip(c.col(k).iter().zip(m.iter())) {
                 let e = (x.up() - m).exp();
                 *t = e;
