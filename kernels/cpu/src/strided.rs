@@ -1099,8 +1099,9 @@ pub struct ColsMut<'a, U> {
 }
 
 impl<U> ColsMut<'_, U> {
-    /// Asks the CPU to fetch output run `k` into cache ahead of its writing
-    /// (the hardware prefetcher does not follow runs a page or more apart).
+    /// Asks the CPU to fetch output run `k` into cache ahead of its use (a
+    /// write, or softmax's scaling pass reading it back: the hardware
+    /// prefetcher does not follow runs a page or more apart).
     #[inline(always)]
     pub fn prefetch(&self, k: usize) {
         if k < self.n {
