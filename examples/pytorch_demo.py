@@ -4,9 +4,17 @@ Each kernel is wrapped with ``dlbridge.to_pytorch_func`` (TVM's name and
 meaning), called on torch tensors (zero copy in, outputs allocated by torch),
 checked against torch's own result, and timed beside torch.
 
-    ./dev.sh demo
+    ./dev.sh demo                                   # what a newcomer runs
+    .venv/bin/python examples/pytorch_demo.py --quick   # every check, one sample per timing
+
+Each output is checked where the kernels' documented rule puts it
+(docs/kernels.md, "Where outputs live"): an output shaped like its inputs
+follows their memory order, other outputs are row-major. The rule is
+derived independently by the torch operators' fake implementation
+(``dlbridge.torch.fake_of``), which the demo asks for the expected strides.
 """
 
+import argparse
 import os
 import time
 
@@ -14,9 +22,15 @@ import numpy as np
 import torch
 
 import dlbridge
+import dlbridge.torch
+
+# --quick: one sample of one call per timing (the test command runs the demo so).
+QUICK = False
 
 
 def median_time(f, repeat=7, number=None):
+    if QUICK:
+        repeat, number = 1, 1
     if number is None:  # aim for ~20 ms per sample
         t0 = time.perf_counter()
         f()
@@ -65,6 +79,10 @@ def layouts(dtype):
 
 
 def main():
+    global QUICK
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="every check, but one sample per timing")
+    QUICK = ap.parse_args().quick
     torch.manual_seed(0)
     print(f"dlbridge {dlbridge.__version__}, torch {torch.__version__}, {torch.get_num_threads()} torch threads")
     print(f"{len(dlbridge.list_kernels())} kernels registered\n")
@@ -115,8 +133,10 @@ def main():
         want = reference()
         assert isinstance(got, torch.Tensor), type(got)
         assert got.dtype == want.dtype and got.shape == want.shape, (label, got.dtype, got.shape)
-        # Laid out as torch lays out its own result (an elementwise one follows its operands).
-        assert got.stride() == want.stride(), (label, got.stride(), want.stride())
+        # Laid out where the documented rule puts it (an elementwise or softmax output
+        # follows its operands' memory order; torch's own softmax is always row-major).
+        laid_out = dlbridge.torch.fake_of(name)(*args).stride()
+        assert got.stride() == laid_out, (label, got.stride(), laid_out)
         err = (got.float() - want.float()).abs().max().item()
         scale = want.float().abs().max().item() or 1.0
         assert err <= tol * max(1.0, scale) * 10 + 1e-6, f"{label}: error {err}"
@@ -142,7 +162,7 @@ def main():
     t_ours = median_time(lambda: add(s1, s2, out=s3), number=20000)
     t_torch = median_time(lambda: torch.add(s1, s2, out=s3), number=20000)
     print(f"1-element add(x, y, out=z): dlbridge {t_ours * 1e9:.0f} ns, torch.add {t_torch * 1e9:.0f} ns ({t_ours / t_torch:.2f}x)")
-    print("\nall results match torch")
+    print("\nall results match torch" + (" (--quick: timings are single samples)" if QUICK else ""))
 
 
 if __name__ == "__main__":
