@@ -31,7 +31,7 @@ import dlbridge
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
-# (what, dlbridge case, anchor case, target ratio): the issue's targets.
+# (what, dlbridge case, anchor case, target ratio): the targets the call path is held to.
 PAIRS = [
     ("no-op, 3 torch tensors", "dlbridge nop(torch)", "tvm-ffi nop(torch)", 0.8),
     ("no-op, 3 NumPy arrays", "dlbridge nop(numpy)", "tvm-ffi nop(numpy)", 1.0),
@@ -39,7 +39,7 @@ PAIRS = [
     ("add(x, y, out=z)", "dlbridge add(x, y, out=z)", "torch.add(x, y, out=z)", 0.5),
     ("add(x, y, z) (destination-passing)", "dlbridge add(x, y, z)", "torch.add(x, y, out=z)", 0.5),
     ("add(x, y) (new torch tensor)", "dlbridge add(x, y)", "torch.add(x, y)", 1.0),
-    # Issue 15: kernels as torch operators (dlbridge.torch.as_op) against
+    # Kernels as torch operators (dlbridge.torch.as_op) against
     # torch.library.custom_op wrapping the same kernel.
     ("op: no-op, 3 torch tensors", "dlbridge op nop(torch)", "custom_op nop(torch)", 0.4),
     ("op: add(x, y), with a backward", "dlbridge op add(x, y)", "custom_op add(x, y)", 0.4),

@@ -11,7 +11,7 @@ dlbridge). The built-in kernels add, mul, relu, gelu, softmax and sum have CUDA
 implementations, compiled with NVRTC on first use and run on the caller's current
 stream (torch's, through its DLPack exchange API). ``dlbridge.Array`` holds CUDA memory
 too (``dlbridge.from_dlpack`` of a CUDA tensor, ``Array.to_device("cuda")``), its work
-ordered on the legacy default stream (see the README's "CUDA"). These paths pass their
+ordered on the legacy default stream (see docs/cuda.md). These paths pass their
 tests on an H100 (``scripts/gpu-check.sh``).
 """
 
@@ -70,8 +70,8 @@ class RawKernel:
 
     The source is compiled when the kernel is made (for the GPU's architecture, or
     ``compute_75`` without one): a compile error raises ``RuntimeError`` with NVRTC's log.
-    PTX is cached in memory and on disk (``DLBRIDGE_CACHE_DIR``, else
-    ``~/.cache/dlbridge/nvrtc``), keyed by a hash of source, options and architecture.
+    PTX is cached in memory and on disk (``$DLBRIDGE_CACHE_DIR/nvrtc``, else
+    ``$XDG_CACHE_HOME/dlbridge/nvrtc``, else ``~/.cache/dlbridge/nvrtc``), keyed by a hash of source, options and architecture.
     """
 
     def __init__(

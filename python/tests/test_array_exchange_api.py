@@ -1,4 +1,4 @@
-"""`dlbridge.Array.__dlpack_c_exchange_api__` (issue #12): the DLPack C exchange
+"""`dlbridge.Array.__dlpack_c_exchange_api__`: the DLPack C exchange
 API, called from C (ctypes) as a consumer would, and by tvm-ffi, a consumer we
 did not write. Every entry point is zero copy, keeps READ_ONLY, and reports bad
 input as the spec says (-1 with a Python exception, or SetError)."""

@@ -1,4 +1,4 @@
-"""The call path's fast paths (issue #12) skip no check the slow paths make.
+"""The call path's fast paths skip no check the slow paths make.
 
 Exact NumPy arrays are read in place (the array object's own fields; other
 buffers through the buffer protocol) instead of through `__dlpack__`; torch tensors that are written are borrowed through the exchange

@@ -4,7 +4,7 @@ writing into them with ``out=``).
 
 Every case ends in a result or an ``Exception`` subclass (never ``PanicException``, a
 ``BaseException``, never a crash), every deleter runs exactly once, a tensor that breaks a
-rule dlbridge promises to check (README, "What the validator checks") is refused, and an
+rule dlbridge promises to check (docs/rust.md, "What the validator checks") is refused, and an
 accepted tensor reads (and, as ``out=``, writes) exactly the elements its layout names.
 
 Memory safety of the test itself: a tensor whose layout dlbridge could accept always points
@@ -206,7 +206,7 @@ def span(c) -> tuple[int, int]:
 
 def refusals(c) -> list[str]:
     """The promised checks this case breaks, judged on its final fields (a model of the
-    validator in the README): dlbridge must refuse it."""
+    validator in docs/rust.md): dlbridge must refuse it."""
     out = []
     nd = ndim_of(c)
     code, bits, lanes = c["dtype"]

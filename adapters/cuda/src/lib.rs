@@ -23,8 +23,8 @@
 //! relu, gelu, softmax, sum and matmul (cuBLAS), registered with `inventory` when this crate is
 //! linked ([`link`]).
 //!
-//! Status (issue 13): the facade, the Python package and tch use it; its GPU
-//! tests pass on an H100 (`scripts/gpu-check.sh`, README "CUDA").
+//! The facade, the Python package and tch use it; its GPU tests run on a GPU
+//! machine through `scripts/gpu-check.sh` (docs/cuda.md).
 //!
 //! CUDA version: the feature `cuda-13000` (default) or `cuda-12080` picks the
 //! bindings; 13.0 bindings accept libnvrtc.so.13 and .so.12. Unsafe code lives in `raw`.

@@ -2,7 +2,7 @@
 //! bytearray, memoryview, array.array, NumPy) as a DLPack tensor with zero
 //! copies, and the struct-format codes dlbridge dtypes export as.
 //!
-//! Invariants: a [`BufferOwner`] holds one successful `PyObject_GetBuffer`
+//! Invariants: a `BufferOwner` holds one successful `PyObject_GetBuffer`
 //! and calls `PyBuffer_Release` exactly once, with the GIL attached, when it
 //! drops (or leaks it if the interpreter is gone). `ndim` is checked against
 //! [`MAX_NDIM`] (and for being negative) before `shape` or `strides` is read,

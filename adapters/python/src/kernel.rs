@@ -11,8 +11,8 @@
 //!
 //! Arguments are bound by the registry's binding layer
 //! (`dlbridge_registry::binding`): this module only says how Python objects
-//! become tensors and scalars ([`Objects`]) and which framework allocates the
-//! outputs ([`PyAllocator`]: torch's exchange API, NumPy, else `dlbridge.Array`).
+//! become tensors and scalars (`Objects`) and which framework allocates the
+//! outputs (`PyAllocator`: torch's exchange API, NumPy, else `dlbridge.Array`).
 
 use std::sync::Arc;
 

@@ -13,7 +13,7 @@
 //! **Invariants**
 //! - The type object is written only after every field around the two written
 //!   ones read back what the interpreter's own API answers for the same type
-//!   ([`TypeHead`], [`install`]): its metatype, name, sizes, and the slots
+//!   (`TypeHead`, [`install`]): its metatype, name, sizes, and the slots
 //!   `PyType_GetSlot` and `PyType_GetFlags` report. Any difference (another
 //!   interpreter, a free-threaded build, a 32-bit platform) leaves the type as
 //!   pyo3 made it, and calls take `tp_call` as before.
@@ -26,13 +26,13 @@
 //! - It is written once, at module initialisation, before any Kernel is
 //!   called (no other thread can be using the type), and only to add: the
 //!   offset of the entry in an instance and the flag that says it is there.
-//! - Every `PyKernel` holds [`kernel_vectorcall`] in its `vectorcall` field
+//! - Every `PyKernel` holds `kernel_vectorcall` in its `vectorcall` field
 //!   from construction on, at the same offset in every instance (one Rust
 //!   struct inside pyo3's fixed instance layout); the offset is measured on a
 //!   real instance and checked to lie inside `tp_basicsize`.
 //! - The entry is pyo3's own fastcall trampoline (GIL bookkeeping, panics
 //!   turned into `PanicException`, errors restored), and the call it makes is
-//!   the one `tp_call` makes ([`crate::kernel::PyKernel::call_objects`]): the
+//!   the one `tp_call` makes (`PyKernel::call_objects`): the
 //!   same binding, checks and errors.
 
 use std::ffi::{CStr, c_char, c_ulong, c_void};

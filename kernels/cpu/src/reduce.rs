@@ -4,7 +4,7 @@
 //! Any strides are accepted. The last-dim kernels read rows in place when
 //! their stride is 1 (whatever the batch dims' strides: sliced, broadcast),
 //! and otherwise gather a few rows at a time into a per-thread buffer
-//! ([`crate::strided::map_rows`]); a row whose stride is 0 is one value
+//! (`strided::map_rows`); a row whose stride is 0 is one value
 //! repeated, summed without reading it N times. When the input is transposed
 //! (its innermost batch dim has stride 1), sum and mean add blocks of up to
 //! 1024 adjacent rows vertically, one lane per row in an L1 buffer, a whole
@@ -56,14 +56,14 @@ pub trait Summable: Scalar {
     /// The mean of `n` elements with this total (NaN for n = 0).
     fn mean(a: Self::A, n: usize) -> Self;
     /// The sum of a slice, inside pulp's dispatch (explicit SIMD for f32 and
-    /// bf16; [`lane_sum`] otherwise).
+    /// bf16; `lane_sum` otherwise).
     #[inline(always)]
     fn simd_sum<S: pulp::Simd>(_simd: S, x: &[Self]) -> Self::A {
         lane_sum::<Self, LANES>(x)
     }
     /// The totals of a block of a transposed input's rows (`out` has one per
     /// row), inside pulp's dispatch (explicit SIMD for f32 and bf16;
-    /// [`col_sums`] otherwise).
+    /// `col_sums` otherwise).
     #[inline(always)]
     fn simd_col_sums<S: pulp::Simd>(_simd: S, c: &Cols<'_, Self>, out: &mut [Self::A]) {
         col_sums(c, out)
@@ -602,10 +602,9 @@ where
     /// one run at a time. A block's runs stay in L2 or L3 between the passes, so
     /// the input is read from memory once and the output written once, in
     /// runs, where a row-major output would make every call a transpose. Every
-    /// pass prefetches the runs it reads 8 ahead: a block (1 MiB of scratch
-    /// elements) does not stay in a 1 MiB L2 (prefetching the input again for
-    /// the second pass and the output for the third: 4096x1024 f32 transposed
-    /// 2.3-2.4 -> 1.7-2.0 ms, criterion A/B, alternating).
+    /// pass prefetches the runs it reads 8 ahead (the input again for the
+    /// second pass, the output for the third): a block (1 MiB of scratch
+    /// elements) does not stay in a 1 MiB L2.
     #[inline(always)]
     fn cols_full<V: pulp::Simd>(&self, _: V, c: &Cols<'_, T>, y: &mut ColsMut<'_, T>, scratch: &mut [T::C]) {
         let (n, w) = (c.n(), c.width());
@@ -623,8 +622,8 @@ where
         }
         if size_of::<T>() == size_of::<T::C>() {
             // f32 and f64 (math in their own type, so the output can hold e^(x - max)
-            // exactly): the output is the scratch, and stays in cache for the scaling
-            // (4096x1024 f32, transposed: 1.6-2.0 ms against 2.0-2.5 through an f32 scratch).
+            // exactly): the output is the scratch, and stays in cache for the scaling,
+            // where a separate f32 scratch would be one more buffer through the caches.
             for k in 0..n {
                 c.prefetch(k + 8);
                 y.prefetch(k + 8);

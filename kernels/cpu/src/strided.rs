@@ -887,10 +887,8 @@ fn exec_runs<T: Element + Default, K: RunKernel<T, N>, const N: usize, const PRE
         // that run's lines are prefetched a piece at a time while this run is computed
         // piece by piece (a whole run of prefetches at once would fill the miss queue).
         // Each line is hinted twice (presumably a hint that finds the miss queue full
-        // is dropped, and the second one lands). On this machine (AMD EPYC), relu on a
-        // sliced f32 operand (rows 4 KiB long, 16 KiB apart) took 639 us this way
-        // against 742 us hinting the next run once, add 599 vs 626 us (medians of 5
-        // alternating runs of the two builds' criterion bench). Near the end of a
+        // is dropped, and the second one lands); on sliced operands this beats hinting
+        // the next run once (`compare.py`'s sliced rows). Near the end of a
         // thread's share the next run stands in (its `gapped` test is then looser,
         // which only skips a hint).
         let pf = if PREFETCH && r + 1 < hi { cur.peek(AHEAD).or_else(|| cur.peek(1)) } else { None }
@@ -1006,13 +1004,10 @@ fn zip_map_impl<T: Element + Default, K: RunKernel<T, N>, const N: usize>(
     let walk = Walk { plan: &plan, ptrs, alias, needs_buf, tiled, tile_rows, reads_out, prefetch };
     let arch = pulp::Arch::new();
     // f32 binary maps and memory-bound unary ones (relu) without tiles run as
-    // 256-bit loops, as torch's do: `compare.py 1 add` measured add faster that
-    // way than as 512-bit loops (broadcast bias 0.60 -> 0.52-0.54 ms,
-    // contiguous 0.50 -> 0.47), and relu f32 went from 506 to 485 us
-    // contiguous and from 731 to 640 us sliced (medians of 5 alternating runs).
-    // bf16, which converts in 512-bit registers, tiled transposes and unary maps
-    // with real arithmetic (gelu: 0.68 -> 1.21 ms as AVX2) measured slower, and
-    // keep pulp's widest dispatch.
+    // 256-bit loops, as torch's do: `compare.py` measures them faster that way
+    // than as 512-bit loops. bf16, which converts in 512-bit registers, tiled
+    // transposes and unary maps with real arithmetic (gelu) are faster with
+    // pulp's widest dispatch, and keep it.
     #[cfg(target_arch = "x86_64")]
     let avx2 = (T::DTYPE == dlbridge_core::DType::F32 && (N == 2 || K::MEMORY_BOUND) && !plan.tiled).then(pulp::x86::V3::try_new).flatten();
     let exec = |lo: usize, hi: usize| {
