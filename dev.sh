@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # dlbridge developer entry point. Usage: ./dev.sh {demo|test|setup}
 #
-#   setup  create .venv (torch==2.13.0, numpy, maturin, pytest); idempotent and
-#          fast when already done (a stamp keyed on python/requirements-dev.txt)
+#   setup  create .venv (python/requirements-dev.txt: torch==2.13.0, numpy, maturin,
+#          pytest, mkdocs, ...); idempotent and fast when already done (a stamp keyed
+#          on that file)
 #   demo   set up, build the Python extension (pyproject.toml: the same build
-#          `pip install .` runs), run the PyTorch demo
-#   test   set up, then run every test: rustfmt --check, the Rust workspace,
-#          clippy with the workspace lints as errors, and the Python suite (pytest)
+#          `pip install .` runs), run the PyTorch demo (examples/pytorch_demo.py)
+#   test   set up, build, then run every test: the demo (--quick), rustfmt --check,
+#          the Rust workspace, clippy and rustdoc with warnings as errors, the docs
+#          site (mkdocs build --strict), and the Python suite (pytest: every code
+#          block of README.md and docs/, and a smoke run of every benchmark, among them)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -68,7 +71,13 @@ build_python() {
     touch "$stamp"
 }
 
+demo() {
+    log "running the demo: examples/pytorch_demo.py $*"
+    .venv/bin/python examples/pytorch_demo.py "$@"
+}
+
 run_tests() {
+    demo --quick
     # pyo3 crates find the interpreter through PYO3_PYTHON; tch (torch-sys) links the
     # torch==2.13.0 of .venv (LIBTORCH_USE_PYTORCH=1 asks `python` on PATH where it is).
     export PYO3_PYTHON="$PWD/.venv/bin/python"
@@ -79,10 +88,12 @@ run_tests() {
     log "cargo test --workspace (all crates but the extension module)"
     # --no-fail-fast: every test target runs, and cargo ends by naming each one that failed.
     cargo test --workspace --exclude dlbridge-py --quiet --no-fail-fast
-    log "tch example: a small MLP mixing tch layers with registry kernels"
-    cargo run --release --quiet -p dlbridge-tch --example mlp
     log "cargo clippy --workspace --all-targets (warnings are errors)"
     cargo clippy --workspace --all-targets --quiet -- -D warnings
+    log "cargo doc --workspace --no-deps (rustdoc warnings, broken intra-doc links among them, are errors)"
+    RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+    log "mkdocs build --strict (mkdocs.yml: a broken link or anchor, or a page left out of the nav, fails)"
+    NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
     if compgen -G "python/tests/test_*.py" >/dev/null; then
         log "pytest python/tests"
         .venv/bin/python -m pytest python/tests -q
@@ -91,7 +102,7 @@ run_tests() {
 
 case "${1:-}" in
     setup) setup ;;
-    demo) setup; build_python; .venv/bin/python examples/pytorch_demo.py ;;
+    demo) setup; build_python; demo ;;
     test) setup; build_python; run_tests ;;
     *) echo "usage: ./dev.sh {demo|test|setup}" >&2; exit 2 ;;
 esac

@@ -1,12 +1,13 @@
-//! Unsafe code stays where the README says it is.
+//! Unsafe code stays where the architecture page (docs/architecture.md) says it is.
 //!
 //! Every crate root of every workspace member (library, binaries, examples,
 //! benches, build script; not test targets, which exercise unsafe APIs) opens
 //! with `#![forbid(unsafe_code)]` or `#![deny(unsafe_code)]`, and `unsafe_code`
 //! is allowed only by `#[allow(unsafe_code)]` on a `mod` line (the whole module)
 //! or on single items. This test walks every crate's module tree, collects the
-//! modules that allow unsafe code, and compares them with the README's
-//! "Layout" table, so the table and the code cannot drift apart:
+//! modules that allow unsafe code, and compares them with the table of the
+//! page's "Crates and where unsafe lives" section, so the table and the code
+//! cannot drift apart:
 //!
 //! - every workspace member has exactly one row, and every row is a member;
 //! - a crate whose row says "none" forbids unsafe code in every root; a crate
@@ -183,12 +184,17 @@ fn scan_module(file: &Path, module: &str, is_root: bool, covered: bool, scan: &m
     uses || subtree_uses
 }
 
-/// The README's Layout table: path -> the modules its last column names
-/// (backticked words outside parentheses), or None for "none".
-fn readme_layout(root: &Path) -> BTreeMap<String, Option<BTreeSet<String>>> {
-    let readme = fs::read_to_string(root.join("README.md")).unwrap();
-    let start = readme.find("\n## Layout").expect("README has a `## Layout` section");
-    let section = &readme[start + 1..];
+/// The page that holds the table.
+const PAGE: &str = "docs/architecture.md";
+/// The heading of the table's section.
+const SECTION: &str = "\n## Crates and where unsafe lives";
+
+/// The architecture page's crate table: path -> the modules its last column
+/// names (backticked words outside parentheses), or None for "none".
+fn unsafe_map(root: &Path) -> BTreeMap<String, Option<BTreeSet<String>>> {
+    let page = fs::read_to_string(root.join(PAGE)).unwrap_or_else(|e| panic!("{PAGE}: {e}"));
+    let start = page.find(SECTION).unwrap_or_else(|| panic!("{PAGE} has no `{}` section", SECTION.trim()));
+    let section = &page[start + 1..];
     let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
     let mut rows = BTreeMap::new();
     for line in section.lines().filter(|l| l.starts_with('|')) {
@@ -211,25 +217,25 @@ fn readme_layout(root: &Path) -> BTreeMap<String, Option<BTreeSet<String>>> {
         }
         let modules: BTreeSet<String> = outside.split('`').skip(1).step_by(2).map(str::to_owned).collect();
         let value = if outside.trim_start().starts_with("none") && modules.is_empty() { None } else { Some(modules) };
-        assert!(rows.insert(path.clone(), value).is_none(), "README Layout lists `{path}` twice");
+        assert!(rows.insert(path.clone(), value).is_none(), "{PAGE} lists `{path}` twice");
     }
     rows
 }
 
 #[test]
-fn unsafe_code_is_confined_to_the_modules_the_readme_names() {
+fn unsafe_code_is_confined_to_the_modules_the_architecture_page_names() {
     let root = root();
-    let layout = readme_layout(&root);
+    let layout = unsafe_map(&root);
     let members = members(&root);
     let mut problems = Vec::new();
     for m in &members {
         if !layout.contains_key(m.as_str()) {
-            problems.push(format!("README Layout has no row for workspace member `{m}`"));
+            problems.push(format!("{PAGE} has no row for workspace member `{m}`"));
         }
     }
     for path in layout.keys() {
         if !members.contains(path) {
-            problems.push(format!("README Layout lists `{path}`, which is not a workspace member"));
+            problems.push(format!("{PAGE} lists `{path}`, which is not a workspace member"));
         }
     }
     for m in &members {
@@ -275,12 +281,13 @@ fn unsafe_code_is_confined_to_the_modules_the_readme_names() {
         }
         match layout.get(m.as_str()) {
             Some(None) if !scan.allowed.is_empty() => {
-                problems.push(format!("README Layout says `{m}` has no unsafe code, but it allows it in {:?}", scan.allowed))
+                problems.push(format!("{PAGE} says `{m}` has no unsafe code, but it allows it in {:?}", scan.allowed))
             }
-            Some(Some(listed)) if *listed != scan.allowed => problems
-                .push(format!("README Layout says `{m}` allows unsafe code in {listed:?}; the code allows it in {:?}", scan.allowed)),
+            Some(Some(listed)) if *listed != scan.allowed => {
+                problems.push(format!("{PAGE} says `{m}` allows unsafe code in {listed:?}; the code allows it in {:?}", scan.allowed))
+            }
             _ => {}
         }
     }
-    assert!(problems.is_empty(), "unsafe code and the README's Layout section disagree:\n  {}", problems.join("\n  "));
+    assert!(problems.is_empty(), "unsafe code and {PAGE} disagree:\n  {}", problems.join("\n  "));
 }

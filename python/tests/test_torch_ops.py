@@ -384,13 +384,6 @@ def test_the_fake_implementations_docstring_says_what_it_derives():
     assert "c: empty [M, N]" in doc
 
 
-def test_the_readme_shows_the_real_fake_description():
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert dt.fake_of("matmul").__doc__ in readme
-
-
 # --- found by the outside-in test ------------------------------------------------------------------
 
 

@@ -3,6 +3,7 @@
     .venv/bin/python kernels/cpu/benches/compare.py              # 1 and 2 threads, every case
     .venv/bin/python kernels/cpu/benches/compare.py 1 gelu       # 1 thread, kernels whose name contains "gelu"
     .venv/bin/python kernels/cpu/benches/compare.py 1,2 --before /tmp/old/kernels/cpu/Cargo.toml
+    .venv/bin/python kernels/cpu/benches/compare.py 1 relu --quick   # a smoke run (used by the tests)
 
 For each thread count n and each kernel it runs the criterion bench
 (``cargo bench -p dlbridge-kernels-cpu --bench kernels``) filtered to that
@@ -12,8 +13,7 @@ older revisions used), then torch's cases for the same kernel with
 kernel so that a change in the machine's load hits both sides alike. It prints
 criterion's median, torch's median (``out=`` an output laid out as torch lays
 out its own result, as ours is laid out as the adapters allocate it; row-major
-for ``into_contiguous``), ours/torch, and ours on each layout over ours on the contiguous operand (the
-#12 target: at most 1.5). ``--before MANIFEST`` also runs the same bench of
+for ``into_contiguous``), ours/torch, and ours on each layout over ours on the contiguous operand. ``--before MANIFEST`` also runs the same bench of
 another checkout of this crate (its Cargo.toml; e.g. the previous commit's
 ``kernels/cpu`` copied elsewhere, with this bench file) and prints its median
 first. Criterion's medians are read from ``$CARGO_TARGET_DIR/criterion``
@@ -45,10 +45,17 @@ def criterion_dir():
     return target / "criterion"
 
 
-def bench(n, regex, baseline, manifest=None):
+# A smoke run (--quick): the bench built in the dev profile (which the tests have
+# built already) and criterion's shortest runs. Its figures are not to be read.
+QUICK_PROFILE = ["--profile", "dev"]
+QUICK = ["--warm-up-time", "0.05", "--measurement-time", "0.1", "--sample-size", "10"]
+
+
+def bench(n, regex, baseline, manifest=None, quick=False):
     env = dict(os.environ, RAYON_NUM_THREADS=str(n), DLBRIDGE_NUM_THREADS=str(n))
     where = ["--manifest-path", str(manifest)] if manifest else ["-p", "dlbridge-kernels-cpu"]
-    cmd = ["cargo", "bench", "-q", *where, "--bench", "kernels", "--", "--save-baseline", baseline, regex]
+    profile, extra = (QUICK_PROFILE, QUICK) if quick else ([], [])
+    cmd = ["cargo", "bench", "-q", *profile, *where, "--bench", "kernels", "--", "--save-baseline", baseline, *extra, regex]
     r = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
         sys.exit(f"{cmd} failed:\n{r.stderr}")
@@ -64,7 +71,9 @@ def main():
     ap.add_argument("threads", nargs="?", default="1,2", help="comma-separated thread counts (default 1,2)")
     ap.add_argument("pattern", nargs="?", default="", help="only kernels whose name contains this")
     ap.add_argument("--before", type=Path, help="Cargo.toml of another checkout of this crate, measured first")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: a dev-profile build, short criterion runs, 3 torch samples")
     args = ap.parse_args()
+    repeat = 3 if args.quick else 11
     threads = [int(t) for t in args.threads.split(",")]
     print(f"torch {torch.__version__}, cpu capability {torch.backends.cpu.get_cpu_capability()}, {os.cpu_count()} cpus")
     for n in threads:
@@ -76,10 +85,10 @@ def main():
             if args.pattern not in name:
                 continue
             if args.before:
-                bench(n, f"^{name}/", f"b{n}", args.before)
-            bench(n, f"^{name}/", f"t{n}")
+                bench(n, f"^{name}/", f"b{n}", args.before, args.quick)
+            bench(n, f"^{name}/", f"t{n}", quick=args.quick)
             theirs = {
-                f"{k}/{dt}/{lay}": torch_kernels.median(f)
+                f"{k}/{dt}/{lay}": torch_kernels.median(f, repeat)
                 for dtype, dt in [(torch.float32, "f32"), (torch.bfloat16, "bf16")]
                 for k, lay, f, _ in torch_kernels.cases(dtype)
                 if k == name
@@ -96,11 +105,11 @@ def main():
                     print(f"{label:26s} {old}{t * 1e3:8.3f} {th * 1e3:8.3f} {t / th:10.2f} {t / contiguous:9.2f}", flush=True)
         if args.pattern in "matmul":
             if args.before:
-                bench(n, "^matmul/", f"b{n}", args.before)
-            bench(n, "^matmul/", f"t{n}")
+                bench(n, "^matmul/", f"b{n}", args.before, args.quick)
+            bench(n, "^matmul/", f"t{n}", quick=args.quick)
             a, b = torch.rand(1024, 1024), torch.rand(1024, 1024)
             o = torch.empty(1024, 1024)
-            t, th = median_of("matmul/f32", "1024", f"t{n}"), torch_kernels.median(lambda: torch.mm(a, b, out=o))
+            t, th = median_of("matmul/f32", "1024", f"t{n}"), torch_kernels.median(lambda: torch.mm(a, b, out=o), repeat)
             old = f"{median_of('matmul/f32', '1024', f'b{n}') * 1e3:8.3f} " if args.before else ""
             print(f"{'matmul/f32/1024':26s} {old}{t * 1e3:8.3f} {th * 1e3:8.3f} {t / th:10.2f}")
 
