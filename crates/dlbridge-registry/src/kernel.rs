@@ -592,10 +592,16 @@ impl<'v> Region<'v> {
         self.hi == self.lo
     }
 
-    /// Whether `v` is the same tensor: same first element, shape and strides.
+    /// Whether `v` is the same tensor, byte for byte: same first element, shape,
+    /// strides and element width (so the same byte strides and extent). An
+    /// element-wise kernel then reads each element before it writes it; a wider
+    /// or narrower dtype over the same address would write elements not yet read.
     #[inline(always)]
     fn is_exactly(&self, v: &dlbridge_core::TensorView<'_>) -> bool {
-        self.view.data_ptr() == v.data_ptr() && self.view.shape() == v.shape() && self.view.strides() == v.strides()
+        self.view.data_ptr() == v.data_ptr()
+            && self.view.dtype().element_bits() == v.dtype().element_bits()
+            && self.view.shape() == v.shape()
+            && self.view.strides() == v.strides()
     }
 
     #[inline(always)]

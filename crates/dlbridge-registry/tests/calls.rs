@@ -162,6 +162,43 @@ fn read_only_tensor_in_a_mut_slot_is_refused_and_not_written() {
 }
 
 #[test]
+fn an_output_over_an_input_of_another_width_is_refused_as_overlapping() {
+    let reg = Registry::new();
+    let runs = counting(&reg, "widen(x: f32[...S]) -> (y: f64[...S])", KernelOpts::ELEMENTWISE);
+    counting(&reg, "same(x: f32[...S]) -> (y: i32[...S])", KernelOpts::ELEMENTWISE);
+    let mut buf = vec![0f64; 4];
+    let ptr = buf.as_mut_ptr().cast::<u8>();
+    let shape = [4i64];
+    // Same address, shape and element strides; f32 input, f64 output: the output's
+    // bytes cover twice the input's, so writing y[0] overwrites x[0] and x[1].
+    let view = |dtype: DType| {
+        // SAFETY: `buf` (32 bytes) holds 4 elements of either width and lives for the
+        // test; the registry refuses the overlapping call before any write.
+        unsafe {
+            dlbridge_core::TensorView::from_raw_parts(
+                ptr.cast(),
+                0,
+                &shape,
+                None,
+                dtype,
+                dlbridge_core::Device::CPU,
+                dlbridge_core::Flags::empty(),
+            )
+        }
+        .unwrap()
+    };
+    // SAFETY: as above.
+    let view_mut = |dtype: DType| unsafe { TensorViewMut::from_view(view(dtype)) }.unwrap();
+    let widen = reg.get("widen").unwrap();
+    let e = widen.call(&mut [Arg::Tensor(view(DType::F32))], &mut [view_mut(DType::F64)]).unwrap_err();
+    assert_eq!(e.to_string(), "widen: output y: overlaps argument x in memory (only an output that is exactly an input is allowed)");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "nothing ran");
+    // The same bytes under another dtype of the same width are exactly the input.
+    let same = reg.get("same").unwrap();
+    same.call(&mut [Arg::Tensor(view(DType::F32))], &mut [view_mut(DType::I32)]).unwrap();
+}
+
+#[test]
 fn overlapping_output_is_refused_unless_exactly_an_input_of_an_elementwise_kernel() {
     let reg = Registry::new();
     let runs = counting(&reg, "add<T: f32>(a: T[...S], b: T[...S]) -> (out: T[...S])", KernelOpts::ELEMENTWISE);

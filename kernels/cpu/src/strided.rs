@@ -975,7 +975,9 @@ fn zip_map_impl<T: Element + Default, K: RunKernel<T, N>, const N: usize>(
     for (i, x) in ins.iter().enumerate() {
         let ptr = x.data_ptr() as usize;
         let e = x.extent();
-        if ptr == optr && x.strides() == oview.strides() {
+        // Exactly the output, byte for byte (the registry's rule): same address,
+        // element width and strides. Anything else that overlaps it is refused.
+        if ptr == optr && x.dtype().element_bits() == oview.dtype().element_bits() && x.strides() == oview.strides() {
             alias[i + 1] = true;
         } else if overlap(byte_range(ptr, e.byte_lo, e.byte_hi), orange) {
             return Err(Error::InvalidArgument("elementwise: an input overlaps the output without being exactly it".into()));
