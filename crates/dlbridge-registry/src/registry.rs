@@ -8,7 +8,7 @@
 //! map is changed only when every one of them was built. A failure leaves the
 //! registry exactly as it was: the same kernels, the same `Arc`s.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use dlbridge_core::{DType, DeviceType, Error, Result, TensorViewMut};
@@ -201,6 +201,10 @@ macro_rules! register_kernel {
 pub struct Registry {
     kernels: RwLock<BTreeMap<String, Arc<Kernel>>>,
     problems: Mutex<Vec<String>>,
+    /// Names that compiled-in registrations claim with different signatures,
+    /// options or the same device twice: none of them is registered, and a
+    /// lookup is an error naming every registration.
+    conflicts: Mutex<BTreeMap<String, String>>,
     plugins: Mutex<BTreeMap<std::path::PathBuf, PluginInfo>>,
 }
 
@@ -212,16 +216,37 @@ impl Registry {
 
     /// A registry holding every compiled-in kernel linked into this binary.
     /// Registrations are sorted (inventory gives no order); a signature that
-    /// does not parse or a duplicate is recorded in [`Registry::problems`].
+    /// does not parse is recorded in [`Registry::problems`].
     ///
     /// Each registration is applied whole or not at all (a rejected one leaves
-    /// no trace but its problem).
+    /// no trace but its problem). A name is one kernel: registrations of one
+    /// name that disagree (another signature or options, or the same device
+    /// twice) register none of them, whichever came first, so no registration
+    /// silently replaces another (a program's own `relu` never stands in for the
+    /// built-in, nor the built-in for it). Looking the name up is then an error
+    /// naming every registration of it, and so is its problem.
     pub fn with_builtins() -> Registry {
         let reg = Registry::new();
         let mut entries: Vec<&KernelEntry> = inventory::iter::<KernelEntry>.into_iter().collect();
         entries.sort_by(|a, b| (a.signature, a.device.0, a.file, a.line).cmp(&(b.signature, b.device.0, b.file, b.line)));
         let mut map = reg.kernels.write().unwrap_or_else(|p| p.into_inner());
+        // Every registration of each name, for the conflicts' messages.
+        let mut claims: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut conflicts: BTreeSet<String> = BTreeSet::new();
         for e in entries {
+            let sig = Signature::parse(e.signature).ok();
+            if let Some(sig) = &sig {
+                let claim = format!("`{}` on {} at {}:{}", e.signature, e.device, e.file, e.line);
+                claims.entry(sig.name.clone()).or_default().push(claim);
+                // Another kernel of this name that this one cannot join (another
+                // signature or options, or this device again), or one withdrawn.
+                let disagrees =
+                    map.get(&sig.name).is_some_and(|k| k.signature() != sig || k.opts() != e.opts || k.devices().any(|d| d == e.device));
+                if disagrees || conflicts.contains(&sig.name) {
+                    conflicts.insert(sig.name.clone());
+                    continue;
+                }
+            }
             let mut staging = Staging::new(&map);
             match staging.add(e.def()) {
                 Ok(_) => {
@@ -231,6 +256,19 @@ impl Registry {
                 Err(err) => reg.note_problem(format!("{}:{}: {err}", e.file, e.line)),
             }
         }
+        let mut withdrawn = reg.conflicts.lock().unwrap_or_else(|p| p.into_inner());
+        for name in conflicts {
+            map.remove(&name);
+            let all = claims.remove(&name).unwrap_or_default();
+            let msg = format!(
+                "kernel {name} is registered {} times, and the registrations disagree: {}; none of them is registered (rename one)",
+                all.len(),
+                all.join("; ")
+            );
+            reg.note_problem(msg.clone());
+            withdrawn.insert(name, msg);
+        }
+        drop(withdrawn);
         drop(map);
         reg
     }
@@ -318,6 +356,9 @@ impl Registry {
         let map = self.kernels.read().unwrap_or_else(|p| p.into_inner());
         if let Some(k) = map.get(name) {
             return Ok(k.clone());
+        }
+        if let Some(msg) = self.conflicts.lock().unwrap_or_else(|p| p.into_inner()).get(name) {
+            return Err(Error::InvalidArgument(msg.clone()));
         }
         let mut near: Vec<&str> = map.keys().map(|k| k.as_str()).filter(|k| k.contains(name) || name.contains(*k)).collect();
         near.truncate(5);
