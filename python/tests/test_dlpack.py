@@ -136,3 +136,27 @@ def test_the_gil_is_released_while_a_large_kernel_runs():
     th.join()
     # Holding the GIL would stall this loop for the whole kernel.
     assert max(gaps) < duration / 2, (max(gaps), duration)
+
+
+def test_from_dlpack_copy_false_asks_the_producer_and_refuses_a_copy():
+    from dlbridge import _capsules as caps
+    from dlbridge.testing import _f32
+
+    # copy=False reaches the producer's __dlpack__ as it is.
+    p = caps.Producer(_f32([1, 2, 3], shape=[3]))
+    a = dlbridge.from_dlpack(p, copy=False)
+    assert a.tolist() == [1.0, 2.0, 3.0] and a.data_ptr == p.tensors[0].base
+    assert p.calls[-1]["copy"] is False
+    # A producer that can only export a copy (IS_COPIED) is refused, and its copy freed.
+    copier = caps.Producer(_f32([1, 2, 3], shape=[3], flags=2))
+    with pytest.raises(ValueError, match=r"from_dlpack\(copy=False\): Producer.__dlpack__ exported a copy \(DLPack IS_COPIED\)"):
+        dlbridge.from_dlpack(copier, copy=False)
+    assert copier.calls[-1]["copy"] is False and copier.tensors[0].deleter_calls == 1
+    # copy=None takes the producer's answer as it comes; a 2022 producer (no copy
+    # keyword) is zero copy by that standard, so copy=False holds for it too.
+    old = caps.Producer2022(_f32([4, 5], shape=[2]))
+    assert dlbridge.from_dlpack(old, copy=False).tolist() == [4.0, 5.0]
+    del a
+    p.release()
+    copier.release()
+    old.release()

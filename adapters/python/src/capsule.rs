@@ -107,8 +107,9 @@ pub fn consume_object(obj: &Bound<'_, PyAny>, req: Request) -> PyResult<Consumed
     let (capsule, origin) = match method.call((), Some(&kwargs)) {
         Ok(c) => (c, Origin::Versioned),
         Err(e) if e.is_instance_of::<PyTypeError>(py) => {
-            // A pre-2023 producer: no keywords it does not know.
-            if req.dl_device.is_some() || req.copy.is_some() {
+            // A pre-2023 producer: no keywords it does not know. Its export is
+            // zero copy (the 2022 standard has no copies), so `copy=False` holds.
+            if req.dl_device.is_some() || req.copy == Some(true) {
                 return Err(PyTypeError::new_err(format!(
                     "{}.__dlpack__ does not take max_version, dl_device or copy (it raised: {}); cannot honour the request",
                     type_name(obj),

@@ -398,7 +398,11 @@ pub fn from_dlpack(obj: &Bound<'_, PyAny>, device: Option<&Bound<'_, PyAny>>, co
             None => true,
         };
         let ask_host = want_cpu && !on_cpu;
-        let req = Request { dl_device: ask_host.then_some((1, 0)), copy: if ask_host { copy } else { None } };
+        // copy=False goes to the producer as it is (the array API's rule: a producer
+        // that can only export a copy must refuse); copy=True is dlbridge's own copy,
+        // made below, unless the producer must move the data to the host anyway.
+        let ask_copy = if ask_host || copy == Some(false) { copy } else { None };
+        let req = Request { dl_device: ask_host.then_some((1, 0)), copy: ask_copy };
         if ask_host && copy == Some(false) {
             return Err(pyo3::exceptions::PyValueError::new_err(
                 "from_dlpack(copy=False, device=cpu): the tensor is not in host memory, and only a copy could bring it there",
@@ -407,6 +411,13 @@ pub fn from_dlpack(obj: &Bound<'_, PyAny>, device: Option<&Bound<'_, PyAny>>, co
         // No stream is passed: for a CUDA producer that means the legacy default
         // stream, which is where dlbridge's CUDA arrays are ordered.
         let c: Consumed = capsule::consume_object(obj, req)?;
+        if copy == Some(false) && c.tensor.is_copied() {
+            // Dropping `c` runs the producer's deleter: the copy is freed.
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "from_dlpack(copy=False): {}.__dlpack__ exported a copy (DLPack IS_COPIED), not its own memory",
+                capsule::type_name(obj)
+            )));
+        }
         let writable = c.writable();
         let mut a = dlbridge_array::Array::from_managed(c.tensor).py_err()?;
         if !writable {
