@@ -86,6 +86,39 @@ def _scalar_dtype(v: Any) -> str:
     return "f64"
 
 
+# Kernels registered by ReductionKernel, by name: their signature. Each output's
+# shape must be the kept (leading) dims of the inputs' broadcast shape, which
+# the signature language does not say (`x: T[...S], y: mut T[...O]`); the torch
+# operators' fake implementation checks it from here.
+_REDUCTIONS: dict[str, str] = {}
+
+
+def is_reduction(kernel: Any) -> bool:
+    """Whether ``kernel`` (a ``dlbridge.Kernel``) is the one a ``ReductionKernel`` registered."""
+    return _REDUCTIONS.get(kernel.name) == kernel.signature
+
+
+# The values each integer dtype holds.
+_INT_RANGES = {
+    f"{kind}{bits}": ((-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if kind == "i" else (0, (1 << bits) - 1))
+    for kind in "iu"
+    for bits in (8, 16, 32, 64)
+}
+
+
+def _check_scalar(kernel: str, arg: str, value: Any, dtype: str) -> None:
+    """An integer parameter takes an integer that fits it: a float is refused, never
+    truncated (as a plain kernel's i64 scalar refuses one), and a value out of the
+    dtype's range is an OverflowError, whatever framework makes the 0-d array."""
+    if dtype not in _INT_RANGES:
+        return
+    if not isinstance(value, numbers.Integral):
+        raise TypeError(f"{kernel}: argument {arg}: the scalar {value!r} is not an integer, and {arg} is {dtype} (it is not truncated)")
+    lo, hi = _INT_RANGES[dtype]
+    if not lo <= int(value) <= hi:
+        raise OverflowError(f"{kernel}: argument {arg}: the scalar {value!r} is out of range for {dtype} ({lo} to {hi})")
+
+
 def _zero_d(value: Any, dtype: str, like: Any) -> Any:
     """A 0-d array holding ``value`` as ``dtype``, in the framework of ``like``."""
     fw = _framework(like) if like is not None else "other"
@@ -204,6 +237,7 @@ def _scalars_to_arrays(name: str, params: Sequence[Any], scalar_ok: Sequence[boo
         if not ok:
             raise TypeError(f"{name}: argument {p.name} is raw: it takes an array, not the scalar {a!r}")
         dtype = p.dtype if p.dtypes == (p.dtype,) else bound.setdefault(p.dtype, _scalar_dtype(a))
+        _check_scalar(name, p.name, a, dtype)
         try:
             converted.append(_zero_d(a, dtype, like))
         except (OverflowError, TypeError, ValueError) as e:
@@ -299,6 +333,7 @@ class ReductionKernel:
         self.kernel: _dlbridge.Kernel = _dlbridge.reduction_kernel(
             in_params, out_params, map_expr, reduce_expr, post_map_expr, identity, name, reduce_type, preamble
         )
+        _REDUCTIONS[name] = self.kernel.signature
         params = self.kernel.params
         self._outs = [p for p in params if p.mutable]
         self._ins = [p for p in params if not p.mutable]

@@ -194,6 +194,9 @@ class Kernel:
     def prepare_outputs(self, *args: Any) -> list[tuple[list[int], str, str]]:
         """``(shape, dtype, device)`` of each output for these inputs."""
     def __call__(self, *args: Any, out: Any | Sequence[Any] | None = None) -> Any: ...
+    def __eq__(self, other: object, /) -> bool:
+        """The same registered kernel (a recompiled one, or one extended to a device, is another)."""
+    def __hash__(self) -> int: ...
 
 @final
 class Plugin:

@@ -47,6 +47,8 @@ import torch
 
 import dlbridge
 
+from . import _compile
+
 __all__ = ["as_op", "register_all", "schema_of", "fake_of", "builtin_backward"]
 
 _NAMESPACE = "dlbridge"
@@ -310,6 +312,7 @@ def fake_of(kernel: Any) -> Callable[..., Any]:
     and returns empty outputs of the derived shapes, dtypes and device."""
     k = _kernel_of(kernel)
     params, outputs = list(k.params), list(k.outputs)
+    reduction = _compile.is_reduction(k)
 
     def fake(*args: Any) -> Any:
         b = _Binder(k)
@@ -317,6 +320,8 @@ def fake_of(kernel: Any) -> Callable[..., Any]:
             if p.kind == "tensor":
                 b.tensor(p, a)
         device = b.device[0] if b.device else torch.device("cpu")
+        if reduction:
+            _check_reduction(k, params, args)
         outs = []
         for o in outputs:
             shape = b.output_shape(o)
@@ -332,6 +337,22 @@ def fake_of(kernel: Any) -> Callable[..., Any]:
     fake.__qualname__ = fake.__name__
     fake.__doc__ = _explain_fake(k)
     return fake
+
+
+def _check_reduction(k: dlbridge.Kernel, params: Sequence[Any], args: Sequence[Any]) -> None:
+    """A ``ReductionKernel``'s rule, which its signature cannot say: each output
+    (a ``mut`` parameter) has the kept (leading) dims of the inputs' broadcast
+    shape, the reduced axes last; the same refusal as the kernel's own."""
+    ins = [a for p, a in zip(params, args) if p.kind == "tensor" and not p.mutable]
+    shape = list(torch.broadcast_shapes(*(t.shape for t in ins))) if ins else []
+    for p, a in zip(params, args):
+        if p.kind == "tensor" and p.mutable:
+            got = list(a.shape)
+            if len(got) > len(shape) or any(g != s for g, s in zip(got, shape)):
+                raise ValueError(
+                    f"{k.name}: output `{p.name}` has shape {got}; it must be the kept (leading) dims of the "
+                    f"input shape {shape}, the reduced axes last"
+                )
 
 
 def _explain_fake(k: dlbridge.Kernel) -> str:
@@ -652,10 +673,16 @@ def _qualname(k: dlbridge.Kernel, name: str | None) -> tuple[str, str]:
     for part in (ns, op):
         if not _IDENT.match(part):
             raise ValueError(f"as_op({k.name}): {full!r} is not a valid operator name (want `name` or `namespace::name`)")
+    if ns in _TORCH_NAMESPACES:
+        raise ValueError(f"as_op({k.name}): the namespace {ns!r} is torch's own; choose another (the default is {_NAMESPACE!r})")
     return ns, op
 
 
 _REGISTERED: dict[str, _Op] = {}
+
+# Operator namespaces torch itself defines: an operator of dlbridge's there would
+# stand beside (or, under a taken name, be refused by) torch's own.
+_TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "_prims", "quantized", "_quantized", "c10d", "profiler", "inductor", "higher_order"})
 
 
 def as_op(kernel: Any, name: str | None = None, *, backward: Any = None, save: Sequence[str] | None = None) -> Any:
@@ -671,9 +698,13 @@ def as_op(kernel: Any, name: str | None = None, *, backward: Any = None, save: S
     dict ``{input name: kernel}``; built-ins get theirs by default. Without a
     backward, a gradient through the operator is an error that says so.
 
-    Registering under a taken name again returns the same operator, now running
-    ``kernel`` (e.g. recompiled with the same signature) and, if given, the new
-    backward; another signature under a taken name is an error.
+    Registering under a taken name again returns the same operator, which then
+    runs ``kernel`` (e.g. recompiled with the same signature) and the backward
+    given with it (a built-in's own when none is given; else none; the same
+    kernel registered again keeps the backward it has); another
+    signature under a taken name is an error. The namespaces torch owns
+    (``aten``, ``prim``, ``prims``, ...) are refused, and so is a name defined
+    outside ``dlbridge.torch``.
     """
     k = _kernel_of(kernel)
     ns, opname = _qualname(k, name)
@@ -682,13 +713,16 @@ def as_op(kernel: Any, name: str | None = None, *, backward: Any = None, save: S
         state = _REGISTERED.get(qualname)
         if state is not None and state.signature != k.signature:
             raise ValueError(f"as_op: {qualname} is already registered for {state.signature}, not {k.signature}")
-        bw = _backward_of(k, backward, save) if backward is not None else None
+        given = _backward_of(k, backward, save) if backward is not None else None
         if state is not None:
+            # The operator now runs the kernel given, with the backward given (or
+            # the built-in's; none when neither): a recompiled kernel never keeps
+            # the old one's. The same kernel again (register_all) keeps its own.
+            if given is not None or state.kernel != k:
+                state.backward = given if given is not None else _builtin(k)
             state.kernel = k
-            if bw is not None:
-                state.backward = bw
             return state.op
-        state = _Op(k, bw if bw is not None else _builtin(k))
+        state = _Op(k, given if given is not None else _builtin(k))
         _register(state, ns, opname)
         state.op = getattr(getattr(torch.ops, ns), opname)
         _REGISTERED[qualname] = state
@@ -696,5 +730,16 @@ def as_op(kernel: Any, name: str | None = None, *, backward: Any = None, save: S
 
 
 def register_all() -> dict[str, Any]:
-    """``as_op`` for every kernel in the registry; returns them by name."""
-    return {k.name: as_op(k) for k in dlbridge.list_kernels()}
+    """``as_op`` for every kernel in the registry; returns them by name. All or
+    nothing: when one fails, the operators it registered are removed again and
+    the ones that existed run what they ran before, and the error propagates."""
+    with _LOCK:
+        before = {q: (s.kernel, s.backward) for q, s in _REGISTERED.items()}
+        try:
+            return {k.name: as_op(k) for k in dlbridge.list_kernels()}
+        except BaseException:
+            for q in [q for q in _REGISTERED if q not in before]:
+                _REGISTERED.pop(q).lib._destroy()
+            for q, (kernel, backward) in before.items():
+                _REGISTERED[q].kernel, _REGISTERED[q].backward = kernel, backward
+            raise

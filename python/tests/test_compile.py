@@ -289,7 +289,7 @@ def test_scalars_in_reductions_and_numpy_bool_scalars():
     assert wsum(x, 2.0, axis=1).dtype == np.float32  # the scalar takes T from x, as in CuPy
     pick = dlbridge.ElementwiseKernel("T x, bool flag", "T y", "y = flag ? x : -x", "np_bool_scalar")
     np.testing.assert_array_equal(pick(x, np.bool_(False)), -x)
-    with pytest.raises(OverflowError, match=r"int_scalar_overflow: argument s: the scalar 1180591620717411303424 is not a i64"):
+    with pytest.raises(OverflowError, match=r"int_scalar_overflow: argument s: the scalar 1180591620717411303424 is out of range for i64"):
         dlbridge.ElementwiseKernel("T x, int64 s", "T y", "y = x + s", "int_scalar_overflow")(x, 2**70)
     with pytest.raises(TypeError, match="every argument is a scalar"):
         pick(1.0, True)
@@ -371,3 +371,20 @@ def test_a_preamble_helper_named_like_a_std_function_is_not_ambiguous():
     )
     x = np.array([-1.0, 0.25, 3.0], np.float32)
     np.testing.assert_array_equal(k(x), np.clip(x, 0, 1) + 6 + 2)
+
+
+def test_a_float_scalar_for_an_integer_parameter_is_refused_and_a_too_large_one_overflows():
+    import torch
+
+    add = dlbridge.ElementwiseKernel("T x, T y", "T z", "z = x + y", "scalar_checked_add")
+    for x in (np.arange(3, dtype=np.int32), torch.arange(3, dtype=torch.int32)):
+        with pytest.raises(TypeError, match=r"scalar_checked_add: argument y: the scalar 2\.5 is not an integer, and y is i32"):
+            add(x, 2.5)
+        with pytest.raises(OverflowError, match="scalar_checked_add: argument y: the scalar 4294967296 is out of range for i32"):
+            add(x, 2**32)
+        with pytest.raises(OverflowError, match="out of range for i32"):
+            add(x, -(2**31) - 1)
+        assert add(x, 2).tolist() == [2, 3, 4]
+    fixed = dlbridge.ElementwiseKernel("uint8 x, uint8 y", "uint8 z", "z = x + y", "scalar_checked_u8")
+    with pytest.raises(OverflowError, match="scalar_checked_u8: argument y: the scalar -1 is out of range for u8 \\(0 to 255\\)"):
+        fixed(np.zeros(2, np.uint8), -1)

@@ -7,6 +7,8 @@ torch.autograd.gradcheck."""
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 
 import pytest
 
@@ -400,19 +402,20 @@ def test_a_gradient_through_an_op_without_a_backward_is_an_error_not_silence(ops
         compiled(x).backward()
 
 
-def test_as_op_again_runs_a_recompiled_kernel_and_keeps_a_custom_backward(tmp_path, monkeypatch):
+def test_as_op_again_runs_a_recompiled_kernel_and_register_all_keeps_its_backward(tmp_path, monkeypatch):
     monkeypatch.setenv("DLBRIDGE_CACHE_DIR", str(tmp_path))
     first = dlbridge.ElementwiseKernel("T x", "T y", "y = x + 1", "torchop_redefined")
     op = dt.as_op(first, backward=lambda s, g: g)
     x = torch.zeros(3)
     assert torch.equal(op(x), torch.ones(3))
     second = dlbridge.ElementwiseKernel("T x", "T y", "y = x + 100", "torchop_redefined")
-    assert dt.as_op(second) is op
+    assert second.kernel != first.kernel and dlbridge.get_kernel("torchop_redefined") == second.kernel
+    assert dt.as_op(second, backward=lambda s, g: g) is op
     assert torch.equal(op(x), torch.full((3,), 100.0)), "the operator runs the kernel registered last"
+    assert dt.register_all()["torchop_redefined"] is op  # the same kernel again: its backward stays
     xg = torch.zeros(3, requires_grad=True)
-    op(xg).sum().backward()  # as_op without backward= kept the custom one
+    op(xg).sum().backward()
     assert torch.equal(xg.grad, torch.ones(3))
-    assert dt.register_all()["torchop_redefined"] is op  # register_all after a custom backward
 
 
 def test_builtin_backwards_save_only_what_they_need(ops):
@@ -445,3 +448,73 @@ def test_a_backward_calling_a_kernel_directly_gets_a_hint_under_compile(ops):
     f = torch.compile(lambda a: op(a).sum(), backend="aot_eager", fullgraph=True)
     with pytest.raises(Exception, match="call operators there"):
         f(x.detach().requires_grad_()).backward()
+
+
+# --- operators keep what they were given -------------------------------------------------------
+
+
+def test_as_op_again_without_a_backward_drops_the_old_kernels_backward():
+    square = dlbridge.ElementwiseKernel("T x", "T y", "y = x * x", "keeps_square_then_cube")
+    op = dt.as_op(square, backward=lambda saved, grad_y: 2 * saved.x * grad_y)
+    x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    op(x).sum().backward()
+    torch.testing.assert_close(x.grad, 2 * x.detach())
+    # Recompiled as x^3, with no backward: x^2's derivative must not stay behind.
+    cube = dlbridge.ElementwiseKernel("T x", "T y", "y = x * x * x", "keeps_square_then_cube")
+    assert dt.as_op(cube) is op
+    y = op(x)
+    torch.testing.assert_close(y, x.detach() ** 3)
+    with pytest.raises(RuntimeError, match=r"dlbridge::keeps_square_then_cube has no backward"):
+        y.sum().backward()
+
+
+def test_torch_namespaces_are_refused():
+    k = dlbridge.ElementwiseKernel("T x", "T y", "y = x", "ns_probe")
+    for name in ("aten::ns_probe", "prims::ns_probe", "prim::ns_probe"):
+        with pytest.raises(ValueError, match=r"the namespace '(aten|prims|prim)' is torch's own"):
+            dt.as_op(k, name)
+
+
+def test_a_reduction_ops_fake_refuses_the_output_shapes_the_kernel_refuses():
+    l2 = dlbridge.ReductionKernel("T x", "T y", "x * x", "a + b", "y = sqrt(a)", "0", "fake_l2norm")
+    op = dt.as_op(l2)
+    x = torch.ones(3, 4)
+    for bad in (torch.empty(4), torch.empty(3, 4, 1)):
+        with pytest.raises(ValueError, match=r"fake_l2norm: output `y` has shape \[\d(, \d)*\]; it must be the kept \(leading\) dims"):
+            l2.kernel(x, bad)  # the kernel's own refusal...
+        with FakeTensorMode() as mode, pytest.raises(ValueError, match=r"fake_l2norm: output `y` has shape .*; it must be the kept \(leading\) dims"):
+            op(mode.from_tensor(x), mode.from_tensor(bad))  # ...and the fake's, under torch.compile's tracing
+    y = torch.empty(3)
+    op(x, y)
+    torch.testing.assert_close(y, torch.full((3,), 2.0))
+    with FakeTensorMode() as mode:
+        op(mode.from_tensor(x), mode.from_tensor(torch.empty(3)))  # the kept dims: accepted
+
+
+def test_register_all_is_all_or_nothing():
+    # In a fresh interpreter, so that register_all has operators to register.
+    code = """
+import torch, dlbridge, dlbridge.torch as dt
+lib = torch.library.Library("dlbridge", "FRAGMENT")
+lib.define("zzz_defined_outside(Tensor x) -> Tensor")
+dlbridge.ElementwiseKernel("T x", "T y", "y = x", "zzz_defined_outside")
+try:
+    dt.register_all()
+except ValueError as e:
+    assert "zzz_defined_outside is already defined outside dlbridge.torch" in str(e), e
+else:
+    raise AssertionError("register_all succeeded over a name defined outside dlbridge")
+assert dt._REGISTERED == {}, sorted(dt._REGISTERED)
+try:
+    torch._C._dispatch_find_schema_or_throw("dlbridge::add", "")
+except RuntimeError:
+    pass
+else:
+    raise AssertionError("dlbridge::add stayed registered")
+lib._destroy()
+ops = dt.register_all()
+assert torch.equal(ops["add"](torch.ones(2), torch.ones(2)), torch.full((2,), 2.0))
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]

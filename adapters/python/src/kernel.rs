@@ -463,6 +463,17 @@ impl PyKernel {
         format!("<dlbridge.Kernel {} [{}]>", self.kernel.signature_text(), devices.join(", "))
     }
 
+    /// Two `Kernel`s are equal when they are the same registered kernel (one
+    /// registry entry, with the same implementations): a kernel recompiled
+    /// under the same name, or extended to another device, is another kernel.
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other.cast::<PyKernel>().is_ok_and(|o| Arc::ptr_eq(&self.kernel, &o.get().kernel))
+    }
+
+    fn __hash__(&self) -> u64 {
+        Arc::as_ptr(&self.kernel) as usize as u64
+    }
+
     /// `(shape, dtype, device)` of every output for these inputs (what `__call__` allocates).
     #[pyo3(signature = (*args))]
     fn prepare_outputs<'py>(&self, py: Python<'py>, args: &Bound<'py, PyTuple>) -> PyResult<Vec<(Vec<i64>, String, String)>> {
