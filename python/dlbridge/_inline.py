@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from . import _dlbridge
 
@@ -96,6 +96,11 @@ def load_inline(
             if not isinstance(sig, str):
                 raise TypeError(f"load_inline {name!r}: a signature must be a str, got {sig!r}")
             pairs.append((None, sig))
+    flags = {"extra_cflags": extra_cflags, "cuda_options": cuda_options}
+    for what, value in flags.items():
+        # A str is a sequence too: "-O2 -g" would become eight one-character flags.
+        if isinstance(value, (str, bytes)) or not isinstance(value, Iterable) or not all(isinstance(f, str) for f in value):
+            raise TypeError(f"load_inline {name!r}: {what} must be a list of str (one flag each), got {value!r}")
     kernels = _dlbridge.load_inline(
         name, c_source, pairs, cuda_source=cuda_source, extra_cflags=list(extra_cflags), cuda_options=list(cuda_options)
     )

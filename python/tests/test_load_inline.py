@@ -125,6 +125,20 @@ def test_errors_name_what_is_wrong():
         dlbridge.load_inline("py_err", SAXPY, "py_saxpy(x: f32[N], y: mut f32[N], a: f64)")
 
 
+def test_the_library_name_and_the_flags_cannot_smuggle_code_or_split_into_characters():
+    sig = ["py_saxpy(x: f32[N], y: mut f32[N], a: f64)"]
+    # The name reaches generated code and file names: a C identifier, bounded, like a kernel's.
+    for name in ("lib\nint evil = 1;", "a-b", "", "x" * 300):
+        with pytest.raises(ValueError, match="(?s)load_inline: the library name `.*` (is not a C identifier|is longer than)"):
+            dlbridge.load_inline(name, SAXPY, sig)
+    # A str of flags is not a list of flags.
+    for what in ("extra_cflags", "cuda_options"):
+        with pytest.raises(TypeError, match=f"{what} must be a list of str"):
+            dlbridge.load_inline("py_flags", SAXPY, sig, **{what: "-O2 -g"})
+        with pytest.raises(TypeError, match=f"{what} must be a list of str"):
+            dlbridge.load_inline("py_flags", SAXPY, sig, **{what: ["-O2", 3]})
+
+
 def test_a_cpp_exception_becomes_a_python_exception():
     src = 'void py_throws(float* y, long long n) { if (n > 2) throw std::runtime_error("too long"); }'
     mod = dlbridge.load_inline("py_throw", src, ["py_throws(y: mut f32[N])"])
@@ -143,3 +157,18 @@ def test_integer_division_by_zero_in_an_inline_function_is_an_error_not_a_crash(
     with pytest.raises(RuntimeError, match=r"^idiv: integer division or modulo by zero"):
         mod.idiv(x, 0)
     np.testing.assert_array_equal(mod.idiv(x, 5), x // 5)
+
+
+def test_zero_size_tensors_are_accepted_whatever_their_strides():
+    import torch
+
+    mod = dlbridge.load_inline(
+        "py_zero_size",
+        "void zs_copy(const float* x, float* y, long long M, long long N) { for (long long i = 0; i < M * N; i++) y[i] = x[i]; }",
+        {"zs_copy": "zs_copy(x: f32[M, N]) -> (y: f32[M, N])"},
+    )
+    for shape in ((3, 0), (0, 3), (0, 0)):
+        x = torch.empty(shape)  # torch.empty(3, 0).stride() == (1, 1)
+        y = mod.zs_copy(x)
+        assert isinstance(y, torch.Tensor) and tuple(y.shape) == shape
+        assert mod.zs_copy(np.empty(shape, np.float32)).shape == shape

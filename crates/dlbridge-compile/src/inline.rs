@@ -299,6 +299,17 @@ impl std::fmt::Debug for InlineLibrary {
     }
 }
 
+/// Whether a compiler flag links a sanitizer's runtime into the library
+/// (`-fsanitize=address`, `-lasan`, `-static-libasan`, ...). The runtimes
+/// refuse to start inside a process that did not load them first, and exit it.
+fn loads_a_sanitizer(flag: &str) -> bool {
+    let f = flag.trim();
+    f.starts_with("-fsanitize")
+        || f.starts_with("--sanitize")
+        || (f.starts_with("-l") && f.ends_with("san"))
+        || (f.contains("-lib") && f.ends_with("san"))
+}
+
 /// Whether `name` occurs as an identifier in `src`, outside comments.
 fn mentions(src: &str, name: &str) -> bool {
     let b = src.as_bytes();
@@ -348,9 +359,17 @@ impl InlineLibrary {
         cuda_source: Option<&str>,
         opts: InlineOptions,
     ) -> Result<InlineLibrary> {
+        // The name becomes part of generated code and of file names: a C
+        // identifier, as a kernel's name is.
+        if let Some(why) = crate::params::bad_name(name) {
+            return Err(value_error(format!("load_inline: the library name `{}` {why}", crate::params::shortened(name))));
+        }
         let what = format!("load_inline {name:?}");
-        if name.trim().is_empty() {
-            return Err(value_error("load_inline: the library needs a name".into()));
+        if let Some(flag) = opts.extra_cflags.iter().find(|f| loads_a_sanitizer(f)) {
+            return Err(value_error(format!(
+                "{what}: extra_cflags `{}` would link a sanitizer runtime, which must be loaded first in a process and ends this one when the library is loaded; it is refused",
+                crate::params::shortened(flag)
+            )));
         }
         if c_source.is_none() && cuda_source.is_none() {
             return Err(value_error(format!("{what}: give c_source, cuda_source or both")));
@@ -1010,7 +1029,11 @@ inline int32_t check(const char* kernel, DLTensor* const* t, int32_t nt, int32_t
     if (x->ndim < 0 || (x->ndim > 0 && x->shape == nullptr)) {
       return fail(err, err_len, DLBRIDGE_ERR_VALUE, "%s: `%s` has no shape", kernel, names[k]);
     }
-    if (x->strides != nullptr) {
+    // A zero-size tensor is contiguous whatever its strides (torch gives
+    // torch.empty(3, 0) the strides (1, 1)): no element is addressed.
+    bool empty = false;
+    for (int d = 0; d < x->ndim; ++d) empty = empty || x->shape[d] == 0;
+    if (x->strides != nullptr && !empty) {
       int64_t expect = 1;
       for (int d = x->ndim - 1; d >= 0; --d) {
         if (x->shape[d] != 1 && x->strides[d] != expect) {

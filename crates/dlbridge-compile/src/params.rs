@@ -309,6 +309,70 @@ const CPP_KEYWORDS: &[&str] = &[
 /// Names the generated code declares in the body's scope.
 const RESERVED: &[&str] = &["i", "_ind"];
 
+/// Macros the headers of the generated code define (`<cmath>`, `<cerrno>`,
+/// `<cstdio>`, `<cstdint>`, `<cfloat>`, `<climits>`, `<cassert>`, ...): a
+/// parameter of that name would be replaced by the preprocessor.
+const MACROS: &[&str] = &[
+    "NULL",
+    "errno",
+    "EOF",
+    "BUFSIZ",
+    "assert",
+    "offsetof",
+    "INFINITY",
+    "NAN",
+    "HUGE_VAL",
+    "HUGE_VALF",
+    "HUGE_VALL",
+    "M_E",
+    "M_LOG2E",
+    "M_LOG10E",
+    "M_LN2",
+    "M_LN10",
+    "M_PI",
+    "M_PI_2",
+    "M_PI_4",
+    "M_1_PI",
+    "M_2_PI",
+    "M_2_SQRTPI",
+    "M_SQRT2",
+    "M_SQRT1_2",
+    "FLT_MAX",
+    "FLT_MIN",
+    "FLT_EPSILON",
+    "DBL_MAX",
+    "DBL_MIN",
+    "DBL_EPSILON",
+    "INT_MAX",
+    "INT_MIN",
+    "UINT_MAX",
+    "LONG_MAX",
+    "LONG_MIN",
+    "LLONG_MAX",
+    "LLONG_MIN",
+    "CHAR_BIT",
+    "SIZE_MAX",
+    "INT8_MAX",
+    "INT16_MAX",
+    "INT32_MAX",
+    "INT64_MAX",
+    "UINT8_MAX",
+    "UINT16_MAX",
+    "UINT32_MAX",
+    "UINT64_MAX",
+    "EXIT_SUCCESS",
+    "EXIT_FAILURE",
+    "RAND_MAX",
+    "FP_NAN",
+    "FP_INFINITE",
+    "FP_ZERO",
+    "FP_NORMAL",
+    "FP_SUBNORMAL",
+    "EDOM",
+    "ERANGE",
+    "EINVAL",
+];
+
 /// Names the generated code uses in the body's scope (types, namespaces): a
 /// parameter of that name would hide them.
 const USED_NAMES: &[&str] = &[
@@ -330,12 +394,12 @@ const USED_NAMES: &[&str] = &[
 
 /// A name as error messages show it: at most 80 characters (a 5000-character
 /// name is not echoed whole).
-fn shortened(name: &str) -> String {
+pub(crate) fn shortened(name: &str) -> String {
     if name.chars().count() <= 80 { name.to_owned() } else { format!("{}...", name.chars().take(77).collect::<String>()) }
 }
 
 /// Why `name` cannot name a kernel or parameter, if it cannot.
-fn bad_name(name: &str) -> Option<String> {
+pub(crate) fn bad_name(name: &str) -> Option<String> {
     let mut chars = name.chars();
     let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
     if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
@@ -349,6 +413,9 @@ fn bad_name(name: &str) -> Option<String> {
     }
     if RESERVED.contains(&name) {
         return Some("is reserved: the generated code declares it (`i` the flat index, `_ind` the size)".into());
+    }
+    if MACROS.contains(&name) {
+        return Some("is reserved: a macro of the C library headers the generated code includes".into());
     }
     if USED_NAMES.contains(&name) {
         return Some("is reserved: the generated code uses that type or namespace".into());
@@ -427,19 +494,40 @@ fn check_text(kind: &str, name: &str, field: &str, text: &str, required: bool) -
     if required && text.trim().is_empty() {
         return Err(invalid(format!("{kind} `{name}`: {field} is empty")));
     }
-    // The loop body runs for a run of elements at once: `return` would leave
-    // the rest of the run unwritten. (A `return` inside a preamble function is fine.)
-    if field == "operation" && has_word(&code_only(text), "return") {
+    let code = code_only(text);
+    // Every fragment but the preamble runs inside the generated function: a
+    // `return` there would end the loop over many elements (or skip it), leaving
+    // outputs unwritten. A `return` inside a preamble function is fine; a macro
+    // that expands to one is not (it would return wherever it is used).
+    if field != "preamble" && has_word(&code, "return") {
         return Err(invalid(format!(
             "{kind} `{name}`: {field} uses `return`, which would end the loop over many elements, not this one; use `continue` to skip an element"
+        )));
+    }
+    if let Some(line) = code.lines().map(str::trim_start).find(|l| is_directive(l, "define") && has_word(l, "return")) {
+        return Err(invalid(format!(
+            "{kind} `{name}`: {field} defines a macro that returns (`{}`): used in the body, it would end the loop over many elements",
+            shortened(line.trim())
         )));
     }
     Ok(())
 }
 
-/// `text` with its comments and string / character literals blanked out
-/// (each replaced by a space), so a word in them is not taken for code.
+/// Whether `line` (code only, leading spaces trimmed) is the preprocessor
+/// directive `name` (`#define`, `# define`, ...).
+fn is_directive(line: &str, name: &str) -> bool {
+    line.strip_prefix('#').is_some_and(|rest| {
+        rest.trim_start().strip_prefix(name).is_some_and(|r| !r.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_'))
+    })
+}
+
+/// `text` as the compiler's tokenizer sees it: lines ending in a backslash
+/// joined to the next (`ret\` + newline + `urn` is `return`, and a `//`
+/// comment so continued goes on), then comments and string / character
+/// literals blanked out (each replaced by a space), so a word in them is not
+/// taken for code.
 fn code_only(text: &str) -> String {
+    let text = text.replace("\\\r\n", "").replace("\\\n", "");
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
@@ -831,6 +919,38 @@ mod return_tests {
         assert!(has_word(&code_only("y = x; return;"), "return"));
         assert!(!has_word(&code_only("y = x; // no early return here"), "return"));
         assert!(!has_word(&code_only("y = x; /* return */"), "return"));
+    }
+
+    #[test]
+    fn a_return_spliced_across_lines_or_in_any_fragment_is_refused() {
+        // A backslash-newline joins `ret` and `urn` before the compiler tokenizes.
+        let e = ElementwiseSpec::new("T x", "T z", "z = x; if (x > 0) ret\\\nurn; z = -1", "splice", "", "", "").unwrap_err();
+        assert!(e.to_string().contains("operation uses `return`"), "{e}");
+        assert!(!has_word(&code_only("// a comment \\\n return;"), "return"), "a continued comment hides the line");
+        // loop_prep and after_loop run inside the generated function too.
+        for (prep, after) in [("return;", ""), ("", "if (1) return;")] {
+            let e = ElementwiseSpec::new("T x", "T z", "z = x", "frag", "", prep, after).unwrap_err();
+            assert!(e.to_string().contains("uses `return`"), "{e}");
+        }
+        // A macro that returns, defined in the preamble, would return from the body.
+        let e = ElementwiseSpec::new("T x", "T z", "z = x; BAIL", "mac", "#define BAIL return", "", "").unwrap_err();
+        assert!(e.to_string().contains("preamble defines a macro that returns (`#define BAIL return`)"), "{e}");
+        let e = ElementwiseSpec::new("T x", "T z", "z = x; BAIL", "mac2", "#  define BAIL \\\n return", "", "").unwrap_err();
+        assert!(e.to_string().contains("defines a macro that returns"), "{e}");
+        ElementwiseSpec::new("T x", "T z", "z = TWICE(x)", "mac_ok", "#define TWICE(v) ((v) * 2)", "", "").unwrap();
+    }
+
+    #[test]
+    fn a_parameter_named_like_a_c_library_macro_is_refused_by_name() {
+        for name in ["M_PI", "NULL", "errno", "INFINITY"] {
+            let e = ElementwiseSpec::new(&format!("T x, T {name}"), "T z", "z = x", "mac_param", "", "", "").unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!(
+                    "ElementwiseKernel `mac_param`: in_params: parameter name `{name}` is reserved: a macro of the C library headers the generated code includes"
+                )
+            );
+        }
     }
 
     #[test]

@@ -174,6 +174,24 @@ fn names_signatures_and_sources_are_checked_before_anything_compiles() {
             .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Value);
     assert!(e.to_string().contains("functions[\"saxpy\"] has the signature of `axpy`"), "{e}");
+    // The library's name is a C identifier (it reaches generated code and file names).
+    for (bad, why) in [
+        ("lib\nint evil;", "is not a C identifier"),
+        ("a-b", "is not a C identifier"),
+        ("", "is not a C identifier"),
+        ("x".repeat(300).as_str(), "is longer than"),
+    ] {
+        let e = InlineLibrary::new(bad, Some(AXPY), &["axpy(x: f32[N], y: mut f32[N], a: f64)"], None, Default::default()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Value);
+        assert!(e.to_string().starts_with("load_inline: the library name `") && e.to_string().contains(why), "{e}");
+    }
+    // A sanitizer runtime would end the process when the library is loaded: refused.
+    for flag in ["-fsanitize=address", "-fsanitize=undefined", "-lasan", "-static-libasan"] {
+        let opts = InlineOptions { extra_cflags: vec!["-O2".into(), flag.into()], ..Default::default() };
+        let e = InlineLibrary::new("rs_san", Some(AXPY), &["axpy(x: f32[N], y: mut f32[N], a: f64)"], None, opts).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Value);
+        assert!(e.to_string().contains(&format!("extra_cflags `{flag}` would link a sanitizer runtime")), "{e}");
+    }
     let e = InlineLibrary::new("rs_none", None, &["axpy(x: f32[N])"], None, Default::default()).unwrap_err();
     assert!(e.to_string().contains("give c_source, cuda_source or both"), "{e}");
     let e = InlineLibrary::new("rs_missing", Some(AXPY), &["nope(x: f32[N])"], None, Default::default()).unwrap_err();
