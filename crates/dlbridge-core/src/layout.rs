@@ -15,6 +15,11 @@ pub const MAX_NDIM: usize = 64;
 /// them keeps the i128 arithmetic below free of overflow checks.
 const OFFSET_LIMIT: i128 = 1 << 100;
 
+/// One past the highest address a user-space tensor can touch: x86-64 with
+/// five-level paging maps user memory below 2^56, AArch64 below 2^52. A layout
+/// that reaches past it describes memory no process has, whatever its pointer.
+pub const USER_SPACE_END: u64 = 1 << 57;
+
 /// What [`check_layout`] learned about a tensor's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Extent {
@@ -64,7 +69,8 @@ pub fn check_permutation(axes: &[usize], ndim: usize) -> Result<()> {
 ///   huge) is accepted when the resulting byte range is representable;
 /// * `data_addr == 0` only for zero-size tensors; `data_addr + byte_offset`
 ///   must be aligned to the dtype's scalar width;
-/// * the touched byte range must fit in the address space without wrapping.
+/// * the touched byte range must lie in user space: from address 0 up to
+///   [`USER_SPACE_END`], without wrapping.
 pub fn check_layout(
     shape: &[i64],
     strides: Option<&[i64]>,
@@ -139,7 +145,9 @@ fn common_extent(
     }
     let start = u64::try_from(data_addr).ok()?.checked_add(byte_offset)?;
     start.checked_add_signed(byte_lo as i64)?;
-    usize::try_from(start.checked_add_signed(byte_hi as i64)?).ok()?;
+    if start.checked_add_signed(byte_hi as i64)? > USER_SPACE_END {
+        return None;
+    }
     if start & (dtype.alignment() as u64 - 1) != 0 {
         return None;
     }
@@ -224,11 +232,13 @@ fn checked_extent(
         let start = data_addr as u128 + byte_offset as u128;
         let first = start as i128 + byte_lo;
         let end = start as i128 + byte_hi;
-        if first < 0 || end > usize::MAX as i128 {
+        if first < 0 || end > i128::from(USER_SPACE_END) {
             return Err(Error::field(
                 "byte_offset",
                 byte_offset,
-                format!("data {data_addr:#x} + byte_offset with strides {strides:?} reaches outside the address space"),
+                format!(
+                    "data {data_addr:#x} + byte_offset with strides {strides:?} reaches outside the user address space (bytes {first:#x} to {end:#x}; user memory ends below 2^57)"
+                ),
             ));
         }
         let align = dtype.alignment();

@@ -290,3 +290,15 @@ fn error_kinds_map_to_stable_codes() {
     assert_eq!(e.kind(), ErrorKind::Value);
     assert_eq!(e.to_string(), "matmul: argument b: shape mismatch: x");
 }
+
+#[test]
+fn a_strided_view_reaching_past_user_space_is_rejected_before_any_read() {
+    // Two elements 2^60 bytes apart: representable in 64 bits, but no process
+    // has memory there (user space ends below 2^57), so nothing may be read.
+    let f = Fields { strides: Some(vec![1 << 58]), ..Fields::f32(&[2]) };
+    let e = expect_err(&f, "reaches outside the user address space");
+    assert!(e.to_string().contains("user memory ends below 2^57"), "{e}");
+    // The largest reach that stays in user space from a real allocation is fine.
+    let near = Fields { strides: Some(vec![1 << 40]), ..Fields::f32(&[2]) };
+    assert!(import(&near).0.is_ok());
+}
