@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use dlbridge_core::{Error, Result};
+use dlbridge_registry::trust::{is_plain_file, trusted_dir};
 use sha2::{Digest, Sha256};
 
 use crate::probe::{Unavailable, guarded};
@@ -253,6 +254,9 @@ pub struct CacheStats {
 #[derive(Debug)]
 pub struct PtxCache {
     dir: Option<PathBuf>,
+    /// Whether `dir` may hold code this process loads
+    /// ([`dlbridge_registry::trust::trusted_dir`]), asked on first use.
+    trusted: OnceLock<bool>,
     memory: Mutex<HashMap<[u8; 32], Arc<[u8]>>>,
     compiled: AtomicU64,
     memory_hits: AtomicU64,
@@ -270,6 +274,7 @@ impl PtxCache {
     pub fn new(dir: Option<PathBuf>) -> PtxCache {
         PtxCache {
             dir,
+            trusted: OnceLock::new(),
             memory: Mutex::new(HashMap::new()),
             compiled: AtomicU64::new(0),
             memory_hits: AtomicU64::new(0),
@@ -337,10 +342,11 @@ impl PtxCache {
             self.memory_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(p.clone());
         }
-        let file = self.dir.as_ref().map(|d| d.join(format!("{}.{}", hex(&key), if output == Output::Ptx { "ptx" } else { "cubin" })));
-        // A file is used only when its header names this key and the SHA-256 of
-        // the image that follows (a torn or edited file is compiled again and replaced).
-        let from_disk = file.as_ref().and_then(|f| std::fs::read(f).ok()).and_then(|bytes| {
+        let file = self.disk_dir().map(|d| d.join(format!("{}.{}", hex(&key), if output == Output::Ptx { "ptx" } else { "cubin" })));
+        // A file is used only when it is a regular file (never through a symbolic
+        // link) whose header names this key and the SHA-256 of the image that
+        // follows (a torn or edited file is compiled again and replaced).
+        let from_disk = file.as_ref().filter(|f| is_plain_file(f)).and_then(|f| std::fs::read(f).ok()).and_then(|bytes| {
             let nl = bytes.iter().position(|&b| b == b'\n')?;
             let line = std::str::from_utf8(&bytes[..nl]).ok()?.strip_prefix(HEADER)?;
             let image = &bytes[nl + 1..];
@@ -369,6 +375,20 @@ impl PtxCache {
         Ok(image)
     }
 
+    /// The directory to read and write, when it is one this process may load
+    /// code from (else the cache is in memory only, and a warning says why, once).
+    fn disk_dir(&self) -> Option<&Path> {
+        let dir = self.dir.as_deref()?;
+        let trusted = *self.trusted.get_or_init(|| match trusted_dir(dir) {
+            Ok(()) => true,
+            Err(why) => {
+                eprintln!("dlbridge: not using the NVRTC cache {}: {why}; compiled code is kept in memory only", dir.display());
+                false
+            }
+        });
+        trusted.then_some(dir)
+    }
+
     /// Counts so far.
     pub fn stats(&self) -> CacheStats {
         CacheStats {
@@ -382,15 +402,12 @@ impl PtxCache {
 /// Writes through a temporary file renamed into place, so a reader never sees half a file.
 fn write_atomically(path: &Path, text: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    // Unique per process and per write: threads of one process that compile the
-    // same key at once each write their own file, and the last rename wins whole.
-    static WRITES: AtomicU64 = AtomicU64::new(0);
-    let n = WRITES.fetch_add(1, Ordering::Relaxed);
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("ptx");
-    let tmp = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
+    // An unpredictable name, created exclusively (nothing planted under it is
+    // followed): threads or processes that compile the same key at once each
+    // write their own file, and the last rename wins whole.
+    let mut tmp = tempfile::Builder::new().prefix(".dlbridge-nvrtc-").tempfile_in(dir)?;
+    std::io::Write::write_all(&mut tmp, text)?;
+    tmp.persist(path).map(drop).map_err(|e| e.error)
 }
 
 #[cfg(test)]

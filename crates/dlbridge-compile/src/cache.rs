@@ -5,11 +5,19 @@
 //! plugin header), the compiler's identity (resolved path, `--version`) and
 //! flags, the CPU's features (`-march=native`) and the dtypes once more. It
 //! lives under `$DLBRIDGE_CACHE_DIR/cpu`, else `$XDG_CACHE_HOME/dlbridge/cpu`,
-//! else `~/.cache/dlbridge/cpu` (a directory under the system's temporary
-//! directory when none is set).
+//! else `~/.cache/dlbridge/cpu`, else `dlbridge-cache-<uid>/cpu` under the
+//! system's temporary directory: never a directory shared between users.
 //!
-//! Several processes may build the same kernel at once: each compiles under a
-//! name of its own and renames the result into place (atomic on one file
+//! What the cache trusts: a directory that may hold code this process runs
+//! must be a real directory (not a symbolic link), owned by this process's
+//! user and writable by nobody else, as pip and ccache require of theirs. One
+//! that is not is not used (a warning says why, once): kernels are then
+//! compiled in a private directory of their own and nothing is kept. Files in
+//! it that are symbolic links are never read or loaded.
+//!
+//! Several processes may build the same kernel at once: each compiles in a
+//! private directory with an unpredictable name (created 0700, so nothing can
+//! be planted in it) and renames the result into place (atomic on one file
 //! system), so a library is either absent or whole. A second process finds it
 //! and pays no compilation. Each library has its SHA-256 beside it
 //! (`<key>.sha256`, written before the library is renamed into place): a
@@ -37,11 +45,20 @@ pub fn cache_root() -> Option<PathBuf> {
         .or_else(|| var("HOME").map(|h| h.join(".cache/dlbridge")))
 }
 
-/// Where CPU libraries are cached: [`cache_root`]`/cpu`, else a directory
-/// under the system's temporary directory.
+/// Where CPU libraries are cached: [`cache_root`]`/cpu`, else
+/// `dlbridge-cache-<uid>/cpu` under the system's temporary directory (one per
+/// user; [`trusted_dir`] refuses it when another user made it first).
 pub fn cpu_cache_dir() -> PathBuf {
-    cache_root().unwrap_or_else(|| std::env::temp_dir().join("dlbridge-cache")).join("cpu")
+    cpu_dir_under(cache_root())
 }
+
+/// `root/cpu`, or the per-user fallback's.
+fn cpu_dir_under(root: Option<PathBuf>) -> PathBuf {
+    root.unwrap_or_else(|| std::env::temp_dir().join(format!("dlbridge-cache-{}", euid()))).join("cpu")
+}
+
+use dlbridge_registry::trust::euid;
+pub use dlbridge_registry::trust::{is_plain_file, trusted_dir};
 
 /// Counters of what the cache did in this process.
 #[derive(Debug, Default)]
@@ -56,6 +73,8 @@ pub struct Stats {
 #[derive(Debug)]
 pub struct LibraryCache {
     dir: PathBuf,
+    /// Whether `dir` may be used ([`trusted_dir`]), asked on first use.
+    trust: OnceLock<std::result::Result<(), String>>,
     /// What it did.
     pub stats: Stats,
 }
@@ -63,7 +82,26 @@ pub struct LibraryCache {
 impl LibraryCache {
     /// A cache in `dir`.
     pub fn new(dir: PathBuf) -> LibraryCache {
-        LibraryCache { dir, stats: Stats::default() }
+        LibraryCache { dir, trust: OnceLock::new(), stats: Stats::default() }
+    }
+
+    /// Whether the directory may hold code this process runs; `Err` says why
+    /// not (the first time it is asked, a warning says so on stderr).
+    pub fn trusted(&self) -> std::result::Result<(), &str> {
+        self.trust
+            .get_or_init(|| {
+                let t = trusted_dir(&self.dir);
+                if let Err(why) = &t {
+                    eprintln!(
+                        "dlbridge: not using the kernel cache {}: {why}; kernels are compiled in a private directory and not kept",
+                        self.dir.display()
+                    );
+                }
+                t
+            })
+            .as_ref()
+            .map(|_| ())
+            .map_err(String::as_str)
     }
 
     /// The process-wide cache (its directory is read from the environment once).
@@ -128,11 +166,18 @@ impl LibraryCache {
     ) -> Result<T> {
         let compiler = Compiler::get()?;
         let key = LibraryCache::key_with(compiler, source, dtypes, extra);
+        if self.trusted().is_err() {
+            // Compiled and loaded in a private directory, removed once loaded (the
+            // mapping stays valid): nothing is read from or left in the cache.
+            let work = private_dir(&std::env::temp_dir(), what)?;
+            let so = build_in(compiler, work.path(), source, extra, what, user)?;
+            self.stats.compiled.fetch_add(1, Ordering::Relaxed);
+            return load(&so);
+        }
         let so = self.dir.join(format!("{key}.so"));
         // A damaged or foreign file fails `load`: it is built again below (the
         // new one replaces it atomically; an old mapping, if any, stays valid).
-        if so.is_file()
-            && self.intact(&key)
+        if self.intact(&key)
             && let Ok(t) = load(&so)
         {
             self.stats.disk_hits.fetch_add(1, Ordering::Relaxed);
@@ -143,56 +188,88 @@ impl LibraryCache {
         load(&so)
     }
 
-    /// Whether `<key>.so` has the SHA-256 recorded in `<key>.sha256`.
+    /// Whether `<key>.so` is a regular file (not a symbolic link) with the
+    /// SHA-256 recorded in `<key>.sha256` (one too).
     fn intact(&self, key: &str) -> bool {
-        let (Ok(lib), Ok(sum)) =
-            (std::fs::read(self.dir.join(format!("{key}.so"))), std::fs::read_to_string(self.dir.join(format!("{key}.sha256"))))
-        else {
+        let (so, sum) = (self.dir.join(format!("{key}.so")), self.dir.join(format!("{key}.sha256")));
+        if !is_plain_file(&so) || !is_plain_file(&sum) {
+            return false;
+        }
+        let (Ok(lib), Ok(sum)) = (std::fs::read(so), std::fs::read_to_string(sum)) else {
             return false;
         };
         hex(&Sha256::digest(&lib)) == sum.trim()
     }
 
     fn build(&self, compiler: &Compiler, key: &str, source: &str, extra: &[String], what: &str, user: &[(&str, &str)]) -> Result<()> {
-        std::fs::create_dir_all(&self.dir)
-            .map_err(|e| Error::Runtime(format!("{what}: cannot create the kernel cache directory {}: {e}", self.dir.display())))?;
-        static SEQ: AtomicU64 = AtomicU64::new(0);
-        let unique = format!("{key}.tmp{}_{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
-        let cpp = self.dir.join(format!("{unique}.cpp"));
-        let tmp_so = self.dir.join(format!("{unique}.so"));
-        let cleanup = || {
-            let _ = std::fs::remove_file(&cpp);
-            let _ = std::fs::remove_file(&tmp_so);
-        };
-        std::fs::write(&cpp, source).map_err(|e| Error::Runtime(format!("{what}: cannot write {}: {e}", cpp.display())))?;
-        if let Err(e) = compiler.compile_with(&cpp, &tmp_so, what, user, extra) {
-            cleanup();
-            return Err(e);
-        }
+        let work = private_dir(&self.dir, what)?;
+        let tmp_so = build_in(compiler, work.path(), source, extra, what, user)?;
         // The library's SHA-256 beside it, in place before the library: a
         // library whose bytes do not match it is never loaded (damaged files
-        // would otherwise run as code).
+        // would otherwise run as code). Renames replace whatever had the name,
+        // a symbolic link included, and never follow it.
         let digest = std::fs::read(&tmp_so).map(|b| hex(&Sha256::digest(&b)));
         let sum = self.dir.join(format!("{key}.sha256"));
-        let tmp_sum = self.dir.join(format!("{unique}.sha256"));
+        let tmp_sum = work.path().join("kernel.sha256");
         let written = digest.and_then(|d| std::fs::write(&tmp_sum, d)).and_then(|()| std::fs::rename(&tmp_sum, &sum));
         if let Err(e) = written {
-            cleanup();
-            let _ = std::fs::remove_file(&tmp_sum);
             return Err(Error::Runtime(format!("{what}: cannot write the checksum {}: {e}", sum.display())));
         }
         let so = self.dir.join(format!("{key}.so"));
         if let Err(e) = std::fs::rename(&tmp_so, &so) {
-            cleanup();
             return Err(Error::Runtime(format!("{what}: cannot move the compiled kernel to {}: {e}", so.display())));
         }
         // The source beside it, for whoever wants to read what ran.
-        let _ = std::fs::rename(&cpp, self.dir.join(format!("{key}.cpp")));
+        let _ = std::fs::rename(work.path().join("kernel.cpp"), self.dir.join(format!("{key}.cpp")));
         Ok(())
     }
+}
+
+/// A fresh directory in `parent` with an unpredictable name, created 0700 and
+/// exclusively (it cannot have existed, so nothing was planted in it); removed
+/// when dropped.
+fn private_dir(parent: &Path, what: &str) -> Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix(".dlbridge-build-")
+        .tempdir_in(parent)
+        .map_err(|e| Error::Runtime(format!("{what}: cannot create a build directory in {}: {e}", parent.display())))
+}
+
+/// Writes `source` into `dir` and compiles it there; returns the library's path.
+fn build_in(compiler: &Compiler, dir: &Path, source: &str, extra: &[String], what: &str, user: &[(&str, &str)]) -> Result<PathBuf> {
+    let (cpp, so) = (dir.join("kernel.cpp"), dir.join("kernel.so"));
+    std::fs::write(&cpp, source).map_err(|e| Error::Runtime(format!("{what}: cannot write {}: {e}", cpp.display())))?;
+    compiler.compile_with(&cpp, &so, what, user, extra)?;
+    Ok(so)
 }
 
 /// Lower-case hex of `bytes`.
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_cache_root_the_directory_is_one_per_user() {
+        let dir = cpu_dir_under(None);
+        assert!(dir.starts_with(std::env::temp_dir()), "{}", dir.display());
+        assert!(dir.ends_with(format!("dlbridge-cache-{}/cpu", euid())), "{}", dir.display());
+    }
+
+    #[test]
+    fn a_symlinked_library_is_never_intact() {
+        let root = tempfile::tempdir().unwrap();
+        let cache = LibraryCache::new(root.path().to_path_buf());
+        let elsewhere = root.path().join("elsewhere.so");
+        std::fs::write(&elsewhere, b"not a library").unwrap();
+        std::fs::write(root.path().join("k.sha256"), hex(&Sha256::digest(b"not a library"))).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, root.path().join("k.so")).unwrap();
+        assert!(!cache.intact("k"), "a symbolic link is not loaded, even with the right digest");
+        std::fs::remove_file(root.path().join("k.so")).unwrap();
+        std::fs::copy(&elsewhere, root.path().join("k.so")).unwrap();
+        assert!(cache.intact("k"));
+    }
 }

@@ -45,7 +45,8 @@ pub struct Compiler {
     pub command: Vec<String>,
     /// `--version`'s first line.
     pub version: String,
-    /// What the cache key holds of it: the resolved path and the whole `--version` text.
+    /// What the cache key holds of it: the resolved path, the whole `--version`
+    /// text and what `-march=native` expands to here.
     pub identity: String,
     /// Whether loops calling libm functions can use glibc's libmvec.
     pub libmvec: bool,
@@ -80,8 +81,9 @@ impl Compiler {
                     let text = String::from_utf8_lossy(&out.stdout).into_owned();
                     let version = text.lines().next().unwrap_or("").trim().to_owned();
                     let path = which(program).map_or_else(|| program.clone(), |p| p.display().to_string());
+                    let native = native_target(&command);
                     let mut c = Compiler {
-                        identity: format!("{path}\n{}\n{text}", command.join(" ")),
+                        identity: format!("{path}\n{}\n{text}\n-march=native: {native}", command.join(" ")),
                         command,
                         version,
                         libmvec: false,
@@ -108,24 +110,30 @@ impl Compiler {
     /// A probe's answer, remembered in the cache directory per compiler
     /// identity (a process that finds its kernels on disk should not pay a
     /// probe compilation).
+    /// Only in a directory [`trusted_dir`](crate::cache::trusted_dir) accepts
+    /// (an answer planted elsewhere could turn the integer-division guard off),
+    /// and only from a regular file.
     fn probe_cached(&self, what: &str, probe: fn(&Compiler) -> bool) -> bool {
         use sha2::{Digest, Sha256};
+        let dir = crate::cache::cpu_cache_dir();
+        if crate::cache::trusted_dir(&dir).is_err() {
+            return probe(self);
+        }
         let hash: String = Sha256::digest(self.identity.as_bytes()).iter().take(16).map(|b| format!("{b:02x}")).collect();
-        let file = crate::cache::cpu_cache_dir().join(format!("toolchain-{hash}.{what}"));
-        match std::fs::read_to_string(&file).map(|t| t.trim().to_owned()) {
-            Ok(t) if t == "1" => return true,
-            Ok(t) if t == "0" => return false,
-            _ => {}
+        let file = dir.join(format!("toolchain-{hash}.{what}"));
+        if crate::cache::is_plain_file(&file) {
+            match std::fs::read_to_string(&file).map(|t| t.trim().to_owned()) {
+                Ok(t) if t == "1" => return true,
+                Ok(t) if t == "0" => return false,
+                _ => {}
+            }
         }
         let found = probe(self);
-        if let Some(dir) = file.parent()
-            && std::fs::create_dir_all(dir).is_ok()
+        // Written whole under an unpredictable name, then renamed, like the libraries.
+        if let Ok(tmp) = tempfile::Builder::new().prefix(".dlbridge-probe-").tempfile_in(&dir)
+            && std::fs::write(tmp.path(), if found { "1" } else { "0" }).is_ok()
         {
-            // Written whole then renamed, like the libraries.
-            let tmp = file.with_extension(format!("tmp{}", std::process::id()));
-            if std::fs::write(&tmp, if found { "1" } else { "0" }).is_ok() {
-                let _ = std::fs::rename(&tmp, &file);
-            }
+            let _ = tmp.persist(&file);
         }
         found
     }
@@ -159,8 +167,8 @@ impl Compiler {
     /// `flags` (in a fresh private directory, removed after), `link` last.
     fn probe_builds(&self, text: &str, flags: &[&str], link: &[&str]) -> bool {
         let Some((program, pre)) = self.command.split_first() else { return false };
-        let Ok(dir) = tempfile_dir() else { return false };
-        let (src, so) = (dir.join("probe.cpp"), dir.join("probe.so"));
+        let Ok(dir) = tempfile::Builder::new().prefix("dlbridge-probe-").tempdir() else { return false };
+        let (src, so) = (dir.path().join("probe.cpp"), dir.path().join("probe.so"));
         let ok = std::fs::write(&src, text).is_ok()
             && Command::new(program)
                 .args(pre)
@@ -172,7 +180,7 @@ impl Compiler {
                 .args(link)
                 .output()
                 .is_ok_and(|o| o.status.success());
-        let _ = std::fs::remove_dir_all(&dir);
+        drop(dir);
         ok
     }
 
@@ -215,13 +223,31 @@ impl Compiler {
     }
 }
 
-/// A fresh private directory for a probe compilation.
-fn tempfile_dir() -> std::io::Result<PathBuf> {
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("dlbridge-probe-{}-{n}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
+/// What `-march=native` means to this compiler on this machine: the target
+/// options it expands to (GCC: `-march=znver4 -mavx512f ... --param
+/// l1-cache-size=32`; clang: `-target-cpu znver4 -target-feature +avx512f
+/// ...`), from its `-###` dry run. Two machines whose CPUs differ in any
+/// feature the generated code may use get different answers, so different
+/// cache keys: a shared or copied cache never runs code the CPU lacks.
+fn native_target(command: &[String]) -> String {
+    let Some((program, pre)) = command.split_first() else { return String::new() };
+    let Ok(out) = Command::new(program).args(pre).args(["-march=native", "-###", "-E", "-x", "c++", "/dev/null"]).output() else {
+        return String::new();
+    };
+    let text = String::from_utf8_lossy(&out.stderr);
+    let mut options = Vec::new();
+    let mut value_of = false;
+    for t in text.split_whitespace().map(|t| t.trim_matches('"')) {
+        if std::mem::take(&mut value_of) {
+            options.push(t);
+        } else if matches!(t, "-target-cpu" | "-target-feature" | "--param") {
+            options.push(t);
+            value_of = true;
+        } else if t.starts_with("-m") && !t.starts_with("-mllvm") {
+            options.push(t);
+        }
+    }
+    options.join(" ")
 }
 
 /// The first `program` on `PATH` (or `program` itself when it has a slash).
@@ -321,6 +347,13 @@ mod tests {
         assert!(m.contains("operation line 2, column 9: error: 'q' was not declared in this scope\n    z = t * q;\n            ^"), "{m}");
         assert!(!m.contains("line 1, column 3"), "warnings are not listed as errors: {m}");
         assert!(m.contains("compiler output:\n  dlbridge_generated.cpp: In function"), "{m}");
+    }
+
+    #[test]
+    fn the_identity_holds_what_march_native_expands_to() {
+        let c = Compiler::get().expect("this machine has a C++ compiler (the set-up needs one)");
+        let native = c.identity.split("-march=native: ").nth(1).unwrap_or("");
+        assert!(native.contains("-march=") || native.contains("-target-cpu"), "no expansion of -march=native in {:?}", c.identity);
     }
 
     #[test]

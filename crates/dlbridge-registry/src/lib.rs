@@ -29,6 +29,7 @@ pub mod plugin;
 pub mod registry;
 pub mod signature;
 pub mod threads;
+pub mod trust;
 
 pub use binding::{Adapter, Allocator, ArrayAllocator, Binding, Given, Job, Operand, Scalar, Value};
 pub use call::{Arg, Bindings, OutputSpec};
