@@ -239,3 +239,13 @@ def test_an_output_over_an_input_of_another_width_is_refused_never_half_written(
     z = np.arange(5, dtype=np.float32)
     same(z, out=z.view(np.int32))
     assert z.view(np.int32).tolist() == [1, 2, 3, 4, 5]
+
+
+def test_a_failed_torch_allocation_is_a_memory_error_naming_kernel_and_output():
+    # A 2^20 x 2^20 f32 result (4 TiB) from two zero-stride views: torch's
+    # allocator refuses it, and the error says where, without torch's C++ trace.
+    x = torch.zeros(1).expand(1 << 20, 1 << 20)
+    with pytest.raises(MemoryError, match=r"^add: output out: allocating out: f32\[1048576, 1048576\] on cpu: ") as e:
+        add(x, x)
+    assert "Exception raised from" not in str(e.value) and len(str(e.value)) < 400, str(e.value)
+    assert (e.value.kernel, e.value.argument, e.value.output) == ("add", "out", True)

@@ -346,7 +346,20 @@ impl Api {
                 Some(e) => e.to_string(),
                 None => "allocation failed".into(),
             });
-            return Err(PyBufferError::new_err(format!("allocating output {spec}: {msg}")));
+            // torch's message: its first line, without the exception type it names
+            // and the C++ stack trace (`frame #0: ...`, `Exception raised from ...`) after it.
+            let first = msg.lines().next().unwrap_or("").trim();
+            let msg = match first.split_once(": ") {
+                Some((ty, rest)) if ty.ends_with("Error") && ty.chars().all(|c| c.is_ascii_alphanumeric()) => rest,
+                _ => first,
+            }
+            .to_owned();
+            let text = format!("allocating {spec}: {msg}");
+            return Err(if msg.to_ascii_lowercase().contains("memory") {
+                pyo3::exceptions::PyMemoryError::new_err(text)
+            } else {
+                PyBufferError::new_err(text)
+            });
         }
         // SAFETY: the allocator handed us ownership of `out`.
         unsafe { ManagedTensor::from_raw_versioned(out) }.map_err(crate::errors::to_pyerr)

@@ -97,6 +97,9 @@ struct Exchange<'py> {
 
 impl Allocator<PyFail> for Exchange<'_> {
     type Tensor = ManagedTensor;
+    fn locate(&mut self, e: PyFail, kernel: &str, output: &str) -> PyFail {
+        PyFail(locate(self.py, e.0, kernel, &Slot::Output(output.into())))
+    }
     fn allocate(&mut self, spec: &OutputSpec) -> Result<ManagedTensor, PyFail> {
         // torch's allocator may dispatch to Python (a TorchDispatchMode).
         python_may_run();
@@ -126,6 +129,9 @@ struct Numpy<'py> {
 
 impl<'py> Allocator<PyFail> for Numpy<'py> {
     type Tensor = Tensor<'py>;
+    fn locate(&mut self, e: PyFail, kernel: &str, output: &str) -> PyFail {
+        PyFail(locate(self.py, e.0, kernel, &Slot::Output(output.into())))
+    }
     fn allocate(&mut self, spec: &OutputSpec) -> Result<Tensor<'py>, PyFail> {
         python_may_run();
         let py = self.py;

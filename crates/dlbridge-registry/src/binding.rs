@@ -106,6 +106,14 @@ pub trait Allocator<E> {
     /// A new tensor of `spec`'s shape, dtype and device (contents unspecified),
     /// laid out in `spec.order` where the framework can (see [`OutputSpec::order`]).
     fn allocate(&mut self, spec: &OutputSpec) -> Result<Self::Tensor, E>;
+
+    /// The error of a failed [`Allocator::allocate`] for output `output` of
+    /// `kernel`, located there (as [`Adapter::locate`] does for arguments).
+    /// The default leaves it as it is.
+    fn locate(&mut self, e: E, kernel: &str, output: &str) -> E {
+        let _ = (kernel, output);
+        e
+    }
 }
 
 /// One bound parameter.
@@ -553,7 +561,10 @@ impl<'k, T: Operand, E: From<Error>> Binding<'k, T, E> {
         let mut allocated: SmallVec<[A::Tensor; 2]> = SmallVec::new();
         if !kernel.signature().outputs.is_empty() {
             for spec in self.output_specs()?.iter() {
-                allocated.push(alloc.allocate(spec)?);
+                match alloc.allocate(spec) {
+                    Ok(t) => allocated.push(t),
+                    Err(e) => return Err(alloc.locate(e, kernel.name(), &spec.name)),
+                }
             }
         }
         run_on(kernel, &mut self.params, &mut allocated, stream, runner)?;
