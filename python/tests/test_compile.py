@@ -202,6 +202,43 @@ def test_a_second_process_finds_the_kernel_in_the_disk_cache(tmp_path):
     assert len(libs) == 1 and not list((tmp_path / "cpu").glob("*.tmp*")), libs
 
 
+def test_a_library_planted_in_the_cache_never_runs_its_constructor(tmp_path):
+    """Whoever writes into the cache directory (or copies a cache from elsewhere) can
+    replace a library and write anything beside it, but cannot seal it with this
+    user's secret: the planted library is rebuilt without being opened."""
+    script = textwrap.dedent(
+        """
+        import numpy as np, dlbridge
+        k = dlbridge.ElementwiseKernel('T x', 'T z', 'z = x * 3', 'planted_target')
+        assert list(k(np.arange(3.0))) == [0.0, 3.0, 6.0]
+        print(dlbridge._dlbridge.compile_stats())
+        """
+    )
+    cache = tmp_path / "cache"
+    env = dict(os.environ, DLBRIDGE_CACHE_DIR=str(cache))
+    subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    (lib,) = (cache / "cpu").glob("*.so")
+    marker = tmp_path / "constructor-ran"
+    planted = tmp_path / "planted.c"
+    planted.write_text(
+        "#include <stdio.h>\n"
+        f'__attribute__((constructor)) static void run(void) {{ FILE* f = fopen("{marker}", "w"); if (f) fclose(f); }}\n'
+    )
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(planted)], check=True)
+    import hashlib
+
+    # What anyone can compute beside it: the library's SHA-256, under every name a digest might have.
+    digest = hashlib.sha256(lib.read_bytes()).hexdigest()
+    for suffix in (".seal", ".sha256"):
+        lib.with_suffix(suffix).write_text(digest)
+    again = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert not marker.exists(), "the planted library was loaded"
+    assert "'compiled': 1" in again.stdout and "'disk_hits': 0" in again.stdout, again.stdout
+    # Rebuilt and sealed again: a third process finds it.
+    third = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert "'compiled': 0" in third.stdout and "'disk_hits': 1" in third.stdout, third.stdout
+
+
 def test_cupy_l2norm_reduction_along_an_axis():
     l2norm_kernel = dlbridge.ReductionKernel(
         "T x",  # input params
@@ -280,6 +317,24 @@ def test_return_in_a_comment_is_not_refused():
     np.testing.assert_array_equal(k(np.arange(3.0)), np.arange(3.0))
     with pytest.raises(ValueError, match="uses `return`"):
         dlbridge.ElementwiseKernel("T x", "T y", "y = x; return", "return_for_real")
+
+
+def test_a_fragment_cannot_leave_its_place_in_the_generated_code():
+    # A `}` would end the generated function and put the rest at file scope; an open
+    # comment or `#if 0` would swallow the generated code after it.
+    with pytest.raises(ValueError, match="operation closes a `}` on line 1 that it did not open"):
+        dlbridge.ElementwiseKernel("T x", "T y", "y = x; } void evil() { int z = 0", "escape_brace")
+    with pytest.raises(ValueError, match="preamble leaves the `#if` of line 1 open"):
+        dlbridge.ElementwiseKernel("T x", "T y", "y = x", "escape_if", preamble="#if 0")
+    with pytest.raises(ValueError, match="operation leaves a `/\\*` comment open"):
+        dlbridge.ElementwiseKernel("T x", "T y", "y = x; /*", "escape_comment")
+    with pytest.raises(ValueError, match="identity closes a `\\)`"):
+        dlbridge.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0), evil(", "escape_identity")
+    with pytest.raises(ValueError, match="preamble \\(re\\)defines the macro `i`"):
+        dlbridge.ElementwiseKernel("T x", "T y", "y = x", "macro_i", preamble="#define i 0")
+    # Macros that keep to themselves are fine.
+    k = dlbridge.ElementwiseKernel("T x", "T y", "y = SQ(x)", "macro_ok", preamble="#define SQ(v) ((v) * (v))")
+    np.testing.assert_array_equal(k(np.arange(3.0)), [0.0, 1.0, 4.0])
 
 
 def test_scalars_in_reductions_and_numpy_bool_scalars():

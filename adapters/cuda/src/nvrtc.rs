@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use dlbridge_core::{Error, Result};
-use dlbridge_registry::trust::{is_plain_file, trusted_dir};
+use dlbridge_registry::trust::{is_plain_file, seal, sealed, trusted_dir};
 use sha2::{Digest, Sha256};
 
 use crate::probe::{Unavailable, guarded};
@@ -269,6 +269,11 @@ fn hex(key: &[u8; 32]) -> String {
     key.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// What a cached image's seal is bound to: its key and its kind.
+fn seal_name(key: &[u8; 32], output: Output) -> String {
+    format!("nvrtc {} {}", hex(key), if output == Output::Ptx { "ptx" } else { "cubin" })
+}
+
 impl PtxCache {
     /// A cache writing under `dir` (`None`: memory only).
     pub fn new(dir: Option<PathBuf>) -> PtxCache {
@@ -344,14 +349,15 @@ impl PtxCache {
         }
         let file = self.disk_dir().map(|d| d.join(format!("{}.{}", hex(&key), if output == Output::Ptx { "ptx" } else { "cubin" })));
         // A file is used only when it is a regular file (never through a symbolic
-        // link) whose header names this key and the SHA-256 of the image that
-        // follows (a torn or edited file is compiled again and replaced).
+        // link) whose header names this key and seals the image that follows
+        // under this user's secret ([`seal`]: a torn, edited or planted file is
+        // compiled again and replaced, never loaded).
         let from_disk = file.as_ref().filter(|f| is_plain_file(f)).and_then(|f| std::fs::read(f).ok()).and_then(|bytes| {
             let nl = bytes.iter().position(|&b| b == b'\n')?;
             let line = std::str::from_utf8(&bytes[..nl]).ok()?.strip_prefix(HEADER)?;
             let image = &bytes[nl + 1..];
-            let (k, sum) = line.split_once(' ')?;
-            let ok = k == hex(&key) && sum == hex(&Sha256::digest(image).into()) && (output == Output::Cubin || !image.contains(&0));
+            let (k, tag) = line.split_once(' ')?;
+            let ok = k == hex(&key) && sealed(&seal_name(&key, output), image, tag) && (output == Output::Cubin || !image.contains(&0));
             ok.then(|| image.to_vec())
         });
         let image: Arc<[u8]> = match from_disk {
@@ -363,7 +369,7 @@ impl PtxCache {
                 let image = compile(source, name, options, output)?;
                 self.compiled.fetch_add(1, Ordering::Relaxed);
                 if let Some(f) = &file {
-                    let mut text = format!("{HEADER}{} {}\n", hex(&key), hex(&Sha256::digest(&image).into())).into_bytes();
+                    let mut text = format!("{HEADER}{} {}\n", hex(&key), seal(&seal_name(&key, output), &image)).into_bytes();
                     text.extend_from_slice(&image);
                     // A cache that cannot be written is only slower: the error is not the caller's.
                     let _ = write_atomically(f, &text);

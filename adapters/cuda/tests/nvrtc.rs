@@ -5,6 +5,7 @@
 
 use dlbridge_cuda::builtins::{self, SOURCES};
 use dlbridge_cuda::nvrtc::{self, PtxCache};
+use sha2::Digest;
 
 fn nvrtc_or_skip() -> bool {
     match nvrtc::nvrtc() {
@@ -81,6 +82,18 @@ fn the_disk_cache_serves_another_cache_and_replaces_a_damaged_file() {
     assert_eq!(&*c, &*a);
     assert_eq!((third.stats().compiled, third.stats().disk_hits), (1, 0));
     assert!(std::fs::read_to_string(&files[0]).unwrap().contains(".entry twice("));
+
+    // An edited image with a header recomputed the way anyone can (the
+    // image's SHA-256 in place of the seal) is not loaded either.
+    let good = std::fs::read_to_string(&files[0]).unwrap();
+    let (header, image) = good.split_once('\n').unwrap();
+    let planted = image.replace(".entry twice(", ".entry twicf(");
+    let key = header.split(' ').nth(2).unwrap();
+    let sha: String = sha2::Sha256::digest(planted.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::write(&files[0], format!("// dlbridge-ptx {key} {sha}\n{planted}")).unwrap();
+    let fourth = PtxCache::new(Some(dir.path().to_path_buf()));
+    assert_eq!(&*fourth.get_or_compile(src, "twice.cu", &opts).unwrap(), &*a);
+    assert_eq!((fourth.stats().compiled, fourth.stats().disk_hits), (1, 0));
 
     // Another architecture is another entry.
     third.get_or_compile(src, "twice.cu", &builtins::options("--gpu-architecture=compute_90")).unwrap();

@@ -19,10 +19,13 @@
 //! private directory with an unpredictable name (created 0700, so nothing can
 //! be planted in it) and renames the result into place (atomic on one file
 //! system), so a library is either absent or whole. A second process finds it
-//! and pays no compilation. Each library has its SHA-256 beside it
-//! (`<key>.sha256`, written before the library is renamed into place): a
-//! library whose bytes do not match it, that does not load, or that declares
-//! another kernel than expected (a damaged or foreign file) is rebuilt, never run.
+//! and pays no compilation. Each library has its seal beside it
+//! (`<key>.seal`, written before the library is renamed into place): an
+//! HMAC-SHA256 of its bytes under a secret of this user's kept outside the
+//! cache ([`dlbridge_registry::trust::seal`]), so nobody without the secret can
+//! make a library that passes. A library whose bytes do not match its seal is
+//! rebuilt without being opened (its constructors never run); one that does not
+//! load, or that declares another kernel than expected, is rebuilt too.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -57,8 +60,13 @@ fn cpu_dir_under(root: Option<PathBuf>) -> PathBuf {
     root.unwrap_or_else(|| std::env::temp_dir().join(format!("dlbridge-cache-{}", euid()))).join("cpu")
 }
 
-use dlbridge_registry::trust::euid;
+use dlbridge_registry::trust::{euid, seal, sealed};
 pub use dlbridge_registry::trust::{is_plain_file, trusted_dir};
+
+/// What a library's seal is bound to: its file and its kind.
+fn seal_name(key: &str) -> String {
+    format!("cpu library {key}.so")
+}
 
 /// Counters of what the cache did in this process.
 #[derive(Debug, Default)]
@@ -188,32 +196,32 @@ impl LibraryCache {
         load(&so)
     }
 
-    /// Whether `<key>.so` is a regular file (not a symbolic link) with the
-    /// SHA-256 recorded in `<key>.sha256` (one too).
+    /// Whether `<key>.so` is a regular file (not a symbolic link) sealed by
+    /// `<key>.seal` (one too).
     fn intact(&self, key: &str) -> bool {
-        let (so, sum) = (self.dir.join(format!("{key}.so")), self.dir.join(format!("{key}.sha256")));
-        if !is_plain_file(&so) || !is_plain_file(&sum) {
+        let (so, seal) = (self.dir.join(format!("{key}.so")), self.dir.join(format!("{key}.seal")));
+        if !is_plain_file(&so) || !is_plain_file(&seal) {
             return false;
         }
-        let (Ok(lib), Ok(sum)) = (std::fs::read(so), std::fs::read_to_string(sum)) else {
+        let (Ok(lib), Ok(tag)) = (std::fs::read(so), std::fs::read_to_string(seal)) else {
             return false;
         };
-        hex(&Sha256::digest(&lib)) == sum.trim()
+        sealed(&seal_name(key), &lib, &tag)
     }
 
     fn build(&self, compiler: &Compiler, key: &str, source: &str, extra: &[String], what: &str, user: &[(&str, &str)]) -> Result<()> {
         let work = private_dir(&self.dir, what)?;
         let tmp_so = build_in(compiler, work.path(), source, extra, what, user)?;
-        // The library's SHA-256 beside it, in place before the library: a
-        // library whose bytes do not match it is never loaded (damaged files
-        // would otherwise run as code). Renames replace whatever had the name,
-        // a symbolic link included, and never follow it.
-        let digest = std::fs::read(&tmp_so).map(|b| hex(&Sha256::digest(&b)));
-        let sum = self.dir.join(format!("{key}.sha256"));
-        let tmp_sum = work.path().join("kernel.sha256");
-        let written = digest.and_then(|d| std::fs::write(&tmp_sum, d)).and_then(|()| std::fs::rename(&tmp_sum, &sum));
+        // The library's seal beside it, in place before the library: a library
+        // whose bytes do not match it is never loaded (damaged or replaced
+        // files would otherwise run as code). Renames replace whatever had the
+        // name, a symbolic link included, and never follow it.
+        let tag = std::fs::read(&tmp_so).map(|b| seal(&seal_name(key), &b));
+        let sealed_at = self.dir.join(format!("{key}.seal"));
+        let tmp_seal = work.path().join("kernel.seal");
+        let written = tag.and_then(|t| std::fs::write(&tmp_seal, t)).and_then(|()| std::fs::rename(&tmp_seal, &sealed_at));
         if let Err(e) = written {
-            return Err(Error::Runtime(format!("{what}: cannot write the checksum {}: {e}", sum.display())));
+            return Err(Error::Runtime(format!("{what}: cannot write the seal {}: {e}", sealed_at.display())));
         }
         let so = self.dir.join(format!("{key}.so"));
         if let Err(e) = std::fs::rename(&tmp_so, &so) {
@@ -265,11 +273,25 @@ mod tests {
         let cache = LibraryCache::new(root.path().to_path_buf());
         let elsewhere = root.path().join("elsewhere.so");
         std::fs::write(&elsewhere, b"not a library").unwrap();
-        std::fs::write(root.path().join("k.sha256"), hex(&Sha256::digest(b"not a library"))).unwrap();
+        std::fs::write(root.path().join("k.seal"), seal(&seal_name("k"), b"not a library")).unwrap();
         std::os::unix::fs::symlink(&elsewhere, root.path().join("k.so")).unwrap();
-        assert!(!cache.intact("k"), "a symbolic link is not loaded, even with the right digest");
+        assert!(!cache.intact("k"), "a symbolic link is not loaded, even with the right seal");
         std::fs::remove_file(root.path().join("k.so")).unwrap();
         std::fs::copy(&elsewhere, root.path().join("k.so")).unwrap();
+        assert!(cache.intact("k"));
+    }
+
+    #[test]
+    fn a_library_with_its_sha256_but_not_its_seal_is_not_intact() {
+        let root = tempfile::tempdir().unwrap();
+        let cache = LibraryCache::new(root.path().to_path_buf());
+        std::fs::write(root.path().join("k.so"), b"planted").unwrap();
+        // What anyone can compute: the digest of the bytes, or a seal of another file's.
+        std::fs::write(root.path().join("k.seal"), hex(&Sha256::digest(b"planted"))).unwrap();
+        assert!(!cache.intact("k"));
+        std::fs::write(root.path().join("k.seal"), seal(&seal_name("j"), b"planted")).unwrap();
+        assert!(!cache.intact("k"));
+        std::fs::write(root.path().join("k.seal"), seal(&seal_name("k"), b"planted")).unwrap();
         assert!(cache.intact("k"));
     }
 }

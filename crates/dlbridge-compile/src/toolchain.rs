@@ -110,28 +110,34 @@ impl Compiler {
     /// A probe's answer, remembered in the cache directory per compiler
     /// identity (a process that finds its kernels on disk should not pay a
     /// probe compilation).
-    /// Only in a directory [`trusted_dir`](crate::cache::trusted_dir) accepts
-    /// (an answer planted elsewhere could turn the integer-division guard off),
-    /// and only from a regular file.
+    /// Only in a directory [`trusted_dir`](crate::cache::trusted_dir) accepts,
+    /// only from a regular file, and only an answer sealed by this user's
+    /// secret ([`dlbridge_registry::trust::seal`]; a planted "0" could turn the
+    /// integer-division guard off).
     fn probe_cached(&self, what: &str, probe: fn(&Compiler) -> bool) -> bool {
+        use dlbridge_registry::trust::{seal, sealed};
         use sha2::{Digest, Sha256};
         let dir = crate::cache::cpu_cache_dir();
         if crate::cache::trusted_dir(&dir).is_err() {
             return probe(self);
         }
         let hash: String = Sha256::digest(self.identity.as_bytes()).iter().take(16).map(|b| format!("{b:02x}")).collect();
-        let file = dir.join(format!("toolchain-{hash}.{what}"));
-        if crate::cache::is_plain_file(&file) {
-            match std::fs::read_to_string(&file).map(|t| t.trim().to_owned()) {
-                Ok(t) if t == "1" => return true,
-                Ok(t) if t == "0" => return false,
-                _ => {}
-            }
+        let name = format!("toolchain-{hash}.{what}");
+        let file = dir.join(&name);
+        let sealed_as = |answer: &str| format!("probe {name} {} {answer}", self.identity);
+        if crate::cache::is_plain_file(&file)
+            && let Ok(text) = std::fs::read_to_string(&file)
+            && let Some((answer, tag)) = text.trim().split_once(' ')
+            && (answer == "1" || answer == "0")
+            && sealed(&sealed_as(answer), b"", tag)
+        {
+            return answer == "1";
         }
         let found = probe(self);
+        let answer = if found { "1" } else { "0" };
         // Written whole under an unpredictable name, then renamed, like the libraries.
         if let Ok(tmp) = tempfile::Builder::new().prefix(".dlbridge-probe-").tempfile_in(&dir)
-            && std::fs::write(tmp.path(), if found { "1" } else { "0" }).is_ok()
+            && std::fs::write(tmp.path(), format!("{answer} {}\n", seal(&sealed_as(answer), b""))).is_ok()
         {
             let _ = tmp.persist(&file);
         }

@@ -154,7 +154,7 @@ fn the_disk_cache_builds_once_and_a_second_cache_finds_it() {
         std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert!(names.iter().all(|n| !n.contains(".tmp")), "no temporary files left: {names:?}");
     assert_eq!(names.iter().filter(|n| n.ends_with(".so")).count(), 1, "{names:?}");
-    assert_eq!(names.iter().filter(|n| n.ends_with(".sha256")).count(), 1, "{names:?}");
+    assert_eq!(names.iter().filter(|n| n.ends_with(".seal")).count(), 1, "{names:?}");
 }
 
 #[test]
