@@ -72,6 +72,12 @@ def test_a_scalar_argument_becomes_a_0d_tensor_on_the_inputs_device():
     torch.testing.assert_close(z, (x - 5) * (x - 5), rtol=0, atol=0)
 
 
+def test_a_scalar_named_n_scales_every_element():
+    k = dlbridge.ElementwiseKernel("T x, int32 n", "T y", "y = x * n", "scale_by_n")
+    x = torch.arange(10_000, dtype=torch.float32, device="cuda")
+    torch.testing.assert_close(k(x, 5), x * 5)
+
+
 def test_add_reverse_with_a_raw_argument():
     add_reverse = dlbridge.ElementwiseKernel(
         "T x, raw T y", "T z", "z = x + y[_ind.size() - i - 1]", "add_reverse_cuda"

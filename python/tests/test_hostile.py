@@ -249,3 +249,17 @@ def test_a_failed_torch_allocation_is_a_memory_error_naming_kernel_and_output():
         add(x, x)
     assert "Exception raised from" not in str(e.value) and len(str(e.value)) < 400, str(e.value)
     assert (e.value.kernel, e.value.argument, e.value.output) == ("add", "out", True)
+
+
+def test_a_failed_array_or_numpy_allocation_names_kernel_and_output():
+    # The same 4 TiB result allocated as a dlbridge.Array (the inputs are
+    # Arrays) and by NumPy (the inputs are ndarrays; NumPy's own MemoryError
+    # subclass is kept, with a note saying where).
+    big = np.broadcast_to(np.zeros(1, np.float32), (1 << 20, 1 << 20))
+    x = dlbridge.from_dlpack(big)
+    with pytest.raises(MemoryError, match=r"^add: output out: out of memory: cannot allocate 4398046511104 bytes") as e:
+        add(x, x)
+    assert (e.value.kernel, e.value.argument, e.value.output) == ("add", "out", True)
+    with pytest.raises(MemoryError) as e:
+        add(big, big)
+    assert "in dlbridge kernel add: output out" in getattr(e.value, "__notes__", []), e.value

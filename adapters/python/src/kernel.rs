@@ -162,9 +162,23 @@ impl<'py> PyAllocator<'py> for Numpy<'py> {
 }
 
 /// Anything else: `dlbridge.Array`, on the call's device (host or CUDA).
-impl<'py> PyAllocator<'py> for DeviceArrays {
-    fn claim(_: &Tensor<'py>) -> Option<Self> {
-        Some(DeviceArrays)
+struct Arrays<'py> {
+    py: Python<'py>,
+}
+
+impl Allocator<PyFail> for Arrays<'_> {
+    type Tensor = dlbridge_array::Array;
+    fn locate(&mut self, e: PyFail, kernel: &str, output: &str) -> PyFail {
+        PyFail(locate(self.py, e.0, kernel, &Slot::Output(output.into())))
+    }
+    fn allocate(&mut self, spec: &OutputSpec) -> Result<dlbridge_array::Array, PyFail> {
+        DeviceArrays.allocate(spec)
+    }
+}
+
+impl<'py> PyAllocator<'py> for Arrays<'py> {
+    fn claim(first: &Tensor<'py>) -> Option<Self> {
+        Some(Arrays { py: first.obj.py() })
     }
     fn to_py(&self, py: Python<'py>, out: dlbridge_array::Array) -> PyResult<Bound<'py, PyAny>> {
         Ok(Bound::new(py, PyArray::new(out))?.into_any())
@@ -309,7 +323,7 @@ fn dispatch<'py>(
     release: bool,
 ) -> PyResult<Py<PyAny>> {
     if call.given_outputs().is_some() {
-        finish(py, call, DeviceArrays, stream, release)?;
+        finish(py, call, Arrays { py }, stream, release)?;
         let given = call.take_given_outputs().unwrap_or_default();
         if let Some(o) = out.filter(|o| !o.is_none()) {
             return Ok(o.clone().unbind());
@@ -328,7 +342,7 @@ fn dispatch<'py>(
     if let Some(a) = first.and_then(Numpy::claim) {
         return finish(py, call, a, stream, release);
     }
-    finish(py, call, DeviceArrays, stream, release)
+    finish(py, call, Arrays { py }, stream, release)
 }
 
 /// Allocates with `alloc`, runs (releasing the GIL when asked) and returns

@@ -388,7 +388,7 @@ pub fn elementwise_source(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Res
     if !spec.loop_prep.is_empty() {
         src.user("loop_prep", &spec.loop_prep, ";");
     }
-    src.line("  for (ptrdiff_t i = static_cast<ptrdiff_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;");
+    src.line("  for (ptrdiff_t i = static_cast<ptrdiff_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < _size;");
     src.line("       i += static_cast<ptrdiff_t>(gridDim.x) * blockDim.x) {");
     for (t, p) in all.iter().enumerate().filter(|(_, p)| !p.raw) {
         src.line(&format!("    {}{}& {} = _p{t}[dlbridge_kContig ? i : dlbridge_offset(_x{t}, i)];", qual(t), ctypes[t], p.name));

@@ -426,6 +426,25 @@ pub(crate) fn bad_name(name: &str) -> Option<String> {
     None
 }
 
+/// Why a preamble macro may not be named `name`, if it may not: the
+/// generated code after the preamble uses that name.
+fn macro_clash(name: &str) -> Option<&'static str> {
+    if CPP_KEYWORDS.contains(&name) {
+        Some("is a C++ keyword the generated code uses")
+    } else if RESERVED.contains(&name) || name == "n" {
+        Some("the generated code declares")
+    } else if USED_NAMES.contains(&name) {
+        Some("is a type or namespace the generated code uses")
+    } else if name.starts_with("dlbridge")
+        || name.starts_with("DLBRIDGE")
+        || name.strip_prefix('_').is_some_and(|r| r.starts_with(|c: char| c.is_ascii_lowercase()))
+    {
+        Some("is reserved: names starting with `_` and a lower-case letter, `dlbridge` or `DLBRIDGE` belong to the generated code")
+    } else {
+        None
+    }
+}
+
 /// The checks both kinds of kernel make. `kind` is `ElementwiseKernel` or
 /// `ReductionKernel`.
 fn check_common(kind: &str, name: &str, inputs: &[Param], outputs: &[Param]) -> Result<()> {
@@ -494,7 +513,46 @@ fn check_text(kind: &str, name: &str, field: &str, text: &str, required: bool) -
     if required && text.trim().is_empty() {
         return Err(invalid(format!("{kind} `{name}`: {field} is empty")));
     }
-    let code = code_only(text);
+    let scanned = scan(text);
+    if let Some((what, line)) = scanned.open {
+        return Err(invalid(format!(
+            "{kind} `{name}`: {field} leaves {what} open (from line {line}): it would swallow the generated code after it"
+        )));
+    }
+    if scanned.continued {
+        return Err(invalid(format!(
+            "{kind} `{name}`: {field} ends in a backslash, which would continue its last line into the generated code"
+        )));
+    }
+    // Each fragment stays where it is put: it closes what it opens and opens
+    // nothing it leaves open (`}` would end the generated function and put
+    // the rest of the text outside it; an open `#if 0` would swallow it).
+    if let Some(why) = misplaced(&scanned.code) {
+        return Err(invalid(format!(
+            "{kind} `{name}`: {field} {why}: each fragment must close the brackets and `#if`s it opens, and no others"
+        )));
+    }
+    let code = scanned.code;
+    // Fragments inside the generated function hold statements or expressions:
+    // a macro defined there would go on rewriting the generated code after it.
+    if field != "preamble"
+        && let Some(line) =
+            code.lines().map(str::trim_start).find(|l| ["define", "undef", "include", "line"].iter().any(|d| is_directive(l, d)))
+    {
+        return Err(invalid(format!(
+            "{kind} `{name}`: {field} has the directive `{}`, which belongs in the preamble (it would go on acting on the generated code after it)",
+            shortened(line.trim())
+        )));
+    }
+    // The preamble's macros act on everything after it: none may take a name the generated code uses.
+    for line in code.lines().map(str::trim_start).filter(|l| is_directive(l, "define") || is_directive(l, "undef")) {
+        let rest = line[1..].trim_start();
+        let rest = rest.strip_prefix("define").or_else(|| rest.strip_prefix("undef")).unwrap_or(rest).trim_start();
+        let macro_name: String = rest.chars().take_while(|&c| c.is_ascii_alphanumeric() || c == '_').collect();
+        if let Some(why) = macro_clash(&macro_name) {
+            return Err(invalid(format!("{kind} `{name}`: {field} (re)defines the macro `{}`, which {why}", shortened(&macro_name))));
+        }
+    }
     // Every fragment but the preamble runs inside the generated function: a
     // `return` there would end the loop over many elements (or skip it), leaving
     // outputs unwritten. A `return` inside a preamble function is fine; a macro
@@ -524,47 +582,197 @@ fn is_directive(line: &str, name: &str) -> bool {
 /// `text` as the compiler's tokenizer sees it: lines ending in a backslash
 /// joined to the next (`ret\` + newline + `urn` is `return`, and a `//`
 /// comment so continued goes on), then comments and string / character
-/// literals blanked out (each replaced by a space), so a word in them is not
-/// taken for code.
+/// literals blanked out (each replaced by a space; newlines inside a block
+/// comment or raw string kept, so lines still count), so a word in them is not
+/// taken for code. Unterminated ones end the text.
+#[cfg(test)]
 fn code_only(text: &str) -> String {
-    let text = text.replace("\\\r\n", "").replace("\\\n", "");
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '/' if chars.peek() == Some(&'/') => {
-                for c in chars.by_ref() {
-                    if c == '\n' {
-                        out.push('\n');
-                        break;
-                    }
-                }
+    scan(text).code
+}
+
+/// What [`scan`] found.
+pub(crate) struct Scanned {
+    /// The code, as [`code_only`] returns it.
+    pub code: String,
+    /// A comment or literal still open at the end of the text, and the line it opened on.
+    pub open: Option<(&'static str, usize)>,
+    /// Whether the last line ends in a backslash (continued into whatever follows).
+    pub continued: bool,
+}
+
+/// Joins continued lines (a backslash, optionally spaces, then a newline: GCC
+/// and Clang splice those too), then blanks comments and literals.
+pub(crate) fn scan(text: &str) -> Scanned {
+    let chars: Vec<char> = text.chars().collect();
+    // Splice, remembering each kept character's line.
+    let (mut joined, mut lines) = (Vec::with_capacity(chars.len()), Vec::with_capacity(chars.len()));
+    let (mut k, mut line) = (0, 1);
+    let mut continued = false;
+    while k < chars.len() {
+        if chars[k] == '\\' {
+            let mut e = k + 1;
+            while e < chars.len() && (chars[e] == ' ' || chars[e] == '\t') {
+                e += 1;
             }
-            '/' if chars.peek() == Some(&'*') => {
-                chars.next();
-                let mut prev = ' ';
-                for c in chars.by_ref() {
-                    if prev == '*' && c == '/' {
+            if e < chars.len() && chars[e] == '\r' && chars.get(e + 1) == Some(&'\n') {
+                e += 1;
+            }
+            if e < chars.len() && chars[e] == '\n' {
+                k = e + 1;
+                line += 1;
+                continue;
+            }
+            if e == chars.len() {
+                continued = true;
+                break;
+            }
+        }
+        joined.push(chars[k]);
+        lines.push(line);
+        if chars[k] == '\n' {
+            line += 1;
+        }
+        k += 1;
+    }
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(joined.len());
+    let mut open = None;
+    let mut k = 0;
+    while k < joined.len() {
+        let c = joined[k];
+        let next = joined.get(k + 1).copied();
+        match c {
+            '/' if next == Some('/') => {
+                while k < joined.len() && joined[k] != '\n' {
+                    k += 1;
+                }
+                continue;
+            }
+            '/' if next == Some('*') => {
+                let at = lines[k];
+                k += 2;
+                out.push(' ');
+                loop {
+                    if k >= joined.len() {
+                        open = Some(("a `/*` comment", at));
                         break;
                     }
-                    prev = c;
+                    if joined[k] == '*' && joined.get(k + 1) == Some(&'/') {
+                        k += 2;
+                        break;
+                    }
+                    if joined[k] == '\n' {
+                        out.push('\n');
+                    }
+                    k += 1;
                 }
-                out.push(' ');
+                continue;
             }
             '"' | '\'' => {
+                // The identifier just before: a literal's prefix (u8, u, U, L, R, u8R, ...)
+                // or, for `'`, a number's digit separator (1'000'000).
+                let mut b = out.len();
+                while b > 0 && out[..b].ends_with(ident) {
+                    b -= out[..b].chars().next_back().map_or(1, char::len_utf8);
+                }
+                let before = &out[b..];
+                let prefix = matches!(before, "u8" | "u" | "U" | "L");
+                let raw = c == '"' && matches!(before, "R" | "u8R" | "uR" | "UR" | "LR");
+                if c == '\'' && !before.is_empty() && !prefix {
+                    out.push(c);
+                    k += 1;
+                    continue;
+                }
+                let at = lines[k];
+                out.truncate(b);
+                out.push(' ');
+                k += 1;
+                if raw {
+                    // R"delim( ... )delim"
+                    let d: String = joined[k..].iter().take_while(|&&x| x != '(').collect();
+                    let close: Vec<char> = format!("){d}\"").chars().collect();
+                    k += d.chars().count() + 1;
+                    loop {
+                        if k >= joined.len() {
+                            open = Some(("a raw string literal", at));
+                            break;
+                        }
+                        if joined[k..].starts_with(&close) {
+                            k += close.len();
+                            break;
+                        }
+                        if joined[k] == '\n' {
+                            out.push('\n');
+                        }
+                        k += 1;
+                    }
+                    continue;
+                }
                 let mut escaped = false;
-                for d in chars.by_ref() {
+                loop {
+                    if k >= joined.len() || joined[k] == '\n' {
+                        open = Some((if c == '"' { "a string literal" } else { "a character literal" }, at));
+                        break;
+                    }
+                    let d = joined[k];
+                    k += 1;
                     if !escaped && d == c {
                         break;
                     }
                     escaped = !escaped && d == '\\';
                 }
-                out.push(' ');
+                continue;
             }
             c => out.push(c),
         }
+        k += 1;
+        if open.is_some() {
+            break;
+        }
     }
-    out
+    Scanned { code: out, open, continued }
+}
+
+/// Why `code` (from [`scan`]) cannot stay where it is put: a bracket closed
+/// that it did not open, or one left open, or a preprocessor conditional not
+/// closed in it (each would carry the text out of its place, or the generated
+/// code after it into the user's).
+fn misplaced(code: &str) -> Option<String> {
+    let mut stack: Vec<(char, usize)> = Vec::new();
+    let mut conds: Vec<usize> = Vec::new();
+    for (n, l) in code.lines().enumerate() {
+        let line = n + 1;
+        let t = l.trim_start();
+        if ["if", "ifdef", "ifndef"].iter().any(|d| is_directive(t, d)) {
+            conds.push(line);
+        } else if ["elif", "else", "elifdef", "elifndef"].iter().any(|d| is_directive(t, d)) && conds.is_empty() {
+            return Some(format!("has `{}` on line {line} without its `#if`", t.trim_end()));
+        } else if is_directive(t, "endif") && conds.pop().is_none() {
+            return Some(format!("has `#endif` on line {line} without its `#if`"));
+        }
+        for c in l.chars() {
+            match c {
+                '(' | '[' | '{' => stack.push((c, line)),
+                ')' | ']' | '}' => {
+                    let want = match c {
+                        ')' => '(',
+                        ']' => '[',
+                        _ => '{',
+                    };
+                    match stack.pop() {
+                        Some((o, _)) if o == want => {}
+                        Some((o, at)) => return Some(format!("closes `{o}` (line {at}) with `{c}` on line {line}")),
+                        None => return Some(format!("closes a `{c}` on line {line} that it did not open")),
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    if let Some((o, at)) = stack.pop() {
+        return Some(format!("leaves the `{o}` of line {at} open"));
+    }
+    conds.pop().map(|at| format!("leaves the `#if` of line {at} open (no `#endif`)"))
 }
 
 /// Whether `word` appears in `text` as a whole identifier.
@@ -959,6 +1167,71 @@ mod return_tests {
         assert!(e.contains("uses `return`") && e.contains("use `continue`"), "{e}");
         ElementwiseSpec::new("T x", "T z", "z = x; T returned = x; (void)returned", "ret_ok", "", "", "").unwrap();
         ElementwiseSpec::new("T x", "T z", "z = f(x)", "ret_pre", "__device__ T f(T v) { return v; }", "", "").unwrap();
+    }
+
+    fn ew_err(op: &str, preamble: &str, prep: &str, after: &str) -> String {
+        ElementwiseSpec::new("T x", "T z", op, "k", preamble, prep, after).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_fragment_that_would_leave_its_place_is_refused() {
+        // `}` ends the generated function: what follows would be code at file scope.
+        let m = ew_err("z = x; } void evil() { z = x;", "", "", "");
+        assert!(m.contains("operation closes a `}` on line 1 that it did not open"), "{m}");
+        let m = ew_err("z = x", "int helper() {", "", "");
+        assert!(m.contains("preamble leaves the `{` of line 1 open"), "{m}");
+        let m = ew_err("z = (x", "", "", "");
+        assert!(m.contains("operation leaves the `(` of line 1 open"), "{m}");
+        let m = ew_err("z = x", "", "", "if (1) { (void)0; )");
+        assert!(m.contains("after_loop closes `{` (line 1) with `)` on line 1"), "{m}");
+        // A comment or string left open swallows the generated code after it.
+        let m = ew_err("z = x; /* and the rest", "", "", "");
+        assert!(m.contains("operation leaves a `/*` comment open (from line 1)"), "{m}");
+        let m = ew_err("z = x", "", "const char* s = \"open;", "");
+        assert!(m.contains("loop_prep leaves a string literal open (from line 1)"), "{m}");
+        let m = ew_err("z = x; // \\", "", "", "");
+        assert!(m.contains("operation ends in a backslash"), "{m}");
+        // `#if 0` left open in the preamble would compile the kernel out.
+        let m = ew_err("z = x", "#if 0\nint unused;", "", "");
+        assert!(m.contains("preamble leaves the `#if` of line 1 open (no `#endif`)"), "{m}");
+        let m = ew_err("z = x", "#endif", "", "");
+        assert!(m.contains("preamble has `#endif` on line 1 without its `#if`"), "{m}");
+        // Macros belong in the preamble; there none may rename what the generated code uses.
+        let m = ew_err("#define SQ(v) ((v) * (v))\nz = SQ(x)", "", "", "");
+        assert!(m.contains("operation has the directive `#define SQ(v) ((v) * (v))`, which belongs in the preamble"), "{m}");
+        for (mac, why) in [
+            ("i", "the generated code declares"),
+            ("float", "keyword"),
+            ("size_t", "type or namespace"),
+            ("_ind", "the generated code declares"),
+            ("_q0", "reserved"),
+        ] {
+            let m = ew_err("z = x", &format!("#define {mac} 0"), "", "");
+            assert!(m.contains(&format!("preamble (re)defines the macro `{mac}`")) && m.contains(why), "{m}");
+        }
+        let m = ew_err("z = x", "#undef DLBRIDGE_PARALLEL_MIN", "", "");
+        assert!(m.contains("(re)defines the macro `DLBRIDGE_PARALLEL_MIN`"), "{m}");
+        // The same for every reduction fragment: an identity that closes the cast it is put in.
+        let e = ReductionSpec::new("T x", "T y", "x", "a + b", "y = a", Some("0), evil("), "r", None, "").unwrap_err();
+        assert!(e.to_string().contains("identity closes a `)` on line 1 that it did not open"), "{e}");
+    }
+
+    #[test]
+    fn ordinary_code_stays_accepted() {
+        // Brackets, literals and comments that close, digit separators, raw strings,
+        // `#pragma` in the body, conditionals and helper macros in the preamble.
+        ElementwiseSpec::new(
+            "T x",
+            "T z",
+            "#pragma unroll\nfor (int k = 0; k < 2; ++k) { z = x + 1'000 + (T)u8'a'; }\nconst char* s = R\"d(a ) \" } return)d\"; (void)s; /* { */",
+            "ok",
+            "#ifndef SCALE\n#define SCALE(v) ((v) * 2)\n#endif\n#define _USE_MATH_DEFINES\ntemplate <typename V> V twice(V v) { return v + v; }",
+            "int count = 0; // {",
+            "(void)count;",
+        )
+        .unwrap();
+        assert_eq!(scan("a R\"x(} return\n)x\" b").code, "a  \n b");
+        assert_eq!(scan("x = 1'000'000; y = 'c';").code, "x = 1'000'000; y =  ;");
     }
 }
 

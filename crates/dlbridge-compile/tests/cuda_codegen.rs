@@ -73,6 +73,24 @@ fn cupys_elementwise_examples_compile_for_compute_75_and_sm_90() {
     compiles(&elementwise_source(&spec, &[('T', DType::F32)]).unwrap());
 }
 
+/// A parameter named `n` takes CuPy-less `n` over in the body, and the loop
+/// over the elements never reads it (a scalar `n` of 5 would otherwise run 5
+/// elements of 10, a raw `n` would not compile).
+#[test]
+fn a_parameter_named_n_does_not_bound_the_loop() {
+    for (params, op) in [("T x, int32 n", "y = x * n"), ("T x, raw T n", "y = x + n[0]")] {
+        let src = elementwise_source(&ew(params, "T y", op, "param_n"), &[('T', DType::F32)]).unwrap();
+        let text = &src.text;
+        assert!(text.contains("threadIdx.x; i < _size;"), "{text}");
+        assert!(!text.contains("const ptrdiff_t n = _size;"), "the parameter is the only `n`: {text}");
+        if nvrtc_or_skip() {
+            compiles(&src);
+        }
+    }
+    let src = elementwise_source(&ew("T x", "T y", "y = x + n", "size_n"), &[('T', DType::F32)]).unwrap();
+    assert!(src.text.contains("const ptrdiff_t n = _size;"), "without a parameter `n` is the size, as on the CPU");
+}
+
 #[test]
 fn cupys_reduction_examples_compile_with_and_without_an_identity() {
     if !nvrtc_or_skip() {
