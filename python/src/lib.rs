@@ -479,6 +479,7 @@ fn _dlbridge(m: &Bound<'_, PyModule>) -> PyResult<()> {
         }
     }
     m.add_class::<PyArray>()?;
+    dlbridge_python::array_exchange::install(m.py())?;
     m.add_class::<PyKernel>()?;
     // Calls skip the tuple and dict of tp_call (see dlbridge_python::vectorcall);
     // measured on a real instance, before any kernel can be called.

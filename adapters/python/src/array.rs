@@ -343,13 +343,6 @@ impl PyArray {
         Ok(PyArray::new(crate::cuda::contiguous(&self.inner)?))
     }
 
-    /// The DLPack C exchange API (a `"dlpack_exchange_api"` capsule), as
-    /// torch 2.13 offers it: consumers import an Array with one C call.
-    #[classattr]
-    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Py<pyo3::types::PyCapsule>> {
-        crate::array_exchange::capsule(py).map(Bound::unbind)
-    }
-
     /// `__dlpack__` as the array API standard specifies it (zero copy unless `copy=True`).
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
     fn __dlpack__<'py>(

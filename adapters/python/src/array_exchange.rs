@@ -28,6 +28,8 @@ use pyo3::exceptions::{PyBufferError, PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
+use pyo3::PyTypeInfo;
+
 use crate::array::PyArray;
 use crate::errors::IntoPy;
 
@@ -53,6 +55,13 @@ pub fn capsule(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
     // SAFETY: the table is a static that lives for the process; the capsule
     // has no destructor and the name is a 'static C string.
     unsafe { PyCapsule::new_with_pointer(py, ptr, c"dlpack_exchange_api") }
+}
+
+/// Gives `dlbridge.Array` the class attribute `__dlpack_c_exchange_api__`
+/// ([`capsule`]), as torch 2.13 offers it: consumers import an Array with one
+/// C call. Called once, when the extension module is initialised.
+pub fn install(py: Python<'_>) -> PyResult<()> {
+    PyArray::type_object(py).setattr(pyo3::intern!(py, "__dlpack_c_exchange_api__"), capsule(py)?)
 }
 
 /// Runs `f` with the GIL (the caller's), turning errors and panics into a

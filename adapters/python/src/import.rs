@@ -17,7 +17,6 @@
 //! their values (conjugate-bit and negative-bit views) are refused outright.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use dlbridge_core::layout::Extent;
 use dlbridge_core::raw::view_from_dltensor;
@@ -29,28 +28,11 @@ use pyo3::prelude::*;
 use crate::array::PyArray;
 use crate::buffer::BufferTensor;
 use crate::capsule::{self, Consumed, Request};
+pub(crate) use crate::epoch::{epoch, python_may_run};
 use crate::errors::IntoPy;
 use crate::exchange::{self, Api};
 use crate::ndarray::NdArray;
 pub(crate) use crate::ndarray::is_ndarray;
-
-/// Counts the moments at which Python code may have run (ours or, through a
-/// released GIL, another thread's): see [`Lent`]. Every adapter step that
-/// calls into Python or allocates Python objects calls [`python_may_run`]
-/// first.
-static EPOCH: AtomicU64 = AtomicU64::new(0);
-
-/// Records that Python code may run from now on: every borrowed DLTensor
-/// taken before is stale.
-#[inline]
-pub(crate) fn python_may_run() {
-    EPOCH.fetch_add(1, Ordering::Relaxed);
-}
-
-#[inline]
-pub(crate) fn epoch() -> u64 {
-    EPOCH.load(Ordering::Relaxed)
-}
 
 /// Where an imported tensor's memory is held while a call uses it.
 #[derive(Debug)]

@@ -36,6 +36,7 @@ pub mod buffer;
 #[allow(unsafe_code)]
 pub mod capsule;
 pub mod cuda;
+mod epoch;
 pub mod errors;
 #[allow(unsafe_code)]
 pub mod exchange;

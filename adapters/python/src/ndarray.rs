@@ -80,7 +80,7 @@ fn ndarray_type(py: Python<'_>) -> Option<&(Py<pyo3::types::PyType>, bool)> {
         // Importing NumPy and reading the probes runs Python code, and a thread
         // that waits for another one's first use lets other threads run it:
         // every caller that may not find the answer ready bumps the epoch.
-        crate::import::python_may_run();
+        crate::epoch::python_may_run();
     }
     NDARRAY
         .get_or_init(py, || {
@@ -248,7 +248,7 @@ impl NdArray {
         if !std::ptr::eq(obj.get_type_ptr(), ty.as_ptr().cast()) {
             return Ok(None);
         }
-        let seen = crate::import::epoch();
+        let seen = crate::epoch::epoch();
         // SAFETY: `obj` is exactly numpy.ndarray (checked above), its layout
         // was checked at start-up, the GIL is held and `obj` is alive; the
         // fields are copied out before any Python code can run.
@@ -291,7 +291,7 @@ impl NdArray {
     /// may have run since it was last checked (see the module docs).
     #[inline]
     pub(crate) fn view(&self, obj: &Bound<'_, PyAny>) -> dlbridge_core::Result<TensorView<'_>> {
-        let now = crate::import::epoch();
+        let now = crate::epoch::epoch();
         if self.seen.get() != now {
             if !self.unchanged(obj) {
                 return Err(self.changed());

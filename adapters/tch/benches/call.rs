@@ -13,7 +13,7 @@ use dlbridge_registry::{Arg, Registry};
 use tch::{Device, Kind, Tensor};
 
 fn bench(c: &mut Criterion) {
-    dlbridge_kernels_cpu::link();
+    dlbridge_cpu::link();
     let add = Registry::global().get("add").unwrap();
     let a = Array::from_slice(&[1.0f32], &[1]).unwrap();
     let b = Array::from_slice(&[2.0f32], &[1]).unwrap();

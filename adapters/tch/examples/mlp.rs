@@ -34,7 +34,7 @@ fn medians_ms(mut a: impl FnMut(), mut b: impl FnMut(), runs: usize) -> (f64, f6
 }
 
 fn main() -> dlbridge_core::Result<()> {
-    dlbridge_kernels_cpu::link();
+    dlbridge_cpu::link();
     if let Some(n) = std::env::args().nth(1) {
         tch::set_num_threads(n.parse().expect("THREADS: a positive integer"));
     }

@@ -16,7 +16,7 @@ use dlbridge_registry::{Arg, Registry};
 use tch::{Device, Kind, Tensor};
 
 fn main() -> dlbridge_core::Result<()> {
-    dlbridge_kernels_cpu::link();
+    dlbridge_cpu::link();
     let mut argv = std::env::args().skip(1);
     let mode = argv.next().unwrap_or_else(|| "tch".into());
     let n: u64 = argv.next().map_or(1_000_000, |s| s.parse().expect("N: a count"));

@@ -10,7 +10,7 @@ use dlbridge_tch::{Scalar, call, call_into, from_dlpack, kind_of, to_dlpack};
 use tch::{Device, Kind, Tensor};
 
 fn registry() -> &'static Registry {
-    dlbridge_kernels_cpu::link();
+    dlbridge_cpu::link();
     Registry::global()
 }
 

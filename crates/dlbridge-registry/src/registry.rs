@@ -14,43 +14,9 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use dlbridge_core::{DType, DeviceType, Error, Result, TensorViewMut};
 
 use crate::call::Arg;
-use crate::kernel::{Impl, Kernel, KernelDef, KernelFn, KernelOpts};
+use crate::kernel::{Impl, Kernel, KernelDef, KernelFn, KernelOpts, Staging};
 use crate::plugin::{Plugin, PluginInfo};
 use crate::signature::Signature;
-
-/// Kernels staged over a map without changing it. [`Staging::add`] builds the
-/// kernel a definition creates or extends (looking at what was staged before
-/// it, then at the map); [`Staging::into_changes`] gives the new kernels by
-/// name, to be inserted into the map in one step.
-#[derive(Debug)]
-pub(crate) struct Staging<'m> {
-    base: &'m BTreeMap<String, Arc<Kernel>>,
-    staged: BTreeMap<String, Arc<Kernel>>,
-}
-
-impl<'m> Staging<'m> {
-    pub(crate) fn new(base: &'m BTreeMap<String, Arc<Kernel>>) -> Staging<'m> {
-        Staging { base, staged: BTreeMap::new() }
-    }
-
-    /// Stages one definition: parses and type-checks its signature and builds
-    /// the new kernel, or the existing one extended by a new device.
-    pub(crate) fn add(&mut self, def: KernelDef) -> Result<Arc<Kernel>> {
-        let sig = Signature::parse(&def.signature)?;
-        let kernel = match self.staged.get(&sig.name).or_else(|| self.base.get(&sig.name)) {
-            Some(existing) => existing.with_impl_parsed(sig, def)?,
-            None => Kernel::from_parsed(sig, def)?,
-        };
-        let kernel = Arc::new(kernel);
-        self.staged.insert(kernel.name().to_owned(), kernel.clone());
-        Ok(kernel)
-    }
-
-    /// The kernels to insert (replacing the ones of the same name).
-    pub(crate) fn into_changes(self) -> BTreeMap<String, Arc<Kernel>> {
-        self.staged
-    }
-}
 
 /// How a compiled-in kernel is implemented.
 #[derive(Debug, Clone, Copy)]

@@ -6,7 +6,7 @@
     .venv/bin/python kernels/cpu/benches/compare.py 1 relu --quick   # a smoke run (used by the tests)
 
 For each thread count n and each kernel it runs the criterion bench
-(``cargo bench -p dlbridge-kernels-cpu --bench kernels``) filtered to that
+(``cargo bench -p dlbridge-cpu --bench kernels``) filtered to that
 kernel with ``DLBRIDGE_NUM_THREADS=n`` (and ``RAYON_NUM_THREADS=n``, which
 older revisions used), then torch's cases for the same kernel with
 ``torch.set_num_threads(n)`` (benches/torch_kernels.py), interleaved kernel by
@@ -53,7 +53,7 @@ QUICK = ["--warm-up-time", "0.05", "--measurement-time", "0.1", "--sample-size",
 
 def bench(n, regex, baseline, manifest=None, quick=False):
     env = dict(os.environ, RAYON_NUM_THREADS=str(n), DLBRIDGE_NUM_THREADS=str(n))
-    where = ["--manifest-path", str(manifest)] if manifest else ["-p", "dlbridge-kernels-cpu"]
+    where = ["--manifest-path", str(manifest)] if manifest else ["-p", "dlbridge-cpu"]
     profile, extra = (QUICK_PROFILE, QUICK) if quick else ([], [])
     cmd = ["cargo", "bench", "-q", *profile, *where, "--bench", "kernels", "--", "--save-baseline", baseline, *extra, regex]
     r = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

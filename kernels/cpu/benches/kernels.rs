@@ -1,6 +1,6 @@
 //! Registry call overhead, and kernel throughput on every layout.
 //!
-//! `cargo bench -p dlbridge-kernels-cpu --bench kernels` (filter with a
+//! `cargo bench -p dlbridge-cpu --bench kernels` (filter with a
 //! trailing argument: `... -- 'gelu/f32'`). The kernels' thread count follows
 //! `DLBRIDGE_NUM_THREADS`: `benches/compare.py` runs this bench at 1 and 2
 //! threads beside `benches/torch_kernels.py` (torch's medians for the same
@@ -28,8 +28,8 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dlbridge_array::Array;
 use dlbridge_core::half::bf16;
 use dlbridge_core::{DType, Element, TensorView, TensorViewMut};
-use dlbridge_kernels_cpu::elementwise::map2;
-use dlbridge_kernels_cpu::num::Scalar;
+use dlbridge_cpu::elementwise::map2;
+use dlbridge_cpu::num::Scalar;
 use dlbridge_registry::{Arg, Registry};
 
 const R: usize = 4096;
@@ -38,7 +38,7 @@ const SHAPE: [i64; 2] = [R as i64, C as i64];
 const ROWS: [i64; 1] = [R as i64];
 
 fn overhead(c: &mut Criterion) {
-    dlbridge_kernels_cpu::link();
+    dlbridge_cpu::link();
     let add = Registry::global().get("add").unwrap();
     let a = Array::from_slice(&[1.0f32], &[1]).unwrap();
     let b = Array::from_slice(&[2.0f32], &[1]).unwrap();
@@ -110,7 +110,7 @@ impl<T: Element> Operand<T> {
 const LAYOUTS: [&str; 6] = ["contiguous", "transposed", "into_contiguous", "broadcast", "sliced", "flipped"];
 
 fn bench_dtype<T: Element>(c: &mut Criterion, dtype: &str, conv: fn(f32) -> T) {
-    dlbridge_kernels_cpu::link();
+    dlbridge_cpu::link();
     let reg = Registry::global();
     let (mut out, out_at) = aligned(R * C, conv);
     let (mut rows, rows_at) = aligned(R, conv);
@@ -163,7 +163,7 @@ fn layouts_bf16(c: &mut Criterion) {
 }
 
 fn matmul(c: &mut Criterion) {
-    dlbridge_kernels_cpu::link();
+    dlbridge_cpu::link();
     let mut g = c.benchmark_group("matmul/f32");
     let m = 1024;
     let a = Array::from_vec((0..m * m).map(|i| (i % 17) as f32 * 0.1).collect(), &[m, m]).unwrap();

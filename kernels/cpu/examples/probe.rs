@@ -2,12 +2,12 @@
 
 use dlbridge_array::Array;
 use dlbridge_core::DType;
-use dlbridge_kernels_cpu::num::Scalar;
+use dlbridge_cpu::num::Scalar;
 use dlbridge_registry::{Arg, Registry};
 use std::hint::black_box;
 use std::time::Instant;
 fn main() {
-    dlbridge_kernels_cpu::link();
+    dlbridge_cpu::link();
     let add = Registry::global().get("add").unwrap();
     let a = Array::from_slice(&[1.0f32], &[1]).unwrap();
     let b = Array::from_slice(&[2.0f32], &[1]).unwrap();
@@ -19,7 +19,7 @@ fn main() {
             let t = Instant::now();
             for _ in 0..n {
                 let mut o = out.view_mut().unwrap();
-                dlbridge_kernels_cpu::elementwise::map2::<f32>(&black_box(&a).view(), &black_box(&b).view(), &mut o, f32::add).unwrap();
+                dlbridge_cpu::elementwise::map2::<f32>(&black_box(&a).view(), &black_box(&b).view(), &mut o, f32::add).unwrap();
             }
             println!("{round} direct:   {:?}", t.elapsed() / n);
         }

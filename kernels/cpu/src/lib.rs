@@ -1,4 +1,4 @@
-//! # dlbridge-kernels-cpu
+//! # dlbridge-cpu
 //!
 //! dlbridge's built-in CPU kernels, registered with `inventory` at link time:
 //!
@@ -33,6 +33,7 @@ dlbridge_registry::dtype_resolver!(scalars: f32, f64, dlbridge_registry::dlbridg
 dlbridge_registry::dtype_resolver!(reals: f32, f64, dlbridge_registry::dlbridge_core::half::f16, dlbridge_registry::dlbridge_core::half::bf16);
 dlbridge_registry::dtype_resolver!(gemm_types: f32, f64);
 
+mod convert;
 mod copy;
 pub mod elementwise;
 #[allow(unsafe_code)]

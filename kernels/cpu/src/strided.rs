@@ -431,9 +431,9 @@ unsafe fn transpose_into<T: Element>(src: *const T, sa: isize, rows: usize, cols
 
 /// `f32 -> bf16` over a slice with one vector instruction per 16 elements
 /// (AVX512-BF16), where the CPU has it: the same values as
-/// [`crate::num::f32_to_bf16`] element by element (subnormals included), about
+/// [`crate::convert::f32_to_bf16`] element by element (subnormals included), about
 /// a third of the instructions. None elsewhere.
-pub fn narrow_bf16_fn() -> Option<crate::num::SliceConv<f32, dlbridge_core::half::bf16>> {
+pub fn narrow_bf16_fn() -> Option<crate::convert::SliceConv<f32, dlbridge_core::half::bf16>> {
     #[cfg(target_arch = "x86_64")]
     if simd::avx512bf16() {
         // SAFETY: the CPU has every feature `narrow_bf16` is compiled for (checked above).
@@ -476,7 +476,7 @@ mod simd {
 
     /// `dst[i] = f32_to_bf16(src[i])` with AVX512-BF16's `vcvtneps2bf16`, 16 at a
     /// time. That instruction rounds to nearest even and quiets NaNs as
-    /// [`crate::num::f32_to_bf16`] does, but flushes subnormals to zero: a block
+    /// [`crate::convert::f32_to_bf16`] does, but flushes subnormals to zero: a block
     /// of 16 holding one goes through the scalar conversion instead.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
     pub(super) fn narrow_bf16(src: &[f32], dst: &mut [bf16]) {
@@ -496,13 +496,13 @@ mod simd {
                 unsafe { _mm256_storeu_si256(dst.as_mut_ptr().add(i).cast(), h) };
             } else {
                 for j in i..i + 16 {
-                    dst[j] = crate::num::f32_to_bf16(src[j]);
+                    dst[j] = crate::convert::f32_to_bf16(src[j]);
                 }
             }
             i += 16;
         }
         for j in i..n {
-            dst[j] = crate::num::f32_to_bf16(src[j]);
+            dst[j] = crate::convert::f32_to_bf16(src[j]);
         }
     }
 
@@ -1497,7 +1497,7 @@ mod tests {
     /// blocks where one subnormal sits among normal values.
     #[test]
     fn narrow_bf16_matches_the_scalar_conversion() {
-        use crate::num::f32_to_bf16;
+        use crate::convert::f32_to_bf16;
         use dlbridge_core::half::bf16;
         let Some(narrow) = narrow_bf16_fn() else {
             eprintln!("skipped: this CPU has no AVX512-BF16, so narrow_bf16_fn() is None and nothing uses it");

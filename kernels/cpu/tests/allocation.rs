@@ -7,7 +7,7 @@ use dlbridge_core::{DType, ErrorKind, TensorView};
 use dlbridge_registry::{Arg, Registry};
 
 fn call(name: &str, x: TensorView<'_>, out: &mut Array) -> dlbridge_core::Result<()> {
-    dlbridge_kernels_cpu::link();
+    dlbridge_cpu::link();
     let kernel = Registry::global().get(name)?;
     kernel.call(&mut [Arg::Tensor(x)], &mut [out.view_mut()?])
 }

@@ -7,7 +7,7 @@ use dlbridge_registry::Registry;
 
 #[test]
 fn every_builtin_kernel_registers_with_the_dtypes_its_signature_names() {
-    dlbridge_kernels_cpu::link();
+    dlbridge_cpu::link();
     let reg = Registry::global();
     assert!(reg.problems().is_empty(), "rejected built-ins: {:#?}", reg.problems());
     let names: Vec<String> = reg.list().iter().map(|k| k.name().to_owned()).collect();
@@ -30,7 +30,7 @@ fn every_builtin_kernel_registers_with_the_dtypes_its_signature_names() {
 fn axpy_updates_a_strided_y_from_its_current_values() {
     use dlbridge_array::Array;
     use dlbridge_registry::Arg;
-    dlbridge_kernels_cpu::link();
+    dlbridge_cpu::link();
     let axpy = Registry::global().get("axpy").unwrap();
     let n = 600usize;
     let x = Array::from_vec((0..n).map(|i| i as f32).collect(), &[n as i64]).unwrap();

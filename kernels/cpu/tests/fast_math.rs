@@ -1,6 +1,6 @@
 //! The vectorisable exp and erf against the standard library, over the whole f32 range.
 
-use dlbridge_kernels_cpu::num::{erf_f32, exp_f32};
+use dlbridge_cpu::num::{erf_f32, exp_f32};
 
 #[test]
 fn exp_f32_is_within_3_ulp_of_std_over_the_normal_range() {
@@ -44,7 +44,7 @@ fn erf_f32_is_within_1e6_of_the_reference() {
 #[test]
 fn bf16_conversions_match_the_half_crate_bit_for_bit_except_nan_payloads() {
     use dlbridge_core::half::bf16;
-    use dlbridge_kernels_cpu::num::{bf16_to_f32, f32_to_bf16};
+    use dlbridge_cpu::num::{bf16_to_f32, f32_to_bf16};
     for bits in 0..=u16::MAX {
         let b = bf16::from_bits(bits);
         let (got, want) = (bf16_to_f32(b), b.to_f32());
@@ -66,7 +66,7 @@ fn bf16_conversions_match_the_half_crate_bit_for_bit_except_nan_payloads() {
 
 #[test]
 fn gelu_f32_is_within_2e6_absolute_and_1e5_relative_of_the_erf_reference() {
-    use dlbridge_kernels_cpu::elementwise::{Gelu, Op1};
+    use dlbridge_cpu::elementwise::{Gelu, Op1};
     let mut worst_abs = 0.0f64;
     let mut x = -10.0f32;
     while x < 10.0 {
@@ -82,7 +82,7 @@ fn gelu_f32_is_within_2e6_absolute_and_1e5_relative_of_the_erf_reference() {
 
 #[test]
 fn gelu_f32_edge_cases() {
-    use dlbridge_kernels_cpu::num::gelu_f32;
+    use dlbridge_cpu::num::gelu_f32;
     assert_eq!(gelu_f32(0.0), 0.0);
     // erf is exactly 1 from 3.9 sqrt 2 on, so gelu(x) is x there.
     for x in [5.6f32, 10.0, 1e6, f32::MAX] {

@@ -17,7 +17,7 @@ register_kernel!("relu<T: f32>(x: T[...S]) -> (y: T[...S])", generic negate, doc
 
 #[test]
 fn a_programs_relu_beside_the_builtin_relu_is_an_error_naming_both_never_a_swap() {
-    dlbridge_kernels_cpu::link();
+    dlbridge_cpu::link();
     let reg = Registry::with_builtins();
     let e = reg.get("relu").expect_err("two kernels named relu").to_string();
     assert!(e.starts_with("kernel relu is registered 2 times, and the registrations disagree: "), "{e}");

@@ -119,7 +119,7 @@ impl TestElem for i32 {
 }
 
 fn call<'a>(name: &str, args: &mut [Arg<'a>], out: TensorViewMut<'a>) {
-    dlbridge_kernels_cpu::link();
+    dlbridge_cpu::link();
     Registry::global().get(name).unwrap().call(args, &mut [out]).unwrap();
 }
 

@@ -7,7 +7,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use dlbridge_kernels_cpu::threads::{budget, for_each_part};
+use dlbridge_cpu::threads::{budget, for_each_part};
 use dlbridge_registry::threads::{set_num_threads, with_num_threads};
 
 /// Runs `f` on a new thread called `name`, with a budget of `n` threads.

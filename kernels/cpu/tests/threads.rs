@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use dlbridge_array::Array;
 use dlbridge_core::DType;
-use dlbridge_kernels_cpu::threads::{budget, for_each_part, map_reduce_chunks};
+use dlbridge_cpu::threads::{budget, for_each_part, map_reduce_chunks};
 use dlbridge_registry::threads::{set_num_threads, with_num_threads};
 use dlbridge_registry::{Arg, Registry};
 
@@ -66,7 +66,7 @@ fn chunked_reductions_give_the_same_result_at_every_budget() {
 
 #[test]
 fn kernels_large_enough_to_split_agree_at_every_budget() {
-    dlbridge_kernels_cpu::link();
+    dlbridge_cpu::link();
     let reg = Registry::global();
     let (n, k) = (300i64, 400i64);
     let a = Array::from_vec((0..n * k).map(|i| (i % 7) as f32 - 3.0).collect(), &[n, k]).unwrap();

@@ -169,7 +169,7 @@ fn snapshot(reg: &Registry) -> (Vec<Arc<Kernel>>, Described) {
 
 #[test]
 fn a_failed_load_leaves_the_builtin_kernels_exactly_as_they_were() {
-    dlbridge_kernels_cpu::link();
+    dlbridge_cpu::link();
     let reg = Registry::with_builtins();
     assert!(reg.problems().is_empty(), "{:?}", reg.problems());
     let add = reg.get("add").unwrap();

@@ -1,0 +1,114 @@
+use std::process::Command;
+
+#[test]
+fn demo_command_reports_equal_pointers() {
+    let out = Command::new(env!("CARGO_BIN_EXE_dlbridge")).arg("demo").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("pointers equal = true"), "{text}");
+    assert!(text.contains("strides [1, 4]"), "{text}");
+}
+
+#[test]
+fn unknown_command_fails_with_usage() {
+    let out = Command::new(env!("CARGO_BIN_EXE_dlbridge")).arg("frobnicate").output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Usage"));
+}
+
+fn dlbridge(args: &[&std::ffi::OsStr]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_dlbridge")).args(args).output().unwrap();
+    (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+#[test]
+fn list_prints_every_builtin_kernel_with_signature_and_device() {
+    let (ok, text, err) = dlbridge(&["list".as_ref()]);
+    assert!(ok, "{err}");
+    assert!(text.contains("matmul<T: f32|f64>(a: T[M, K], b: T[K, N]) -> (c: T[M, N])"), "{text}");
+    assert!(text.contains("[cpu]"));
+    assert!(text.lines().last().unwrap().ends_with("15 kernels"), "{text}");
+}
+
+#[test]
+fn inspect_shows_a_plugin_and_list_shows_it_beside_the_builtins() {
+    let lib = dlbridge_plugin_c::path("example_c");
+    let (ok, text, err) = dlbridge(&["inspect".as_ref(), lib.as_os_str()]);
+    assert!(ok, "{err}");
+    assert!(text.contains("plugin  example-c 1.0.0"), "{text}");
+    assert!(text.contains("abi     1"), "{text}");
+    assert!(text.contains("c_saxpy(alpha: f64, x: f32[N], y: mut f32[N])  [cpu]"), "{text}");
+    let (ok, text, err) = dlbridge(&["list".as_ref(), "--plugin".as_ref(), lib.as_os_str()]);
+    assert!(ok, "{err}");
+    assert!(text.contains("c_dot(a: f64[N], b: f64[N]) -> (out: f64[])") && text.contains("(plugin example-c 1.0.0)"), "{text}");
+    assert!(text.contains("softmax<"), "{text}");
+    assert!(text.lines().last().unwrap().ends_with("18 kernels"), "{text}");
+}
+
+#[test]
+fn inspect_reports_a_broken_plugin_and_fails() {
+    let lib = dlbridge_plugin_c::path("future_abi");
+    let (ok, _, err) = dlbridge(&["inspect".as_ref(), lib.as_os_str()]);
+    assert!(!ok);
+    assert!(err.contains("ABI version 7") && err.contains("libdlbridge_plugin_future_abi.so"), "{err}");
+}
+
+#[test]
+fn conformance_prints_the_table_and_passes() {
+    let (ok, text, err) = dlbridge(&["conformance".as_ref()]);
+    assert!(ok, "{err}\n{text}");
+    assert!(text.contains("dlbridge.Array (Rust)"), "{text}");
+    assert!(text.contains("deleter_runs_exactly_once") && text.contains("pass"), "{text}");
+    assert!(text.contains("1 adapters x 15 cases, 0 failures"), "{text}");
+    // The Python matrix runs when the interpreter on PATH has dlbridge (./dev.sh test), else it is a skip with its reason.
+    assert!(
+        text.contains("python libraries: skipped")
+            || (text.contains("producer.capsule_is_consumed_once") && text.contains(" rules, 0 failures")),
+        "{text}"
+    );
+}
+
+#[test]
+fn inspect_fails_for_every_plugin_that_would_fail_to_load() {
+    // A signature that does not parse, a kernel declared twice for one device:
+    // inspect runs the loader's checks, not only the table's.
+    for (variant, needle) in
+        [("bad_signature", "signature error at column"), ("duplicate_kernel", "kernel c_dot on cpu is registered twice")]
+    {
+        let lib = dlbridge_plugin_c::path(variant);
+        let (ok, text, err) = dlbridge(&["inspect".as_ref(), lib.as_os_str()]);
+        assert!(!ok, "{variant}: inspect succeeded:\n{text}");
+        assert!(err.contains(needle) && err.contains(&format!("libdlbridge_plugin_{variant}.so")), "{variant}: {err}");
+    }
+    // Conflicts with kernels already registered are the only check left to
+    // loading: inspect registers nothing, so this plugin passes it.
+    let lib = dlbridge_plugin_c::path("cuda_add_then_conflict");
+    let (ok, text, err) = dlbridge(&["inspect".as_ref(), lib.as_os_str()]);
+    assert!(ok, "{err}");
+    assert!(text.contains("add<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])  [cuda]"), "{text}");
+    // ... while `list --plugin` registers it beside the built-ins and fails: the
+    // CLI links dlbridge-cuda, whose built-in `cuda` add is already there.
+    let (ok, _, err) = dlbridge(&["list".as_ref(), "--plugin".as_ref(), lib.as_os_str()]);
+    assert!(!ok);
+    assert!(err.contains("kernels[0] (add): kernel add on cuda is registered twice: by built-in (kernels/cuda/"), "{err}");
+}
+
+#[test]
+fn inspect_refuses_a_one_megabyte_signature_fast_with_a_short_message() {
+    let lib = dlbridge_plugin_c::path("huge_signature");
+    let start = std::time::Instant::now();
+    let (ok, _, err) = dlbridge(&["inspect".as_ref(), lib.as_os_str()]);
+    let took = start.elapsed();
+    eprintln!("inspect huge_signature: {took:?}, {} bytes on stderr", err.len());
+    assert!(!ok);
+    assert!(err.contains("`kernels[0].signature` is longer than 4096 bytes"), "{err}");
+    assert!(err.len() < 1024, "{} bytes: {}", err.len(), &err[..err.len().min(2000)]);
+    assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+}
+
+#[test]
+fn inspect_of_a_missing_file_fails_and_names_it() {
+    let (ok, _, err) = dlbridge(&["inspect".as_ref(), "/nonexistent/libnothing.so".as_ref()]);
+    assert!(!ok);
+    assert!(err.contains("no such file: /nonexistent/libnothing.so"), "{err}");
+}

@@ -1,0 +1,68 @@
+#ifndef DLBRIDGE_COMPILE_ERRORS_H_
+#define DLBRIDGE_COMPILE_ERRORS_H_
+// How a generated entry point reports an error: a code of the plugin ABI and a
+// message in the caller's buffer.
+#include "dlbridge/plugin.h"
+
+#include <cstdarg>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <new>
+
+namespace dlbridge_errors {
+
+/// Writes the message (cut to the buffer) and returns `code`.
+inline int32_t fail(char* err, size_t err_len, int32_t code, const char* fmt, ...) __attribute__((format(printf, 4, 5)));
+inline int32_t fail(char* err, size_t err_len, int32_t code, const char* fmt, ...) {
+  if (err != nullptr && err_len > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+/// Maps the exception in flight (thrown by `thrower`: "kernel", "function") to
+/// an error code and message.
+inline int32_t from_exception(const char* kernel, const char* thrower, char* err, size_t err_len) {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return fail(err, err_len, DLBRIDGE_ERR_MEMORY, "%s: out of memory", kernel);
+  } catch (const std::exception& e) {
+    return fail(err, err_len, DLBRIDGE_ERR_RUNTIME, "%s: %s", kernel, e.what());
+  } catch (...) {
+    return fail(err, err_len, DLBRIDGE_ERR_RUNTIME, "%s: the %s threw an exception that is not a std::exception", kernel, thrower);
+  }
+}
+
+/// The checks every CPU entry point makes of its tensors, though the registry
+/// made them against the signature (defence in depth): the count, and each one
+/// non-NULL, on the CPU and of its dtype. `runner` names what runs ("kernel",
+/// "function").
+inline int32_t check_cpu_tensors(const char* kernel, const char* runner, DLTensor* const* t, int32_t nt, int32_t want,
+                                 const char* const* names, const DLDataType* types, char* err, size_t err_len) {
+  if (t == nullptr || nt != want) {
+    return fail(err, err_len, DLBRIDGE_ERR_VALUE, "%s: called with %d tensors, expected %d", kernel, static_cast<int>(nt),
+                static_cast<int>(want));
+  }
+  for (int32_t k = 0; k < nt; ++k) {
+    const DLTensor* x = t[k];
+    if (x == nullptr) return fail(err, err_len, DLBRIDGE_ERR_VALUE, "%s: `%s` is NULL", kernel, names[k]);
+    if (x->device.device_type != 1) {
+      return fail(err, err_len, DLBRIDGE_ERR_BUFFER, "%s: `%s` is on device type %d, this %s runs on the CPU", kernel, names[k],
+                  static_cast<int>(x->device.device_type), runner);
+    }
+    if (x->dtype.code != types[k].code || x->dtype.bits != types[k].bits || x->dtype.lanes != types[k].lanes) {
+      return fail(err, err_len, DLBRIDGE_ERR_TYPE, "%s: `%s` has dtype (code %d, bits %d, lanes %d), expected (code %d, bits %d, lanes %d)",
+                  kernel, names[k], x->dtype.code, x->dtype.bits, x->dtype.lanes, types[k].code, types[k].bits, types[k].lanes);
+    }
+  }
+  return DLBRIDGE_OK;
+}
+
+}  // namespace dlbridge_errors
+#endif  // DLBRIDGE_COMPILE_ERRORS_H_

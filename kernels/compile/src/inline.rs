@@ -1,0 +1,1005 @@
+//! [`InlineLibrary`]: the user's own C (and CUDA C) functions as registered
+//! kernels — `dlbridge.load_inline`, after tvm-ffi's `load_inline`.
+//!
+//! ```no_run
+//! use dlbridge_compile::inline::{InlineLibrary, InlineOptions};
+//! let c = "void axpy(const float* x, float* y, double a, long long n) {\n  for (long long i = 0; i < n; ++i) y[i] += a * x[i];\n}\n";
+//! let lib = InlineLibrary::new("blas1", Some(c), &["axpy(x: f32[N], y: mut f32[N], a: f64)"], None, InlineOptions::default())?;
+//! let kernels = lib.register(dlbridge_registry::Registry::global())?; // callable like any kernel
+//! # Ok::<(), dlbridge_core::Error>(())
+//! ```
+//!
+//! Each function is declared by a dlbridge signature; the registry checks
+//! every call against it (dtypes, shapes, devices, read-only and overlapping
+//! tensors, contiguity) and lets the caller's framework allocate the
+//! outputs, then generated glue unpacks the DLTensors and calls the user's
+//! function.
+//!
+//! # The C calling convention
+//! For the signature `f<T: f32|f64>(a: T[M, K], b: T[K, N], alpha: f64) -> (c: T[M, N])`
+//! the function is `void f(const T* a, const T* b, double alpha, T* c, long long M, long long K, long long N)`:
+//! 1. one pointer per tensor parameter, in order: `const E*` for an input,
+//!    `E*` for a `mut` input (element 0 of a C-contiguous tensor);
+//! 2. one value per scalar parameter, in order: `f64` → `double`, `i64` →
+//!    `long long`, `bool` → `int` (0 or 1);
+//! 3. one `E*` per output, in order;
+//! 4. one `long long` per size of the signature, in order of first
+//!    appearance (parameters, then outputs, dims left to right): a symbol
+//!    (`N`) passes its value, a group (`...B`) the product of its dims (its
+//!    element count). Fixed dims (`3`) pass nothing.
+//!
+//! `E` is the element's C type: a type variable is a `typedef` of the call's
+//! dtype (`typedef float T;`), so one source serves every dtype the signature
+//! allows (one build per combination of dtypes); a concrete dtype is written
+//! as its C type. The C types are [`dlbridge_cuda::raw_kernel::c_type`]'s, the
+//! same for C and CUDA (one source can serve both): f32 `float`, f64
+//! `double`, i8 `signed char`, i16 `short`, i32 `int`, i64 `long long`, u8
+//! and bool `unsigned char`, u16 `unsigned short`, u32 `unsigned int`, u64
+//! `unsigned long long`, f16 and bf16 `unsigned short` (the raw bits).
+//! (On Linux `int64_t` is `long`, not `long long`: spell i64 `long long`.)
+//! A type variable's name is one typedef in the whole source: two functions of
+//! a library that both use `T` must allow the same dtypes; a build for one
+//! function's dtypes gives the other type variables their first dtype.
+//!
+//! Every tensor is C-contiguous (the kernels are registered with
+//! [`KernelOpts::contiguous`]): a strided input or output is refused by the
+//! registry with an error naming it ("copy the tensor first"), never copied
+//! behind the caller's back and never written through a wrong layout. No
+//! output may overlap another tensor of the call. Broadcast groups (`*S`)
+//! are refused at load time (the C code would not know the strides).
+//!
+//! # CPU (`c_source`)
+//! The source is compiled as C++17 inside `extern "C" { ... }` (C code
+//! compiles, names are not mangled), after the plugin header, `<math.h>`,
+//! `<stdint.h>`, `<stddef.h>`, `<stdlib.h>`, `<string.h>`, `<stdio.h>`,
+//! `<limits.h>`, `<float.h>`, their C++ forms and `<stdexcept>` (so an `#include` of them in
+//! the source does nothing), `#define restrict __restrict__`, and the
+//! typedefs. The glue declares each function's exact prototype before the
+//! source, so a definition that does not match the signature is a compile
+//! error at its `c_source` line ("conflicting declaration"), explained with
+//! the prototypes the signatures imply. On Linux the library is linked with
+//! `-Wl,--no-undefined`: a function the source does not define is an
+//! "undefined reference" at build time, not at the call. The glue catches
+//! C++ exceptions into the plugin ABI's error. One plugin (every CPU function
+//! of the library) per combination of dtypes, through the plugin ABI and
+//! loader, the [disk cache](crate::cache) (keyed as every compiled kernel,
+//! plus `extra_cflags`, which follow the usual flags), built on first use
+//! (concurrent first calls build once). [`InlineLibrary::register`] builds
+//! the first combination at once, so a broken source fails there.
+//!
+//! # CUDA (`cuda_source`)
+//! Each function is an `extern "C" __global__` kernel with the same
+//! parameters. The source gets the typedefs, `int8_t`..`uint64_t`,
+//! `ptrdiff_t`, `size_t`, `restrict` and a declaration of each kernel in
+//! front, and is compiled with NVRTC (`--std=c++17 -default-device` and
+//! `cuda_options`) per combination of dtypes (a CUBIN for the device, else
+//! PTX, through the NVRTC cache in memory and on disk). A launch has
+//! 256-thread blocks and `ceil(n / 256)` blocks, `n` the first output's
+//! element count (else the first tensor's); nothing is launched for `n == 0`;
+//! it runs on the call's stream. The kernel is registered as the `cuda`
+//! implementation of the same signature: a function in both sources runs
+//! where its tensors are. [`InlineLibrary::register`] compiles the source to
+//! PTX at once (for the GPU, else for `compute_75`; skipped when NVRTC is not
+//! found), so a broken source fails there with NVRTC's log. Without a CUDA
+//! driver and device a call on `cuda` tensors is an error saying why.
+//!
+//! # Which source defines a function
+//! A function is compiled for the CPU when its name occurs (outside
+//! comments) in `c_source`, for CUDA when it occurs in `cuda_source`.
+//!
+//! # Diagnostics
+//! The sources are `#line 1 "c_source"` / `#line 1 "cuda_source"`: compiler
+//! errors read `c_source line 3, column 6: error: ...` (NVRTC's `cuda_source
+//! line 3: error: ...`) with the line quoted.
+//!
+//! # Safety of the user's code
+//! As with a plugin or a raw CUDA kernel, what the C code does with the
+//! pointers is its responsibility: the registry guarantees their dtypes,
+//! shapes, devices and contiguity; a function that reads or writes beyond the
+//! sizes it is given corrupts memory.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use dlbridge_core::{DType, Device, DeviceType, Error, ErrorKind, Result};
+use dlbridge_cuda::CudaDevice;
+use dlbridge_cuda::generated::{LaunchArg, Program};
+use dlbridge_cuda::raw_kernel::{CHECK_ARCH, RawLaunch, c_type};
+use dlbridge_registry::signature::{DTypeRef, Dim, ParamKind, ScalarKind};
+use dlbridge_registry::{Arg, Call, DynKernelFn, Impl, Kernel, KernelDef, KernelOpts, Plugin, Registry, Signature};
+
+use crate::cache::LibraryCache;
+use crate::cpu::{Src, c_string};
+use crate::specialise::{Specialisations, replaceable};
+
+/// The origin of every function of an inline library: `dlbridge.load_inline (NAME)`.
+pub use crate::specialise::INLINE_ORIGIN as ORIGIN;
+
+/// The file name diagnostics give the C source.
+pub const C_SOURCE: &str = "c_source";
+
+/// The file name diagnostics give the CUDA source.
+pub const CUDA_SOURCE: &str = "cuda_source";
+
+/// The optional parts of an inline library.
+#[derive(Debug, Clone, Default)]
+pub struct InlineOptions {
+    /// Flags appended to the C++ compiler's (part of the cache key).
+    pub extra_cflags: Vec<String>,
+    /// NVRTC options added to dlbridge's (`--std=c++17 -default-device`).
+    pub cuda_options: Vec<String>,
+    /// The library cache; `None`: [`LibraryCache::global`].
+    pub cache: Option<Arc<LibraryCache>>,
+}
+
+/// One tensor of a function, in slot order (tensor parameters, then outputs).
+#[derive(Debug, Clone)]
+struct TensorSlot {
+    name: String,
+    dtype: DTypeRef,
+    mutable: bool,
+    output: bool,
+}
+
+/// Where a size argument's value comes from: dims of tensor `slot`.
+#[derive(Debug, Clone)]
+struct SizeArg {
+    /// `N`, `...B`.
+    name: String,
+    slot: usize,
+    /// Position in the tensor's dims list, its length and where its `...` group is.
+    pos: usize,
+    len: usize,
+    rest_at: Option<usize>,
+    /// A `...` group: the product of its dims.
+    group: bool,
+}
+
+impl SizeArg {
+    /// The value for a tensor of shape `shape` (which the registry matched against the signature).
+    fn value(&self, shape: &[i64]) -> i64 {
+        let nd = shape.len();
+        if self.group {
+            let end = nd.saturating_sub(self.len - self.pos - 1);
+            return shape.get(self.pos..end).map_or(1, |s| s.iter().product());
+        }
+        let at = match self.rest_at {
+            Some(r) if self.pos > r => nd.saturating_sub(self.len - self.pos),
+            _ => self.pos,
+        };
+        shape.get(at).copied().unwrap_or(0)
+    }
+
+    /// The C++ expression of the value, for the DLTensor `_t[slot]`.
+    fn cpp(&self) -> String {
+        let t = format!("_t[{}]", self.slot);
+        if self.group {
+            return format!("dlbridge_inline::group({t}, {}, {})", self.pos, self.len - self.pos - 1);
+        }
+        match self.rest_at {
+            Some(r) if self.pos > r => format!("static_cast<long long>({t}->shape[{t}->ndim - {}])", self.len - self.pos),
+            _ => format!("static_cast<long long>({t}->shape[{}])", self.pos),
+        }
+    }
+}
+
+/// One function of the library.
+#[derive(Debug)]
+struct Function {
+    sig: Signature,
+    text: String,
+    /// The library type variable of each of its type variables.
+    vars: Vec<usize>,
+    tensors: Vec<TensorSlot>,
+    scalars: Vec<(String, ScalarKind)>,
+    sizes: Vec<SizeArg>,
+    cpu: bool,
+    cuda: bool,
+}
+
+impl Function {
+    fn name(&self) -> &str {
+        &self.sig.name
+    }
+
+    /// The C type of a tensor's element: the type variable's name, or the dtype's C type.
+    fn elem(&self, d: DTypeRef) -> String {
+        match d {
+            DTypeRef::Var(i) => self.sig.type_vars[i].name.clone(),
+            DTypeRef::Concrete(d) => c_type(d).unwrap_or("void").to_owned(),
+        }
+    }
+
+    /// The dtype of a tensor under the library binding `lib`.
+    fn dtype(&self, d: DTypeRef, lib: &[DType]) -> DType {
+        match d {
+            DTypeRef::Var(i) => lib[self.vars[i]],
+            DTypeRef::Concrete(d) => d,
+        }
+    }
+
+    /// The C parameters `(type, name)` in calling-convention order.
+    fn c_params(&self) -> Vec<(String, String)> {
+        let mut p = Vec::new();
+        for t in self.tensors.iter().filter(|t| !t.output) {
+            let c = if t.mutable { "" } else { "const " };
+            p.push((format!("{c}{}*", self.elem(t.dtype)), t.name.clone()));
+        }
+        for (name, k) in &self.scalars {
+            p.push((scalar_c_type(*k).to_owned(), name.clone()));
+        }
+        for t in self.tensors.iter().filter(|t| t.output) {
+            p.push((format!("{}*", self.elem(t.dtype)), t.name.clone()));
+        }
+        for s in &self.sizes {
+            p.push(("long long".to_owned(), s.name.trim_start_matches("...").to_owned()));
+        }
+        p
+    }
+
+    /// `void f(const T* x, T* y, double a, long long N)`, with `qualifier` in front.
+    fn prototype(&self, qualifier: &str, named: bool) -> String {
+        let params: Vec<String> = self.c_params().into_iter().map(|(t, n)| if named { format!("{t} {n}") } else { t }).collect();
+        let params = if params.is_empty() { "void".to_owned() } else { params.join(", ") };
+        format!("{qualifier}void {}({params})", self.name())
+    }
+
+    /// Its signature with every type variable replaced by its dtype under `lib`.
+    fn specialised(&self, lib: &[DType]) -> String {
+        let mut sig = self.sig.clone();
+        for p in sig.params.iter_mut().chain(sig.outputs.iter_mut()) {
+            if let ParamKind::Tensor(t) = &mut p.kind
+                && let DTypeRef::Var(i) = t.dtype
+            {
+                t.dtype = DTypeRef::Concrete(lib[self.vars[i]]);
+            }
+        }
+        sig.type_vars.clear();
+        sig.to_string()
+    }
+}
+
+fn scalar_c_type(k: ScalarKind) -> &'static str {
+    match k {
+        ScalarKind::F64 => "double",
+        ScalarKind::I64 => "long long",
+        ScalarKind::Bool => "int",
+    }
+}
+
+fn value_error(message: String) -> Error {
+    Error::Coded { kind: ErrorKind::Value, message }
+}
+
+/// The CPU functions of one build: by function index (`None`: not a CPU function).
+type CpuBuild = Arc<Vec<Option<DynKernelFn>>>;
+
+struct Shared {
+    name: String,
+    c_source: Option<String>,
+    cuda_source: Option<String>,
+    opts: InlineOptions,
+    /// The library's type variables: name and allowed dtypes.
+    vars: Vec<(String, Vec<DType>)>,
+    functions: Vec<Function>,
+    cpu_builds: Specialisations<Vec<DType>, CpuBuild>,
+    programs: Mutex<HashMap<Vec<DType>, Arc<Program>>>,
+}
+
+/// A library of the user's C / CUDA C functions (see the [module docs](self)).
+#[derive(Clone)]
+pub struct InlineLibrary {
+    inner: Arc<Shared>,
+}
+
+impl std::fmt::Debug for InlineLibrary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.inner.functions.iter().map(Function::name).collect();
+        f.debug_struct("InlineLibrary").field("name", &self.inner.name).field("functions", &names).finish()
+    }
+}
+
+/// Whether a compiler flag links a sanitizer's runtime into the library
+/// (`-fsanitize=address`, `-lasan`, `-static-libasan`, ...). The runtimes
+/// refuse to start inside a process that did not load them first, and exit it.
+fn loads_a_sanitizer(flag: &str) -> bool {
+    let f = flag.trim();
+    f.starts_with("-fsanitize")
+        || f.starts_with("--sanitize")
+        || (f.starts_with("-l") && f.ends_with("san"))
+        || (f.contains("-lib") && f.ends_with("san"))
+}
+
+/// Whether `name` occurs as an identifier in `src`, outside comments.
+fn mentions(src: &str, name: &str) -> bool {
+    let b = src.as_bytes();
+    let (mut i, n) = (0, b.len());
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    while i < n {
+        if b[i] == b'/' && i + 1 < n && b[i + 1] == b'/' {
+            while i < n && b[i] != b'\n' {
+                i += 1;
+            }
+        } else if b[i] == b'/' && i + 1 < n && b[i + 1] == b'*' {
+            i += 2;
+            while i + 1 < n && !(b[i] == b'*' && b[i + 1] == b'/') {
+                i += 1;
+            }
+            i += 2;
+        } else if ident(b[i]) {
+            let start = i;
+            while i < n && ident(b[i]) {
+                i += 1;
+            }
+            if &src[start..i] == name {
+                return true;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    false
+}
+
+impl InlineLibrary {
+    /// A library named `name` (the origin of its kernels and part of their
+    /// cache names) of the functions `functions` declares (one dlbridge
+    /// signature each) defined in `c_source` and/or `cuda_source`. Parses and
+    /// checks everything; nothing is compiled until
+    /// [`register`](Self::register) or a call.
+    ///
+    /// Errors (Value): no source, no function, a signature that does not
+    /// parse, a function listed twice or defined in neither source, a
+    /// broadcast group, a dtype without a C type, a type variable name used
+    /// with two different sets of dtypes.
+    pub fn new(
+        name: &str,
+        c_source: Option<&str>,
+        functions: &[&str],
+        cuda_source: Option<&str>,
+        opts: InlineOptions,
+    ) -> Result<InlineLibrary> {
+        // The name becomes part of generated code and of file names: a C
+        // identifier, as a kernel's name is.
+        if let Some(why) = crate::params::bad_name(name) {
+            return Err(value_error(format!("load_inline: the library name `{}` {why}", crate::params::shortened(name))));
+        }
+        let what = format!("load_inline {name:?}");
+        if let Some(flag) = opts.extra_cflags.iter().find(|f| loads_a_sanitizer(f)) {
+            return Err(value_error(format!(
+                "{what}: extra_cflags `{}` would link a sanitizer runtime, which must be loaded first in a process and ends this one when the library is loaded; it is refused",
+                crate::params::shortened(flag)
+            )));
+        }
+        if c_source.is_none() && cuda_source.is_none() {
+            return Err(value_error(format!("{what}: give c_source, cuda_source or both")));
+        }
+        if functions.is_empty() {
+            return Err(value_error(format!("{what}: `functions` lists no function (give each one's signature)")));
+        }
+        let mut vars: Vec<(String, Vec<DType>, String)> = Vec::new();
+        let mut out: Vec<Function> = Vec::with_capacity(functions.len());
+        for text in functions {
+            let sig = Signature::parse(text).map_err(|e| e.context(format!("{what}: function signature `{text}`")))?;
+            let fname = sig.name.clone();
+            if out.iter().any(|f| f.name() == fname) {
+                return Err(value_error(format!("{what}: function `{fname}` is listed twice")));
+            }
+            let mut fvars = Vec::with_capacity(sig.type_vars.len());
+            for tv in &sig.type_vars {
+                for &d in &tv.allowed {
+                    if c_type(d).is_none() {
+                        return Err(value_error(format!(
+                            "{what}: `{fname}`: type variable {} allows {d}, which has no C type here",
+                            tv.name
+                        )));
+                    }
+                }
+                match vars.iter().position(|(n, _, _)| *n == tv.name) {
+                    Some(i) if vars[i].1 != tv.allowed => {
+                        let list = |l: &[DType]| l.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("|");
+                        return Err(value_error(format!(
+                            "{what}: type variable {} is {} in `{}` but {} in `{fname}`: a type variable is one typedef in the source, \
+                             so every function using its name must allow the same dtypes (rename one)",
+                            tv.name,
+                            list(&vars[i].1),
+                            vars[i].2,
+                            list(&tv.allowed)
+                        )));
+                    }
+                    Some(i) => fvars.push(i),
+                    None => {
+                        vars.push((tv.name.clone(), tv.allowed.clone(), fname.clone()));
+                        fvars.push(vars.len() - 1);
+                    }
+                }
+            }
+            let mut tensors = Vec::new();
+            let mut scalars = Vec::new();
+            let mut sizes: Vec<SizeArg> = Vec::new();
+            let outputs = sig.outputs.iter().map(|p| (p, true));
+            for (p, output) in sig.params.iter().map(|p| (p, false)).chain(outputs) {
+                match &p.kind {
+                    ParamKind::Scalar(k) => scalars.push((p.name.clone(), *k)),
+                    ParamKind::Tensor(t) => {
+                        if let DTypeRef::Concrete(d) = t.dtype
+                            && c_type(d).is_none()
+                        {
+                            return Err(value_error(format!("{what}: `{fname}`: `{}` has dtype {d}, which has no C type here", p.name)));
+                        }
+                        let slot = tensors.len();
+                        let rest_at = t.rest_position();
+                        for (pos, d) in t.dims.iter().enumerate() {
+                            let (sname, group) = match *d {
+                                Dim::Fixed(_) => continue,
+                                Dim::Sym(i) => (sig.symbols[i].clone(), false),
+                                Dim::Rest(i) if sig.is_broadcast(i) => {
+                                    return Err(value_error(format!(
+                                        "{what}: `{fname}`: `{}` has the broadcast group {}: a C function takes contiguous tensors \
+                                         of the signature's exact shapes (write `...{}`)",
+                                        p.name,
+                                        sig.fmt_rest(i),
+                                        sig.rests[i]
+                                    )));
+                                }
+                                Dim::Rest(i) => (format!("...{}", sig.rests[i]), true),
+                            };
+                            if !sizes.iter().any(|s| s.name == sname) {
+                                sizes.push(SizeArg { name: sname, slot, pos, len: t.dims.len(), rest_at, group });
+                            }
+                        }
+                        tensors.push(TensorSlot { name: p.name.clone(), dtype: t.dtype, mutable: t.mutable, output });
+                    }
+                }
+            }
+            let cpu = c_source.is_some_and(|s| mentions(s, &fname));
+            let cuda = cuda_source.is_some_and(|s| mentions(s, &fname));
+            if !cpu && !cuda {
+                let which = match (c_source.is_some(), cuda_source.is_some()) {
+                    (true, true) => "neither c_source nor cuda_source mentions it",
+                    (true, false) => "c_source does not mention it",
+                    _ => "cuda_source does not mention it",
+                };
+                return Err(value_error(format!("{what}: function `{fname}` is listed in `functions`, but {which}")));
+            }
+            out.push(Function { sig, text: (*text).to_owned(), vars: fvars, tensors, scalars, sizes, cpu, cuda });
+        }
+        Ok(InlineLibrary {
+            inner: Arc::new(Shared {
+                name: name.to_owned(),
+                c_source: c_source.map(str::to_owned),
+                cuda_source: cuda_source.map(str::to_owned),
+                opts,
+                vars: vars.into_iter().map(|(n, a, _)| (n, a)).collect(),
+                functions: out,
+                cpu_builds: Specialisations::default(),
+                programs: Mutex::default(),
+            }),
+        })
+    }
+
+    /// [`new`](Self::new) from `(name, signature)` pairs (Python's
+    /// `functions={name: signature}`): each name must be its signature's
+    /// name (a Value error naming both).
+    pub fn with_names(
+        name: &str,
+        c_source: Option<&str>,
+        functions: &[(&str, &str)],
+        cuda_source: Option<&str>,
+        opts: InlineOptions,
+    ) -> Result<InlineLibrary> {
+        for (key, text) in functions {
+            let sig = Signature::parse(text).map_err(|e| e.context(format!("load_inline {name:?}: function `{key}`")))?;
+            if sig.name != *key {
+                return Err(value_error(format!(
+                    "load_inline {name:?}: functions[{key:?}] has the signature of `{}` (`{text}`): the key must be the signature's name",
+                    sig.name
+                )));
+            }
+        }
+        let texts: Vec<&str> = functions.iter().map(|(_, t)| *t).collect();
+        InlineLibrary::new(name, c_source, &texts, cuda_source, opts)
+    }
+
+    /// The library's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The origin its kernels carry: `dlbridge.load_inline (NAME)`.
+    pub fn origin(&self) -> String {
+        format!("{ORIGIN} ({})", self.inner.name)
+    }
+
+    /// The functions' names, in the order given.
+    pub fn functions(&self) -> Vec<&str> {
+        self.inner.functions.iter().map(Function::name).collect()
+    }
+
+    /// The library's type variables (every function's, each once) with their dtypes.
+    pub fn type_vars(&self) -> &[(String, Vec<DType>)] {
+        &self.inner.vars
+    }
+
+    /// The C prototype each function must have (`void axpy(const float* x, float* y, double a, long long N)`).
+    pub fn prototype(&self, function: &str) -> Option<String> {
+        self.inner.functions.iter().find(|f| f.name() == function).map(|f| f.prototype("", true))
+    }
+
+    /// How many CPU builds (combinations of dtypes) it has made or loaded.
+    pub fn cpu_specialisations(&self) -> usize {
+        self.inner.cpu_builds.built()
+    }
+
+    /// The flags the CPU library is compiled with beyond the usual ones.
+    pub fn cpu_flags(&self) -> Vec<String> {
+        let mut f = Vec::new();
+        if cfg!(target_os = "linux") {
+            f.push("-Wl,--no-undefined".to_owned());
+        }
+        f.extend(self.inner.opts.extra_cflags.iter().cloned());
+        f
+    }
+
+    /// The first dtype of every type variable: the build [`register`](Self::register) makes at once.
+    pub fn first_dtypes(&self) -> Vec<DType> {
+        self.inner.vars.iter().map(|(_, a)| a[0]).collect()
+    }
+
+    fn check_lib(&self, lib: &[DType]) -> Result<()> {
+        let vars = &self.inner.vars;
+        if lib.len() != vars.len() || lib.iter().zip(vars).any(|(d, (_, a))| !a.contains(d)) {
+            let want: Vec<String> = vars.iter().map(|(n, a)| format!("{n}: {}", a.len())).collect();
+            return Err(Error::InvalidArgument(format!(
+                "load_inline {:?}: {lib:?} is not a dtype for each type variable ({})",
+                self.inner.name,
+                want.join(", ")
+            )));
+        }
+        Ok(())
+    }
+
+    fn dtypes_text(&self, lib: &[DType]) -> String {
+        self.inner.vars.iter().zip(lib).map(|((n, _), d)| format!("{n}={d}")).collect::<Vec<_>>().join(",")
+    }
+
+    fn what(&self, lib: &[DType]) -> String {
+        let t = self.dtypes_text(lib);
+        if t.is_empty() { format!("load_inline {}", self.inner.name) } else { format!("load_inline {} ({t})", self.inner.name) }
+    }
+
+    /// The complete C++ of the CPU plugin for the dtypes `lib` (one per
+    /// [`type_vars`](Self::type_vars) entry): every CPU function's glue and
+    /// the user's source.
+    pub fn cpu_source(&self, lib: &[DType]) -> Result<String> {
+        self.check_lib(lib)?;
+        let s = &*self.inner;
+        let c_source = s.c_source.as_deref().ok_or_else(|| Error::InvalidArgument(format!("load_inline {}: no c_source", s.name)))?;
+        let mut src = Src::new();
+        src.resync();
+        src.line(&format!("// Generated by dlbridge-compile {}: dlbridge.load_inline `{}`.", env!("CARGO_PKG_VERSION"), s.name));
+        src.line(&format!("// Specialisation: {}.", if lib.is_empty() { "no type variables".into() } else { self.dtypes_text(lib) }));
+        src.push(&crate::headers::expand("dlbridge_compile/inline_runtime.h"));
+        src.push(crate::cpu::DIVGUARD);
+        src.line("");
+        src.line("// ---- the library's types ----");
+        for ((n, _), d) in s.vars.iter().zip(lib) {
+            src.line(&format!("typedef {} {n};", c_type(*d).unwrap_or("void")));
+        }
+        let cpu: Vec<(usize, &Function)> = s.functions.iter().enumerate().filter(|(_, f)| f.cpu).collect();
+        src.line("");
+        src.line("// ---- the functions, as their signatures declare them ----");
+        src.line("extern \"C\" {");
+        for (_, f) in &cpu {
+            src.line(&format!("{};", f.prototype("", false)));
+        }
+        src.line("}  // extern \"C\"");
+        src.line("");
+        src.line("// ---- the entry points ----");
+        src.line("namespace {");
+        for (k, f) in &cpu {
+            cpu_entry(&mut src, *k, f, lib);
+        }
+        src.line("}  // namespace");
+        src.line("");
+        src.line("static const DLBridgeKernel dlbridge_kernels[] = {");
+        for (k, f) in &cpu {
+            let doc = format!("{ORIGIN} ({}): C function {}", s.name, f.prototype("", true));
+            src.line(&format!(
+                "    {{{}, 1, DLBRIDGE_KERNEL_CONTIGUOUS, dlbridge_entry_{k}, {}}},",
+                c_string(&f.specialised(lib)),
+                c_string(&doc)
+            ));
+        }
+        src.line("};");
+        src.line("static const DLBridgePlugin dlbridge_plugin_table = {");
+        src.line("    DLBRIDGE_PLUGIN_ABI_VERSION, static_cast<uint32_t>(sizeof(DLBridgePlugin)),");
+        src.line(&format!(
+            "    {}, {}, static_cast<uint32_t>(sizeof(DLBridgeKernel)), {}, dlbridge_kernels,",
+            c_string(&format!("dlbridge.load_inline:{}", s.name)),
+            c_string(env!("CARGO_PKG_VERSION")),
+            cpu.len()
+        ));
+        src.line("};");
+        src.line("extern \"C\" __attribute__((visibility(\"default\"))) const DLBridgePlugin* dlbridge_plugin(void) {");
+        src.line("  return &dlbridge_plugin_table;");
+        src.line("}");
+        src.line("");
+        src.line("// ---- the user's source ----");
+        src.line("#define restrict __restrict__");
+        src.line("extern \"C\" {");
+        src.user(C_SOURCE, c_source, "");
+        src.line("}  // extern \"C\"");
+        Ok(src.text)
+    }
+
+    /// The CUDA C for the dtypes `lib`: typedefs, declarations, the user's source.
+    pub fn cuda_source(&self, lib: &[DType]) -> Result<String> {
+        self.check_lib(lib)?;
+        let s = &*self.inner;
+        let cuda = s.cuda_source.as_deref().ok_or_else(|| Error::InvalidArgument(format!("load_inline {}: no cuda_source", s.name)))?;
+        let mut src = Src::for_file(crate::cuda::GENERATED_FILE);
+        src.resync();
+        src.line(&format!("// Generated by dlbridge-compile {} (CUDA): dlbridge.load_inline `{}`.", env!("CARGO_PKG_VERSION"), s.name));
+        crate::cuda::stdint_typedefs(&mut src);
+        src.line("#define restrict __restrict__");
+        for ((n, _), d) in s.vars.iter().zip(lib) {
+            src.line(&format!("typedef {} {n};", c_type(*d).unwrap_or("void")));
+        }
+        for f in s.functions.iter().filter(|f| f.cuda) {
+            src.line(&format!("{};", f.prototype("extern \"C\" __global__ ", false)));
+        }
+        src.user(CUDA_SOURCE, cuda, "");
+        Ok(src.text)
+    }
+
+    /// The NVRTC program for the dtypes `lib` (made once per combination).
+    fn program(&self, lib: &[DType]) -> Result<Arc<Program>> {
+        let mut map = self.inner.programs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = map.get(lib) {
+            return Ok(p.clone());
+        }
+        let mut options: Vec<String> = crate::cuda::OPTIONS.iter().map(|s| s.to_string()).collect();
+        options.extend(self.inner.opts.cuda_options.iter().cloned());
+        let p = Arc::new(Program::new(self.cuda_source(lib)?, format!("{}.cu", CUDA_SOURCE), &options));
+        map.insert(lib.to_vec(), p.clone());
+        Ok(p)
+    }
+
+    /// NVRTC's rejection pointing into `cuda_source`, with the prototypes; other errors unchanged.
+    fn explain_cuda(&self, lib: &[DType], e: Error) -> Error {
+        let text = e.to_string();
+        if !text.contains("NVRTC could not compile") {
+            return e;
+        }
+        let version =
+            dlbridge_cuda::nvrtc::nvrtc().map(|n| format!("NVRTC {}.{}", n.version.0, n.version.1)).unwrap_or_else(|_| "NVRTC".into());
+        let user = [(CUDA_SOURCE, self.inner.cuda_source.as_deref().unwrap_or(""))];
+        let mut msg = crate::cuda::explain(&self.what(lib), &version, &text, &user);
+        msg.push_str(&self.prototypes_note(|f| f.cuda, "extern \"C\" __global__ "));
+        value_error(msg)
+    }
+
+    /// The PTX of `cuda_source` for the dtypes `lib` and `arch`
+    /// (`--gpu-architecture=compute_75`); no GPU needed. A compile error
+    /// points into `cuda_source`.
+    pub fn cuda_ptx(&self, lib: &[DType], arch: &str) -> Result<Arc<str>> {
+        self.program(lib)?.ptx(arch).map_err(|e| self.explain_cuda(lib, e))
+    }
+
+    fn prototypes_note(&self, which: impl Fn(&Function) -> bool, qualifier: &str) -> String {
+        let mut s = String::from("\nthe prototypes the signatures declare (type variables are typedefs of the call's dtypes):");
+        for f in self.inner.functions.iter().filter(|f| which(f)) {
+            s.push_str(&format!("\n  {};   // {}", f.prototype(qualifier, true), f.text));
+        }
+        s
+    }
+
+    /// The CPU build for the dtypes `lib`: from the cache, compiled if need be.
+    fn cpu_build(&self, lib: &[DType]) -> Result<CpuBuild> {
+        self.inner.cpu_builds.get(lib, || {
+            let source = self.cpu_source(lib)?;
+            let cache: &LibraryCache = self.inner.opts.cache.as_deref().unwrap_or_else(|| LibraryCache::global());
+            let user = [(C_SOURCE, self.inner.c_source.as_deref().unwrap_or(""))];
+            let what = self.what(lib);
+            cache
+                .get_or_build_with(&source, &self.dtypes_text(lib), &self.cpu_flags(), &what, &user, |path| self.load(path, lib))
+                .map_err(|e| self.explain_cpu(e))
+        })
+    }
+
+    /// The compiler's rejection with the prototypes (and what an undefined reference means).
+    fn explain_cpu(&self, e: Error) -> Error {
+        let text = e.to_string();
+        if e.kind() != ErrorKind::Value || !text.contains("rejected the kernel") {
+            return e;
+        }
+        let mut msg = text.clone();
+        if text.contains("undefined reference to") {
+            let missing: Vec<&str> = self
+                .inner
+                .functions
+                .iter()
+                .filter(|f| f.cpu && text.contains(&format!("undefined reference to `{}'", f.name())))
+                .map(Function::name)
+                .collect();
+            if !missing.is_empty() {
+                msg = format!("{msg}\nc_source mentions but does not define: {}", missing.join(", "));
+            }
+        }
+        msg.push_str(&self.prototypes_note(|f| f.cpu, ""));
+        value_error(msg)
+    }
+
+    /// Opens a built library and takes each CPU function's entry.
+    fn load(&self, path: &std::path::Path, lib: &[DType]) -> Result<CpuBuild> {
+        let (_, defs) = Plugin::open(path)?.into_defs();
+        let mut by_sig: HashMap<String, DynKernelFn> = HashMap::new();
+        for d in defs {
+            if let Impl::Dyn(f) = d.imp {
+                by_sig.insert(d.signature, f);
+            }
+        }
+        let mut out = Vec::with_capacity(self.inner.functions.len());
+        for f in &self.inner.functions {
+            if !f.cpu {
+                out.push(None);
+                continue;
+            }
+            let want = Signature::parse(&f.specialised(lib))?.to_string();
+            let entry = by_sig.remove(&want).ok_or_else(|| Error::Runtime(format!("{}: not the library of `{want}`", path.display())))?;
+            out.push(Some(entry));
+        }
+        Ok(Arc::new(out))
+    }
+
+    /// The library binding of a call of function `k`: its own type variables
+    /// from the call, the others at their first dtype.
+    fn call_lib(&self, k: usize, call: &Call<'_, '_>) -> Result<Vec<DType>> {
+        let f = &self.inner.functions[k];
+        let mut lib = self.first_dtypes();
+        for (i, &v) in f.vars.iter().enumerate() {
+            lib[v] = call
+                .dtype(i)
+                .ok_or_else(|| Error::Runtime(format!("{}: type variable {} is not bound", f.name(), self.inner.vars[v].0)))?;
+        }
+        Ok(lib)
+    }
+
+    fn run_cpu(&self, k: usize, call: &mut Call<'_, '_>) -> Result<()> {
+        let lib = self.call_lib(k, call)?;
+        let build = self.cpu_build(&lib)?;
+        let f = build[k].as_ref().ok_or_else(|| call.layout_bug())?;
+        f(call)
+    }
+
+    fn run_cuda(&self, k: usize, call: &mut Call<'_, '_>) -> Result<()> {
+        let f = &self.inner.functions[k];
+        let lib = self.call_lib(k, call)?;
+        let stream = call.stream();
+        let bug = call.layout_bug();
+        let (args, outs) = call.split();
+        let mut tensors: Vec<(u64, Vec<i64>, Device)> = Vec::with_capacity(f.tensors.len());
+        let mut scalars = Vec::with_capacity(f.scalars.len());
+        for a in args.iter_mut() {
+            match a {
+                Arg::Tensor(v) => tensors.push((v.data_ptr() as usize as u64, v.shape().to_vec(), v.device())),
+                Arg::TensorMut(v) => {
+                    let ptr = v.data_ptr_mut() as usize as u64;
+                    tensors.push((ptr, v.shape().to_vec(), v.device()));
+                }
+                Arg::F64(x) => scalars.push(LaunchArg::F64(*x)),
+                Arg::I64(x) => scalars.push(LaunchArg::I64(*x)),
+                Arg::Bool(b) => scalars.push(LaunchArg::I32(i32::from(*b))),
+            }
+        }
+        let n_in = tensors.len();
+        for o in outs.iter_mut() {
+            let ptr = o.data_ptr_mut() as usize as u64;
+            tensors.push((ptr, o.shape().to_vec(), o.device()));
+        }
+        if tensors.len() != f.tensors.len() || scalars.len() != f.scalars.len() {
+            return Err(bug);
+        }
+        let name = f.name();
+        let device = tensors.first().map(|t| t.2).ok_or_else(|| Error::InvalidArgument(format!("{name}: no tensor argument")))?;
+        dlbridge_cuda::probe::driver().map_err(|u| Error::UnsupportedDevice {
+            got: device,
+            what: format!("{name} ({}) on {device}: CUDA is not available here: {u}", self.origin()),
+        })?;
+        for (t, slot) in tensors.iter().zip(&f.tensors) {
+            if t.2 != device {
+                return Err(Error::UnsupportedDevice {
+                    got: t.2,
+                    what: format!("{name}: `{}` is on {}, `{}` on {device}", slot.name, t.2, f.tensors[0].name),
+                });
+            }
+        }
+        let n = if tensors.len() > n_in { tensors[n_in].1.iter().product::<i64>() } else { tensors[0].1.iter().product::<i64>() };
+        let Some(cfg) = RawLaunch::default().for_elements(n.max(0) as u64) else { return Ok(()) };
+        let ordinal = usize::try_from(device.id).map_err(|_| Error::InvalidArgument(format!("{name}: device {device}")))?;
+        let dev = CudaDevice::get(ordinal)?;
+        let function = self.program(&lib)?.function(&dev, name).map_err(|e| self.explain_cuda(&lib, e))?;
+        let mut launch: Vec<LaunchArg> = Vec::with_capacity(tensors.len() + scalars.len() + f.sizes.len());
+        launch.extend(tensors[..n_in].iter().map(|t| LaunchArg::Ptr(t.0)));
+        launch.extend(scalars);
+        launch.extend(tensors[n_in..].iter().map(|t| LaunchArg::Ptr(t.0)));
+        launch.extend(f.sizes.iter().map(|s| LaunchArg::I64(s.value(&tensors[s.slot].1))));
+        function.launch(cfg, stream, &launch)
+    }
+
+    /// Compiles what a call would compile first, for the first dtype of
+    /// every type variable: the CPU plugin (when there are CPU functions),
+    /// and `cuda_source` to PTX (for the GPU's architecture, else
+    /// [`CHECK_ARCH`]; skipped where NVRTC is not found). A broken source is
+    /// an error here.
+    pub fn check(&self) -> Result<()> {
+        let lib = self.first_dtypes();
+        if self.inner.functions.iter().any(|f| f.cpu) {
+            self.cpu_build(&lib)?;
+        }
+        if self.inner.functions.iter().any(|f| f.cuda) && dlbridge_cuda::nvrtc::nvrtc().is_ok() {
+            let arch = match dlbridge_cuda::probe::driver().ok().and_then(|_| CudaDevice::get(0).ok()) {
+                Some(dev) => dev.nvrtc_arch(),
+                None => CHECK_ARCH.to_string(),
+            };
+            self.cuda_ptx(&lib, &arch)?;
+        }
+        Ok(())
+    }
+
+    /// The definitions of function `k`: CPU and/or CUDA, one signature.
+    fn defs(&self, k: usize) -> Vec<KernelDef> {
+        let f = &self.inner.functions[k];
+        let opts = KernelOpts { contiguous: true, ..KernelOpts::DEFAULT };
+        let mut defs = Vec::with_capacity(2);
+        if f.cpu {
+            let me = self.clone();
+            defs.push(KernelDef {
+                signature: f.text.clone(),
+                device: DeviceType::CPU,
+                imp: Impl::Dyn(Arc::new(move |call: &mut Call<'_, '_>| me.run_cpu(k, call))),
+                opts,
+                origin: self.origin(),
+                doc: format!("C function {} of {ORIGIN} ({})", f.prototype("", true), self.inner.name),
+            });
+        }
+        if f.cuda {
+            let me = self.clone();
+            defs.push(KernelDef {
+                signature: f.text.clone(),
+                device: DeviceType::CUDA,
+                imp: Impl::Dyn(Arc::new(move |call: &mut Call<'_, '_>| me.run_cuda(k, call))),
+                opts,
+                origin: self.origin(),
+                doc: format!("CUDA kernel {} of {ORIGIN} ({})", f.prototype("__global__ ", true), self.inner.name),
+            });
+        }
+        defs
+    }
+
+    /// [`check`](Self::check)s the sources, then registers every function
+    /// under its name (CPU and/or CUDA implementations of its signature) and
+    /// returns the kernels in the order given. A kernel compiled from source
+    /// of the same name is replaced (as an `ElementwiseKernel` replaces one);
+    /// a name taken by any other kernel (a built-in, a plugin's) is an error
+    /// naming it, and then nothing is registered. Functions an earlier
+    /// library of the same name had and this one has not are unregistered.
+    pub fn register(&self, registry: &Registry) -> Result<Vec<Arc<Kernel>>> {
+        self.check()?;
+        for f in &self.inner.functions {
+            if let Ok(k) = registry.get(f.name())
+                && !replaceable(&k)
+            {
+                let origins: Vec<String> = k.origins().map(|(d, o)| format!("{d}: {o}")).collect();
+                return Err(value_error(format!(
+                    "load_inline {:?}: function `{}` clashes with the kernel `{}` already registered ({}); rename the function",
+                    self.inner.name,
+                    f.name(),
+                    k.name(),
+                    origins.join("; ")
+                )));
+            }
+        }
+        let origin = self.origin();
+        for k in registry.list() {
+            if k.origins().all(|(_, o)| o == origin) && !self.inner.functions.iter().any(|f| f.name() == k.name()) {
+                registry.unregister(k.name());
+            }
+        }
+        (0..self.inner.functions.len()).map(|k| registry.register_replacing(self.defs(k), replaceable)).collect()
+    }
+}
+
+/// One CPU entry point: checks, unpacks, calls function `k`.
+fn cpu_entry(src: &mut Src, k: usize, f: &Function, lib: &[DType]) {
+    let nt = f.tensors.len();
+    let names: Vec<String> = f.tensors.iter().map(|t| c_string(&t.name)).collect();
+    let types: Vec<String> = f
+        .tensors
+        .iter()
+        .map(|t| {
+            let d = f.dtype(t.dtype, lib);
+            format!("{{{}, {}, {}}}", d.code() as u8, d.bits(), d.lanes())
+        })
+        .collect();
+    src.line(&format!(
+        "int32_t dlbridge_entry_{k}(DLTensor* const* _t, int32_t _nt, const DLBridgeScalar* _s, int32_t _ns, void* _stream, char* _err, size_t _err_len) {{"
+    ));
+    src.line(&format!("  static const char kKernel[] = {};", c_string(f.name())));
+    src.line("  (void)_s;");
+    src.line("  (void)_stream;");
+    src.line("  try {");
+    if nt > 0 {
+        src.line(&format!("    static const char* const kNames[] = {{{}}};", names.join(", ")));
+        src.line(&format!("    static const DLDataType kTypes[] = {{{}}};", types.join(", ")));
+        src.line(&format!(
+            "    if (int32_t rc = dlbridge_inline::check(kKernel, _t, _nt, {nt}, kNames, kTypes, _err, _err_len)) return rc;"
+        ));
+    } else {
+        src.line("    if (_nt != 0) return dlbridge_inline::fail(_err, _err_len, DLBRIDGE_ERR_VALUE, \"%s: called with %d tensors, expected none\", kKernel, static_cast<int>(_nt));");
+    }
+    src.line(&format!(
+        "    if (_ns != {0} || ({0} > 0 && _s == nullptr)) return dlbridge_inline::fail(_err, _err_len, DLBRIDGE_ERR_VALUE, \"%s: called with %d scalars, expected {0}\", kKernel, static_cast<int>(_ns));",
+        f.scalars.len()
+    ));
+    let mut args = Vec::new();
+    for (slot, t) in f.tensors.iter().enumerate().filter(|(_, t)| !t.output) {
+        let c = if t.mutable { "" } else { "const " };
+        args.push(format!("static_cast<{c}{}*>(dlbridge_inline::data(_t[{slot}]))", f.elem(t.dtype)));
+    }
+    for (i, (_, kind)) in f.scalars.iter().enumerate() {
+        args.push(match kind {
+            ScalarKind::F64 => format!("_s[{i}].f64"),
+            ScalarKind::I64 => format!("static_cast<long long>(_s[{i}].i64)"),
+            ScalarKind::Bool => format!("static_cast<int>(_s[{i}].boolean != 0)"),
+        });
+    }
+    for (slot, t) in f.tensors.iter().enumerate().filter(|(_, t)| t.output) {
+        args.push(format!("static_cast<{}*>(dlbridge_inline::data(_t[{slot}]))", f.elem(t.dtype)));
+    }
+    for s in &f.sizes {
+        args.push(s.cpp());
+    }
+    src.line(&format!("    dlbridge_divguard::guarded([&] {{ ::{}({}); }});", f.name(), args.join(", ")));
+    src.line("    return DLBRIDGE_OK;");
+    src.line("  } catch (...) {");
+    src.line("    return dlbridge_inline::from_exception(kKernel, _err, _err_len);");
+    src.line("  }");
+    src.line("}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_is_found_outside_comments_only() {
+        assert!(mentions("void axpy(float* x) {}", "axpy"));
+        assert!(!mentions("// axpy\n/* axpy */ void axpy2() {}", "axpy"));
+        assert!(!mentions("void my_axpy() {}", "axpy"));
+    }
+
+    #[test]
+    fn sizes_follow_the_order_of_first_appearance_and_groups_pass_their_count() {
+        let lib = InlineLibrary::new(
+            "sizes_doc",
+            Some("f g"),
+            &["f<T: f32|f64>(a: T[...B, M, K], b: T[K, N], s: i64, on: bool) -> (c: T[...B, M, N])", "g(x: i32[3, N])"],
+            None,
+            InlineOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            lib.prototype("f").unwrap(),
+            "void f(const T* a, const T* b, long long s, int on, T* c, long long B, long long M, long long K, long long N)"
+        );
+        assert_eq!(lib.prototype("g").unwrap(), "void g(const int* x, long long N)");
+        let f = &lib.inner.functions[0];
+        assert_eq!(f.sizes[0].value(&[2, 3, 4, 5]), 6);
+        assert_eq!(f.sizes[1].value(&[2, 3, 4, 5]), 4);
+        assert_eq!(f.sizes[2].value(&[2, 3, 4, 5]), 5);
+        assert_eq!(f.sizes[1].value(&[4, 5]), 4);
+        assert_eq!(f.sizes[0].value(&[4, 5]), 1);
+    }
+}

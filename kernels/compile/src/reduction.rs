@@ -1,0 +1,215 @@
+//! [`ReductionKernel`]: CuPy's `ReductionKernel` on dlbridge's registry.
+//!
+//! The registered signature takes the outputs as `mut` tensors
+//! (`l2norm<T: ...>(x: T[...S], y: mut T[...O])`): the kernel reduces each
+//! input over its trailing `x.ndim - y.ndim` dims into `y` (it checks that
+//! `y`'s shape is `x`'s leading dims). [`ReductionKernel::reduce`] (and the
+//! Python class) turn CuPy's `axis=` and `keepdims=` into that form with zero
+//! copies: the input is viewed with the reduced axes moved last, and the
+//! output is allocated with the kept dims.
+
+use std::sync::Arc;
+
+use dlbridge_array::Array;
+use dlbridge_core::{DType, DeviceType, Error, Result};
+use dlbridge_registry::{Arg, DynKernelFn, Kernel, KernelDef, KernelOpts, Registry, Signature};
+
+use crate::params::{ParamType, ReductionSpec, Spec};
+use crate::specialise::{ORIGIN_PREFIX, Specialisations, build_library, replaceable, specialising};
+
+/// The optional parts of a reduction kernel, as CuPy names them.
+#[derive(Debug, Clone, Default)]
+pub struct ReductionOptions {
+    /// The type values are reduced in (a NumPy dtype name or C++ type); None:
+    /// the first output's type.
+    pub reduce_type: Option<String>,
+    /// Code at file scope before the kernel.
+    pub preamble: String,
+}
+
+/// A kernel compiled from a map / reduce / post-map description, one
+/// specialisation per combination of dtypes, built on first use.
+#[derive(Clone)]
+pub struct ReductionKernel {
+    spec: Arc<ReductionSpec>,
+    signature: String,
+    specs: Arc<Specialisations>,
+    cuda_specs: Arc<crate::cuda::CudaSpecialisations>,
+}
+
+impl std::fmt::Debug for ReductionKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReductionKernel").field("signature", &self.signature).finish()
+    }
+}
+
+impl ReductionKernel {
+    /// Parses and checks CuPy's arguments, in CuPy's order; nothing is
+    /// compiled until a call needs it. `identity` None starts each reduction
+    /// from its first mapped element.
+    #[allow(clippy::too_many_arguments)] // CuPy's constructor, argument for argument.
+    pub fn new(
+        in_params: &str,
+        out_params: &str,
+        map_expr: &str,
+        reduce_expr: &str,
+        post_map_expr: &str,
+        identity: Option<&str>,
+        name: &str,
+        opts: ReductionOptions,
+    ) -> Result<ReductionKernel> {
+        let spec = ReductionSpec::new(
+            in_params,
+            out_params,
+            map_expr,
+            reduce_expr,
+            post_map_expr,
+            identity,
+            name,
+            opts.reduce_type.as_deref(),
+            &opts.preamble,
+        )?;
+        let signature = spec.signature();
+        Signature::parse(&signature)
+            .map_err(|e| Error::Runtime(format!("ReductionKernel {name}: derived signature `{signature}`: {e}")))?;
+        Ok(ReductionKernel {
+            spec: Arc::new(spec),
+            signature,
+            specs: Arc::new(Specialisations::default()),
+            cuda_specs: Arc::new(Specialisations::default()),
+        })
+    }
+
+    /// The registry signature (outputs as `mut` tensors).
+    pub fn signature(&self) -> &str {
+        &self.signature
+    }
+
+    /// The kernel's name.
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// How many CPU specialisations it has built or loaded so far.
+    pub fn specialisations(&self) -> usize {
+        self.specs.built()
+    }
+
+    /// How many CUDA specialisations (dtypes and device) it has compiled and loaded so far.
+    pub fn cuda_specialisations(&self) -> usize {
+        self.cuda_specs.built()
+    }
+
+    /// The definitions [`register`](Self::register) registers: CPU and CUDA, one signature.
+    pub fn defs(&self) -> Vec<KernelDef> {
+        vec![self.def(), self.cuda_def()]
+    }
+
+    /// The CUDA definition (see [`crate::cuda`]).
+    pub fn cuda_def(&self) -> KernelDef {
+        let imp = crate::cuda::cuda_impl(crate::cuda::Plan::Reduction(self.spec.clone()), self.cuda_specs.clone());
+        KernelDef { device: DeviceType::CUDA, imp, ..self.def() }
+    }
+
+    /// The CPU definition.
+    pub fn def(&self) -> KernelDef {
+        let spec = self.spec.clone();
+        let imp = specialising(&self.spec.name, self.spec.type_vars(), self.specs.clone(), move |bind| build(&spec, bind));
+        KernelDef {
+            signature: self.signature.clone(),
+            device: DeviceType::CPU,
+            imp,
+            opts: KernelOpts::DEFAULT,
+            origin: format!("{ORIGIN_PREFIX} (ReductionKernel)"),
+            doc: format!(
+                "ReductionKernel: map `{}`, reduce `{}`, post-map `{}`; reduces each input over its last x.ndim - y.ndim dims",
+                self.spec.map_expr, self.spec.reduce_expr, self.spec.post_map_expr
+            ),
+        }
+    }
+
+    /// Registers the kernel under its name (as [`ElementwiseKernel::register`](crate::ElementwiseKernel::register)).
+    pub fn register(&self, registry: &Registry) -> Result<Arc<Kernel>> {
+        registry.register_replacing(self.defs(), replaceable)
+    }
+
+    /// Runs `kernel` (this kernel, registered) on `inputs` reduced over
+    /// `axis` (None: every axis; negative axes count from the end) into new
+    /// Arrays, with the reduced dims kept as 1 when `keepdims`.
+    pub fn reduce(&self, kernel: &Kernel, inputs: &[&Array], axis: Option<&[i64]>, keepdims: bool) -> Result<Vec<Array>> {
+        let first = inputs.first().ok_or_else(|| Error::InvalidArgument(format!("{}: no input", self.spec.name)))?;
+        let ndim = first.ndim();
+        let axes = normalize_axes(&self.spec.name, axis, ndim)?;
+        let kept: Vec<usize> = (0..ndim).filter(|d| !axes.contains(d)).collect();
+        let perm: Vec<usize> = kept.iter().chain(&axes).copied().collect();
+        let views: Vec<Array> = inputs.iter().map(|a| a.permute(&perm)).collect::<Result<_>>()?;
+        let out_shape: Vec<i64> = kept.iter().map(|&d| first.shape()[d]).collect();
+        // Output dtypes: concrete, or the dtype an input with the same placeholder has.
+        let mut outs = Vec::with_capacity(self.spec.outputs.len());
+        for o in &self.spec.outputs {
+            let dtype = match o.ty {
+                ParamType::Concrete(d) => d,
+                ParamType::Var(v) => self
+                    .spec
+                    .inputs
+                    .iter()
+                    .zip(inputs)
+                    .find(|(p, _)| p.ty == ParamType::Var(v))
+                    .map(|(_, a)| a.dtype())
+                    .ok_or_else(|| Error::Runtime(format!("{}: output type {v} is bound by no input", self.spec.name)))?,
+            };
+            outs.push(Array::zeros(dtype, &out_shape)?);
+        }
+        {
+            let mut args: Vec<Arg<'_>> = views.iter().map(|v| Arg::Tensor(v.view())).collect();
+            for o in outs.iter_mut() {
+                args.push(Arg::TensorMut(o.view_mut()?));
+            }
+            kernel.call(&mut args, &mut [])?;
+        }
+        if !keepdims {
+            return Ok(outs);
+        }
+        let keep_shape: Vec<i64> = (0..ndim).map(|d| if axes.contains(&d) { 1 } else { first.shape()[d] }).collect();
+        outs.into_iter().map(|o| reshape_contiguous(o, &keep_shape)).collect()
+    }
+}
+
+/// Sorted, distinct, non-negative axes; None is every axis.
+fn normalize_axes(name: &str, axis: Option<&[i64]>, ndim: usize) -> Result<Vec<usize>> {
+    let Some(axis) = axis else { return Ok((0..ndim).collect()) };
+    let mut out = Vec::with_capacity(axis.len());
+    for &a in axis {
+        let d = if a < 0 { a + ndim as i64 } else { a };
+        if d < 0 || d >= ndim as i64 {
+            return Err(Error::InvalidArgument(format!("{name}: axis {a} is out of bounds for an array of {ndim} dims")));
+        }
+        if out.contains(&(d as usize)) {
+            return Err(Error::InvalidArgument(format!("{name}: axis {a} is repeated")));
+        }
+        out.push(d as usize);
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// A fresh contiguous Array given a new shape of the same size (the kept dims
+/// with 1s inserted): its bytes, re-described.
+fn reshape_contiguous(a: Array, shape: &[i64]) -> Result<Array> {
+    Array::from_bytes(a.dtype(), shape, a.view().as_bytes()?)
+}
+
+/// Generates, compiles (or finds) and loads the specialisation for `bind`.
+fn build(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<DynKernelFn> {
+    let source = crate::cpu::reduction_cpp(spec, bind)?;
+    let expected = spec.specialised_signature(bind)?;
+    let identity = spec.identity.clone().unwrap_or_default();
+    let user = [
+        ("map_expr", spec.map_expr.as_str()),
+        ("reduce_expr", spec.reduce_expr.as_str()),
+        ("post_map_expr", spec.post_map_expr.as_str()),
+        ("identity", identity.as_str()),
+        ("preamble", spec.preamble.as_str()),
+    ];
+    build_library("ReductionKernel", &spec.name, bind, &source, &expected, &user)
+}

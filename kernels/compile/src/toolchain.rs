@@ -1,0 +1,403 @@
+//! The system C++ compiler: which one (`$CXX`, else `c++`, `g++`,
+//! `clang++` on `PATH`), its identity (for cache keys), and one compilation
+//! of a generated translation unit into a plugin library, with its
+//! diagnostics mapped back to the user's text.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use dlbridge_core::{Error, ErrorKind, Result};
+
+/// Flags every CPU kernel is compiled with. Optimised and vectorised for the
+/// machine it runs on (`-march=native`: the cache key carries the CPU's
+/// features), IEEE semantics kept: no `-ffast-math`, and no contraction of
+/// `x * y + b` into one fused multiply-add (`-ffp-contract=off`), so a kernel
+/// gives exactly what its expression says, rounding for rounding, as NumPy and
+/// torch eager compute it.
+pub const CXX_FLAGS: &[&str] =
+    &["-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-shared", "-fPIC", "-pthread", "-fvisibility=hidden"];
+
+/// Added when the compiler takes them: integer division or modulo by zero in
+/// a kernel becomes an error instead of a SIGFPE (see `cpu::DIVGUARD`). The
+/// check calls a handler the generated source defines, so no sanitizer
+/// runtime is linked (`-static-libubsan` keeps GCC from adding libubsan).
+pub const DIVGUARD_FLAGS: &[&str] =
+    &["-fsanitize=integer-divide-by-zero", "-fno-sanitize-recover=integer-divide-by-zero", "-static-libubsan"];
+
+/// [`DIVGUARD_FLAGS`] for compilers without `-static-libubsan` (clang, which
+/// links no sanitizer runtime into shared libraries anyway).
+pub const DIVGUARD_FLAGS_NO_STATIC: &[&str] = &["-fsanitize=integer-divide-by-zero", "-fno-sanitize-recover=integer-divide-by-zero"];
+
+/// Names of the user's text in generated sources (`#line 1 "operation"`), in
+/// the order their diagnostics are shown.
+pub const USER_FILES: &[&str] =
+    &["operation", "preamble", "loop_prep", "after_loop", "map_expr", "reduce_expr", "post_map_expr", "identity"];
+
+/// Added when the C library has vector math functions (glibc's libmvec): the
+/// generated source then declares their vector variants (`DLBRIDGE_LIBMVEC`).
+pub const LIBMVEC_FLAGS: &[&str] = &["-fopenmp-simd", "-DDLBRIDGE_LIBMVEC=1"];
+
+/// The C++ compiler found on this machine.
+#[derive(Debug, Clone)]
+pub struct Compiler {
+    /// The program and any arguments `$CXX` carried (`ccache g++`).
+    pub command: Vec<String>,
+    /// `--version`'s first line.
+    pub version: String,
+    /// What the cache key holds of it: the resolved path, the whole `--version`
+    /// text and what `-march=native` expands to here.
+    pub identity: String,
+    /// Whether loops calling libm functions can use glibc's libmvec.
+    pub libmvec: bool,
+    /// The flags that turn integer division by zero in a kernel into an
+    /// error instead of a SIGFPE ([`DIVGUARD_FLAGS`], or the variant this
+    /// compiler takes); empty when it takes neither.
+    pub divguard: &'static [&'static str],
+}
+
+/// What to install when no compiler is found.
+const INSTALL_HINT: &str = "dlbridge compiles CPU kernels from source with the system C++ compiler: set $CXX to one, or install one \
+     (Debian/Ubuntu: `apt install g++`; Fedora: `dnf install gcc-c++`; macOS: `xcode-select --install`)";
+
+impl Compiler {
+    /// The process's compiler: found once.
+    pub fn get() -> Result<&'static Compiler> {
+        static FOUND: OnceLock<std::result::Result<Compiler, String>> = OnceLock::new();
+        FOUND.get_or_init(Compiler::find).as_ref().map_err(|m| Error::Coded { kind: ErrorKind::Runtime, message: m.clone() })
+    }
+
+    fn find() -> std::result::Result<Compiler, String> {
+        let from_env = std::env::var("CXX").ok().filter(|s| !s.trim().is_empty());
+        let candidates: Vec<Vec<String>> = match &from_env {
+            Some(cxx) => vec![cxx.split_whitespace().map(str::to_owned).collect()],
+            None => ["c++", "g++", "clang++"].iter().map(|c| vec![(*c).to_owned()]).collect(),
+        };
+        let mut tried = Vec::new();
+        for command in candidates {
+            let Some(program) = command.first() else { continue };
+            match Command::new(program).args(&command[1..]).arg("--version").output() {
+                Ok(out) if out.status.success() => {
+                    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+                    let version = text.lines().next().unwrap_or("").trim().to_owned();
+                    let path = which(program).map_or_else(|| program.clone(), |p| p.display().to_string());
+                    let native = native_target(&command);
+                    let mut c = Compiler {
+                        identity: format!("{path}\n{}\n{text}\n-march=native: {native}", command.join(" ")),
+                        command,
+                        version,
+                        libmvec: false,
+                        divguard: &[],
+                    };
+                    c.libmvec = c.probe_cached("libmvec", Compiler::probe_libmvec);
+                    c.divguard = if c.probe_cached("divguard-linked", |c| c.probe_divguard(DIVGUARD_FLAGS)) {
+                        DIVGUARD_FLAGS
+                    } else if c.probe_cached("divguard-nostatic", |c| c.probe_divguard(DIVGUARD_FLAGS_NO_STATIC)) {
+                        DIVGUARD_FLAGS_NO_STATIC
+                    } else {
+                        &[]
+                    };
+                    return Ok(c);
+                }
+                Ok(out) => tried.push(format!("`{} --version` exited with {}", command.join(" "), out.status)),
+                Err(e) => tried.push(format!("`{}`: {e}", command.join(" "))),
+            }
+        }
+        let what = if from_env.is_some() { "$CXX does not run" } else { "no C++ compiler found" };
+        Err(format!("{what} ({}). {INSTALL_HINT}", tried.join("; ")))
+    }
+
+    /// A probe's answer, remembered in the cache directory per compiler
+    /// identity (a process that finds its kernels on disk should not pay a
+    /// probe compilation).
+    /// Only in a directory [`trusted_dir`](dlbridge_registry::trust::trusted_dir) accepts,
+    /// only from a regular file, and only an answer sealed by this user's
+    /// secret ([`dlbridge_registry::trust::seal`]; a planted "0" could turn the
+    /// integer-division guard off).
+    fn probe_cached(&self, what: &str, probe: fn(&Compiler) -> bool) -> bool {
+        use dlbridge_registry::trust::{seal, sealed};
+        use sha2::{Digest, Sha256};
+        let dir = crate::dirs::cpu_cache_dir();
+        if dlbridge_registry::trust::trusted_dir(&dir).is_err() {
+            return probe(self);
+        }
+        let hash: String = Sha256::digest(self.identity.as_bytes()).iter().take(16).map(|b| format!("{b:02x}")).collect();
+        let name = format!("toolchain-{hash}.{what}");
+        let file = dir.join(&name);
+        let sealed_as = |answer: &str| format!("probe {name} {} {answer}", self.identity);
+        if dlbridge_registry::trust::is_plain_file(&file)
+            && let Ok(text) = std::fs::read_to_string(&file)
+            && let Some((answer, tag)) = text.trim().split_once(' ')
+            && (answer == "1" || answer == "0")
+            && sealed(&sealed_as(answer), b"", tag)
+        {
+            return answer == "1";
+        }
+        let found = probe(self);
+        let answer = if found { "1" } else { "0" };
+        // Written whole under an unpredictable name, then renamed, like the libraries.
+        if let Ok(tmp) = tempfile::Builder::new().prefix(".dlbridge-probe-").tempfile_in(&dir)
+            && std::fs::write(tmp.path(), format!("{answer} {}\n", seal(&sealed_as(answer), b""))).is_ok()
+        {
+            let _ = tmp.persist(&file);
+        }
+        found
+    }
+
+    /// Whether a loop calling `tanhf` compiles and links against libmvec
+    /// (glibc >= 2.35 on x86-64 has its vector variants; elsewhere this is
+    /// false and kernels call the scalar functions).
+    fn probe_libmvec(&self) -> bool {
+        if !cfg!(all(target_os = "linux", target_arch = "x86_64")) {
+            return false;
+        }
+        let text = "#include <cmath>\nextern \"C\" {\n#pragma omp declare simd notinbranch\nfloat tanhf(float);\n}\n\
+                    extern \"C\" void probe(const float* x, float* y, long n) { for (long i = 0; i < n; i++) y[i] = tanhf(x[i]); }\n";
+        self.probe_builds(text, LIBMVEC_FLAGS, &["-lmvec"])
+    }
+
+    /// Whether a function with an integer division compiles with `flags` and
+    /// links with no undefined symbol left (the check must call the handler
+    /// the generated sources define, not one of a sanitizer runtime).
+    fn probe_divguard(&self, flags: &[&str]) -> bool {
+        let text = format!(
+            "{}\nextern \"C\" void probe(const int* x, const int* y, int* z, long n) {{\n  \
+             dlbridge_divguard::guarded([&] {{ for (long i = 0; i < n; i++) z[i] = x[i] / y[i]; }});\n}}\n",
+            crate::cpu::DIVGUARD
+        );
+        let link: &[&str] = if cfg!(target_os = "linux") { &["-Wl,--no-undefined"] } else { &[] };
+        self.probe_builds(&text, flags, link)
+    }
+
+    /// Whether `text` compiles into a shared library with [`CXX_FLAGS`] and
+    /// `flags` (in a fresh private directory, removed after), `link` last.
+    fn probe_builds(&self, text: &str, flags: &[&str], link: &[&str]) -> bool {
+        let Some((program, pre)) = self.command.split_first() else { return false };
+        let Ok(dir) = tempfile::Builder::new().prefix("dlbridge-probe-").tempdir() else { return false };
+        let (src, so) = (dir.path().join("probe.cpp"), dir.path().join("probe.so"));
+        let ok = std::fs::write(&src, text).is_ok()
+            && Command::new(program)
+                .args(pre)
+                .args(CXX_FLAGS)
+                .args(flags)
+                .arg("-o")
+                .arg(&so)
+                .arg(&src)
+                .args(link)
+                .output()
+                .is_ok_and(|o| o.status.success());
+        drop(dir);
+        ok
+    }
+
+    /// Every flag a kernel is compiled with (the cache key holds them).
+    pub fn flags(&self) -> Vec<&'static str> {
+        let mut f = CXX_FLAGS.to_vec();
+        if self.libmvec {
+            f.extend_from_slice(LIBMVEC_FLAGS);
+        }
+        f.extend_from_slice(self.divguard);
+        f
+    }
+
+    /// Compiles `source` (written to `cpp`) into the shared library `so`.
+    /// A failure is an error carrying the diagnostics, those about the user's
+    /// own text first, each with the line it points at.
+    pub fn compile(&self, cpp: &Path, so: &Path, what: &str, user: &[(&str, &str)]) -> Result<()> {
+        self.compile_with(cpp, so, what, user, &[])
+    }
+
+    /// [`Compiler::compile`] with `extra` flags after [`Compiler::flags`]
+    /// (`dlbridge.load_inline`'s `extra_cflags`).
+    pub fn compile_with(&self, cpp: &Path, so: &Path, what: &str, user: &[(&str, &str)], extra: &[String]) -> Result<()> {
+        let (program, pre) = self.command.split_first().ok_or_else(|| Error::Runtime("empty compiler command".into()))?;
+        let out = Command::new(program)
+            .args(pre)
+            .args(self.flags())
+            .args(extra)
+            .arg("-o")
+            .arg(so)
+            .arg(cpp)
+            .args(if self.libmvec { &["-lmvec"][..] } else { &[] })
+            .output()
+            .map_err(|e| Error::Runtime(format!("{what}: cannot run `{}`: {e}", self.command.join(" "))))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        let diag = String::from_utf8_lossy(&out.stderr);
+        Err(Error::Coded { kind: ErrorKind::Value, message: explain(what, &self.version, &diag, user) })
+    }
+}
+
+/// What `-march=native` means to this compiler on this machine: the target
+/// options it expands to (GCC: `-march=znver4 -mavx512f ... --param
+/// l1-cache-size=32`; clang: `-target-cpu znver4 -target-feature +avx512f
+/// ...`), from its `-###` dry run. Two machines whose CPUs differ in any
+/// feature the generated code may use get different answers, so different
+/// cache keys: a shared or copied cache never runs code the CPU lacks.
+fn native_target(command: &[String]) -> String {
+    let Some((program, pre)) = command.split_first() else { return String::new() };
+    let Ok(out) = Command::new(program).args(pre).args(["-march=native", "-###", "-E", "-x", "c++", "/dev/null"]).output() else {
+        return String::new();
+    };
+    let text = String::from_utf8_lossy(&out.stderr);
+    let mut options = Vec::new();
+    let mut value_of = false;
+    for t in text.split_whitespace().map(|t| t.trim_matches('"')) {
+        if std::mem::take(&mut value_of) {
+            options.push(t);
+        } else if matches!(t, "-target-cpu" | "-target-feature" | "--param") {
+            options.push(t);
+            value_of = true;
+        } else if t.starts_with("-m") && !t.starts_with("-mllvm") {
+            options.push(t);
+        }
+    }
+    options.join(" ")
+}
+
+/// The first `program` on `PATH` (or `program` itself when it has a slash).
+fn which(program: &str) -> Option<PathBuf> {
+    if program.contains('/') {
+        return Path::new(program).canonicalize().ok();
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(program)).find(|p| p.is_file()).and_then(|p| p.canonicalize().ok())
+}
+
+/// Most diagnostic lines an error carries.
+const MAX_DIAG_LINES: usize = 40;
+
+/// The error text of a failed compilation: every diagnostic the compiler gave
+/// about the user's text (`operation:1:9: error: ...`) as `operation line 1,
+/// column 9: error: ...` with that line of the user's text and a caret under
+/// the column, then the compiler's own output (capped).
+pub fn explain(what: &str, version: &str, diag: &str, user: &[(&str, &str)]) -> String {
+    let mut msg = format!("{what}: the C++ compiler ({version}) rejected the kernel");
+    let mut mapped = 0;
+    for line in diag.lines() {
+        let Some((file, rest)) = line.split_once(':') else { continue };
+        let Some(text) = user.iter().find(|(f, _)| *f == file).map(|(_, t)| *t) else { continue };
+        let mut parts = rest.splitn(3, ':');
+        let (Some(l), Some(c), Some(m)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        let (Ok(l), Ok(c)) = (l.trim().parse::<usize>(), c.trim().parse::<usize>()) else { continue };
+        let m = m.trim();
+        if !(m.starts_with("error") || m.starts_with("fatal error")) {
+            continue;
+        }
+        mapped += 1;
+        msg.push_str(&format!("\n  {file} line {l}, column {c}: {m}"));
+        if m.contains("read-only") {
+            msg.push_str(" (inputs are read-only: declare the parameter `mut` to write it in place)");
+        }
+        if let Some(src) = text.lines().nth(l.saturating_sub(1)) {
+            msg.push_str(&format!("\n    {src}\n    {}^", " ".repeat(src.chars().take(c.saturating_sub(1)).count())));
+        }
+    }
+    if mapped == 0 {
+        msg.push_str(" (no diagnostic points into the kernel's own text; the generated code failed to compile)");
+    }
+    let lines: Vec<&str> = diag.lines().collect();
+    msg.push_str("\ncompiler output:");
+    for l in lines.iter().take(MAX_DIAG_LINES) {
+        msg.push_str("\n  ");
+        msg.push_str(l);
+    }
+    if lines.len() > MAX_DIAG_LINES {
+        msg.push_str(&format!("\n  ... ({} more lines)", lines.len() - MAX_DIAG_LINES));
+    }
+    msg
+}
+
+/// What `-march=native` means on this machine, for cache keys: the CPU
+/// features the code may use.
+pub fn cpu_fingerprint() -> String {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let feats = [
+            ("sse4.2", std::arch::is_x86_feature_detected!("sse4.2")),
+            ("avx", std::arch::is_x86_feature_detected!("avx")),
+            ("avx2", std::arch::is_x86_feature_detected!("avx2")),
+            ("fma", std::arch::is_x86_feature_detected!("fma")),
+            ("f16c", std::arch::is_x86_feature_detected!("f16c")),
+            ("avx512f", std::arch::is_x86_feature_detected!("avx512f")),
+            ("avx512bw", std::arch::is_x86_feature_detected!("avx512bw")),
+            ("avx512vl", std::arch::is_x86_feature_detected!("avx512vl")),
+            ("avx512dq", std::arch::is_x86_feature_detected!("avx512dq")),
+        ];
+        let on: Vec<&str> = feats.iter().filter(|(_, on)| *on).map(|(n, _)| *n).collect();
+        // The model too: -march=native tunes for it.
+        let model = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|t| t.lines().find(|l| l.starts_with("model name")).map(|l| l.to_owned()))
+            .unwrap_or_default();
+        format!("x86_64 {} {model}", on.join(","))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        std::env::consts::ARCH.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diagnostics_about_the_users_text_point_at_its_line_and_column() {
+        let diag = "dlbridge_generated.cpp: In function 'int32_t run(...)':\n\
+                    operation:2:9: error: 'q' was not declared in this scope\n\
+                    operation:1:3: warning: unused\n";
+        let op = "float t = x;\nz = t * q;";
+        let m = explain("ElementwiseKernel k (f32)", "g++ 12", diag, &[("operation", op)]);
+        assert!(m.starts_with("ElementwiseKernel k (f32): the C++ compiler (g++ 12) rejected the kernel"), "{m}");
+        assert!(m.contains("operation line 2, column 9: error: 'q' was not declared in this scope\n    z = t * q;\n            ^"), "{m}");
+        assert!(!m.contains("line 1, column 3"), "warnings are not listed as errors: {m}");
+        assert!(m.contains("compiler output:\n  dlbridge_generated.cpp: In function"), "{m}");
+    }
+
+    #[test]
+    fn the_identity_holds_what_march_native_expands_to() {
+        let c = Compiler::get().expect("this machine has a C++ compiler (the set-up needs one)");
+        let native = c.identity.split("-march=native: ").nth(1).unwrap_or("");
+        assert!(native.contains("-march=") || native.contains("-target-cpu"), "no expansion of -march=native in {:?}", c.identity);
+    }
+
+    #[test]
+    fn writing_an_input_suggests_mut() {
+        let diag = "operation:1:3: error: assignment of read-only reference 'x'\n";
+        let m = explain("k", "g++", diag, &[("operation", "x = 1")]);
+        assert!(m.contains("declare the parameter `mut`"), "{m}");
+    }
+
+    #[test]
+    fn a_failure_outside_the_users_text_says_so_and_caps_the_output() {
+        let diag: String = (0..100).map(|i| format!("gen.cpp:{i}: error: x\n")).collect();
+        let m = explain("k", "g++", &diag, &[("operation", "z = x")]);
+        assert!(m.contains("no diagnostic points into the kernel's own text"), "{m}");
+        assert!(m.contains("(60 more lines)"), "{m}");
+    }
+
+    #[test]
+    fn glibcs_vector_math_is_used_where_the_c_library_has_it() {
+        let lib = std::path::Path::new("/lib/x86_64-linux-gnu/libmvec.so.1");
+        let has_tanhf = std::fs::read(lib).is_ok_and(|b| b.windows(14).any(|w| w == b"_ZGVdN8v_tanhf"));
+        let c = Compiler::get().expect("a C++ compiler");
+        if has_tanhf {
+            assert!(c.libmvec, "libmvec has tanhf's vector variants, but the probe did not find them");
+            assert!(c.flags().contains(&"-DDLBRIDGE_LIBMVEC=1"));
+        } else {
+            eprintln!("skipped: no libmvec with tanhf's vector variants at {}", lib.display());
+        }
+    }
+
+    #[test]
+    fn the_machines_compiler_is_found_and_identified() {
+        match Compiler::get() {
+            Ok(c) => {
+                assert!(!c.version.is_empty());
+                assert!(c.identity.contains(&c.version));
+            }
+            Err(e) => panic!("this machine has a C++ compiler (the README's set-up needs one): {e}"),
+        }
+    }
+}
