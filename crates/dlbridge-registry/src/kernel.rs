@@ -141,6 +141,15 @@ impl<'c, 'a> Call<'c, 'a> {
     pub fn stream(&self) -> *mut c_void {
         self.stream
     }
+    /// Runs `f` with [`Call::stream`] replaced by `stream`, restored after:
+    /// an implementation that wraps another hands it a context of its own
+    /// (a kernel compiled at run time gets its CPU thread budget so).
+    pub fn with_stream<R>(&mut self, stream: *mut c_void, f: impl FnOnce(&mut Self) -> R) -> R {
+        let previous = std::mem::replace(&mut self.stream, stream);
+        let r = f(self);
+        self.stream = previous;
+        r
+    }
     /// The kernel's name (borrowed from the kernel, not from the call, so it
     /// can be taken before [`Call::split`]).
     pub fn kernel_name(&self) -> &'c str {

@@ -46,15 +46,16 @@
 //! every input to its last dims; the outputs hold the kept dims, so the
 //! number of reduced dims is `x.ndim - y.ndim`.
 //!
-//! Above 2^16 elements (of work) the range is split into contiguous chunks
-//! run on `std::thread`s — `DLBRIDGE_NUM_THREADS` (a positive integer, read
-//! once) or as many as the CPUs the process may run on (its affinity mask,
-//! else `std::thread::hardware_concurrency()`), the calling thread running the
-//! first chunk; 1 means the calling thread does everything. A
+//! Above 2^16 elements (of work) the range is split into contiguous chunks,
+//! as many as the call's thread budget allows
+//! ([`dlbridge_registry::threads::num_threads`]), run on dlbridge's threads:
+//! the entry point receives a `dlbridge_cpu::ffi::CpuContext` in place of its
+//! stream, and starts no thread of its own. Without one (NULL: the library
+//! called as a plain plugin) the calling thread does everything. A
 //! reduction with few outputs and many reduced elements splits each output's
 //! reduction into per-thread partials combined with `reduce_expr`.
 //!
-//! Every exception (the body's, a thread that cannot start, a raw index out of
+//! Every exception (the body's, a raw index out of
 //! range) becomes `DLBRIDGE_ERR_RUNTIME` with its `what()` in the error buffer
 //! (`DLBRIDGE_ERR_MEMORY` for `std::bad_alloc`): none escapes the entry point.
 //!
@@ -256,7 +257,7 @@ fn entry_prologue(src: &mut Src, name: &str, all: &[&Param], bind: &[(char, DTyp
     src.line("                       char* _err, size_t _err_len) {");
     src.line(&format!("  static const char kKernel[] = {kernel_lit};"));
     src.line("  (void)_s;");
-    src.line("  (void)_stream;");
+    src.line("  const dlbridge::detail::ContextScope _context(_stream);");
     src.line("  try {");
     src.line("    using namespace dlbridge::detail;");
     tensor_tables(src, all, bind)?;

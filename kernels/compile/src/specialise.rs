@@ -43,7 +43,10 @@ pub(crate) fn specialising(
             dtypes.push(call.dtype(i).ok_or_else(|| Error::Runtime(format!("{name}: type variable {v} is not bound")))?);
         }
         let f = specs.get(&dtypes, || build(&vars.iter().copied().zip(dtypes.iter().copied()).collect::<Vec<_>>()))?;
-        f(call)
+        // The generated entry point runs its parallel loops on dlbridge's
+        // threads, within the call's budget (see `dlbridge_cpu::ffi`).
+        let context = dlbridge_cpu::ffi::CpuContext::current();
+        call.with_stream((&raw const context).cast_mut().cast(), |call| f(call))
     }))
 }
 

@@ -207,78 +207,71 @@ fn strided_inputs_and_outputs_any_layout() {
     call2(&b.kernel, &x, &y, &mut z).unwrap();
 }
 
-/// Runs the calling test again in a child process with `DLBRIDGE_NUM_THREADS`
-/// set as given (or unset), so that the plugin reads it fresh.
-fn in_child(test: &str, threads: Option<&str>) {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([test, "--exact", "--nocapture", "--test-threads=1"]).env("DLBRIDGE_CODEGEN_CHILD", "1");
-    match threads {
-        Some(n) => cmd.env("DLBRIDGE_NUM_THREADS", n),
-        None => cmd.env_remove("DLBRIDGE_NUM_THREADS"),
-    };
-    let out = cmd.output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "child run of {test} failed:\n{text}");
-    assert!(text.contains("1 passed"), "the child did not run {test}:\n{text}");
-}
-
-/// A kernel over 2^20 elements (above the threshold) that records which
-/// thread computed each element; returns how many distinct threads did.
-fn threads_used() -> usize {
-    let spec = ElementwiseSpec::new(
+/// A kernel over 2^20 elements (above the threshold), compiled and called
+/// as `ElementwiseKernel` is (through the registry, which gives the generated
+/// entry point the call's thread budget), recording which thread computed
+/// each element; returns the distinct threads and whether the calling thread
+/// was one of them.
+fn threads_used(budget: Option<usize>) -> (usize, bool) {
+    let k = dlbridge_compile::ElementwiseKernel::new(
         "float32 x",
         "float32 z, int64 tag",
         "z = x * 2; tag = thread_tag()",
         "tagged",
-        "#include <functional>\nstatic int64_t thread_tag() { return (int64_t)(std::hash<std::thread::id>{}(std::this_thread::get_id()) & 0x7fffffff); }",
-        "",
-        "",
+        dlbridge_compile::ElementwiseOptions {
+            preamble: "#include <sys/syscall.h>\n#include <unistd.h>\nstatic int64_t thread_tag() { return (int64_t)syscall(SYS_gettid); }"
+                .into(),
+            ..Default::default()
+        },
     )
     .unwrap();
-    let b = build(&elementwise_cpp(&spec, &[]).unwrap());
+    let reg = Registry::new();
+    let kernel = k.register(&reg).unwrap();
     let n = 1usize << 20;
     let xs: Vec<f32> = (0..n).map(|k| (k % 1000) as f32).collect();
     let x = array(&xs, &[1024, 1024]);
     let mut z = Array::zeros(DType::F32, &[1024, 1024]).unwrap();
     let mut tag = Array::zeros(DType::I64, &[1024, 1024]).unwrap();
-    b.kernel.call(&mut [Arg::Tensor(x.view())], &mut [z.view_mut().unwrap(), tag.view_mut().unwrap()]).unwrap();
+    let mut run = || kernel.call(&mut [Arg::Tensor(x.view())], &mut [z.view_mut().unwrap(), tag.view_mut().unwrap()]).unwrap();
+    match budget {
+        Some(b) => dlbridge_registry::threads::with_num_threads(b, run),
+        None => run(),
+    }
     assert_eq!(z.to_vec::<f32>().unwrap(), xs.iter().map(|v| v * 2.0).collect::<Vec<_>>());
     let tags = tag.to_vec::<i64>().unwrap();
     // Chunks are contiguous: the tag changes only at chunk boundaries.
     let changes = tags.windows(2).filter(|w| w[0] != w[1]).count();
     let distinct: std::collections::BTreeSet<i64> = tags.into_iter().collect();
     assert_eq!(changes + 1, distinct.len(), "each thread runs one contiguous chunk");
-    distinct.len()
+    // This thread's id, as the kernel's gettid gives it.
+    let me = std::fs::read_link("/proc/thread-self").ok().and_then(|p| p.file_name()?.to_str()?.parse::<i64>().ok());
+    (distinct.len(), me.is_some_and(|t| distinct.contains(&t)))
 }
 
 #[test]
-fn large_inputs_run_on_every_core_by_default() {
-    if !have_compiler("large_inputs_run_on_every_core_by_default") {
+fn large_inputs_run_on_the_budgets_threads() {
+    if !have_compiler("large_inputs_run_on_the_budgets_threads") {
         return;
     }
-    if std::env::var_os("DLBRIDGE_CODEGEN_CHILD").is_none() {
-        return in_child("large_inputs_run_on_every_core_by_default", None);
-    }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let used = threads_used();
-    println!("{used} threads on {cores} cores");
-    // One chunk per CPU the process may use, at most 32 (2^20 elements allow
-    // 32 chunks of 2^15); a cgroup quota may leave Rust counting fewer.
-    assert!((1..=32).contains(&used), "{used}");
-    if cores > 1 {
-        assert!(used > 1, "{used} thread(s) on {cores} cores");
+    let budget = dlbridge_registry::threads::global_num_threads();
+    let (used, caller) = threads_used(None);
+    println!("{used} threads for a budget of {budget}");
+    // One chunk per thread of the budget, at most 32 (2^20 elements allow 32
+    // chunks of 2^15), the calling thread running the first.
+    assert_eq!(used, budget.min(32), "{used} thread(s) for a budget of {budget}");
+    assert!(caller, "the calling thread runs a chunk");
+    if budget > 1 {
+        let (two, _) = threads_used(Some(2));
+        assert_eq!(two, 2, "a budget of 2 uses 2 threads");
     }
 }
 
 #[test]
-fn large_inputs_stay_on_the_calling_thread_with_dlbridge_num_threads_1() {
-    if !have_compiler("large_inputs_stay_on_the_calling_thread_with_dlbridge_num_threads_1") {
+fn under_a_budget_of_one_a_generated_kernel_starts_no_thread() {
+    if !have_compiler("under_a_budget_of_one_a_generated_kernel_starts_no_thread") {
         return;
     }
-    if std::env::var_os("DLBRIDGE_CODEGEN_CHILD").is_none() {
-        return in_child("large_inputs_stay_on_the_calling_thread_with_dlbridge_num_threads_1", Some("1"));
-    }
-    assert_eq!(threads_used(), 1);
+    assert_eq!(threads_used(Some(1)), (1, true), "every element on the calling thread");
 }
 
 #[test]

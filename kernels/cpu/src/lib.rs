@@ -37,6 +37,8 @@ mod convert;
 mod copy;
 pub mod elementwise;
 #[allow(unsafe_code)]
+pub mod ffi;
+#[allow(unsafe_code)]
 mod matmul;
 pub mod num;
 pub mod reduce;

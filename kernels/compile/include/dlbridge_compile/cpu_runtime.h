@@ -25,13 +25,9 @@
 #include <new>
 #include <optional>
 #include <stdexcept>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
-#if defined(__linux__)
-#include <sched.h>
-#endif
 
 // CUDA spellings, so that bodies written for CuPy compile as they are.
 #define __device__
@@ -201,6 +197,15 @@ template <typename T>
 inline T atomicMin(T* p, typename dlbridge_same<T>::type v) {
   return dlbridge_atomic_keep(p, v, [](const T& a, const T& b) { return a < b; });
 }
+
+/// What dlbridge passes to a generated CPU kernel as its `stream` argument:
+/// the thread budget of the call and a parallel loop on dlbridge's threads
+/// (Rust: `dlbridge_cpu::ffi::CpuContext`, the same layout).
+struct DLBridgeCpuContext {
+  uint32_t struct_size;
+  int32_t num_threads;
+  void (*parallel_for)(int64_t parts, void (*body)(void* arg, int64_t part), void* arg);
+};
 
 namespace dlbridge {
 
@@ -418,26 +423,27 @@ struct Walk {
   }
 };
 
-/// How many threads: DLBRIDGE_NUM_THREADS (a positive integer, read once),
-/// else the CPUs this process may run on (its affinity mask, as Rust's
-/// available_parallelism counts them), else the hardware's.
+/// The context of the call in progress on this thread (set by the entry
+/// point from its `stream` argument; NULL: one thread, the caller's).
+inline thread_local const DLBridgeCpuContext* t_context = nullptr;
+
+/// Makes `stream` the context of the entry point's call (when it is a context
+/// this runtime knows: its size covers the fields read), restored on exit.
+struct ContextScope {
+  const DLBridgeCpuContext* previous;
+  explicit ContextScope(void* stream) : previous(t_context) {
+    const auto* c = static_cast<const DLBridgeCpuContext*>(stream);
+    t_context = c != nullptr && c->struct_size >= sizeof(DLBridgeCpuContext) && c->parallel_for != nullptr ? c : nullptr;
+  }
+  ~ContextScope() { t_context = previous; }
+  ContextScope(const ContextScope&) = delete;
+  ContextScope& operator=(const ContextScope&) = delete;
+};
+
+/// The threads the call may use: its context's budget, else 1.
 inline int num_threads() {
-  static const int n = [] {
-    if (const char* s = std::getenv("DLBRIDGE_NUM_THREADS")) {
-      char* end = nullptr;
-      errno = 0;
-      const long v = std::strtol(s, &end, 10);
-      while (end != nullptr && (*end == ' ' || *end == '\t' || *end == '\n')) ++end;
-      if (errno == 0 && end != s && end != nullptr && *end == '\0' && v > 0) return static_cast<int>(std::min<long>(v, 1024));
-    }
-#if defined(__linux__) && defined(CPU_COUNT)
-    cpu_set_t cpus;
-    if (sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) > 0) return std::min(CPU_COUNT(&cpus), 1024);
-#endif
-    const unsigned h = std::thread::hardware_concurrency();
-    return h == 0 ? 1 : static_cast<int>(std::min<unsigned>(h, 1024));
-  }();
-  return n;
+  const DLBridgeCpuContext* c = t_context;
+  return c != nullptr && c->num_threads > 0 ? std::min(c->num_threads, 1024) : 1;
 }
 
 /// How many chunks `n` items costing `cost` each are split into.
@@ -452,19 +458,16 @@ inline int chunks_for(ptrdiff_t n, ptrdiff_t cost) {
   return static_cast<int>(std::max<ptrdiff_t>(w, 1));
 }
 
-/// Joins its threads when it goes out of scope (also when unwinding).
-struct Joiner {
-  std::vector<std::thread> threads;
-  ~Joiner() {
-    for (auto& t : threads) {
-      if (t.joinable()) t.join();
-    }
-  }
-};
+/// One piece of a parallel loop, as the context's `parallel_for` calls it.
+template <typename R>
+void run_part(void* arg, int64_t part) {
+  (*static_cast<R*>(arg))(static_cast<int>(part));
+}
 
-/// Runs f(chunk, begin, end) over `chunks` contiguous pieces of [0, n): the
-/// first on the calling thread, the others on threads of their own (or here,
-/// when no thread can be started). Rethrows the first piece's exception.
+/// Runs f(chunk, begin, end) over `chunks` contiguous pieces of [0, n) on the
+/// threads of the call's context (dlbridge's own; none are started here), or
+/// one after the other on the calling thread without one. Rethrows the first
+/// piece's exception.
 template <typename F>
 void parallel_chunks(ptrdiff_t n, int chunks, F&& f) {
   if (chunks <= 1) {
@@ -481,17 +484,11 @@ void parallel_chunks(ptrdiff_t n, int chunks, F&& f) {
       errors[static_cast<size_t>(c)] = std::current_exception();
     }
   };
-  {
-    Joiner join;
-    join.threads.reserve(static_cast<size_t>(chunks - 1));
-    for (int c = 1; c < chunks; ++c) {
-      try {
-        join.threads.emplace_back(run, c);
-      } catch (...) {
-        run(c);  // no thread to be had: run the piece here
-      }
-    }
-    run(0);
+  const DLBridgeCpuContext* ctx = t_context;
+  if (ctx != nullptr) {
+    ctx->parallel_for(chunks, &run_part<decltype(run)>, &run);
+  } else {
+    for (int c = 0; c < chunks; ++c) run(c);
   }
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
