@@ -182,6 +182,12 @@ class _Binder:
                     TypeError, p.name, f"dtype mismatch: expected {p.dtype} (one of {', '.join(p.dtypes)}), got {got}"
                 )
             self.types[p.dtype] = (t.dtype, p.name)
+        if p.mutable and not _non_overlapping(tuple(t.shape), t.stride()):
+            raise self.fail(
+                ValueError,
+                p.name,
+                f"writable view: shape {_shape_text(t.shape)} strides {_shape_text(t.stride())} map several elements to the same memory",
+            )
         self.shape(p, tuple(t.shape))
 
     def shape(self, p: Any, shape: tuple[Any, ...]) -> None:
@@ -252,6 +258,22 @@ class _Binder:
 
     def output_dtype(self, o: Any) -> torch.dtype:
         return _TORCH_DTYPES[o.dtype] if o.dtype in _TORCH_DTYPES else self.types[o.dtype][0]
+
+
+def _non_overlapping(shape: Sequence[Any], strides: Sequence[Any]) -> bool:
+    """Whether no two elements share memory, by the registry's test (the dims of
+    more than one element sorted by stride, each stride clears the span of the
+    smaller ones). Symbolic sizes are taken to pass: the kernel checks again."""
+    if not all(isinstance(v, int) for v in (*shape, *strides)):
+        return True
+    if 0 in shape:
+        return True
+    span = 0
+    for n, s in sorted(((n, abs(s)) for n, s in zip(shape, strides) if n > 1), key=lambda d: d[1]):
+        if s <= span:
+            return False
+        span += (n - 1) * s
+    return True
 
 
 def _memory_order(shape: Sequence[Any], inputs: Sequence[torch.Tensor]) -> list[int] | None:
