@@ -28,23 +28,7 @@ from . import _dlbridge
 __all__ = ["ElementwiseKernel", "ReductionKernel"]
 
 # dlbridge dtype names -> NumPy / torch names.
-_NUMPY_NAMES = {
-    "bool": "bool",
-    "i8": "int8",
-    "i16": "int16",
-    "i32": "int32",
-    "i64": "int64",
-    "u8": "uint8",
-    "u16": "uint16",
-    "u32": "uint32",
-    "u64": "uint64",
-    "f16": "float16",
-    "bf16": "bfloat16",
-    "f32": "float32",
-    "f64": "float64",
-    "c64": "complex64",
-    "c128": "complex128",
-}
+_NUMPY_NAMES: dict[str, str] = _dlbridge.dtype_names()  # {"f32": "float32", ...}, from dlbridge-core
 _FROM_NUMPY = {v: k for k, v in _NUMPY_NAMES.items()}
 
 

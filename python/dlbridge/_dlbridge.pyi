@@ -17,6 +17,7 @@ __all__ = [
     "Param",
     "Plugin",
     "list_kernels",
+    "dtype_names",
     "get_kernel",
     "load_plugin",
     "from_dlpack",
@@ -217,6 +218,7 @@ class Plugin:
         """Its kernels, as registered."""
 
 def list_kernels() -> list[Kernel]: ...
+def dtype_names() -> dict[str, str]: ...
 def cuda_raw_kernel(
     source: str, name: str, signature: str, options: list[str] = ..., block: int = 256, grid: int | None = None
 ) -> Kernel:

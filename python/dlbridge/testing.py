@@ -686,9 +686,9 @@ _NUMPY_DTYPES = ("f16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u
 def _np_dtype(d: str):
     import numpy as np
 
-    return np.dtype({"f16": "float16", "f32": "float32", "f64": "float64", "i8": "int8", "i16": "int16", "i32": "int32",
-                     "i64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64", "bool": "bool",
-                     "c64": "complex64", "c128": "complex128"}[d])
+    from . import _compile
+
+    return np.dtype(_compile._NUMPY_NAMES[d])
 
 
 def _numpy_producer() -> dict:

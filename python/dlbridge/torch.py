@@ -53,23 +53,8 @@ __all__ = ["as_op", "register_all", "schema_of", "fake_of", "builtin_backward"]
 
 _NAMESPACE = "dlbridge"
 
-_TORCH_DTYPES: dict[str, torch.dtype] = {
-    "f16": torch.float16,
-    "bf16": torch.bfloat16,
-    "f32": torch.float32,
-    "f64": torch.float64,
-    "i8": torch.int8,
-    "i16": torch.int16,
-    "i32": torch.int32,
-    "i64": torch.int64,
-    "u8": torch.uint8,
-    "u16": torch.uint16,
-    "u32": torch.uint32,
-    "u64": torch.uint64,
-    "bool": torch.bool,
-    "c64": torch.complex64,
-    "c128": torch.complex128,
-}
+# dlbridge dtype names -> torch dtypes: torch spells them as NumPy does (the one table, in Rust).
+_TORCH_DTYPES: dict[str, torch.dtype] = {k: getattr(torch, v) for k, v in _compile._NUMPY_NAMES.items()}
 _DLBRIDGE_DTYPES = {v: k for k, v in _TORCH_DTYPES.items()}
 _SCALAR_TYPES = {"f64": "float", "i64": "int", "bool": "bool"}
 _DISPATCH_KEYS = {"cpu": "CPU", "cuda": "CUDA"}

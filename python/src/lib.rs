@@ -125,12 +125,14 @@ fn shape_arg(shape: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
 /// A dtype name, dlbridge's or NumPy's. (`DType::from_str` reads the `x64` of
 /// `complex64` as a lane count, so NumPy's complex names are mapped here.)
 fn dtype_name(name: &str) -> PyResult<dlbridge::DType> {
-    let name = match name {
-        "complex64" => "c64",
-        "complex128" => "c128",
-        other => other,
-    };
     name.parse().py_err()
+}
+
+/// dlbridge's dtype names and their NumPy spellings (`{"f32": "float32", ...}`):
+/// the one table, for the Python modules that map dtypes.
+#[pyfunction]
+fn dtype_names() -> std::collections::BTreeMap<String, &'static str> {
+    dlbridge::core::dtype::NUMPY_NAMES.iter().map(|(d, n)| (d.to_string(), *n)).collect()
 }
 
 /// A dtype argument: a name, dlbridge's (`f32`, `bf16`) or NumPy's and
@@ -489,6 +491,7 @@ fn _dlbridge(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dlbridge_python::kernel::PyParam>()?;
     m.add_class::<PyPlugin>()?;
     m.add_function(wrap_pyfunction!(list_kernels, m)?)?;
+    m.add_function(wrap_pyfunction!(dtype_names, m)?)?;
     m.add_function(wrap_pyfunction!(get_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(load_plugin, m)?)?;
     m.add_function(wrap_pyfunction!(from_dlpack, m)?)?;

@@ -186,23 +186,7 @@ impl<'py> PyAllocator<'py> for Arrays<'py> {
 }
 
 fn numpy_dtype(d: DType) -> Option<&'static str> {
-    Some(match d {
-        DType::F16 => "float16",
-        DType::F32 => "float32",
-        DType::F64 => "float64",
-        DType::I8 => "int8",
-        DType::I16 => "int16",
-        DType::I32 => "int32",
-        DType::I64 => "int64",
-        DType::U8 => "uint8",
-        DType::U16 => "uint16",
-        DType::U32 => "uint32",
-        DType::U64 => "uint64",
-        DType::BOOL => "bool",
-        DType::C64 => "complex64",
-        DType::C128 => "complex128",
-        _ => return None,
-    })
+    d.numpy_name().filter(|_| d.in_numpy())
 }
 
 impl PyKernel {

@@ -227,7 +227,8 @@ impl Array {
     pub fn shape(&self) -> &[i64] {
         &self.shape
     }
-    /// The strides, in elements.
+    /// The strides, in elements (as DLPack and torch count them; the Python
+    /// `Array.strides` is NumPy's, in bytes, and `Array.element_strides` these).
     #[inline]
     pub fn strides(&self) -> &[i64] {
         &self.strides
@@ -335,11 +336,13 @@ impl Array {
         Scalars::new(&self.view())
     }
 
-    /// Swaps two dimensions (a view: shares memory).
-    pub fn transpose(&self, d0: usize, d1: usize) -> Result<Array> {
+    /// Swaps two dimensions (a view: shares memory), as NumPy's `swapaxes` and
+    /// torch's `transpose(d0, d1)`. (The Python `Array.transpose(*axes)` is
+    /// NumPy's: a permutation, here [`Array::permute`].)
+    pub fn swap_axes(&self, d0: usize, d1: usize) -> Result<Array> {
         let n = self.ndim();
         if d0 >= n || d1 >= n {
-            return Err(Error::InvalidArgument(format!("transpose({d0}, {d1}) of a {n}-d array")));
+            return Err(Error::InvalidArgument(format!("swap_axes({d0}, {d1}) of a {n}-d array")));
         }
         let mut out = self.clone();
         out.shape.swap(d0, d1);
@@ -353,7 +356,7 @@ impl Array {
         if self.ndim() != 2 {
             return Err(Error::InvalidArgument(format!("t() needs a 2-d array, got {} dims", self.ndim())));
         }
-        self.transpose(0, 1)
+        self.swap_axes(0, 1)
     }
 
     /// Reorders the dimensions (a view): output dim `i` is input dim `perm[i]`.

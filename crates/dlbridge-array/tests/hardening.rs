@@ -135,10 +135,10 @@ fn every_view_operation_keeps_the_validated_extent() {
     let a = Array::from_slice(&a.to_vec::<f64>().unwrap(), &[2, 3, 4]).unwrap();
     let views = [
         a.clone(),
-        a.transpose(0, 2).unwrap(),
+        a.swap_axes(0, 2).unwrap(),
         a.permute(&[1, 2, 0]).unwrap(),
         a.slice(2, -1, -5, -2).unwrap(),
-        a.slice(1, 1, 3, 1).unwrap().transpose(0, 1).unwrap(),
+        a.slice(1, 1, 3, 1).unwrap().swap_axes(0, 1).unwrap(),
         a.slice(0, 1, 1, 1).unwrap(),
         Array::from_managed(a.slice(2, 3, 0, -1).unwrap().to_managed().unwrap()).unwrap(),
     ];

@@ -166,7 +166,44 @@ macro_rules! consts {
     };
 }
 
+/// Every dtype with a name in NumPy's spelling, the one NumPy, torch and CuPy
+/// use (`float32`, `complex64`; `bfloat16` is torch's and ml_dtypes'): the one
+/// table of these names that dlbridge's parsers, adapters and code generators
+/// read (Python gets it as `dlbridge._dlbridge.dtype_names()`).
+pub const NUMPY_NAMES: [(DType, &str); 15] = [
+    (DType::BOOL, "bool"),
+    (DType::I8, "int8"),
+    (DType::I16, "int16"),
+    (DType::I32, "int32"),
+    (DType::I64, "int64"),
+    (DType::U8, "uint8"),
+    (DType::U16, "uint16"),
+    (DType::U32, "uint32"),
+    (DType::U64, "uint64"),
+    (DType::F16, "float16"),
+    (DType::BF16, "bfloat16"),
+    (DType::F32, "float32"),
+    (DType::F64, "float64"),
+    (DType::C64, "complex64"),
+    (DType::C128, "complex128"),
+];
+
 impl DType {
+    /// The dtype's name in NumPy's spelling ([`NUMPY_NAMES`]), if it has one.
+    pub fn numpy_name(self) -> Option<&'static str> {
+        NUMPY_NAMES.iter().find(|(d, _)| *d == self).map(|&(_, n)| n)
+    }
+
+    /// The dtype a NumPy-spelled name denotes (exactly one of [`NUMPY_NAMES`]).
+    pub fn from_numpy_name(name: &str) -> Option<DType> {
+        NUMPY_NAMES.iter().find(|(_, n)| *n == name).map(|&(d, _)| d)
+    }
+
+    /// Whether NumPy itself has this dtype (bf16 needs ml_dtypes).
+    pub fn in_numpy(self) -> bool {
+        self != DType::BF16 && self.numpy_name().is_some()
+    }
+
     consts! {
         I8 = Int, 8; I16 = Int, 16; I32 = Int, 32; I64 = Int, 64;
         U8 = UInt, 8; U16 = UInt, 16; U32 = UInt, 32; U64 = UInt, 64;
@@ -312,21 +349,13 @@ impl FromStr for DType {
             }
             _ => (text, 1),
         };
+        if let Some(d) = DType::from_numpy_name(base) {
+            return DType::new(d.code, d.bits, lanes).map_err(|_| bad());
+        }
         let alias = match base {
-            "float16" | "half" => "f16",
-            "float32" | "float" => "f32",
-            "float64" | "double" => "f64",
-            "bfloat16" => "bf16",
-            "complex64" => "c64",
-            "complex128" => "c128",
-            "int8" => "i8",
-            "int16" => "i16",
-            "int32" => "i32",
-            "int64" => "i64",
-            "uint8" => "u8",
-            "uint16" => "u16",
-            "uint32" => "u32",
-            "uint64" => "u64",
+            "half" => "f16",
+            "float" => "f32",
+            "double" => "f64",
             "float8_e4m3fn" => "f8_e4m3fn",
             "float8_e5m2" => "f8_e5m2",
             "float4_e2m1fn" => "f4_e2m1fn",

@@ -49,36 +49,16 @@ pub struct Param {
     pub mutable: bool,
 }
 
-/// NumPy dtype names and the dlbridge dtypes they denote.
-const NUMPY_NAMES: [(&str, DType); 15] = [
-    ("bool", DType::BOOL),
-    ("int8", DType::I8),
-    ("int16", DType::I16),
-    ("int32", DType::I32),
-    ("int64", DType::I64),
-    ("uint8", DType::U8),
-    ("uint16", DType::U16),
-    ("uint32", DType::U32),
-    ("uint64", DType::U64),
-    ("float16", DType::F16),
-    ("bfloat16", DType::BF16),
-    ("float32", DType::F32),
-    ("float64", DType::F64),
-    ("complex64", DType::C64),
-    ("complex128", DType::C128),
-];
-
 /// The dtype a NumPy dtype name denotes (`float32` → `f32`); `None` for
-/// anything that is not exactly one of NumPy's canonical names (`bool`,
-/// `int8`..`int64`, `uint8`..`uint64`, `float16`..`float64`, `complex64`,
-/// `complex128`).
+/// anything that is not exactly one of NumPy's canonical names
+/// ([`dlbridge_core::dtype::NUMPY_NAMES`]).
 pub fn numpy_dtype(name: &str) -> Option<DType> {
-    NUMPY_NAMES.iter().find(|(n, _)| *n == name).map(|&(_, d)| d)
+    DType::from_numpy_name(name)
 }
 
 /// The NumPy name of a dtype (`f32` → `float32`); `None` when NumPy has none.
 pub fn numpy_name(d: DType) -> Option<&'static str> {
-    NUMPY_NAMES.iter().find(|(_, nd)| *nd == d).map(|&(n, _)| n)
+    d.numpy_name()
 }
 
 /// The dtypes a type variable may take on the CPU backend, in the order the
@@ -204,7 +184,7 @@ fn parse_type(t: &str) -> std::result::Result<ParamType, String> {
         };
     }
     numpy_dtype(t).map(ParamType::Concrete).ok_or_else(|| {
-        let names: Vec<&str> = NUMPY_NAMES.iter().map(|(n, _)| *n).collect();
+        let names: Vec<&str> = dlbridge_core::dtype::NUMPY_NAMES.iter().map(|(_, n)| *n).collect();
         format!("unknown type `{t}` (a type is a one-letter placeholder such as `T` or a NumPy dtype name: {})", names.join(", "))
     })
 }
@@ -1332,7 +1312,7 @@ mod tests {
 
     #[test]
     fn numpy_names_round_trip_and_cpu_types() {
-        for (name, d) in NUMPY_NAMES {
+        for (d, name) in dlbridge_core::dtype::NUMPY_NAMES {
             assert_eq!(numpy_dtype(name), Some(d));
             assert_eq!(numpy_name(d), Some(name));
         }
