@@ -390,6 +390,74 @@ pub fn elementwise_cpp(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Result
     Ok(src.text)
 }
 
+/// The reduction's helpers, the same on both backends but for `qualifier`
+/// (`inline`, or CUDA's `__device__ __forceinline__`) and the C type of a
+/// dtype (`ctype`): `_type_reduce`, then the identity, map, reduce and
+/// post-map functions around the user's expressions (in an anonymous
+/// namespace when `namespaced`, which the caller closes).
+pub(crate) fn reduction_helpers(
+    src: &mut Src,
+    spec: &ReductionSpec,
+    ctypes: &[String],
+    qualifier: &str,
+    ctype: fn(DType) -> Result<&'static str>,
+    namespaced: bool,
+) -> Result<()> {
+    const KIND: &str = "ReductionKernel";
+    let (name, n_in) = (&spec.name, spec.inputs.len());
+    match &spec.reduce_type {
+        None => src.line(&format!("typedef {} _type_reduce;", ctypes[n_in])),
+        Some(t) => match numpy_dtype(t.trim()) {
+            Some(d) => {
+                let ct =
+                    ctype(d).map_err(|e| Error::Coded { kind: ErrorKind::Type, message: format!("{KIND} `{name}`: reduce_type: {e}") })?;
+                src.line(&format!("typedef {ct} _type_reduce;"));
+            }
+            None => {
+                src.line("typedef");
+                src.user("reduce_type", t, "");
+                src.line("_type_reduce;");
+            }
+        },
+    }
+    if namespaced {
+        src.line("namespace {");
+    }
+    if let Some(identity) = &spec.identity {
+        src.line(&format!("{qualifier} _type_reduce dlbridge_identity() {{"));
+        src.line("  return static_cast<_type_reduce>(");
+        src.user("identity", identity, ");");
+        src.line("}");
+    }
+    let in_params: Vec<String> = spec.inputs.iter().enumerate().map(|(t, p)| format!("const {}& {}", ctypes[t], p.name)).collect();
+    src.line(&format!(
+        "{qualifier} _type_reduce dlbridge_map({}, ptrdiff_t _i, ptrdiff_t _j, ptrdiff_t _J, ptrdiff_t _M) {{",
+        in_params.join(", ")
+    ));
+    src.line("  (void)_i;");
+    src.line("  (void)_j;");
+    src.line("  (void)_J;");
+    IN_OUT_IND.iter().for_each(|l| src.line(l));
+    src.line("  return static_cast<_type_reduce>(");
+    src.user("map_expr", &spec.map_expr, ");");
+    src.line("}");
+    src.line(&format!("{qualifier} _type_reduce dlbridge_reduce(const _type_reduce& a, const _type_reduce& b) {{"));
+    src.line("  return static_cast<_type_reduce>(");
+    src.user("reduce_expr", &spec.reduce_expr, ");");
+    src.line("}");
+    let out_params: Vec<String> = spec.outputs.iter().enumerate().map(|(m, p)| format!("{}& {}", ctypes[n_in + m], p.name)).collect();
+    src.line(&format!(
+        "{qualifier} void dlbridge_post_map(const _type_reduce& a, {}, ptrdiff_t _i, ptrdiff_t _J, ptrdiff_t _M) {{",
+        out_params.join(", ")
+    ));
+    src.line("  (void)_i;");
+    src.line("  (void)_J;");
+    IN_OUT_IND.iter().for_each(|l| src.line(l));
+    src.user("post_map_expr", &spec.post_map_expr, ";");
+    src.line("}");
+    Ok(())
+}
+
 /// The complete C++ source of one specialisation of a reduction kernel: a
 /// plugin with one CPU kernel whose signature is
 /// [`ReductionSpec::specialised_signature`] (`name(x: f32[...S], y: mut
@@ -413,54 +481,7 @@ pub fn reduction_cpp(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<Str
     }
     src.line("");
     src.line("// ---- the reduction ----");
-    match &spec.reduce_type {
-        None => src.line(&format!("typedef {} _type_reduce;", ctypes[n_in])),
-        Some(t) => match numpy_dtype(t.trim()) {
-            Some(d) => {
-                let ct = cpu_ctype(d)
-                    .map_err(|e| Error::Coded { kind: ErrorKind::Type, message: format!("{KIND} `{name}`: reduce_type: {e}") })?;
-                src.line(&format!("typedef {ct} _type_reduce;"));
-            }
-            None => {
-                src.line("typedef");
-                src.user("reduce_type", t, "");
-                src.line("_type_reduce;");
-            }
-        },
-    }
-    src.line("namespace {");
-    if let Some(identity) = &spec.identity {
-        src.line("inline _type_reduce dlbridge_identity() {");
-        src.line("  return static_cast<_type_reduce>(");
-        src.user("identity", identity, ");");
-        src.line("}");
-    }
-    let in_params: Vec<String> = spec.inputs.iter().enumerate().map(|(t, p)| format!("const {}& {}", ctypes[t], p.name)).collect();
-    src.line(&format!(
-        "inline _type_reduce dlbridge_map({}, ptrdiff_t _i, ptrdiff_t _j, ptrdiff_t _J, ptrdiff_t _M) {{",
-        in_params.join(", ")
-    ));
-    src.line("  (void)_i;");
-    src.line("  (void)_j;");
-    src.line("  (void)_J;");
-    IN_OUT_IND.iter().for_each(|l| src.line(l));
-    src.line("  return static_cast<_type_reduce>(");
-    src.user("map_expr", &spec.map_expr, ");");
-    src.line("}");
-    src.line("inline _type_reduce dlbridge_reduce(const _type_reduce& a, const _type_reduce& b) {");
-    src.line("  return static_cast<_type_reduce>(");
-    src.user("reduce_expr", &spec.reduce_expr, ");");
-    src.line("}");
-    let out_params: Vec<String> = spec.outputs.iter().enumerate().map(|(m, p)| format!("{}& {}", ctypes[n_in + m], p.name)).collect();
-    src.line(&format!(
-        "inline void dlbridge_post_map(const _type_reduce& a, {}, ptrdiff_t _i, ptrdiff_t _J, ptrdiff_t _M) {{",
-        out_params.join(", ")
-    ));
-    src.line("  (void)_i;");
-    src.line("  (void)_J;");
-    IN_OUT_IND.iter().for_each(|l| src.line(l));
-    src.user("post_map_expr", &spec.post_map_expr, ";");
-    src.line("}");
+    reduction_helpers(&mut src, spec, &ctypes, "inline", cpu_ctype, true)?;
     src.line("");
     src.line(&format!("constexpr int dlbridge_kIn = {n_in};"));
     src.line(&format!("constexpr int dlbridge_kOut = {n_out};"));

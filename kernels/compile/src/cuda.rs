@@ -72,7 +72,7 @@ use dlbridge_cuda::launch::{self, Launch};
 use dlbridge_registry::{Arg, Call, DynKernelFn, Impl};
 
 use crate::cpu::Src;
-use crate::params::{CPU_DTYPES, ElementwiseSpec, Param, ParamType, ReductionSpec, Spec, bound_dtype, numpy_dtype};
+use crate::params::{CPU_DTYPES, ElementwiseSpec, Param, ParamType, ReductionSpec, Spec, bound_dtype};
 use crate::specialise::Specialisations;
 
 /// The file name NVRTC's messages use for generated (non-user) lines.
@@ -351,52 +351,7 @@ pub fn reduction_source(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<
     }
     src.line("");
     src.line("// ---- the reduction ----");
-    match &spec.reduce_type {
-        None => src.line(&format!("typedef {} _type_reduce;", ctypes[n_in])),
-        Some(t) => match numpy_dtype(t.trim()) {
-            Some(d) => {
-                let ct = cuda_ctype(d).map_err(|e| type_error(KIND, name, "reduce_type", e))?;
-                src.line(&format!("typedef {ct} _type_reduce;"));
-            }
-            None => {
-                src.line("typedef");
-                src.user("reduce_type", t, "");
-                src.line("_type_reduce;");
-            }
-        },
-    }
-    if let Some(identity) = &spec.identity {
-        src.line("__device__ __forceinline__ _type_reduce dlbridge_identity() {");
-        src.line("  return static_cast<_type_reduce>(");
-        src.user("identity", identity, ");");
-        src.line("}");
-    }
-    let in_params: Vec<String> = spec.inputs.iter().enumerate().map(|(t, p)| format!("const {}& {}", ctypes[t], p.name)).collect();
-    src.line(&format!(
-        "__device__ __forceinline__ _type_reduce dlbridge_map({}, ptrdiff_t _i, ptrdiff_t _j, ptrdiff_t _J, ptrdiff_t _M) {{",
-        in_params.join(", ")
-    ));
-    src.line("  (void)_i;");
-    src.line("  (void)_j;");
-    src.line("  (void)_J;");
-    crate::cpu::IN_OUT_IND.iter().for_each(|l| src.line(l));
-    src.line("  return static_cast<_type_reduce>(");
-    src.user("map_expr", &spec.map_expr, ");");
-    src.line("}");
-    src.line("__device__ __forceinline__ _type_reduce dlbridge_reduce(const _type_reduce& a, const _type_reduce& b) {");
-    src.line("  return static_cast<_type_reduce>(");
-    src.user("reduce_expr", &spec.reduce_expr, ");");
-    src.line("}");
-    let out_params: Vec<String> = spec.outputs.iter().enumerate().map(|(m, p)| format!("{}& {}", ctypes[n_in + m], p.name)).collect();
-    src.line(&format!(
-        "__device__ __forceinline__ void dlbridge_post_map(const _type_reduce& a, {}, ptrdiff_t _i, ptrdiff_t _J, ptrdiff_t _M) {{",
-        out_params.join(", ")
-    ));
-    src.line("  (void)_i;");
-    src.line("  (void)_J;");
-    crate::cpu::IN_OUT_IND.iter().for_each(|l| src.line(l));
-    src.user("post_map_expr", &spec.post_map_expr, ";");
-    src.line("}");
+    crate::cpu::reduction_helpers(&mut src, spec, &ctypes, "__device__ __forceinline__", cuda_ctype, false)?;
     src.line("");
     let has_identity = spec.identity.is_some();
     let mut params = Vec::new();
@@ -498,37 +453,29 @@ pub fn reduction_source(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<
 /// The specialisations of one kernel on CUDA, by dtypes and device ordinal.
 pub(crate) type CudaSpecialisations = Specialisations<(Vec<DType>, usize)>;
 
-/// What a generated kernel is launched for.
-#[derive(Clone)]
-pub(crate) enum Plan {
-    Elementwise(Arc<ElementwiseSpec>),
-    Reduction(Arc<ReductionSpec>),
+/// How one kind of kernel from source is generated and launched on CUDA.
+pub(crate) trait Launcher: Send + Sync {
+    /// The CUDA C of the specialisation for `bind`.
+    fn source(&self, bind: &[(char, DType)]) -> Result<CudaSource>;
+    /// Launches a compiled specialisation on the call's tensors.
+    fn run(&self, f: &Function, call: &mut Call<'_, '_>) -> Result<()>;
 }
 
-impl Plan {
-    fn kind(&self) -> &'static str {
-        match self {
-            Plan::Elementwise(_) => "ElementwiseKernel",
-            Plan::Reduction(_) => "ReductionKernel",
-        }
-    }
-    fn name(&self) -> &str {
-        match self {
-            Plan::Elementwise(s) => &s.name,
-            Plan::Reduction(s) => &s.name,
-        }
-    }
-    fn type_vars(&self) -> Vec<char> {
-        match self {
-            Plan::Elementwise(s) => s.type_vars(),
-            Plan::Reduction(s) => s.type_vars(),
-        }
-    }
+impl Launcher for ElementwiseSpec {
     fn source(&self, bind: &[(char, DType)]) -> Result<CudaSource> {
-        match self {
-            Plan::Elementwise(s) => elementwise_source(s, bind),
-            Plan::Reduction(s) => reduction_source(s, bind),
-        }
+        elementwise_source(self, bind)
+    }
+    fn run(&self, f: &Function, call: &mut Call<'_, '_>) -> Result<()> {
+        run_elementwise(self, f, call)
+    }
+}
+
+impl Launcher for ReductionSpec {
+    fn source(&self, bind: &[(char, DType)]) -> Result<CudaSource> {
+        reduction_source(self, bind)
+    }
+    fn run(&self, f: &Function, call: &mut Call<'_, '_>) -> Result<()> {
+        run_reduction(self, f, call)
     }
 }
 
@@ -536,10 +483,15 @@ impl Plan {
 /// specialisation for the call's dtypes and device is generated, compiled and
 /// loaded on first use (once, under its own lock), then launched on the
 /// call's stream.
-pub(crate) fn cuda_impl(plan: Plan, specs: Arc<CudaSpecialisations>) -> Impl {
-    let vars = plan.type_vars();
+pub(crate) fn cuda_impl(
+    kind: &'static str,
+    name: String,
+    vars: Vec<char>,
+    launcher: Arc<dyn Launcher>,
+    specs: Arc<CudaSpecialisations>,
+) -> Impl {
     Impl::Dyn(Arc::new(move |call: &mut Call<'_, '_>| -> Result<()> {
-        let (kind, name) = (plan.kind(), plan.name());
+        let name = name.as_str();
         let device = call_device(call).ok_or_else(|| Error::InvalidArgument(format!("{kind} {name}: no tensor argument")))?;
         dlbridge_cuda::probe::driver().map_err(|u| Error::UnsupportedDevice {
             got: device,
@@ -553,14 +505,11 @@ pub(crate) fn cuda_impl(plan: Plan, specs: Arc<CudaSpecialisations>) -> Impl {
         let key = (dtypes, ordinal);
         let f = specs.get(&key, || {
             let bind: Vec<(char, DType)> = vars.iter().copied().zip(key.0.iter().copied()).collect();
-            let source = plan.source(&bind)?;
+            let source = launcher.source(&bind)?;
             let dev = CudaDevice::get(ordinal)?;
             let function = source.program().function(&dev, &source.entry).map_err(|e| source.explain(e))?;
-            let plan = plan.clone();
-            Ok(Arc::new(move |call: &mut Call<'_, '_>| match &plan {
-                Plan::Elementwise(s) => run_elementwise(s, &function, call),
-                Plan::Reduction(s) => run_reduction(s, &function, call),
-            }) as DynKernelFn)
+            let launcher = launcher.clone();
+            Ok(Arc::new(move |call: &mut Call<'_, '_>| launcher.run(&function, call)) as DynKernelFn)
         })?;
         f(call)
     }))
@@ -641,17 +590,24 @@ fn unmerged(shape: &[i64], strides: Option<&[i64]>) -> Indexer {
     ix
 }
 
+/// The call's tensors (arguments, then outputs): as many as the kernel has
+/// (`names`), on the device `f` was loaded for.
+fn checked_operands<'c>(name: &str, names: &[&str], f: &Function, call: &'c mut Call<'_, '_>) -> Result<Vec<Operand<'c>>> {
+    let ops = operands(call)?;
+    if ops.len() != names.len() {
+        return Err(Error::InvalidArgument(format!("{name}: called with {} tensors, expected {}", ops.len(), names.len())));
+    }
+    check_devices(name, names, &ops, f)?;
+    Ok(ops)
+}
+
 fn run_elementwise(spec: &ElementwiseSpec, f: &Function, call: &mut Call<'_, '_>) -> Result<()> {
     let name = spec.name.as_str();
     let stream = call.stream();
     let all: Vec<&Param> = spec.inputs.iter().chain(&spec.outputs).collect();
     let names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
     let n_in = spec.inputs.len();
-    let ops = operands(call)?;
-    if ops.len() != all.len() {
-        return Err(Error::InvalidArgument(format!("{name}: called with {} tensors, expected {}", ops.len(), all.len())));
-    }
-    check_devices(name, &names, &ops, f)?;
+    let ops = checked_operands(name, &names, f, call)?;
     // Broadcast the non-raw operands (as the CPU backend does, with its messages).
     let non_raw: Vec<usize> = (0..all.len()).filter(|&t| !all[t].raw).collect();
     let nd = non_raw.iter().map(|&t| ops[t].shape.len()).max().unwrap_or(0);
@@ -730,11 +686,7 @@ fn run_reduction(spec: &ReductionSpec, f: &Function, call: &mut Call<'_, '_>) ->
     let all: Vec<&Param> = spec.inputs.iter().chain(&spec.outputs).collect();
     let names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
     let n_in = spec.inputs.len();
-    let ops = operands(call)?;
-    if ops.len() != all.len() {
-        return Err(Error::InvalidArgument(format!("{name}: called with {} tensors, expected {}", ops.len(), all.len())));
-    }
-    check_devices(name, &names, &ops, f)?;
+    let ops = checked_operands(name, &names, f, call)?;
     let x = &ops[0];
     for k in 1..n_in {
         if ops[k].shape != x.shape {

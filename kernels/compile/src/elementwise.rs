@@ -15,14 +15,13 @@
 //! into a plugin library and loads it through the plugin loader; later calls
 //! go straight to it. Concurrent first calls compile once.
 
-use std::sync::Arc;
-
-use dlbridge_core::{DType, DeviceType, Error, Result};
-use dlbridge_registry::{DynKernelFn, Kernel, KernelDef, KernelOpts, Registry, Signature};
+use dlbridge_core::{DType, Result};
+use dlbridge_registry::{DynKernelFn, KernelOpts};
 
 use crate::params::{ElementwiseSpec, Spec};
+use crate::source_kernel::SourceKernel;
 pub use crate::specialise::ORIGIN_PREFIX;
-use crate::specialise::{Specialisations, build_library, replaceable, specialising};
+use crate::specialise::build_library;
 
 /// The optional parts of an elementwise kernel, as CuPy names them.
 #[derive(Debug, Clone, Default)]
@@ -37,95 +36,18 @@ pub struct ElementwiseOptions {
 
 /// A kernel compiled from an elementwise operation, one specialisation per
 /// combination of dtypes, built on first use.
-#[derive(Clone)]
-pub struct ElementwiseKernel {
-    spec: Arc<ElementwiseSpec>,
-    signature: String,
-    specs: Arc<Specialisations>,
-    cuda_specs: Arc<crate::cuda::CudaSpecialisations>,
-}
+pub type ElementwiseKernel = SourceKernel<ElementwiseSpec>;
 
-impl std::fmt::Debug for ElementwiseKernel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ElementwiseKernel").field("signature", &self.signature).finish()
-    }
-}
-
-impl ElementwiseKernel {
+impl SourceKernel<ElementwiseSpec> {
     /// Parses and checks the parameters and derives the signature; nothing is
     /// compiled until a call needs it.
     pub fn new(in_params: &str, out_params: &str, operation: &str, name: &str, opts: ElementwiseOptions) -> Result<ElementwiseKernel> {
         let spec = ElementwiseSpec::new(in_params, out_params, operation, name, &opts.preamble, &opts.loop_prep, &opts.after_loop)?;
-        let signature = spec.signature();
-        // The derived signature must be one the registry accepts (a bug here, not the user's).
-        Signature::parse(&signature)
-            .map_err(|e| Error::Runtime(format!("ElementwiseKernel {name}: derived signature `{signature}`: {e}")))?;
-        Ok(ElementwiseKernel {
-            spec: Arc::new(spec),
-            signature,
-            specs: Arc::new(Specialisations::default()),
-            cuda_specs: Arc::new(Specialisations::default()),
-        })
-    }
-
-    /// The registry signature derived from the parameters.
-    pub fn signature(&self) -> &str {
-        &self.signature
-    }
-
-    /// The kernel's name.
-    pub fn name(&self) -> &str {
-        &self.spec.name
-    }
-
-    /// How many CPU specialisations this kernel has built or loaded so far.
-    pub fn specialisations(&self) -> usize {
-        self.specs.built()
-    }
-
-    /// How many CUDA specialisations (dtypes and device) it has compiled and loaded so far.
-    pub fn cuda_specialisations(&self) -> usize {
-        self.cuda_specs.built()
-    }
-
-    /// The definitions [`register`](Self::register) registers: the CPU one
-    /// ([`def`](Self::def)) and the CUDA one ([`cuda_def`](Self::cuda_def)),
-    /// with the same signature.
-    pub fn defs(&self) -> Vec<KernelDef> {
-        vec![self.def(), self.cuda_def()]
-    }
-
-    /// The CUDA definition: CUDA C generated for the call's dtypes, compiled
-    /// with NVRTC for the call's device on first use (see [`crate::cuda`]).
-    pub fn cuda_def(&self) -> KernelDef {
-        let imp = crate::cuda::cuda_impl(crate::cuda::Plan::Elementwise(self.spec.clone()), self.cuda_specs.clone());
-        KernelDef { device: DeviceType::CUDA, imp, ..self.def() }
-    }
-
-    /// The CPU definition: a CPU implementation that builds the
-    /// specialisation for the call's dtypes on first use.
-    pub fn def(&self) -> KernelDef {
-        let spec = self.spec.clone();
-        let imp = specialising(&self.spec.name, self.spec.type_vars(), self.specs.clone(), move |bind| build(&spec, bind));
-        let raw = self.spec.inputs.iter().any(|p| p.raw);
-        KernelDef {
-            signature: self.signature.clone(),
-            device: DeviceType::CPU,
-            imp,
-            // An output may be exactly an input (in place, `k(x, y, x)`), unless
-            // a raw input can be read at any index.
-            opts: KernelOpts { alias_outputs: !raw, ..KernelOpts::DEFAULT },
-            origin: format!("{ORIGIN_PREFIX} (ElementwiseKernel)"),
-            doc: format!("ElementwiseKernel: {}", one_line(&self.spec.operation)),
-        }
-    }
-
-    /// Registers the kernel under its name, on the CPU and on CUDA
-    /// ([`defs`](Self::defs)), replacing an earlier kernel compiled from
-    /// source under that name (any other kernel of that name is a conflict),
-    /// and returns it.
-    pub fn register(&self, registry: &Registry) -> Result<Arc<Kernel>> {
-        registry.register_replacing(self.defs(), replaceable)
+        // An output may be exactly an input (in place, `k(x, y, x)`), unless
+        // a raw input can be read at any index.
+        let opts = KernelOpts { alias_outputs: !spec.inputs.iter().any(|p| p.raw), ..KernelOpts::DEFAULT };
+        let doc = format!("ElementwiseKernel: {}", one_line(&spec.operation));
+        SourceKernel::from_spec(spec, build, opts, doc)
     }
 }
 

@@ -33,9 +33,11 @@ mod headers;
 pub mod inline;
 pub mod params;
 pub mod reduction;
+pub mod source_kernel;
 mod specialise;
 pub mod toolchain;
 
 pub use elementwise::{ElementwiseKernel, ElementwiseOptions};
 pub use inline::{InlineLibrary, InlineOptions};
 pub use reduction::{ReductionKernel, ReductionOptions};
+pub use source_kernel::SourceKernel;

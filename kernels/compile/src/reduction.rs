@@ -8,14 +8,13 @@
 //! copies: the input is viewed with the reduced axes moved last, and the
 //! output is allocated with the kept dims.
 
-use std::sync::Arc;
-
 use dlbridge_array::Array;
-use dlbridge_core::{DType, DeviceType, Error, Result};
-use dlbridge_registry::{Arg, DynKernelFn, Kernel, KernelDef, KernelOpts, Registry, Signature};
+use dlbridge_core::{DType, Error, Result};
+use dlbridge_registry::{Arg, DynKernelFn, Kernel, KernelOpts};
 
 use crate::params::{ParamType, ReductionSpec, Spec};
-use crate::specialise::{ORIGIN_PREFIX, Specialisations, build_library, replaceable, specialising};
+use crate::source_kernel::SourceKernel;
+use crate::specialise::build_library;
 
 /// The optional parts of a reduction kernel, as CuPy names them.
 #[derive(Debug, Clone, Default)]
@@ -29,21 +28,9 @@ pub struct ReductionOptions {
 
 /// A kernel compiled from a map / reduce / post-map description, one
 /// specialisation per combination of dtypes, built on first use.
-#[derive(Clone)]
-pub struct ReductionKernel {
-    spec: Arc<ReductionSpec>,
-    signature: String,
-    specs: Arc<Specialisations>,
-    cuda_specs: Arc<crate::cuda::CudaSpecialisations>,
-}
+pub type ReductionKernel = SourceKernel<ReductionSpec>;
 
-impl std::fmt::Debug for ReductionKernel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReductionKernel").field("signature", &self.signature).finish()
-    }
-}
-
-impl ReductionKernel {
+impl SourceKernel<ReductionSpec> {
     /// Parses and checks CuPy's arguments, in CuPy's order; nothing is
     /// compiled until a call needs it. `identity` None starts each reduction
     /// from its first mapped element.
@@ -69,94 +56,37 @@ impl ReductionKernel {
             opts.reduce_type.as_deref(),
             &opts.preamble,
         )?;
-        let signature = spec.signature();
-        Signature::parse(&signature)
-            .map_err(|e| Error::Runtime(format!("ReductionKernel {name}: derived signature `{signature}`: {e}")))?;
-        Ok(ReductionKernel {
-            spec: Arc::new(spec),
-            signature,
-            specs: Arc::new(Specialisations::default()),
-            cuda_specs: Arc::new(Specialisations::default()),
-        })
-    }
-
-    /// The registry signature (outputs as `mut` tensors).
-    pub fn signature(&self) -> &str {
-        &self.signature
-    }
-
-    /// The kernel's name.
-    pub fn name(&self) -> &str {
-        &self.spec.name
-    }
-
-    /// How many CPU specialisations it has built or loaded so far.
-    pub fn specialisations(&self) -> usize {
-        self.specs.built()
-    }
-
-    /// How many CUDA specialisations (dtypes and device) it has compiled and loaded so far.
-    pub fn cuda_specialisations(&self) -> usize {
-        self.cuda_specs.built()
-    }
-
-    /// The definitions [`register`](Self::register) registers: CPU and CUDA, one signature.
-    pub fn defs(&self) -> Vec<KernelDef> {
-        vec![self.def(), self.cuda_def()]
-    }
-
-    /// The CUDA definition (see [`crate::cuda`]).
-    pub fn cuda_def(&self) -> KernelDef {
-        let imp = crate::cuda::cuda_impl(crate::cuda::Plan::Reduction(self.spec.clone()), self.cuda_specs.clone());
-        KernelDef { device: DeviceType::CUDA, imp, ..self.def() }
-    }
-
-    /// The CPU definition.
-    pub fn def(&self) -> KernelDef {
-        let spec = self.spec.clone();
-        let imp = specialising(&self.spec.name, self.spec.type_vars(), self.specs.clone(), move |bind| build(&spec, bind));
-        KernelDef {
-            signature: self.signature.clone(),
-            device: DeviceType::CPU,
-            imp,
-            opts: KernelOpts::DEFAULT,
-            origin: format!("{ORIGIN_PREFIX} (ReductionKernel)"),
-            doc: format!(
-                "ReductionKernel: map `{}`, reduce `{}`, post-map `{}`; reduces each input over its last x.ndim - y.ndim dims",
-                self.spec.map_expr, self.spec.reduce_expr, self.spec.post_map_expr
-            ),
-        }
-    }
-
-    /// Registers the kernel under its name (as [`ElementwiseKernel::register`](crate::ElementwiseKernel::register)).
-    pub fn register(&self, registry: &Registry) -> Result<Arc<Kernel>> {
-        registry.register_replacing(self.defs(), replaceable)
+        let doc = format!(
+            "ReductionKernel: map `{}`, reduce `{}`, post-map `{}`; reduces each input over its last x.ndim - y.ndim dims",
+            spec.map_expr, spec.reduce_expr, spec.post_map_expr
+        );
+        SourceKernel::from_spec(spec, build, KernelOpts::DEFAULT, doc)
     }
 
     /// Runs `kernel` (this kernel, registered) on `inputs` reduced over
     /// `axis` (None: every axis; negative axes count from the end) into new
     /// Arrays, with the reduced dims kept as 1 when `keepdims`.
     pub fn reduce(&self, kernel: &Kernel, inputs: &[&Array], axis: Option<&[i64]>, keepdims: bool) -> Result<Vec<Array>> {
-        let first = inputs.first().ok_or_else(|| Error::InvalidArgument(format!("{}: no input", self.spec.name)))?;
+        let first = inputs.first().ok_or_else(|| Error::InvalidArgument(format!("{}: no input", self.spec().name)))?;
         let ndim = first.ndim();
-        let axes = normalize_axes(&self.spec.name, axis, ndim)?;
+        let axes = normalize_axes(&self.spec().name, axis, ndim)?;
         let kept: Vec<usize> = (0..ndim).filter(|d| !axes.contains(d)).collect();
         let perm: Vec<usize> = kept.iter().chain(&axes).copied().collect();
         let views: Vec<Array> = inputs.iter().map(|a| a.permute(&perm)).collect::<Result<_>>()?;
         let out_shape: Vec<i64> = kept.iter().map(|&d| first.shape()[d]).collect();
         // Output dtypes: concrete, or the dtype an input with the same placeholder has.
-        let mut outs = Vec::with_capacity(self.spec.outputs.len());
-        for o in &self.spec.outputs {
+        let mut outs = Vec::with_capacity(self.spec().outputs.len());
+        for o in &self.spec().outputs {
             let dtype = match o.ty {
                 ParamType::Concrete(d) => d,
                 ParamType::Var(v) => self
-                    .spec
+                    .spec()
                     .inputs
                     .iter()
                     .zip(inputs)
                     .find(|(p, _)| p.ty == ParamType::Var(v))
                     .map(|(_, a)| a.dtype())
-                    .ok_or_else(|| Error::Runtime(format!("{}: output type {v} is bound by no input", self.spec.name)))?,
+                    .ok_or_else(|| Error::Runtime(format!("{}: output type {v} is bound by no input", self.spec().name)))?,
             };
             outs.push(Array::zeros(dtype, &out_shape)?);
         }

@@ -13,15 +13,7 @@ use dlbridge_registry::Registry;
 
 const ARCHS: [&str; 2] = ["--gpu-architecture=compute_75", "--gpu-architecture=sm_90"];
 
-fn nvrtc_or_skip() -> bool {
-    match dlbridge_cuda::nvrtc::nvrtc() {
-        Ok(_) => true,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            false
-        }
-    }
-}
+use dlbridge_cuda::nvrtc::available_or_skip as nvrtc_or_skip;
 
 fn ew(i: &str, o: &str, op: &str, name: &str) -> ElementwiseSpec {
     ElementwiseSpec::new(i, o, op, name, "", "", "").unwrap()

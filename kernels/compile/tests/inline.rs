@@ -318,15 +318,7 @@ extern "C" __global__ void scale(const T* x, double s, T* y, long long n) {
 }
 "#;
 
-fn nvrtc_or_skip() -> bool {
-    match dlbridge_cuda::nvrtc::nvrtc() {
-        Ok(_) => true,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            false
-        }
-    }
-}
+use dlbridge_cuda::nvrtc::available_or_skip as nvrtc_or_skip;
 
 #[test]
 fn cuda_source_compiles_to_ptx_and_a_broken_one_fails_at_load_with_nvrtcs_line() {

@@ -239,6 +239,22 @@ pub fn compile_ptx(source: &str, name: &str, options: &[String]) -> Result<Strin
     String::from_utf8(image).map_err(|_| Error::Runtime(format!("NVRTC's PTX for {name} is not text")))
 }
 
+/// Whether NVRTC is here; when it is not, prints `skipped: <why>` on stderr
+/// (the line the test suites report skipped tests by) and returns false. For
+/// tests that need NVRTC but no GPU.
+pub fn available_or_skip() -> bool {
+    match nvrtc() {
+        Ok(n) => {
+            eprintln!("NVRTC {}.{} from {:?}", n.version.0, n.version.1, n.path);
+            true
+        }
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            false
+        }
+    }
+}
+
 /// How often a [`PtxCache`] compiled, and found what it was asked for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CacheStats {

@@ -7,18 +7,7 @@ use dlbridge_cuda::builtins::{self, SOURCES};
 use dlbridge_cuda::nvrtc::{self, PtxCache};
 use sha2::Digest;
 
-fn nvrtc_or_skip() -> bool {
-    match nvrtc::nvrtc() {
-        Ok(n) => {
-            eprintln!("NVRTC {}.{} from {:?}", n.version.0, n.version.1, n.path);
-            true
-        }
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            false
-        }
-    }
-}
+use dlbridge_cuda::nvrtc::available_or_skip as nvrtc_or_skip;
 
 #[test]
 fn every_builtin_source_compiles_to_ptx_with_all_its_entry_points() {

@@ -15,15 +15,7 @@ extern "C" __global__ void scale(const T* x, double alpha, T* y, long long n) {
 "#;
 const SCALE_SIG: &str = "scale<T: f32|f64>(x: T[N], alpha: f64) -> (y: T[N])";
 
-fn nvrtc_or_skip() -> bool {
-    match dlbridge_cuda::nvrtc::nvrtc() {
-        Ok(_) => true,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            false
-        }
-    }
-}
+use dlbridge_cuda::nvrtc::available_or_skip as nvrtc_or_skip;
 
 #[test]
 fn a_raw_kernel_is_a_cuda_only_kernel_with_its_signature() {

@@ -1,0 +1,138 @@
+//! [`SourceKernel`]: what an [`ElementwiseKernel`](crate::ElementwiseKernel)
+//! and a [`ReductionKernel`](crate::ReductionKernel) are — a checked spec, the
+//! signature it makes, and the specialisations built so far on the CPU and on
+//! CUDA — registered as one kernel with an implementation per device.
+
+use std::sync::Arc;
+
+use dlbridge_core::{DType, DeviceType, Error, Result};
+use dlbridge_registry::{DynKernelFn, Kernel, KernelDef, KernelOpts, Registry, Signature};
+
+use crate::cuda::{CudaSpecialisations, Launcher, cuda_impl};
+use crate::params::Spec;
+use crate::specialise::{ORIGIN_PREFIX, Specialisations, replaceable, specialising};
+
+/// Generates, compiles (or finds) and loads a spec's CPU specialisation for the bound dtypes.
+pub(crate) type BuildFn<S> = fn(&S, &[(char, DType)]) -> Result<DynKernelFn>;
+
+/// A kernel compiled from source (`S`: [`ElementwiseSpec`](crate::params::ElementwiseSpec)
+/// or [`ReductionSpec`](crate::params::ReductionSpec)), one specialisation per
+/// combination of dtypes (and CUDA device), built on first use.
+pub struct SourceKernel<S> {
+    spec: Arc<S>,
+    signature: String,
+    opts: KernelOpts,
+    doc: String,
+    build: BuildFn<S>,
+    launcher: Arc<dyn Launcher>,
+    specs: Arc<Specialisations>,
+    cuda_specs: Arc<CudaSpecialisations>,
+}
+
+impl<S> Clone for SourceKernel<S> {
+    fn clone(&self) -> Self {
+        SourceKernel {
+            spec: self.spec.clone(),
+            signature: self.signature.clone(),
+            opts: self.opts,
+            doc: self.doc.clone(),
+            build: self.build,
+            launcher: self.launcher.clone(),
+            specs: self.specs.clone(),
+            cuda_specs: self.cuda_specs.clone(),
+        }
+    }
+}
+
+impl<S: Spec> std::fmt::Debug for SourceKernel<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(S::KIND).field("signature", &self.signature).finish()
+    }
+}
+
+impl<S: Spec + Send + Sync + 'static> SourceKernel<S> {
+    /// The kernel of a checked spec: `build` makes its CPU specialisations;
+    /// nothing is compiled until a call needs it.
+    pub(crate) fn from_spec(spec: S, build: BuildFn<S>, opts: KernelOpts, doc: String) -> Result<Self>
+    where
+        S: Launcher,
+    {
+        let signature = spec.signature();
+        // The derived signature must be one the registry accepts (a bug here, not the user's).
+        Signature::parse(&signature)
+            .map_err(|e| Error::Runtime(format!("{} {}: derived signature `{signature}`: {e}", S::KIND, spec.name())))?;
+        let spec = Arc::new(spec);
+        Ok(SourceKernel {
+            launcher: spec.clone(),
+            spec,
+            signature,
+            opts,
+            doc,
+            build,
+            specs: Arc::new(Specialisations::default()),
+            cuda_specs: Arc::new(Specialisations::default()),
+        })
+    }
+
+    /// The checked parameters and texts.
+    pub fn spec(&self) -> &S {
+        &self.spec
+    }
+
+    /// The registry signature derived from the parameters.
+    pub fn signature(&self) -> &str {
+        &self.signature
+    }
+
+    /// The kernel's name.
+    pub fn name(&self) -> &str {
+        self.spec.name()
+    }
+
+    /// How many CPU specialisations it has built or loaded so far.
+    pub fn specialisations(&self) -> usize {
+        self.specs.built()
+    }
+
+    /// How many CUDA specialisations (dtypes and device) it has compiled and loaded so far.
+    pub fn cuda_specialisations(&self) -> usize {
+        self.cuda_specs.built()
+    }
+
+    /// The definitions [`register`](Self::register) registers: the CPU one
+    /// ([`def`](Self::def)) and the CUDA one ([`cuda_def`](Self::cuda_def)),
+    /// with the same signature.
+    pub fn defs(&self) -> Vec<KernelDef> {
+        vec![self.def(), self.cuda_def()]
+    }
+
+    /// The CUDA definition: CUDA C generated for the call's dtypes, compiled
+    /// with NVRTC for the call's device on first use (see [`crate::cuda`]).
+    pub fn cuda_def(&self) -> KernelDef {
+        let imp = cuda_impl(S::KIND, self.name().to_owned(), self.spec.type_vars(), self.launcher.clone(), self.cuda_specs.clone());
+        KernelDef { device: DeviceType::CUDA, imp, ..self.def() }
+    }
+
+    /// The CPU definition: the specialisation for the call's dtypes, built
+    /// on first use.
+    pub fn def(&self) -> KernelDef {
+        let (spec, build) = (self.spec.clone(), self.build);
+        let imp = specialising(self.name(), self.spec.type_vars(), self.specs.clone(), move |bind| build(&spec, bind));
+        KernelDef {
+            signature: self.signature.clone(),
+            device: DeviceType::CPU,
+            imp,
+            opts: self.opts,
+            origin: format!("{ORIGIN_PREFIX} ({})", S::KIND),
+            doc: self.doc.clone(),
+        }
+    }
+
+    /// Registers the kernel under its name, on the CPU and on CUDA
+    /// ([`defs`](Self::defs)), replacing an earlier kernel compiled from
+    /// source under that name (any other kernel of that name is a conflict),
+    /// and returns it.
+    pub fn register(&self, registry: &Registry) -> Result<Arc<Kernel>> {
+        registry.register_replacing(self.defs(), replaceable)
+    }
+}
