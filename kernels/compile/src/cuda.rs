@@ -135,9 +135,6 @@ impl CudaSource {
     }
 }
 
-/// Lines of NVRTC's output an explanation quotes.
-const MAX_DIAG_LINES: usize = 40;
-
 /// NVRTC's diagnostics about the user's text (`operation(2): error: ...`,
 /// followed by the line and a caret) as `operation line 2: error: ...` with
 /// the user's line and NVRTC's caret, each once, then NVRTC's own output
@@ -176,17 +173,7 @@ pub fn explain(what: &str, version: &str, diag: &str, user: &[(&str, &str)]) -> 
             }
         }
     }
-    if seen.is_empty() {
-        msg.push_str(" (no diagnostic points into the kernel's own text; the generated code failed to compile)");
-    }
-    msg.push_str("\nNVRTC output:");
-    for l in lines.iter().take(MAX_DIAG_LINES) {
-        msg.push_str("\n  ");
-        msg.push_str(l);
-    }
-    if lines.len() > MAX_DIAG_LINES {
-        msg.push_str(&format!("\n  ... ({} more lines)", lines.len() - MAX_DIAG_LINES));
-    }
+    crate::toolchain::finish_explanation(&mut msg, !seen.is_empty(), "NVRTC output", &lines);
     msg
 }
 

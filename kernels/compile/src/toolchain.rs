@@ -265,7 +265,7 @@ fn which(program: &str) -> Option<PathBuf> {
 }
 
 /// Most diagnostic lines an error carries.
-const MAX_DIAG_LINES: usize = 40;
+pub(crate) const MAX_DIAG_LINES: usize = 40;
 
 /// The error text of a failed compilation: every diagnostic the compiler gave
 /// about the user's text (`operation:1:9: error: ...`) as `operation line 1,
@@ -293,11 +293,19 @@ pub fn explain(what: &str, version: &str, diag: &str, user: &[(&str, &str)]) -> 
             msg.push_str(&format!("\n    {src}\n    {}^", " ".repeat(src.chars().take(c.saturating_sub(1)).count())));
         }
     }
-    if mapped == 0 {
+    let lines: Vec<&str> = diag.lines().collect();
+    finish_explanation(&mut msg, mapped > 0, "compiler output", &lines);
+    msg
+}
+
+/// The end of a compile error's explanation, for the system compiler and
+/// NVRTC alike: a note when no diagnostic pointed into the user's text, then
+/// the compiler's own output under `label`, its first [`MAX_DIAG_LINES`] lines.
+pub(crate) fn finish_explanation(msg: &mut String, mapped: bool, label: &str, lines: &[&str]) {
+    if !mapped {
         msg.push_str(" (no diagnostic points into the kernel's own text; the generated code failed to compile)");
     }
-    let lines: Vec<&str> = diag.lines().collect();
-    msg.push_str("\ncompiler output:");
+    msg.push_str(&format!("\n{label}:"));
     for l in lines.iter().take(MAX_DIAG_LINES) {
         msg.push_str("\n  ");
         msg.push_str(l);
@@ -305,7 +313,6 @@ pub fn explain(what: &str, version: &str, diag: &str, user: &[(&str, &str)]) -> 
     if lines.len() > MAX_DIAG_LINES {
         msg.push_str(&format!("\n  ... ({} more lines)", lines.len() - MAX_DIAG_LINES));
     }
-    msg
 }
 
 /// What `-march=native` means on this machine, for cache keys: the CPU
