@@ -16,33 +16,24 @@ derived independently by the torch operators' fake implementation
 
 import argparse
 import os
-import time
 
 import numpy as np
 import torch
 
 import dlbridge
 import dlbridge.torch
+from dlbridge import _bench
 
 # --quick: one sample of one call per timing (the test command runs the demo so).
 QUICK = False
 
 
-def median_time(f, repeat=7, number=None):
+def median_time(f, number=None):
+    """Seconds per call of f(): the median of 7 samples (--quick: one sample of one
+    call), without a warm-up call (the checks have run each kernel already)."""
     if QUICK:
-        repeat, number = 1, 1
-    if number is None:  # aim for ~20 ms per sample
-        t0 = time.perf_counter()
-        f()
-        one = max(time.perf_counter() - t0, 1e-7)
-        number = max(1, min(10000, int(0.02 / one)))
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            f()
-        samples.append((time.perf_counter() - t0) / number)
-    return sorted(samples)[len(samples) // 2]
+        return _bench.median_time(f, 1, 1, warm_up=False)
+    return _bench.median_time(f, number, repeat=7, warm_up=False)
 
 
 def kernel_threads():

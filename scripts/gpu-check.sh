@@ -51,7 +51,7 @@ for line in sys.stdin:
     VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin build --release --quiet -o "$out/wheels"
     .venv/bin/python -m pip download --quiet --only-binary :all: --python-version 3.11 -d "$out/wheels" pytest
     mkdir -p "$out/python-tests"
-    for f in "${PY_TESTS[@]}"; do cp "python/tests/$f" "$out/python-tests/"; done
+    for f in conftest.py "${PY_TESTS[@]}"; do cp "python/tests/$f" "$out/python-tests/"; done
     cp python/bench/bench_cuda.py "$out/python-tests/"
     cp "$here/gpu-check.sh" "$out/"
     ls "$out/bin" "$out/wheels"

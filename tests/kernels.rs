@@ -24,16 +24,16 @@ fn close(a: &[f32], b: &[f32], tol: f32) {
     }
 }
 
+/// The facade's registry holds every built-in of the crates it links (the
+/// CPU crate's own test names them), and no registration of one is refused.
 #[test]
 fn builtins_register_without_problems() {
     let reg = dlbridge::registry();
     assert!(reg.problems().is_empty(), "{:?}", reg.problems());
-    let names: Vec<String> = reg.list().iter().map(|k| k.name().to_owned()).collect();
-    for n in
-        ["add", "sub", "mul", "div", "maximum", "axpy", "relu", "gelu", "sum", "mean", "sum_all", "mean_all", "softmax", "matmul", "copy"]
-    {
-        assert!(names.iter().any(|x| x == n), "{n} missing from {names:?}");
+    for k in reg.list() {
+        assert!(k.devices().any(|d| d == dlbridge::DeviceType::CPU), "{} has no CPU implementation", k.name());
     }
+    assert!(reg.list().len() >= 15, "{} kernels", reg.list().len());
 }
 
 #[test]
@@ -169,11 +169,11 @@ fn axpy_writes_in_place_and_refuses_shared_arrays() {
     let mut y = arr(&[10.0, 20.0, 30.0], &[3]);
     let k = get_kernel("axpy").unwrap();
     let ptr = y.data_ptr();
-    call(&k, &mut [ArrayArg::F64(0.5), ArrayArg::In(&x), ArrayArg::Mut(&mut y)]).unwrap();
+    call(&k, &mut [ArrayArg::f64(0.5), ArrayArg::In(&x), ArrayArg::Mut(&mut y)]).unwrap();
     assert_eq!(y.as_slice::<f32>().unwrap(), &[10.5, 21.0, 31.5]);
     assert_eq!(y.data_ptr(), ptr);
     let alias = y.clone();
-    let e = call(&k, &mut [ArrayArg::F64(0.5), ArrayArg::In(&x), ArrayArg::Mut(&mut y)]).unwrap_err();
+    let e = call(&k, &mut [ArrayArg::f64(0.5), ArrayArg::In(&x), ArrayArg::Mut(&mut y)]).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Buffer);
     assert_eq!(alias.as_slice::<f32>().unwrap(), &[10.5, 21.0, 31.5], "nothing written");
 }

@@ -7,22 +7,11 @@ run, read the ratios).
 """
 
 import gc
-import time
 
 import torch
 
 import dlbridge
-
-
-def median(f, number, repeat=9):
-    f()
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            f()
-        samples.append((time.perf_counter() - t0) / number)
-    return sorted(samples)[repeat // 2]
+from dlbridge._bench import median_time as median
 
 
 def row(label, ours, theirs=None, unit="ns"):

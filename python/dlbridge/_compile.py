@@ -117,7 +117,27 @@ def _zero_d(value: Any, dtype: str, like: Any) -> Any:
     return _dlbridge.full((), value, dtype)
 
 
-class ElementwiseKernel:
+class _SourceKernel:
+    """What CuPy's two kernel classes share: their parameters as given, and the
+    registered kernel compiled from them."""
+
+    def __init__(self, kernel: _dlbridge.Kernel, in_params: str, out_params: str, name: str, options: Sequence[str]) -> None:
+        self.in_params = in_params
+        self.out_params = out_params
+        self.name = name
+        self.options = tuple(options)
+        self.kernel: _dlbridge.Kernel = kernel
+
+    @property
+    def signature(self) -> str:
+        """The registry signature derived from the parameters."""
+        return self.kernel.signature
+
+    def __repr__(self) -> str:
+        return f"<dlbridge.{type(self).__name__} {self.kernel.signature}>"
+
+
+class ElementwiseKernel(_SourceKernel):
     """CuPy's ``ElementwiseKernel``: an elementwise operation compiled from C++ source.
 
     ``in_params`` / ``out_params``: comma-separated ``[raw] [mut] TYPE NAME``; ``TYPE`` is a
@@ -147,31 +167,18 @@ class ElementwiseKernel:
         after_loop: str = "",
         options: Sequence[str] = (),
     ) -> None:
-        self.in_params = in_params
-        self.out_params = out_params
+        kernel = _dlbridge.elementwise_kernel(in_params, out_params, operation, name, preamble, loop_prep, after_loop)
+        super().__init__(kernel, in_params, out_params, name, options)
         self.operation = operation
-        self.name = name
         self.preamble = preamble
         self.no_return = no_return
         self.return_tuple = return_tuple
-        self.options = tuple(options)
-        self.kernel: _dlbridge.Kernel = _dlbridge.elementwise_kernel(
-            in_params, out_params, operation, name, preamble, loop_prep, after_loop
-        )
         self._params = self.kernel.params
         self.nin = len(self._params)
         self.nout = len(self.kernel.outputs)
         self.nargs = self.nin + self.nout
         # Which inputs broadcast (may be given as scalars), and their type placeholder.
         self._scalar_ok = [any(str(d).startswith("*") for d in (p.dims or ())) for p in self._params]
-
-    @property
-    def signature(self) -> str:
-        """The registry signature derived from the parameters."""
-        return self.kernel.signature
-
-    def __repr__(self) -> str:
-        return f"<dlbridge.ElementwiseKernel {self.kernel.signature}>"
 
     def __call__(self, *args: Any, size: int | None = None, block_size: int | None = None, out: Any = None) -> Any:
         if size is not None:
@@ -283,7 +290,7 @@ def _empty(shape: tuple[int, ...], dtype: str, like: Any) -> Any:
     return _dlbridge.zeros(shape, dtype)
 
 
-class ReductionKernel:
+class ReductionKernel(_SourceKernel):
     """CuPy's ``ReductionKernel``: ``map_expr`` on each input element, ``reduce_expr``
     combining two values ``a`` and ``b`` from ``identity``, ``post_map_expr`` writing the
     outputs from the reduced ``a``; ``axis=`` and ``keepdims=`` at call time.
@@ -309,27 +316,16 @@ class ReductionKernel:
         preamble: str = "",
         options: Sequence[str] = (),
     ) -> None:
-        self.in_params = in_params
-        self.out_params = out_params
-        self.name = name
-        self.identity = identity
-        self.options = tuple(options)
-        self.kernel: _dlbridge.Kernel = _dlbridge.reduction_kernel(
+        kernel = _dlbridge.reduction_kernel(
             in_params, out_params, map_expr, reduce_expr, post_map_expr, identity, name, reduce_type, preamble
         )
+        super().__init__(kernel, in_params, out_params, name, options)
+        self.identity = identity
         _REDUCTIONS[name] = self.kernel.signature
         params = self.kernel.params
         self._outs = [p for p in params if p.mutable]
         self._ins = [p for p in params if not p.mutable]
         self.nin, self.nout = len(self._ins), len(self._outs)
-
-    @property
-    def signature(self) -> str:
-        """The registry signature derived from the parameters."""
-        return self.kernel.signature
-
-    def __repr__(self) -> str:
-        return f"<dlbridge.ReductionKernel {self.kernel.signature}>"
 
     def __call__(self, *args: Any, out: Any = None, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Any:
         if len(args) not in (self.nin, self.nin + self.nout):

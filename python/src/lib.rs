@@ -317,9 +317,9 @@ fn reduction_kernel(
     reduce_type: Option<&str>,
     preamble: &str,
 ) -> PyResult<PyKernel> {
-    use dlbridge::compile::{ReductionKernel, ReductionOptions};
-    let opts = ReductionOptions { reduce_type: reduce_type.map(str::to_owned), preamble: preamble.into() };
-    let k = ReductionKernel::new(in_params, out_params, map_expr, reduce_expr, post_map_expr, identity, name, opts).py_err()?;
+    use dlbridge::compile::{Reduction, ReductionKernel};
+    let r = Reduction { in_params, out_params, map_expr, reduce_expr, post_map_expr, identity, name, reduce_type, preamble };
+    let k = ReductionKernel::new(r).py_err()?;
     k.register(dlbridge::registry()).map(PyKernel::new).py_err()
 }
 
@@ -358,7 +358,7 @@ fn load_inline(
 #[pyfunction]
 fn compile_stats(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyDict>> {
     use std::sync::atomic::Ordering;
-    let c = dlbridge::compile::cache::LibraryCache::global();
+    let c = dlbridge::compile::LibraryCache::global();
     let d = pyo3::types::PyDict::new(py);
     d.set_item("compiled", c.stats.compiled.load(Ordering::Relaxed))?;
     d.set_item("disk_hits", c.stats.disk_hits.load(Ordering::Relaxed))?;

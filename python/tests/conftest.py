@@ -1,6 +1,7 @@
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -19,3 +20,51 @@ def c_plugin(tmp_path_factory):
         check=True,
     )
     return out
+
+
+def no_gpu_reason():
+    """Why the GPU tests cannot run here (they need a CUDA build of torch that sees a GPU,
+    and dlbridge's CUDA support), or None where they can."""
+    import torch
+
+    import dlbridge.cuda
+
+    if torch.cuda.is_available() and dlbridge.cuda.is_available():
+        return None
+    return f"no GPU: torch.cuda.is_available()={torch.cuda.is_available()}, dlbridge: {dlbridge.cuda.unavailable_reason()}"
+
+
+def on_threads(f, n):
+    """Calls ``f()`` on ``n`` threads at once; their results, once every thread is done.
+    An exception on any thread fails the test, naming every one."""
+    results, errors = [], []
+
+    def run():
+        try:
+            results.append(f())
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    return results
+
+
+def cupy_l2norm(name):
+    """CuPy's ReductionKernel example (its user guide, "User-Defined Kernels"), as written,
+    registered under ``name``."""
+    import dlbridge
+
+    return dlbridge.ReductionKernel(
+        "T x",  # input params
+        "T y",  # output params
+        "x * x",  # map
+        "a + b",  # reduce
+        "y = sqrt(a)",  # post-reduction map
+        "0",  # identity value
+        name,  # kernel name
+    )

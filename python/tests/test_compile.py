@@ -7,12 +7,13 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 
 import numpy as np
 import pytest
 
 import dlbridge
+
+from conftest import cupy_l2norm, on_threads
 
 torch = pytest.importorskip("torch")
 
@@ -110,16 +111,36 @@ def test_a_compile_error_names_the_line_and_column_of_the_operation():
     assert "z = t * undefined_name;\n            ^" in msg, msg
 
 
-def test_return_in_an_operation_is_refused():
-    with pytest.raises(ValueError, match="use `continue`"):
-        dlbridge.ElementwiseKernel("T x", "T z", "z = x; if (x > 0) return; z = -1", "uses_return")
+# Source text refused at construction, each with an error that says why: an early `return`,
+# an unknown type, a reserved name, and a fragment that would leave its place in the
+# generated code (a `}` would end the generated function and put the rest at file scope; an
+# open comment or `#if 0` would swallow the generated code after it).
+REFUSED = [
+    pytest.param(lambda: dlbridge.ElementwiseKernel("T x", "T z", "z = x; if (x > 0) return; z = -1", "uses_return"),
+                 "use `continue`", id="return-in-an-operation"),
+    pytest.param(lambda: dlbridge.ElementwiseKernel("T x", "T y", "y = x; return", "return_for_real"),
+                 "uses `return`", id="return-at-the-end"),
+    pytest.param(lambda: dlbridge.ElementwiseKernel("float33 x", "float32 z", "z = x", "bad_type"),
+                 "float33", id="unknown-type"),
+    pytest.param(lambda: dlbridge.ElementwiseKernel("T i", "T z", "z = i", "reserved_name"),
+                 "i", id="reserved-name"),
+    pytest.param(lambda: dlbridge.ElementwiseKernel("T x", "T y", "y = x; } void evil() { int z = 0", "escape_brace"),
+                 "operation closes a `}` on line 1 that it did not open", id="closing-brace"),
+    pytest.param(lambda: dlbridge.ElementwiseKernel("T x", "T y", "y = x", "escape_if", preamble="#if 0"),
+                 "preamble leaves the `#if` of line 1 open", id="open-if"),
+    pytest.param(lambda: dlbridge.ElementwiseKernel("T x", "T y", "y = x; /*", "escape_comment"),
+                 "operation leaves a `/\\*` comment open", id="open-comment"),
+    pytest.param(lambda: dlbridge.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0), evil(", "escape_identity"),
+                 "identity closes a `\\)`", id="identity-closing-parenthesis"),
+    pytest.param(lambda: dlbridge.ElementwiseKernel("T x", "T y", "y = x", "macro_i", preamble="#define i 0"),
+                 "preamble \\(re\\)defines the macro `i`", id="macro-i"),
+]
 
 
-def test_bad_parameter_text_is_refused_at_construction():
-    with pytest.raises(ValueError, match="float33"):
-        dlbridge.ElementwiseKernel("float33 x", "float32 z", "z = x", "bad_type")
-    with pytest.raises(ValueError, match="i"):
-        dlbridge.ElementwiseKernel("T i", "T z", "z = i", "reserved_name")
+@pytest.mark.parametrize("make, error", REFUSED)
+def test_bad_source_text_is_refused_at_construction(make, error):
+    with pytest.raises(ValueError, match=error):
+        make()
 
 
 def test_the_kernel_is_registered_for_every_caller():
@@ -163,20 +184,7 @@ def test_a_fused_tanh_gelu_matches_torchs_and_math_functions_vectorise_correctly
 def test_concurrent_first_use_from_threads_compiles_once():
     k = dlbridge.ElementwiseKernel("T x", "T y", "y = x + 7", "concurrent_first")
     x = np.arange(100, dtype=np.int16)
-    results, errors = [], []
-
-    def run():
-        try:
-            results.append(k(x))
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=run) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    results = on_threads(lambda: k(x), 8)
     assert len(results) == 8
     for r in results:
         np.testing.assert_array_equal(r, x + 7)
@@ -240,15 +248,7 @@ def test_a_library_planted_in_the_cache_never_runs_its_constructor(tmp_path):
 
 
 def test_cupy_l2norm_reduction_along_an_axis():
-    l2norm_kernel = dlbridge.ReductionKernel(
-        "T x",  # input params
-        "T y",  # output params
-        "x * x",  # map
-        "a + b",  # reduce
-        "y = sqrt(a)",  # post-reduction map
-        "0",  # identity value
-        "l2norm",  # kernel name
-    )
+    l2norm_kernel = cupy_l2norm("l2norm")
     x = np.arange(10, dtype=np.float32).reshape(2, 5)
     got = l2norm_kernel(x, axis=1)
     assert isinstance(got, np.ndarray) and got.dtype == np.float32 and got.shape == (2,)
@@ -315,24 +315,9 @@ def test_break_or_continue_at_the_top_level_ends_one_element_only():
 def test_return_in_a_comment_is_not_refused():
     k = dlbridge.ElementwiseKernel("T x", "T y", "y = x; // no early return here\n/* return */", "return_in_comment")
     np.testing.assert_array_equal(k(np.arange(3.0)), np.arange(3.0))
-    with pytest.raises(ValueError, match="uses `return`"):
-        dlbridge.ElementwiseKernel("T x", "T y", "y = x; return", "return_for_real")
 
 
-def test_a_fragment_cannot_leave_its_place_in_the_generated_code():
-    # A `}` would end the generated function and put the rest at file scope; an open
-    # comment or `#if 0` would swallow the generated code after it.
-    with pytest.raises(ValueError, match="operation closes a `}` on line 1 that it did not open"):
-        dlbridge.ElementwiseKernel("T x", "T y", "y = x; } void evil() { int z = 0", "escape_brace")
-    with pytest.raises(ValueError, match="preamble leaves the `#if` of line 1 open"):
-        dlbridge.ElementwiseKernel("T x", "T y", "y = x", "escape_if", preamble="#if 0")
-    with pytest.raises(ValueError, match="operation leaves a `/\\*` comment open"):
-        dlbridge.ElementwiseKernel("T x", "T y", "y = x; /*", "escape_comment")
-    with pytest.raises(ValueError, match="identity closes a `\\)`"):
-        dlbridge.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0), evil(", "escape_identity")
-    with pytest.raises(ValueError, match="preamble \\(re\\)defines the macro `i`"):
-        dlbridge.ElementwiseKernel("T x", "T y", "y = x", "macro_i", preamble="#define i 0")
-    # Macros that keep to themselves are fine.
+def test_a_preamble_macro_that_keeps_to_itself_is_fine():
     k = dlbridge.ElementwiseKernel("T x", "T y", "y = SQ(x)", "macro_ok", preamble="#define SQ(v) ((v) * (v))")
     np.testing.assert_array_equal(k(np.arange(3.0)), [0.0, 1.0, 4.0])
 

@@ -11,16 +11,13 @@ from __future__ import annotations
 import pytest
 
 import dlbridge
-import dlbridge.cuda
+
+from conftest import cupy_l2norm, no_gpu_reason
 
 torch = pytest.importorskip("torch")
 
-GPU = torch.cuda.is_available() and dlbridge.cuda.is_available()
-NO_GPU_REASON = (
-    f"no GPU: torch.cuda.is_available()={torch.cuda.is_available()}, "
-    f"dlbridge: {dlbridge.cuda.unavailable_reason()}"
-)
-pytestmark = pytest.mark.skipif(not GPU, reason=NO_GPU_REASON)
+NO_GPU = no_gpu_reason()
+pytestmark = pytest.mark.skipif(NO_GPU is not None, reason=str(NO_GPU))
 
 
 def _cuda(*shape, dtype=None, seed=0):
@@ -142,15 +139,7 @@ def test_float16_and_bfloat16_run_on_cuda_and_complex_is_a_type_error():
 
 
 def test_l2norm_over_axis_1_matches_torch():
-    l2norm_kernel = dlbridge.ReductionKernel(
-        "T x",  # input params
-        "T y",  # output params
-        "x * x",  # map
-        "a + b",  # reduce
-        "y = sqrt(a)",  # post-reduction map
-        "0",  # identity value
-        "l2norm_cuda",  # kernel name
-    )
+    l2norm_kernel = cupy_l2norm("l2norm_cuda")
     x = torch.arange(10, dtype=torch.float32, device="cuda").reshape(2, 5)
     y = l2norm_kernel(x, axis=1)
     assert y.device == x.device and y.shape == (2,)

@@ -8,6 +8,8 @@ where a skip counts as a failure).
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 import dlbridge
@@ -15,14 +17,12 @@ import dlbridge.cuda
 from dlbridge import _capsules as caps
 from dlbridge import _dlbridge
 
+from conftest import no_gpu_reason
+
 torch = pytest.importorskip("torch")
 
-GPU = torch.cuda.is_available() and dlbridge.cuda.is_available()
-NO_GPU_REASON = (
-    f"no GPU: torch.cuda.is_available()={torch.cuda.is_available()}, "
-    f"dlbridge: {dlbridge.cuda.unavailable_reason()}"
-)
-needs_gpu = pytest.mark.skipif(not GPU, reason=NO_GPU_REASON)
+NO_GPU = no_gpu_reason()
+needs_gpu = pytest.mark.skipif(NO_GPU is not None, reason=str(NO_GPU))
 
 
 def test_status_says_whether_cuda_is_usable_and_why_not():
@@ -53,7 +53,7 @@ def _fake_cuda_producer():
     )
 
 
-@pytest.mark.skipif(GPU, reason="checks the error on a machine without a CUDA driver; this one has a GPU")
+@pytest.mark.skipif(NO_GPU is None, reason="checks the error on a machine without a CUDA driver; this one has a GPU")
 def test_a_cuda_tensor_without_a_driver_is_an_error_that_says_why():
     a, b, out = _fake_cuda_producer(), _fake_cuda_producer(), _fake_cuda_producer()
     with pytest.raises(Exception) as e:
@@ -246,8 +246,19 @@ extern "C" __global__ void slow_fill(const T* x, double v, T* y, long long n) {
 }"""
 
 
+@functools.cache
 def _slow_fill():
+    # Made once and kept: its module stays loaded while a fill it queued still runs.
     return dlbridge.cuda.RawKernel(SLOW_FILL, "slow_fill", "slow_fill<T: f32>(x: T[N], v: f64) -> (y: T[N])")
+
+
+def _filled_slowly(n, value):
+    """A new CUDA array of ``n`` f32 ``value``s, written by a kernel queued on the legacy
+    stream that takes ~50 ms."""
+    fill = _slow_fill()
+    a = dlbridge.from_dlpack(torch.zeros(n, device="cuda"))
+    torch.cuda.synchronize()
+    return fill(a, value)
 
 
 @needs_gpu
@@ -345,11 +356,8 @@ def test_stream_arguments_order_with_exactly_one_event_across_streams():
 
 @needs_gpu
 def test_a_consumer_on_a_side_stream_sees_work_queued_on_the_legacy_stream():
-    fill = _slow_fill()
     n = 1 << 20
-    a = dlbridge.from_dlpack(torch.zeros(n, device="cuda"))
-    torch.cuda.synchronize()
-    y = fill(a, 7.0)  # queued on the legacy stream, ~50 ms
+    y = _filled_slowly(n, 7.0)  # queued on the legacy stream, ~50 ms
     assert y.device == "cuda:0"
     s = torch.cuda.Stream()  # a non-blocking stream: no implicit order with the legacy one
     with torch.cuda.stream(s):
@@ -361,11 +369,8 @@ def test_a_consumer_on_a_side_stream_sees_work_queued_on_the_legacy_stream():
 
 @needs_gpu
 def test_a_call_on_a_side_stream_waits_for_a_cuda_array_and_it_for_the_call():
-    fill = _slow_fill()
     n = 1 << 20
-    a = dlbridge.from_dlpack(torch.zeros(n, device="cuda"))
-    torch.cuda.synchronize()
-    y = fill(a, 3.0)  # legacy stream, ~50 ms
+    y = _filled_slowly(n, 3.0)  # legacy stream, ~50 ms
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
         x = torch.ones(n, device="cuda")

@@ -11,6 +11,8 @@ import torch
 import dlbridge
 from dlbridge import _dlbridge
 
+from conftest import on_threads
+
 
 def test_torch_and_numpy_take_an_array_with_zero_copies():
     a = dlbridge.arange(6, "f32")
@@ -94,21 +96,12 @@ def test_buffer_protocol_of_strided_arrays_and_unsupported_dtypes():
 def test_many_threads_calling_kernels_concurrently():
     a = torch.rand(200, 200)
     expect = a @ a
-    errors = []
 
     def work():
-        try:
-            for _ in range(5):
-                torch.testing.assert_close(dlbridge.get_kernel("matmul")(a, a), expect, rtol=1e-4, atol=1e-4)
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        for _ in range(5):
+            torch.testing.assert_close(dlbridge.get_kernel("matmul")(a, a), expect, rtol=1e-4, atol=1e-4)
 
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    on_threads(work, 4)
 
 
 def test_the_gil_is_released_while_a_large_kernel_runs():

@@ -2,8 +2,8 @@
 //! layer: outputs are allocated as Arrays ([`ArrayAllocator`]) from the shapes
 //! the signature gives, or written into the Arrays you pass.
 
-use dlbridge_registry::binding::{Adapter, ArrayAllocator, Operand, Scalar};
-use dlbridge_registry::signature::ScalarKind;
+use dlbridge_registry::binding::{Adapter, ArrayAllocator, Operand};
+use dlbridge_registry::signature::{Scalar, ScalarKind};
 
 use crate::{Array, Error, Kernel, Result, TensorView, TensorViewMut};
 
@@ -15,12 +15,14 @@ pub enum ArrayArg<'r> {
     In(&'r Array),
     /// Tensor written in place (must be unshared and writable).
     Mut(&'r mut Array),
-    /// f64 scalar.
-    F64(f64),
-    /// i64 scalar.
-    I64(i64),
-    /// bool scalar.
-    Bool(bool),
+    /// A scalar (`ArrayArg::f64(0.5)`, or `Scalar::F64(0.5).into()`).
+    Scalar(Scalar),
+}
+
+impl From<Scalar> for ArrayArg<'_> {
+    fn from(s: Scalar) -> Self {
+        ArrayArg::Scalar(s)
+    }
 }
 
 /// An Array argument, borrowed for the call.
@@ -60,14 +62,25 @@ impl Operand for ArrayRef<'_> {
 }
 
 impl<'r> ArrayArg<'r> {
+    /// An `f64` scalar argument.
+    pub const fn f64(x: f64) -> Self {
+        ArrayArg::Scalar(Scalar::F64(x))
+    }
+    /// An `i64` scalar argument.
+    pub const fn i64(x: i64) -> Self {
+        ArrayArg::Scalar(Scalar::I64(x))
+    }
+    /// A `bool` scalar argument.
+    pub const fn bool(x: bool) -> Self {
+        ArrayArg::Scalar(Scalar::Bool(x))
+    }
+
     /// The same argument, borrowed for a shorter time.
     pub fn reborrow(&mut self) -> ArrayArg<'_> {
         match self {
             ArrayArg::In(a) => ArrayArg::In(a),
             ArrayArg::Mut(a) => ArrayArg::Mut(a),
-            ArrayArg::F64(x) => ArrayArg::F64(*x),
-            ArrayArg::I64(x) => ArrayArg::I64(*x),
-            ArrayArg::Bool(x) => ArrayArg::Bool(*x),
+            ArrayArg::Scalar(s) => ArrayArg::Scalar(*s),
         }
     }
 }
@@ -95,9 +108,7 @@ impl Adapter for Arrays {
 
     fn scalar(&mut self, value: ArrayArg<'_>, kind: ScalarKind) -> Result<Scalar> {
         match value {
-            ArrayArg::F64(x) => Ok(Scalar::F64(x)),
-            ArrayArg::I64(x) => Ok(Scalar::I64(x)),
-            ArrayArg::Bool(x) => Ok(Scalar::Bool(x)),
+            ArrayArg::Scalar(s) => Ok(s),
             other => Err(Error::InvalidArgument(format!("expected a {kind} scalar but got {}", describe(&other)))),
         }
     }
@@ -111,9 +122,7 @@ fn describe(a: &ArrayArg<'_>) -> String {
     match a {
         ArrayArg::In(x) => format!("a {} Array of shape {:?}", x.dtype(), x.shape()),
         ArrayArg::Mut(x) => format!("a writable {} Array of shape {:?}", x.dtype(), x.shape()),
-        ArrayArg::F64(x) => format!("f64 {x}"),
-        ArrayArg::I64(x) => format!("i64 {x}"),
-        ArrayArg::Bool(x) => format!("bool {x}"),
+        ArrayArg::Scalar(s) => s.to_string(),
     }
 }
 

@@ -22,7 +22,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use dlbridge_array::{Array, Scalar};
+use dlbridge_array::{Array, Item};
 use dlbridge_core::layout::{is_contiguous, is_f_contiguous};
 use dlbridge_core::view::try_vec_with_capacity;
 use dlbridge_core::{DType, Flags, ManagedTensor};
@@ -84,15 +84,15 @@ fn owned(py: Python<'_>, ptr: *mut ffi::PyObject) -> PyResult<Bound<'_, PyAny>> 
     unsafe { Bound::from_owned_ptr_or_err(py, ptr) }
 }
 
-fn scalar_to_py(py: Python<'_>, s: Scalar) -> PyResult<Bound<'_, PyAny>> {
+fn item_to_py(py: Python<'_>, s: Item) -> PyResult<Bound<'_, PyAny>> {
     // SAFETY: each arm calls a plain CPython constructor, with the GIL held (`py`).
     let ptr = unsafe {
         match s {
-            Scalar::Bool(b) => ffi::PyBool_FromLong(std::ffi::c_long::from(b)),
-            Scalar::Int(i) => ffi::PyLong_FromLongLong(i),
-            Scalar::UInt(u) => ffi::PyLong_FromUnsignedLongLong(u),
-            Scalar::Float(f) => ffi::PyFloat_FromDouble(f),
-            Scalar::Complex(re, im) => ffi::PyComplex_FromDoubles(re, im),
+            Item::Bool(b) => ffi::PyBool_FromLong(std::ffi::c_long::from(b)),
+            Item::Int(i) => ffi::PyLong_FromLongLong(i),
+            Item::UInt(u) => ffi::PyLong_FromUnsignedLongLong(u),
+            Item::Float(f) => ffi::PyFloat_FromDouble(f),
+            Item::Complex(re, im) => ffi::PyComplex_FromDoubles(re, im),
         }
     };
     owned(py, ptr)
@@ -436,12 +436,12 @@ impl PyArray {
         } else {
             &*self.inner
         };
-        let scalars = a.scalars().py_err()?;
+        let scalars = a.items().py_err()?;
         // One slot per element, reserved fallibly before any Python object is made
         // (a broadcast array of 2^46 elements is a MemoryError here, not an abort).
         let mut leaves: Vec<Bound<'py, PyAny>> = try_vec_with_capacity(a.numel(), "tolist").py_err()?;
         for s in scalars {
-            leaves.push(scalar_to_py(py, s.py_err()?)?);
+            leaves.push(item_to_py(py, s.py_err()?)?);
         }
         nest(py, a.shape(), &mut leaves.into_iter())
     }

@@ -17,7 +17,7 @@
 //! anything is allocated.
 //!
 //! Dtypes: every DLPack dtype for storage and DLPack exchange; typed access
-//! (`as_slice`, `to_vec`) for the [`Element`] types; [`Array::scalars`] reads
+//! (`as_slice`, `to_vec`) for the [`Element`] types; [`Array::items`] reads
 //! every single-lane dtype (float8/6/4, sub-byte integers, complex, bool) as
 //! plain values. Devices: arrays made here are in host memory; an imported
 //! tensor may be on any device (a CUDA tensor is held, viewed and exported
@@ -35,9 +35,9 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+mod item;
 #[allow(unsafe_code)]
 mod raw;
-mod scalar;
 
 use std::fmt;
 use std::sync::Arc;
@@ -46,9 +46,9 @@ use dlbridge_core::layout::{Extent, MAX_NDIM, check_layout, check_permutation, c
 use dlbridge_core::{DType, DTypeCode, Device, Element, Error, Flags, ManagedTensor, Result, TensorDesc, TensorView, TensorViewMut};
 use smallvec::SmallVec;
 
+pub use item::{Item, Items};
 pub use raw::ALIGN;
 use raw::{AlignedBuf, Storage};
-pub use scalar::{Scalar, Scalars};
 
 type Dims = SmallVec<[i64; 6]>;
 
@@ -184,30 +184,48 @@ impl Array {
 
     /// `0, 1, .., n-1` as a 1-d array of any integer or float dtype.
     pub fn arange(n: i64, dtype: DType) -> Result<Array> {
-        let mut a = Array::zeros(dtype, &[n])?;
+        if dtype.lanes() != 1 || !matches!(dtype.code(), DTypeCode::Int | DTypeCode::UInt | DTypeCode::Float | DTypeCode::BFloat) {
+            return Err(Error::DTypeMismatch { expected: "an integer or float dtype".into(), got: dtype }.context("arange"));
+        }
+        Array::from_fn(dtype, &[n], |i| i as f64)
+    }
+
+    /// A contiguous array whose element `i` (row-major) holds `f(i)`, converted
+    /// as Rust's `as` converts: integers truncate and saturate, bool is
+    /// `f(i) != 0`, complex is `f(i) + 0i`. Any dtype with a Rust element type
+    /// (the [`DType`] constants); others are a Type error naming the dtype.
+    pub fn from_fn(dtype: DType, shape: &[i64], f: impl Fn(usize) -> f64) -> Result<Array> {
+        use dlbridge_core::half::{bf16, f16};
+        use dlbridge_core::num_complex::Complex;
+        if dtype == DType::BOOL {
+            // One byte per element, 0 or 1 (bool is no `Element`: written as bytes).
+            return Array::filled(dtype, shape, |bytes| bytes.iter_mut().enumerate().for_each(|(i, b)| *b = u8::from(f(i) != 0.0)));
+        }
+        let mut a = Array::zeros(dtype, shape)?;
         macro_rules! fill {
             ($t:ty, $conv:expr) => {{
                 let conv = $conv;
-                for (i, x) in a.as_slice_mut::<$t>()?.iter_mut().enumerate() {
-                    *x = conv(i);
-                }
+                a.as_slice_mut::<$t>()?.iter_mut().enumerate().for_each(|(i, x)| *x = conv(f(i)));
             }};
         }
-        match (dtype.code(), dtype.bits(), dtype.lanes()) {
-            (_, _, l) if l != 1 => return Err(Error::InvalidArgument(format!("arange: {dtype} has {l} lanes"))),
-            (DTypeCode::Int, 8, _) => fill!(i8, |i| i as i8),
-            (DTypeCode::Int, 16, _) => fill!(i16, |i| i as i16),
-            (DTypeCode::Int, 32, _) => fill!(i32, |i| i as i32),
-            (DTypeCode::Int, 64, _) => fill!(i64, |i| i as i64),
-            (DTypeCode::UInt, 8, _) => fill!(u8, |i| i as u8),
-            (DTypeCode::UInt, 16, _) => fill!(u16, |i| i as u16),
-            (DTypeCode::UInt, 32, _) => fill!(u32, |i| i as u32),
-            (DTypeCode::UInt, 64, _) => fill!(u64, |i| i as u64),
-            (DTypeCode::Float, 16, _) => fill!(dlbridge_core::half::f16, |i| dlbridge_core::half::f16::from_f64(i as f64)),
-            (DTypeCode::Float, 32, _) => fill!(f32, |i| i as f32),
-            (DTypeCode::Float, 64, _) => fill!(f64, |i| i as f64),
-            (DTypeCode::BFloat, 16, _) => fill!(dlbridge_core::half::bf16, |i| dlbridge_core::half::bf16::from_f64(i as f64)),
-            _ => return Err(Error::DTypeMismatch { expected: "an integer or float dtype".into(), got: dtype }.context("arange")),
+        match dtype {
+            DType::I8 => fill!(i8, |x| x as i8),
+            DType::I16 => fill!(i16, |x| x as i16),
+            DType::I32 => fill!(i32, |x| x as i32),
+            DType::I64 => fill!(i64, |x| x as i64),
+            DType::U8 => fill!(u8, |x| x as u8),
+            DType::U16 => fill!(u16, |x| x as u16),
+            DType::U32 => fill!(u32, |x| x as u32),
+            DType::U64 => fill!(u64, |x| x as u64),
+            DType::F16 => fill!(f16, f16::from_f64),
+            DType::BF16 => fill!(bf16, bf16::from_f64),
+            DType::F32 => fill!(f32, |x| x as f32),
+            DType::F64 => fill!(f64, |x| x),
+            DType::C64 => fill!(Complex<f32>, |x| Complex::new(x as f32, 0.0)),
+            DType::C128 => fill!(Complex<f64>, |x| Complex::new(x, 0.0)),
+            other => {
+                return Err(Error::DTypeMismatch { expected: "a dtype with a Rust element type".into(), got: other }.context("from_fn"));
+            }
         }
         Ok(a)
     }
@@ -327,13 +345,13 @@ impl Array {
         self.view().to_vec::<T>()
     }
 
-    /// Every element in row-major logical order as a [`Scalar`], for any
+    /// Every element in row-major logical order as an [`Item`] (NumPy's `item()` of each), for any
     /// single-lane dtype: bool, integers of every width (sub-byte too), f16,
     /// bf16, f32, f64, complex, and the float8/6/4 families (decoded exactly to
     /// f64). Vector (multi-lane) and opaque-handle dtypes are a Type error
     /// naming the dtype.
-    pub fn scalars(&self) -> Result<Scalars<'_>> {
-        Scalars::new(&self.view())
+    pub fn items(&self) -> Result<Items<'_>> {
+        Items::new(&self.view())
     }
 
     /// Swaps two dimensions (a view: shares memory), as NumPy's `swapaxes` and
@@ -475,7 +493,7 @@ impl Array {
     /// owner alive and the deleter runs when the last handle drops; READ_ONLY
     /// stays read-only. Memory of any device is held (a CUDA tensor included):
     /// views, exports and kernel calls work on it, and everything that reads
-    /// the elements on the host (`as_slice`, `to_vec`, `scalars`, `contiguous`)
+    /// the elements on the host (`as_slice`, `to_vec`, `items`, `contiguous`)
     /// is an [`Error::UnsupportedDevice`] naming the device for memory the host
     /// cannot read.
     pub fn from_managed(tensor: ManagedTensor) -> Result<Array> {

@@ -33,6 +33,23 @@ fn arange_fills_every_numeric_dtype() {
 }
 
 #[test]
+fn from_fn_fills_every_dtype_with_rust_as_conversions() {
+    use dlbridge_array::Item;
+    let f = |i: usize| [-1.5, 0.0, 2.75, 300.0][i];
+    let read = |d: DType| Array::from_fn(d, &[2, 2], f).unwrap().items().unwrap().collect::<Result<Vec<_>, _>>().unwrap();
+    assert_eq!(read(DType::I8), [-1, 0, 2, 127].map(Item::Int), "truncating, saturating");
+    assert_eq!(read(DType::U8), [0, 0, 2, 255].map(Item::UInt), "negative saturates to 0");
+    assert_eq!(read(DType::I64), [-1, 0, 2, 300].map(Item::Int));
+    assert_eq!(read(DType::F32), [-1.5, 0.0, 2.75, 300.0].map(Item::Float));
+    assert_eq!(read(DType::F16), [-1.5, 0.0, 2.75, 300.0].map(Item::Float));
+    assert_eq!(read(DType::BF16), [-1.5, 0.0, 2.75, 300.0].map(Item::Float));
+    assert_eq!(read(DType::C128), [(-1.5, 0.0), (0.0, 0.0), (2.75, 0.0), (300.0, 0.0)].map(|(r, i)| Item::Complex(r, i)));
+    assert_eq!(read(DType::BOOL), [true, false, true, true].map(Item::Bool));
+    let e = Array::from_fn("float8_e4m3fn".parse().unwrap(), &[2], f).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Type, "{e}");
+}
+
+#[test]
 fn transpose_shares_memory_and_reads_in_logical_order() {
     let a = Array::from_slice(&[0i32, 1, 2, 3, 4, 5], &[2, 3]).unwrap();
     let t = a.t().unwrap();
@@ -159,7 +176,7 @@ fn device_memory_is_held_with_zero_copies_and_never_read_on_the_host() {
     assert_eq!((back.device(), back.view().data_ptr().cast::<u8>()), (Device::cuda(0), data));
     drop(back);
     // Every host read is refused, naming the device.
-    for e in [a.to_vec::<f32>().unwrap_err(), a.contiguous().unwrap_err(), a.scalars().err().unwrap(), a.as_slice::<f32>().unwrap_err()] {
+    for e in [a.to_vec::<f32>().unwrap_err(), a.contiguous().unwrap_err(), a.items().err().unwrap(), a.as_slice::<f32>().unwrap_err()] {
         assert_eq!(e.kind(), ErrorKind::Buffer, "{e}");
         assert!(e.to_string().contains("cuda:0"), "{e}");
     }

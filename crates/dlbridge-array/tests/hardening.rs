@@ -1,7 +1,7 @@
 //! Allocation failures are errors, constructors refuse what the validator
 //! refuses, and every single-lane dtype reads back as plain scalars.
 
-use dlbridge_array::{Array, Scalar};
+use dlbridge_array::{Array, Item};
 use dlbridge_core::num_complex::Complex;
 use dlbridge_core::testing::{Fields, ForeignTensor};
 use dlbridge_core::{DType, ErrorKind, Flags, ManagedTensor};
@@ -24,15 +24,15 @@ fn broadcast_fields(shape: &[i64]) -> Fields {
     }
 }
 
-fn values(a: &Array) -> Vec<Scalar> {
-    a.scalars().unwrap().collect::<Result<_, _>>().unwrap()
+fn values(a: &Array) -> Vec<Item> {
+    a.items().unwrap().collect::<Result<_, _>>().unwrap()
 }
 
 fn floats(a: &Array) -> Vec<f64> {
     values(a)
         .into_iter()
         .map(|s| match s {
-            Scalar::Float(f) => f,
+            Item::Float(f) => f,
             other => panic!("expected a float, got {other:?}"),
         })
         .collect()
@@ -66,7 +66,7 @@ fn copies_of_a_broadcast_array_are_out_of_memory_errors() {
     assert_eq!(a.to_vec::<f32>().unwrap_err().kind(), ErrorKind::Memory);
     assert_eq!(a.view().to_vec::<f32>().unwrap_err().kind(), ErrorKind::Memory);
     // Reading one element at a time needs no allocation.
-    assert_eq!(a.scalars().unwrap().next().unwrap().unwrap(), Scalar::Float(0.0));
+    assert_eq!(a.items().unwrap().next().unwrap().unwrap(), Item::Float(0.0));
     drop(a);
     assert_eq!(foreign.deleter_calls(), 1);
 }
@@ -152,33 +152,33 @@ fn every_view_operation_keeps_the_validated_extent() {
 #[test]
 fn scalars_read_every_integer_width_and_bool() {
     let a = Array::from_slice(&[-3i8, 127], &[2]).unwrap();
-    assert_eq!(values(&a), vec![Scalar::Int(-3), Scalar::Int(127)]);
+    assert_eq!(values(&a), vec![Item::Int(-3), Item::Int(127)]);
     let a = Array::from_slice(&[u64::MAX, 0], &[2]).unwrap();
-    assert_eq!(values(&a), vec![Scalar::UInt(u64::MAX), Scalar::UInt(0)]);
+    assert_eq!(values(&a), vec![Item::UInt(u64::MAX), Item::UInt(0)]);
     let a = Array::from_slice(&[i64::MIN, -1], &[2]).unwrap();
-    assert_eq!(values(&a), vec![Scalar::Int(i64::MIN), Scalar::Int(-1)]);
+    assert_eq!(values(&a), vec![Item::Int(i64::MIN), Item::Int(-1)]);
     let a = Array::from_slice(&[-300i16, 300], &[2]).unwrap();
-    assert_eq!(values(&a), vec![Scalar::Int(-300), Scalar::Int(300)]);
+    assert_eq!(values(&a), vec![Item::Int(-300), Item::Int(300)]);
     let a = Array::from_slice(&[u32::MAX], &[1]).unwrap();
-    assert_eq!(values(&a), vec![Scalar::UInt(u64::from(u32::MAX))]);
+    assert_eq!(values(&a), vec![Item::UInt(u64::from(u32::MAX))]);
     let a = Array::from_bytes(DType::BOOL, &[3], &[0, 1, 2]).unwrap();
-    assert_eq!(values(&a), vec![Scalar::Bool(false), Scalar::Bool(true), Scalar::Bool(true)]);
+    assert_eq!(values(&a), vec![Item::Bool(false), Item::Bool(true), Item::Bool(true)]);
 }
 
 #[test]
 fn scalars_unpack_sub_byte_integers_low_bits_first() {
     let i4: DType = "i4".parse().unwrap();
     let a = Array::from_bytes(i4, &[3], &[0xF7, 0x08]).unwrap();
-    assert_eq!(values(&a), vec![Scalar::Int(7), Scalar::Int(-1), Scalar::Int(-8)]);
+    assert_eq!(values(&a), vec![Item::Int(7), Item::Int(-1), Item::Int(-8)]);
     let u4: DType = "u4".parse().unwrap();
     let a = Array::from_bytes(u4, &[2], &[0xF7]).unwrap();
-    assert_eq!(values(&a), vec![Scalar::UInt(7), Scalar::UInt(15)]);
+    assert_eq!(values(&a), vec![Item::UInt(7), Item::UInt(15)]);
     let i1: DType = "i1".parse().unwrap();
     let a = Array::from_bytes(i1, &[3], &[0b101]).unwrap();
-    assert_eq!(values(&a), vec![Scalar::Int(-1), Scalar::Int(0), Scalar::Int(-1)]);
+    assert_eq!(values(&a), vec![Item::Int(-1), Item::Int(0), Item::Int(-1)]);
     let u2: DType = "u2".parse().unwrap();
     let a = Array::from_bytes(u2, &[4], &[0b11_10_01_00]).unwrap();
-    assert_eq!(values(&a), vec![Scalar::UInt(0), Scalar::UInt(1), Scalar::UInt(2), Scalar::UInt(3)]);
+    assert_eq!(values(&a), vec![Item::UInt(0), Item::UInt(1), Item::UInt(2), Item::UInt(3)]);
 }
 
 #[test]
@@ -251,21 +251,21 @@ fn scalars_read_padded_sub_byte_elements_one_per_byte() {
 #[test]
 fn scalars_read_complex_values_through_any_strides() {
     let a = Array::from_slice(&[Complex::new(1.0f32, -2.0), Complex::new(3.0, 4.0)], &[2]).unwrap();
-    assert_eq!(values(&a), vec![Scalar::Complex(1.0, -2.0), Scalar::Complex(3.0, 4.0)]);
+    assert_eq!(values(&a), vec![Item::Complex(1.0, -2.0), Item::Complex(3.0, 4.0)]);
     let a = Array::from_slice(&[Complex::new(1.0f64, 2.0), Complex::new(3.0, 4.0)], &[2]).unwrap();
-    assert_eq!(values(&a.slice(0, -1, -3, -1).unwrap()), vec![Scalar::Complex(3.0, 4.0), Scalar::Complex(1.0, 2.0)]);
+    assert_eq!(values(&a.slice(0, -1, -3, -1).unwrap()), vec![Item::Complex(3.0, 4.0), Item::Complex(1.0, 2.0)]);
     // complex32: two f16 halves (1.0 = 0x3C00, -0.5 = 0xB800).
     let c32: DType = "c32".parse().unwrap();
     let mut bytes = Vec::new();
     bytes.extend_from_slice(&0x3C00u16.to_ne_bytes());
     bytes.extend_from_slice(&0xB800u16.to_ne_bytes());
     let a = Array::from_bytes(c32, &[1], &bytes).unwrap();
-    assert_eq!(values(&a), vec![Scalar::Complex(1.0, -0.5)]);
+    assert_eq!(values(&a), vec![Item::Complex(1.0, -0.5)]);
 }
 
 #[test]
 fn scalars_of_a_0d_array_and_an_empty_array() {
-    assert_eq!(values(&Array::zeros(DType::F64, &[]).unwrap()), vec![Scalar::Float(0.0)]);
+    assert_eq!(values(&Array::zeros(DType::F64, &[]).unwrap()), vec![Item::Float(0.0)]);
     assert!(values(&Array::zeros(DType::F64, &[3, 0]).unwrap()).is_empty());
 }
 
@@ -273,7 +273,7 @@ fn scalars_of_a_0d_array_and_an_empty_array() {
 fn scalars_refuse_vector_and_handle_dtypes_naming_them() {
     for name in ["f32x4", "handle64", "i8x2"] {
         let a = Array::zeros(name.parse().unwrap(), &[2]).unwrap();
-        let e = a.scalars().unwrap_err();
+        let e = a.items().unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Type, "{name}: {e}");
         assert!(e.to_string().contains(name), "{name}: {e}");
     }

@@ -5,8 +5,7 @@
 //! dropped, and is imported once; every exported owner keeps the memory its
 //! data pointer addresses alive, with the layout the `TensorDesc` describes.
 
-use dlbridge_core::half::{bf16, f16};
-use dlbridge_core::num_complex::Complex;
+use dlbridge_array::{Array, Item, Items};
 use dlbridge_core::testing::{Fields, ForeignTensor};
 use dlbridge_core::{DType, Flags, ManagedTensor, Result, TensorDesc, TensorView};
 
@@ -19,65 +18,21 @@ pub fn value(dtype: DType, i: usize) -> f64 {
 
 /// A tensor's elements in row-major order as f64 (bool 0/1, complex: real part).
 pub fn values(v: &TensorView<'_>) -> Result<Vec<f64>> {
-    macro_rules! read {
-        ($t:ty, $f:expr) => {
-            v.iter::<$t>()?.map($f).collect()
-        };
-    }
-    Ok(match v.dtype() {
-        DType::F32 => read!(f32, |x| x as f64),
-        DType::F64 => read!(f64, |x| x),
-        DType::F16 => read!(f16, |x| x.to_f64()),
-        DType::BF16 => read!(bf16, |x| x.to_f64()),
-        DType::I8 => read!(i8, |x| x as f64),
-        DType::I16 => read!(i16, |x| x as f64),
-        DType::I32 => read!(i32, |x| x as f64),
-        DType::I64 => read!(i64, |x| x as f64),
-        DType::U8 => read!(u8, |x| x as f64),
-        DType::U16 => read!(u16, |x| x as f64),
-        DType::U32 => read!(u32, |x| x as f64),
-        DType::U64 => read!(u64, |x| x as f64),
-        DType::C64 => read!(Complex<f32>, |x| x.re as f64),
-        DType::C128 => read!(Complex<f64>, |x| x.re),
-        DType::BOOL => {
-            // Bytes 0/1; only contiguous bool tensors are read here.
-            v.as_bytes()?.iter().map(|&b| f64::from(b != 0)).collect()
-        }
-        other => return Err(dlbridge_core::Error::DTypeMismatch { expected: "a dtype the suite reads".into(), got: other }),
-    })
+    Items::new(v)?
+        .map(|s| {
+            Ok(match s? {
+                Item::Bool(b) => f64::from(u8::from(b)),
+                Item::Int(i) => i as f64,
+                Item::UInt(u) => u as f64,
+                Item::Float(x) | Item::Complex(x, _) => x,
+            })
+        })
+        .collect()
 }
 
 /// A dlbridge-produced reference tensor of `dtype` and `shape` (contiguous), holding [`value`]s.
 pub fn reference(dtype: DType, shape: &[i64]) -> Result<ManagedTensor> {
-    let n: usize = shape.iter().product::<i64>().max(0) as usize;
-    macro_rules! make {
-        ($t:ty, $f:expr) => {
-            ManagedTensor::from_vec((0..n).map(|i| $f(value(dtype, i))).collect::<Vec<$t>>(), shape)
-        };
-    }
-    match dtype {
-        DType::F32 => make!(f32, |x| x as f32),
-        DType::F64 => make!(f64, |x| x),
-        DType::F16 => make!(f16, f16::from_f64),
-        DType::BF16 => make!(bf16, bf16::from_f64),
-        DType::I8 => make!(i8, |x| x as i8),
-        DType::I16 => make!(i16, |x| x as i16),
-        DType::I32 => make!(i32, |x| x as i32),
-        DType::I64 => make!(i64, |x| x as i64),
-        DType::U8 => make!(u8, |x| x as u8),
-        DType::U16 => make!(u16, |x| x as u16),
-        DType::U32 => make!(u32, |x| x as u32),
-        DType::U64 => make!(u64, |x| x as u64),
-        DType::C64 => make!(Complex<f32>, |x| Complex::new(x as f32, 0.0)),
-        DType::C128 => make!(Complex<f64>, |x| Complex::new(x, 0.0)),
-        DType::BOOL => {
-            let bytes: Vec<u8> = (0..n).map(|i| value(dtype, i) as u8).collect();
-            let data = bytes.as_ptr().cast_mut().cast();
-            // SAFETY: the Vec holds n bytes (one per bool) and moves into the owner unchanged.
-            unsafe { ManagedTensor::export_owner(bytes, data, &TensorDesc::contiguous(DType::BOOL, shape)) }
-        }
-        other => Err(dlbridge_core::Error::DTypeMismatch { expected: "a dtype the suite makes".into(), got: other }),
-    }
+    Array::from_fn(dtype, shape, |i| value(dtype, i))?.into_managed()
 }
 
 fn expected(spec: &Spec) -> Vec<f64> {

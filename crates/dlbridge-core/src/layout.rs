@@ -79,10 +79,22 @@ pub fn check_layout(
     byte_offset: u64,
     subbyte_padded: bool,
 ) -> Result<Extent> {
-    match common_extent(shape, strides, dtype, data_addr, byte_offset, subbyte_padded) {
+    let layout = Described { shape, strides, dtype, data_addr, byte_offset, subbyte_padded };
+    match common_extent(&layout) {
         Some(extent) => Ok(extent),
-        None => checked_extent(shape, strides, dtype, data_addr, byte_offset, subbyte_padded),
+        None => checked_extent(&layout),
     }
+}
+
+/// What [`check_layout`] checks, as the tensor describes it.
+#[derive(Clone, Copy)]
+struct Described<'a> {
+    shape: &'a [i64],
+    strides: Option<&'a [i64]>,
+    dtype: DType,
+    data_addr: usize,
+    byte_offset: u64,
+    subbyte_padded: bool,
 }
 
 /// [`check_layout`] for the common case, in checked 64-bit arithmetic (a
@@ -92,14 +104,8 @@ pub fn check_layout(
 /// NULL address or misalignment gives `None`, leaving the answer (and the
 /// error's wording) to it.
 #[inline]
-fn common_extent(
-    shape: &[i64],
-    strides: Option<&[i64]>,
-    dtype: DType,
-    data_addr: usize,
-    byte_offset: u64,
-    subbyte_padded: bool,
-) -> Option<Extent> {
+fn common_extent(layout: &Described<'_>) -> Option<Extent> {
+    let Described { shape, strides, dtype, data_addr, byte_offset, subbyte_padded } = *layout;
     if shape.len() > MAX_NDIM {
         return None;
     }
@@ -156,14 +162,8 @@ fn common_extent(
 
 /// [`check_layout`] for any input: exact i128 arithmetic, and the errors.
 #[cold]
-fn checked_extent(
-    shape: &[i64],
-    strides: Option<&[i64]>,
-    dtype: DType,
-    data_addr: usize,
-    byte_offset: u64,
-    subbyte_padded: bool,
-) -> Result<Extent> {
+fn checked_extent(layout: &Described<'_>) -> Result<Extent> {
+    let Described { shape, strides, dtype, data_addr, byte_offset, subbyte_padded } = *layout;
     if shape.len() > MAX_NDIM {
         return Err(Error::field("ndim", shape.len(), format!("more than dlbridge's limit of {MAX_NDIM} dims")));
     }
@@ -382,6 +382,10 @@ mod tests {
 
     use super::*;
 
+    fn described<'a>(shape: &'a [i64], strides: Option<&'a [i64]>, dtype: DType, data: usize, off: u64, padded: bool) -> Described<'a> {
+        Described { shape, strides, dtype, data_addr: data, byte_offset: off, subbyte_padded: padded }
+    }
+
     fn dim() -> impl Strategy<Value = i64> {
         prop_oneof![8 => -1i64..6, 1 => Just(0), 1 => any::<i64>(), 1 => Just(i64::MAX), 1 => Just(1 << 31)]
     }
@@ -397,16 +401,16 @@ mod tests {
     #[test]
     fn the_common_path_takes_ordinary_layouts() {
         let f32 = DType::F32;
-        let e = common_extent(&[4, 3], Some(&[3, 1]), f32, 0x1000, 0, false).expect("taken");
+        let e = common_extent(&described(&[4, 3], Some(&[3, 1]), f32, 0x1000, 0, false)).expect("taken");
         assert_eq!(e, Extent { numel: 12, byte_lo: 0, byte_hi: 48 });
-        let e = common_extent(&[4, 3], Some(&[-3, 0]), f32, 0x1000, 64, false).expect("taken");
+        let e = common_extent(&described(&[4, 3], Some(&[-3, 0]), f32, 0x1000, 64, false)).expect("taken");
         assert_eq!(e, Extent { numel: 12, byte_lo: -36, byte_hi: 4 });
-        assert_eq!(common_extent(&[1024], None, f32, 0x1000, 0, false).map(|e| e.byte_hi), Some(4096));
+        assert_eq!(common_extent(&described(&[1024], None, f32, 0x1000, 0, false)).map(|e| e.byte_hi), Some(4096));
         // Left to the general path: an empty or negative dim, NULL data, misalignment.
-        assert_eq!(common_extent(&[0, 3], None, f32, 0x1000, 0, false), None);
-        assert_eq!(common_extent(&[-1], None, f32, 0x1000, 0, false), None);
-        assert_eq!(common_extent(&[2], None, f32, 0, 0, false), None);
-        assert_eq!(common_extent(&[2], None, f32, 0x1002, 0, false), None);
+        assert_eq!(common_extent(&described(&[0, 3], None, f32, 0x1000, 0, false)), None);
+        assert_eq!(common_extent(&described(&[-1], None, f32, 0x1000, 0, false)), None);
+        assert_eq!(common_extent(&described(&[2], None, f32, 0, 0, false)), None);
+        assert_eq!(common_extent(&described(&[2], None, f32, 0x1002, 0, false)), None);
     }
 
     proptest! {
@@ -425,8 +429,8 @@ mod tests {
             let shape: Vec<i64> = dims.iter().map(|d| d.0).collect();
             let strides: Vec<i64> = dims.iter().map(|d| d.1).collect();
             let strides = (!null_strides).then_some(&strides[..]);
-            let general = checked_extent(&shape, strides, dtype, data, byte_offset, padded);
-            match common_extent(&shape, strides, dtype, data, byte_offset, padded) {
+            let general = checked_extent(&described(&shape, strides, dtype, data, byte_offset, padded));
+            match common_extent(&described(&shape, strides, dtype, data, byte_offset, padded)) {
                 Some(e) => prop_assert_eq!(general.ok(), Some(e)),
                 None => prop_assert_eq!(check_layout(&shape, strides, dtype, data, byte_offset, padded).ok(), general.ok()),
             }

@@ -197,3 +197,17 @@ unsafe impl std::alloc::GlobalAlloc for CountingAllocator {
         unsafe { std::alloc::System.dealloc(ptr, layout) }
     }
 }
+
+/// `n` deterministic values in [-4, 4) from `seed` (xorshift64): inputs that
+/// make every kernel do real work (gelu, softmax), the same on every run.
+pub fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 8.0 - 4.0
+        })
+        .collect()
+}

@@ -38,37 +38,15 @@ use smallvec::SmallVec;
 
 use crate::call::{Arg, OutputSpec};
 use crate::kernel::Kernel;
+/// The scalar an [`Adapter`] converts a framework's value to.
+pub use crate::signature::Scalar;
 use crate::signature::{ParamKind, ScalarKind};
 
-/// A scalar argument.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Scalar {
-    /// For `f64` parameters.
-    F64(f64),
-    /// For `i64` parameters.
-    I64(i64),
-    /// For `bool` parameters.
-    Bool(bool),
-}
+/// Values of an adapter's framework given in a list whose length is known
+/// (an array, a `Vec`, an exact-size iterator): a call's arguments or outputs.
+pub trait ValueList<'a, A: Adapter + ?Sized>: IntoIterator<Item = A::Value<'a>, IntoIter: ExactSizeIterator> {}
 
-impl Scalar {
-    /// The parameter kind this scalar fits.
-    pub fn kind(self) -> ScalarKind {
-        match self {
-            Scalar::F64(_) => ScalarKind::F64,
-            Scalar::I64(_) => ScalarKind::I64,
-            Scalar::Bool(_) => ScalarKind::Bool,
-        }
-    }
-
-    fn arg<'a>(self) -> Arg<'a> {
-        match self {
-            Scalar::F64(x) => Arg::F64(x),
-            Scalar::I64(x) => Arg::I64(x),
-            Scalar::Bool(x) => Arg::Bool(x),
-        }
-    }
-}
+impl<'a, A: Adapter + ?Sized, T: IntoIterator<Item = A::Value<'a>, IntoIter: ExactSizeIterator>> ValueList<'a, A> for T {}
 
 /// A framework's tensor, imported for one call.
 pub trait Operand {
@@ -200,11 +178,11 @@ impl Kernel {
     /// Binds values given positionally: one per parameter in signature order,
     /// optionally followed by one per output (destination-passing style).
     #[inline(always)]
-    pub fn bind<'a, A: Adapter, I>(&self, adapter: &mut A, values: I) -> Result<Binding<'_, A::Tensor<'a>, A::Error>, A::Error>
-    where
-        I: IntoIterator<Item = A::Value<'a>>,
-        I::IntoIter: ExactSizeIterator,
-    {
+    pub fn bind<'a, A: Adapter, I: ValueList<'a, A>>(
+        &self,
+        adapter: &mut A,
+        values: I,
+    ) -> Result<Binding<'_, A::Tensor<'a>, A::Error>, A::Error> {
         let mut binding = Binding::new(self);
         self.bind_into(adapter, values, &mut binding)?;
         Ok(binding)
@@ -221,16 +199,12 @@ impl Kernel {
 
     /// [`Kernel::bind`], into an empty `binding` of this kernel (from [`Kernel::binding`]).
     #[inline(always)]
-    pub fn bind_into<'a, A: Adapter, I>(
+    pub fn bind_into<'a, A: Adapter, I: ValueList<'a, A>>(
         &self,
         adapter: &mut A,
         values: I,
         binding: &mut Binding<'_, A::Tensor<'a>, A::Error>,
-    ) -> Result<(), A::Error>
-    where
-        I: IntoIterator<Item = A::Value<'a>>,
-        I::IntoIter: ExactSizeIterator,
-    {
+    ) -> Result<(), A::Error> {
         self.check_empty(binding)?;
         let mut values = values.into_iter();
         let sig = self.signature();
@@ -252,18 +226,12 @@ impl Kernel {
 
     /// Binds one value per parameter and the outputs given apart (`out=`).
     #[inline(always)]
-    pub fn bind_out<'a, A: Adapter, I, O>(
+    pub fn bind_out<'a, A: Adapter, I: ValueList<'a, A>, O: ValueList<'a, A>>(
         &self,
         adapter: &mut A,
         values: I,
         outputs: O,
-    ) -> Result<Binding<'_, A::Tensor<'a>, A::Error>, A::Error>
-    where
-        I: IntoIterator<Item = A::Value<'a>>,
-        I::IntoIter: ExactSizeIterator,
-        O: IntoIterator<Item = A::Value<'a>>,
-        O::IntoIter: ExactSizeIterator,
-    {
+    ) -> Result<Binding<'_, A::Tensor<'a>, A::Error>, A::Error> {
         let mut binding = Binding::new(self);
         self.bind_out_into(adapter, values, outputs, &mut binding)?;
         Ok(binding)
@@ -272,20 +240,14 @@ impl Kernel {
     /// [`Kernel::bind_out`] then [`Binding::run`], in one step: what a call
     /// that keeps nothing between the two does (the binding is never moved).
     #[inline(always)]
-    pub fn call_out<'a, A: Adapter, I, O, Al: Allocator<A::Error>>(
+    pub fn call_out<'a, A: Adapter, I: ValueList<'a, A>, O: ValueList<'a, A>, Al: Allocator<A::Error>>(
         &self,
         adapter: &mut A,
         values: I,
         outputs: O,
         alloc: &mut Al,
         stream: *mut c_void,
-    ) -> Result<SmallVec<[Al::Tensor; 2]>, A::Error>
-    where
-        I: IntoIterator<Item = A::Value<'a>>,
-        I::IntoIter: ExactSizeIterator,
-        O: IntoIterator<Item = A::Value<'a>>,
-        O::IntoIter: ExactSizeIterator,
-    {
+    ) -> Result<SmallVec<[Al::Tensor; 2]>, A::Error> {
         let mut binding = Binding::new(self);
         self.bind_out_into(adapter, values, outputs, &mut binding)?;
         binding.run(alloc, stream)
@@ -293,19 +255,13 @@ impl Kernel {
 
     /// [`Kernel::bind_out`], into an empty `binding` of this kernel (from [`Kernel::binding`]).
     #[inline(always)]
-    pub fn bind_out_into<'a, A: Adapter, I, O>(
+    pub fn bind_out_into<'a, A: Adapter, I: ValueList<'a, A>, O: ValueList<'a, A>>(
         &self,
         adapter: &mut A,
         values: I,
         outputs: O,
         binding: &mut Binding<'_, A::Tensor<'a>, A::Error>,
-    ) -> Result<(), A::Error>
-    where
-        I: IntoIterator<Item = A::Value<'a>>,
-        I::IntoIter: ExactSizeIterator,
-        O: IntoIterator<Item = A::Value<'a>>,
-        O::IntoIter: ExactSizeIterator,
-    {
+    ) -> Result<(), A::Error> {
         self.check_empty(binding)?;
         let (values, outputs) = (values.into_iter(), outputs.into_iter());
         let sig = self.signature();
@@ -333,19 +289,13 @@ impl Kernel {
     /// Binds tensors and scalars given in two lists, each in signature order,
     /// and optionally the outputs (destination-passing style).
     #[inline(always)]
-    pub fn bind_split<'a, A: Adapter, I, O>(
+    pub fn bind_split<'a, A: Adapter, I: ValueList<'a, A>, O: ValueList<'a, A>>(
         &self,
         adapter: &mut A,
         tensors: I,
         scalars: &[Scalar],
         outputs: Option<O>,
-    ) -> Result<Binding<'_, A::Tensor<'a>, A::Error>, A::Error>
-    where
-        I: IntoIterator<Item = A::Value<'a>>,
-        I::IntoIter: ExactSizeIterator,
-        O: IntoIterator<Item = A::Value<'a>>,
-        O::IntoIter: ExactSizeIterator,
-    {
+    ) -> Result<Binding<'_, A::Tensor<'a>, A::Error>, A::Error> {
         let mut binding = Binding::new(self);
         self.bind_split_into(adapter, tensors, scalars, outputs, &mut binding)?;
         Ok(binding)
@@ -355,7 +305,7 @@ impl Kernel {
     /// binding is never moved).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    pub fn call_split<'a, A: Adapter, I, O, Al: Allocator<A::Error>, R>(
+    pub fn call_split<'a, A: Adapter, I: ValueList<'a, A>, O: ValueList<'a, A>, Al: Allocator<A::Error>, R>(
         &self,
         adapter: &mut A,
         tensors: I,
@@ -366,10 +316,6 @@ impl Kernel {
         runner: R,
     ) -> Result<SmallVec<[Al::Tensor; 2]>, A::Error>
     where
-        I: IntoIterator<Item = A::Value<'a>>,
-        I::IntoIter: ExactSizeIterator,
-        O: IntoIterator<Item = A::Value<'a>>,
-        O::IntoIter: ExactSizeIterator,
         R: FnOnce(Job<'_>) -> Result<()>,
     {
         let mut binding = Binding::new(self);
@@ -378,20 +324,14 @@ impl Kernel {
     }
 
     #[inline(always)]
-    fn bind_split_into<'a, A: Adapter, I, O>(
+    fn bind_split_into<'a, A: Adapter, I: ValueList<'a, A>, O: ValueList<'a, A>>(
         &self,
         adapter: &mut A,
         tensors: I,
         scalars: &[Scalar],
         outputs: Option<O>,
         binding: &mut Binding<'_, A::Tensor<'a>, A::Error>,
-    ) -> Result<(), A::Error>
-    where
-        I: IntoIterator<Item = A::Value<'a>>,
-        I::IntoIter: ExactSizeIterator,
-        O: IntoIterator<Item = A::Value<'a>>,
-        O::IntoIter: ExactSizeIterator,
-    {
+    ) -> Result<(), A::Error> {
         let tensors = tensors.into_iter();
         let sig = self.signature();
         let nt = sig.params.iter().filter(|p| p.tensor().is_some()).count();
@@ -444,12 +384,7 @@ impl Kernel {
                         adapter.scalar(value, *kind).map_err(|e| adapter.locate(e, &sig.name, slot()))?
                     };
                     if s.kind() != *kind {
-                        let got = match s {
-                            Scalar::F64(x) => format!("f64 {x}"),
-                            Scalar::I64(x) => format!("i64 {x}"),
-                            Scalar::Bool(x) => format!("bool {x}"),
-                        };
-                        return Err(Error::InvalidArgument(format!("expected a {kind} scalar, got {got}"))
+                        return Err(Error::InvalidArgument(format!("expected a {kind} scalar, got {s}"))
                             .at(sig.name.clone(), slot())
                             .into());
                     }
@@ -530,7 +465,7 @@ impl<'k, T: Operand, E: From<Error>> Binding<'k, T, E> {
         let mut views: SmallVec<[Arg<'_>; 8]> = SmallVec::new();
         for (p, v) in sig.params.iter().zip(&self.params) {
             views.push(match v {
-                Value::Scalar(s) => s.arg(),
+                Value::Scalar(s) => Arg::Scalar(*s),
                 Value::Tensor(t) => Arg::Tensor(t.view().map_err(|e| e.at(name, Slot::Argument(p.name.clone())))?),
             });
         }
@@ -591,7 +526,7 @@ where
     let mut args: SmallVec<[Arg<'_>; 8]> = SmallVec::new();
     for (p, v) in sig.params.iter().zip(params.iter_mut()) {
         match v {
-            Value::Scalar(s) => args.push(s.arg()),
+            Value::Scalar(s) => args.push(Arg::Scalar(*s)),
             Value::Tensor(t) => {
                 if p.tensor().is_some_and(|t| t.mutable) {
                     match t.view_mut() {

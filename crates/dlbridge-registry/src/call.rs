@@ -10,7 +10,7 @@ use std::fmt;
 use dlbridge_core::{DType, Device, Error, Result, Slot, TensorView, TensorViewMut};
 use smallvec::SmallVec;
 
-use crate::signature::{DTypeRef, Dim, MAX_RESTS, MAX_SYMBOLS, MAX_TYPE_VARS, ParamKind, ScalarKind, Signature, TensorType};
+use crate::signature::{DTypeRef, Dim, MAX_RESTS, MAX_SYMBOLS, MAX_TYPE_VARS, ParamKind, Scalar, ScalarKind, Signature, TensorType};
 
 /// One argument of a kernel call, in signature order.
 #[derive(Debug)]
@@ -19,23 +19,33 @@ pub enum Arg<'a> {
     Tensor(TensorView<'a>),
     /// A tensor the kernel may write (required for `mut` parameters).
     TensorMut(TensorViewMut<'a>),
-    /// An `f64` scalar.
-    F64(f64),
-    /// An `i64` scalar.
-    I64(i64),
-    /// A `bool` scalar.
-    Bool(bool),
+    /// A scalar.
+    Scalar(Scalar),
 }
 
 impl Arg<'_> {
+    /// An `f64` scalar argument.
+    #[inline]
+    pub const fn f64(x: f64) -> Self {
+        Arg::Scalar(Scalar::F64(x))
+    }
+    /// An `i64` scalar argument.
+    #[inline]
+    pub const fn i64(x: i64) -> Self {
+        Arg::Scalar(Scalar::I64(x))
+    }
+    /// A `bool` scalar argument.
+    #[inline]
+    pub const fn bool(x: bool) -> Self {
+        Arg::Scalar(Scalar::Bool(x))
+    }
+
     /// What kind of argument this is, for error messages.
     pub fn describe(&self) -> String {
         match self {
             Arg::Tensor(v) => format!("a {} tensor of shape {:?}", v.dtype(), v.shape()),
             Arg::TensorMut(v) => format!("a writable {} tensor of shape {:?}", v.dtype(), v.shape()),
-            Arg::F64(x) => format!("f64 {x}"),
-            Arg::I64(x) => format!("i64 {x}"),
-            Arg::Bool(x) => format!("bool {x}"),
+            Arg::Scalar(s) => s.to_string(),
         }
     }
 
@@ -414,9 +424,7 @@ pub(crate) fn bind_into(sig: &Signature, args: &[Arg<'_>], writes: bool, b: &mut
                 ctx.tensor(b, i, t, v.shape(), v.dtype(), v.device())?;
             }
             (ParamKind::Tensor(t), Arg::TensorMut(v)) => ctx.tensor(b, i, t, v.shape(), v.dtype(), v.device())?,
-            (ParamKind::Scalar(ScalarKind::F64), Arg::F64(_))
-            | (ParamKind::Scalar(ScalarKind::I64), Arg::I64(_))
-            | (ParamKind::Scalar(ScalarKind::Bool), Arg::Bool(_)) => {}
+            (ParamKind::Scalar(kind), Arg::Scalar(s)) if s.kind() == *kind => {}
             (kind, other) => return Err(kind_error(&ctx, i, kind, other)),
         }
     }
@@ -546,9 +554,7 @@ fn planned(sig: &Signature, rules: &[Rule], args: &[Arg<'_>], outs: &[TensorView
     let (params, outputs) = rules.split_at(n);
     for (i, (rule, arg)) in params.iter().zip(args).enumerate() {
         let (view, read_only_in_mut_slot) = match (*rule, arg) {
-            (Rule::Scalar(ScalarKind::F64), Arg::F64(_))
-            | (Rule::Scalar(ScalarKind::I64), Arg::I64(_))
-            | (Rule::Scalar(ScalarKind::Bool), Arg::Bool(_)) => continue,
+            (Rule::Scalar(kind), Arg::Scalar(s)) if s.kind() == kind => continue,
             (Rule::Whole { mutable, .. }, Arg::Tensor(v)) => (v, mutable),
             (Rule::Whole { .. }, Arg::TensorMut(v)) => (v.as_view(), false),
             _ => return false,
@@ -630,12 +636,13 @@ fn same_dims(a: &[i64], b: &[i64]) -> bool {
 #[cold]
 #[inline(never)]
 fn arity_error(sig: &Signature, got: usize) -> Error {
-    Error::InvalidArgument(format!(
-        "{}: expected {} arguments ({}) but got {got}",
-        sig.name,
-        sig.params.len(),
-        sig.params.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
-    ))
+    count_error(sig, "arguments", &sig.params, got)
+}
+
+/// `k: expected 2 outputs (y, z) but got 1`.
+fn count_error(sig: &Signature, what: &str, expected: &[crate::signature::Param], got: usize) -> Error {
+    let names: Vec<&str> = expected.iter().map(|p| p.name.as_str()).collect();
+    Error::InvalidArgument(format!("{}: expected {} {what} ({}) but got {got}", sig.name, expected.len(), names.join(", ")))
 }
 
 #[cold]
@@ -672,12 +679,7 @@ pub fn check_outputs(sig: &Signature, b: &mut Bindings, args: &[Arg<'_>], outs: 
 #[cold]
 #[inline(never)]
 fn output_arity_error(sig: &Signature, got: usize) -> Error {
-    Error::InvalidArgument(format!(
-        "{}: expected {} outputs ({}) but got {got}",
-        sig.name,
-        sig.outputs.len(),
-        sig.outputs.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
-    ))
+    count_error(sig, "outputs", &sig.outputs, got)
 }
 
 /// Shapes, dtypes and devices of every output, from bound inputs alone

@@ -119,6 +119,26 @@ impl<'c> PluginCall<'c> {
     }
 }
 
+/// The arguments of one call of a `DLBridgeKernelFn` entry point, as the
+/// host passed them.
+#[derive(Debug, Clone, Copy)]
+pub struct RawArgs {
+    /// `num_tensors` DLTensor pointers (NULL when there are none).
+    pub tensors: *const *mut DLTensor,
+    /// How many.
+    pub num_tensors: i32,
+    /// `num_scalars` scalars (NULL when there are none).
+    pub scalars: *const RawScalar,
+    /// How many.
+    pub num_scalars: i32,
+    /// The call's stream (NULL on the CPU).
+    pub stream: *mut c_void,
+    /// `err_len` writable bytes for an error message (or NULL).
+    pub err: *mut c_char,
+    /// The size of `err`.
+    pub err_len: usize,
+}
+
 /// Runs a Rust kernel behind a C entry point: catches panics, maps errors to
 /// codes and writes the message into the caller's buffer. Used by
 /// [`export_plugin!`](crate::export_plugin).
@@ -127,17 +147,8 @@ impl<'c> PluginCall<'c> {
 /// `tensors` must point to `num_tensors` DLTensor pointers and `scalars` to
 /// `num_scalars` scalars, valid for the call (NULL is allowed when the count is
 /// 0), and `err` to `err_len` writable bytes (or be NULL).
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn run(
-    tensors: *const *mut DLTensor,
-    num_tensors: i32,
-    scalars: *const RawScalar,
-    num_scalars: i32,
-    stream: *mut c_void,
-    err: *mut c_char,
-    err_len: usize,
-    func: fn(&mut PluginCall<'_>) -> Result<()>,
-) -> i32 {
+pub unsafe fn run(args: RawArgs, func: fn(&mut PluginCall<'_>) -> Result<()>) -> i32 {
+    let RawArgs { tensors, num_tensors, scalars, num_scalars, stream, err, err_len } = args;
     let result = catch_unwind(AssertUnwindSafe(|| {
         let tensors: &[*mut DLTensor] = if num_tensors <= 0 || tensors.is_null() {
             &[]
@@ -198,7 +209,7 @@ macro_rules! export_plugin {
                         err_len: usize,
                     ) -> i32 {
                         // SAFETY: the host calls entry points per the ABI (see plugin.h).
-                        unsafe { $crate::export::run(tensors, num_tensors, scalars, num_scalars, stream, err, err_len, $func) }
+                        unsafe { $crate::export::run($crate::export::RawArgs { tensors, num_tensors, scalars, num_scalars, stream, err, err_len }, $func) }
                     }
                     Some(__entry)
                 },

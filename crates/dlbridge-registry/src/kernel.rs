@@ -10,7 +10,7 @@ use dlbridge_core::{DType, DeviceType, Error, Result, Slot, TensorViewMut};
 use smallvec::SmallVec;
 
 use crate::call::{Arg, Bindings, OutputSpec, Plan, bind_for_specs, check_call, output_specs};
-use crate::signature::{MAX_EXCERPT, MAX_PARAMS, Signature, clip};
+use crate::signature::{MAX_EXCERPT, MAX_PARAMS, Scalar, Signature, clip};
 
 /// Most bytes of an origin (`plugin NAME VERSION (PATH)`) an error message quotes.
 const ORIGIN_EXCERPT: usize = 2 * MAX_EXCERPT;
@@ -179,10 +179,12 @@ fn same_name(a: &str, b: &str) -> bool {
 impl<'c, 'a> Inputs<'c, 'a> {
     #[inline]
     fn get(&self, name: &str) -> Result<&'c Arg<'a>> {
-        let Some(i) = self.sig.params.iter().position(|p| same_name(&p.name, name)) else { return Err(no_param(self.sig, name)) };
+        let Some(i) = self.sig.params.iter().position(|p| same_name(&p.name, name)) else {
+            return Err(misuse(self.sig, name, Misuse::NoParam));
+        };
         match self.reads.get(i).copied().flatten() {
             Some(a) => Ok(a),
-            None => Err(written_param(self.sig, name)),
+            None => Err(misuse(self.sig, name, Misuse::Written)),
         }
     }
     /// The tensor parameter `name`, read-only.
@@ -194,29 +196,28 @@ impl<'c, 'a> Inputs<'c, 'a> {
             _ => Err(layout_bug(&self.sig.name)),
         }
     }
+    /// The scalar parameter `name`.
+    #[inline]
+    pub fn scalar(&self, name: &str) -> Result<Scalar> {
+        match self.get(name)? {
+            Arg::Scalar(s) => Ok(*s),
+            _ => Err(layout_bug(&self.sig.name)),
+        }
+    }
     /// The `f64` scalar parameter `name`.
     #[inline]
     pub fn f64(&self, name: &str) -> Result<f64> {
-        match self.get(name)? {
-            Arg::F64(x) => Ok(*x),
-            _ => Err(layout_bug(&self.sig.name)),
-        }
+        if let Scalar::F64(x) = self.scalar(name)? { Ok(x) } else { Err(layout_bug(&self.sig.name)) }
     }
     /// The `i64` scalar parameter `name`.
     #[inline]
     pub fn i64(&self, name: &str) -> Result<i64> {
-        match self.get(name)? {
-            Arg::I64(x) => Ok(*x),
-            _ => Err(layout_bug(&self.sig.name)),
-        }
+        if let Scalar::I64(x) = self.scalar(name)? { Ok(x) } else { Err(layout_bug(&self.sig.name)) }
     }
     /// The `bool` scalar parameter `name`.
     #[inline]
     pub fn bool(&self, name: &str) -> Result<bool> {
-        match self.get(name)? {
-            Arg::Bool(x) => Ok(*x),
-            _ => Err(layout_bug(&self.sig.name)),
-        }
+        if let Scalar::Bool(x) = self.scalar(name)? { Ok(x) } else { Err(layout_bug(&self.sig.name)) }
     }
 }
 
@@ -236,32 +237,34 @@ impl<'c, 'a> Outputs<'c, 'a> {
             Some(i) => i,
             None => match self.sig.outputs.iter().position(|p| same_name(&p.name, name)) {
                 Some(j) => n + j,
-                None => return Err(no_param(self.sig, name)),
+                None => return Err(misuse(self.sig, name, Misuse::NoParam)),
             },
         };
         match self.writes.get_mut(i).and_then(Option::take) {
             Some(v) => Ok(v),
-            None => Err(taken_twice(self.sig, name)),
+            None => Err(misuse(self.sig, name, Misuse::TakenTwice)),
         }
     }
 }
 
-#[cold]
-#[inline(never)]
-fn written_param(sig: &Signature, name: &str) -> Error {
-    Error::Runtime(format!("{}: parameter `{name}` is written (`mut`): take it from the outputs side of io()", sig.name))
+/// A kernel implementation asking [`Inputs`] or [`Outputs`] for what its
+/// signature does not give it that way.
+#[derive(Clone, Copy)]
+enum Misuse {
+    Written,
+    TakenTwice,
+    NoParam,
 }
 
 #[cold]
 #[inline(never)]
-fn taken_twice(sig: &Signature, name: &str) -> Error {
-    Error::Runtime(format!("{}: `{name}` is not a written tensor, or was taken twice (a bug in the kernel)", sig.name))
-}
-
-#[cold]
-#[inline(never)]
-fn no_param(sig: &Signature, name: &str) -> Error {
-    Error::Runtime(format!("{}: the signature has no parameter `{name}` (a bug in the kernel registration)", sig.name))
+fn misuse(sig: &Signature, name: &str, m: Misuse) -> Error {
+    let what = match m {
+        Misuse::Written => format!("parameter `{name}` is written (`mut`): take it from the outputs side of io()"),
+        Misuse::TakenTwice => format!("`{name}` is not a written tensor, or was taken twice (a bug in the kernel)"),
+        Misuse::NoParam => format!("the signature has no parameter `{name}` (a bug in the kernel registration)"),
+    };
+    Error::Runtime(format!("{}: {what}", sig.name))
 }
 
 /// [`Call::layout_bug`] for a kernel name taken before `split` (builds the
@@ -309,6 +312,22 @@ pub struct KernelDef {
     pub origin: String,
     /// One-line description.
     pub doc: String,
+}
+
+impl KernelDef {
+    /// A CPU kernel implemented by a closure, with default options, origin
+    /// `run time` and no description; set other fields with struct update
+    /// syntax (`KernelDef { opts: KernelOpts::ELEMENTWISE, ..KernelDef::cpu(sig, f) }`).
+    pub fn cpu(signature: impl Into<String>, f: impl Fn(&mut Call<'_, '_>) -> Result<()> + Send + Sync + 'static) -> KernelDef {
+        KernelDef {
+            signature: signature.into(),
+            device: DeviceType::CPU,
+            imp: Impl::Dyn(Arc::new(f)),
+            opts: KernelOpts::DEFAULT,
+            origin: "run time".into(),
+            doc: String::new(),
+        }
+    }
 }
 
 impl Kernel {

@@ -31,7 +31,7 @@ pub mod signature;
 pub mod threads;
 pub mod trust;
 
-pub use binding::{Adapter, Allocator, ArrayAllocator, Binding, Given, Job, Operand, Scalar, Value};
+pub use binding::{Adapter, Allocator, ArrayAllocator, Binding, Given, Job, Operand, Value, ValueList};
 pub use call::{Arg, Bindings, OutputSpec};
 pub use dlbridge_array;
 pub use dlbridge_core;
@@ -39,7 +39,7 @@ pub use dlbridge_core::DType;
 pub use kernel::{Call, DynKernelFn, Impl, Inputs, Kernel, KernelDef, KernelFn, KernelOpts, Outputs};
 pub use plugin::{Plugin, PluginInfo, PluginKernel};
 pub use registry::{KernelEntry, Registry, StaticImpl};
-pub use signature::Signature;
+pub use signature::{Scalar, Signature};
 
 #[doc(hidden)]
 pub use inventory;

@@ -32,7 +32,7 @@ use crate::kernel::{Call, Impl, KernelDef, KernelOpts, Staging};
 /// The plugin ABI's C header, `include/dlbridge/plugin.h`, as text (for code
 /// generators that paste it into what they compile).
 pub const PLUGIN_H: &str = include_str!("../include/dlbridge/plugin.h");
-use crate::signature::{MAX_SIGNATURE_LEN, Signature, clip};
+use crate::signature::{MAX_SIGNATURE_LEN, Scalar, Signature, clip};
 
 /// The ABI version this build implements.
 pub const ABI_VERSION: u32 = 1;
@@ -384,9 +384,9 @@ impl PluginEntry {
             match a {
                 Arg::Tensor(v) => tensors.push(v.as_dltensor()),
                 Arg::TensorMut(v) => tensors.push(v.as_dltensor()),
-                Arg::F64(x) => scalars.push(RawScalar { f64: *x }),
-                Arg::I64(x) => scalars.push(RawScalar { i64: *x }),
-                Arg::Bool(x) => scalars.push(RawScalar { boolean: i64::from(*x) }),
+                Arg::Scalar(Scalar::F64(x)) => scalars.push(RawScalar { f64: *x }),
+                Arg::Scalar(Scalar::I64(x)) => scalars.push(RawScalar { i64: *x }),
+                Arg::Scalar(Scalar::Bool(x)) => scalars.push(RawScalar { boolean: i64::from(*x) }),
             }
         }
         for o in outs.iter_mut() {

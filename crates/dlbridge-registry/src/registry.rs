@@ -65,6 +65,13 @@ impl KernelEntry {
         line: 0,
     };
 
+    /// The kernel this entry implements on its device when its signature
+    /// is a bare name (`"add"`): the declared kernel's signature and options
+    /// are its own.
+    fn implements(&self) -> Option<&'static str> {
+        (!self.signature.contains('(')).then_some(self.signature)
+    }
+
     fn def(&self) -> KernelDef {
         KernelDef {
             signature: self.signature.to_owned(),
@@ -121,13 +128,19 @@ macro_rules! dtype_resolver {
 /// resolve, or the registration fails (and `Registry::problems` says why).
 /// `dispatch` names one function per dtype of the first type variable (the
 /// `DType` constant names: `F32`, `BF16`, ...); `generic` one function for all.
+///
+/// A bare name in place of the signature (`register_kernel!("add", dispatch {
+/// F32 => add_f32 }, device = DeviceType::CUDA)`) implements, on another device,
+/// the kernel that a full registration declares: its signature and options
+/// are the declaration's, written once. Without a declaration the
+/// registration fails (and `Registry::problems` says so).
 #[macro_export]
 macro_rules! register_kernel {
-    ($sig:literal, dispatch { $($dt:ident => $f:expr),+ $(,)? } $(, $key:ident = $val:expr)* $(,)?) => {
+    (@entry $sig:expr, $imp:expr $(, $key:ident = $val:expr)*) => {
         $crate::inventory::submit! {
             $crate::KernelEntry {
                 signature: $sig,
-                imp: $crate::StaticImpl::PerDType(&[$(($crate::DType::$dt, $f as $crate::KernelFn)),+]),
+                imp: $imp,
                 file: file!(),
                 line: line!(),
                 $($key: $val,)*
@@ -135,29 +148,14 @@ macro_rules! register_kernel {
             }
         }
     };
-    ($sig:literal, each $r:expr $(, $key:ident = $val:expr)* $(,)?) => {
-        $crate::inventory::submit! {
-            $crate::KernelEntry {
-                signature: $sig,
-                imp: $crate::StaticImpl::Each($r),
-                file: file!(),
-                line: line!(),
-                $($key: $val,)*
-                ..$crate::KernelEntry::DEFAULT
-            }
-        }
+    ($sig:expr, dispatch { $($dt:ident => $f:expr),+ $(,)? } $(, $key:ident = $val:expr)* $(,)?) => {
+        $crate::register_kernel!(@entry $sig, $crate::StaticImpl::PerDType(&[$(($crate::DType::$dt, $f as $crate::KernelFn)),+]) $(, $key = $val)*);
     };
-    ($sig:literal, generic $f:expr $(, $key:ident = $val:expr)* $(,)?) => {
-        $crate::inventory::submit! {
-            $crate::KernelEntry {
-                signature: $sig,
-                imp: $crate::StaticImpl::Generic($f),
-                file: file!(),
-                line: line!(),
-                $($key: $val,)*
-                ..$crate::KernelEntry::DEFAULT
-            }
-        }
+    ($sig:expr, each $r:expr $(, $key:ident = $val:expr)* $(,)?) => {
+        $crate::register_kernel!(@entry $sig, $crate::StaticImpl::Each($r) $(, $key = $val)*);
+    };
+    ($sig:expr, generic $f:expr $(, $key:ident = $val:expr)* $(,)?) => {
+        $crate::register_kernel!(@entry $sig, $crate::StaticImpl::Generic($f) $(, $key = $val)*);
     };
 }
 
@@ -194,27 +192,43 @@ impl Registry {
     pub fn with_builtins() -> Registry {
         let reg = Registry::new();
         let mut entries: Vec<&KernelEntry> = inventory::iter::<KernelEntry>.into_iter().collect();
-        entries.sort_by(|a, b| (a.signature, a.device.0, a.file, a.line).cmp(&(b.signature, b.device.0, b.file, b.line)));
+        // Declarations first: an implementation by name joins the kernel its
+        // declaration made.
+        entries.sort_by_key(|e| (e.implements().is_some(), e.signature, e.device.0, e.file, e.line));
         let mut map = reg.kernels.write().unwrap_or_else(|p| p.into_inner());
         // Every registration of each name, for the conflicts' messages.
         let mut claims: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut conflicts: BTreeSet<String> = BTreeSet::new();
         for e in entries {
-            let sig = Signature::parse(e.signature).ok();
+            let mut def = e.def();
+            if let Some(name) = e.implements() {
+                if conflicts.contains(name) {
+                    continue;
+                }
+                let Some(k) = map.get(name) else {
+                    reg.note_problem(format!(
+                        "{}:{}: a {} implementation of `{name}`, but no registration declares `{name}` with its signature",
+                        e.file, e.line, e.device
+                    ));
+                    continue;
+                };
+                (def.signature, def.opts) = (k.signature_text().to_owned(), k.opts());
+            }
+            let sig = Signature::parse(&def.signature).ok();
             if let Some(sig) = &sig {
                 let claim = format!("`{}` on {} at {}:{}", e.signature, e.device, e.file, e.line);
                 claims.entry(sig.name.clone()).or_default().push(claim);
                 // Another kernel of this name that this one cannot join (another
                 // signature or options, or this device again), or one withdrawn.
                 let disagrees =
-                    map.get(&sig.name).is_some_and(|k| k.signature() != sig || k.opts() != e.opts || k.devices().any(|d| d == e.device));
+                    map.get(&sig.name).is_some_and(|k| k.signature() != sig || k.opts() != def.opts || k.devices().any(|d| d == e.device));
                 if disagrees || conflicts.contains(&sig.name) {
                     conflicts.insert(sig.name.clone());
                     continue;
                 }
             }
             let mut staging = Staging::new(&map);
-            match staging.add(e.def()) {
+            match staging.add(def) {
                 Ok(_) => {
                     let changes = staging.into_changes();
                     map.extend(changes);

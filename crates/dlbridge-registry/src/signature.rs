@@ -132,6 +132,59 @@ impl fmt::Display for ScalarKind {
     }
 }
 
+/// A scalar argument: the value of an `f64`, `i64` or `bool` parameter.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scalar {
+    /// For `f64` parameters.
+    F64(f64),
+    /// For `i64` parameters.
+    I64(i64),
+    /// For `bool` parameters.
+    Bool(bool),
+}
+
+impl Scalar {
+    /// The parameter kind this scalar fits.
+    #[inline]
+    pub fn kind(self) -> ScalarKind {
+        match self {
+            Scalar::F64(_) => ScalarKind::F64,
+            Scalar::I64(_) => ScalarKind::I64,
+            Scalar::Bool(_) => ScalarKind::Bool,
+        }
+    }
+}
+
+/// `f64 2.5`, `i64 -1`, `bool true`: the kind and the value.
+impl fmt::Display for Scalar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ", self.kind())?;
+        match self {
+            Scalar::F64(x) => fmt::Display::fmt(x, f),
+            Scalar::I64(x) => fmt::Display::fmt(x, f),
+            Scalar::Bool(x) => fmt::Display::fmt(x, f),
+        }
+    }
+}
+
+impl From<f64> for Scalar {
+    fn from(x: f64) -> Scalar {
+        Scalar::F64(x)
+    }
+}
+
+impl From<i64> for Scalar {
+    fn from(x: i64) -> Scalar {
+        Scalar::I64(x)
+    }
+}
+
+impl From<bool> for Scalar {
+    fn from(x: bool) -> Scalar {
+        Scalar::Bool(x)
+    }
+}
+
 /// What a parameter is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ParamKind {

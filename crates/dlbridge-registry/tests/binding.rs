@@ -107,65 +107,46 @@ impl Allocator<Error> for ToyAllocator {
     }
 }
 
-/// `add2(a, b) -> c` and `axpy(alpha, x, mut y)`, counting their runs.
+/// Registers `body` under `signature`, counting its runs in `runs`.
+fn counted(reg: &Registry, runs: &Arc<AtomicUsize>, signature: &str, opts: KernelOpts, body: fn(&mut Call<'_, '_>) -> Result<()>) {
+    let r = runs.clone();
+    let imp = Impl::Dyn(Arc::new(move |call: &mut Call<'_, '_>| {
+        r.fetch_add(1, Ordering::SeqCst);
+        body(call)
+    }));
+    let def = KernelDef { signature: signature.into(), device: DeviceType::CPU, imp, opts, origin: "test".into(), doc: String::new() };
+    reg.register(def).unwrap();
+}
+
+/// `add2(a, b) -> c`, `axpy(alpha, x, mut y)` and `swap_in(x, mut y) -> old`, counting their runs.
 fn registry() -> (Registry, Arc<AtomicUsize>) {
     let reg = Registry::new();
     let runs = Arc::new(AtomicUsize::new(0));
-    let r = runs.clone();
-    reg.register(KernelDef {
-        signature: "add2(a: f32[N], b: f32[N]) -> (c: f32[N])".into(),
-        device: DeviceType::CPU,
-        imp: Impl::Dyn(Arc::new(move |call: &mut Call<'_, '_>| {
-            r.fetch_add(1, Ordering::SeqCst);
-            let (ins, mut outs) = call.io();
-            let (a, b) = (ins.tensor("a")?.to_vec::<f32>()?, ins.tensor("b")?.to_vec::<f32>()?);
-            for ((c, x), y) in outs.take("c")?.iter_mut::<f32>()?.zip(a).zip(b) {
-                *c = x + y;
-            }
-            Ok(())
-        })),
-        opts: KernelOpts::ELEMENTWISE,
-        origin: "test".into(),
-        doc: String::new(),
-    })
-    .unwrap();
-    let r = runs.clone();
-    reg.register(KernelDef {
-        signature: "axpy(alpha: f64, x: f32[N], y: mut f32[N])".into(),
-        device: DeviceType::CPU,
-        imp: Impl::Dyn(Arc::new(move |call: &mut Call<'_, '_>| {
-            r.fetch_add(1, Ordering::SeqCst);
-            let (ins, mut outs) = call.io();
-            let (alpha, x) = (ins.f64("alpha")? as f32, ins.tensor("x")?.to_vec::<f32>()?);
-            for (y, x) in outs.take("y")?.iter_mut::<f32>()?.zip(x) {
-                *y += alpha * x;
-            }
-            Ok(())
-        })),
-        opts: KernelOpts::DEFAULT,
-        origin: "test".into(),
-        doc: String::new(),
-    })
-    .unwrap();
-    let r = runs.clone();
-    reg.register(KernelDef {
-        signature: "swap_in(x: f32[N], y: mut f32[N]) -> (old: f32[N])".into(),
-        device: DeviceType::CPU,
-        imp: Impl::Dyn(Arc::new(move |call: &mut Call<'_, '_>| {
-            r.fetch_add(1, Ordering::SeqCst);
-            let (ins, mut outs) = call.io();
-            let x = ins.tensor("x")?.to_vec::<f32>()?;
-            let y = outs.take("y")?;
-            let before = y.as_view().to_vec::<f32>()?;
-            y.iter_mut::<f32>()?.zip(&x).for_each(|(y, x)| *y = *x);
-            outs.take("old")?.iter_mut::<f32>()?.zip(before).for_each(|(o, b)| *o = b);
-            Ok(())
-        })),
-        opts: KernelOpts::DEFAULT,
-        origin: "test".into(),
-        doc: String::new(),
-    })
-    .unwrap();
+    counted(&reg, &runs, "add2(a: f32[N], b: f32[N]) -> (c: f32[N])", KernelOpts::ELEMENTWISE, |call| {
+        let (ins, mut outs) = call.io();
+        let (a, b) = (ins.tensor("a")?.to_vec::<f32>()?, ins.tensor("b")?.to_vec::<f32>()?);
+        for ((c, x), y) in outs.take("c")?.iter_mut::<f32>()?.zip(a).zip(b) {
+            *c = x + y;
+        }
+        Ok(())
+    });
+    counted(&reg, &runs, "axpy(alpha: f64, x: f32[N], y: mut f32[N])", KernelOpts::DEFAULT, |call| {
+        let (ins, mut outs) = call.io();
+        let (alpha, x) = (ins.f64("alpha")? as f32, ins.tensor("x")?.to_vec::<f32>()?);
+        for (y, x) in outs.take("y")?.iter_mut::<f32>()?.zip(x) {
+            *y += alpha * x;
+        }
+        Ok(())
+    });
+    counted(&reg, &runs, "swap_in(x: f32[N], y: mut f32[N]) -> (old: f32[N])", KernelOpts::DEFAULT, |call| {
+        let (ins, mut outs) = call.io();
+        let x = ins.tensor("x")?.to_vec::<f32>()?;
+        let y = outs.take("y")?;
+        let before = y.as_view().to_vec::<f32>()?;
+        y.iter_mut::<f32>()?.zip(&x).for_each(|(y, x)| *y = *x);
+        outs.take("old")?.iter_mut::<f32>()?.zip(before).for_each(|(o, b)| *o = b);
+        Ok(())
+    });
     (reg, runs)
 }
 

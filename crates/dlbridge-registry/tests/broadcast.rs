@@ -1,25 +1,14 @@
 //! Broadcast groups (`*S`): the inputs' shapes broadcast together as NumPy
 //! broadcasts them, outputs are allocated (or checked) with the result, and a
 //! `mut` input must already have it.
-
-use std::sync::Arc;
-
 use dlbridge_array::Array;
-use dlbridge_core::{DType, DeviceType, ErrorKind};
+use dlbridge_core::{DType, ErrorKind};
 use dlbridge_registry::call::broadcast_shapes;
-use dlbridge_registry::{Arg, Call, Impl, KernelDef, KernelOpts, Registry, Signature};
+use dlbridge_registry::{Arg, Call, KernelDef, KernelOpts, Registry, Signature};
 
 fn reg_with(sig: &str) -> Registry {
     let reg = Registry::new();
-    reg.register(KernelDef {
-        signature: sig.into(),
-        device: DeviceType::CPU,
-        imp: Impl::Dyn(Arc::new(|_: &mut Call<'_, '_>| Ok(()))),
-        opts: KernelOpts::ELEMENTWISE,
-        origin: "test".into(),
-        doc: String::new(),
-    })
-    .unwrap();
+    reg.register(KernelDef { opts: KernelOpts::ELEMENTWISE, ..KernelDef::cpu(sig, |_: &mut Call<'_, '_>| Ok(())) }).unwrap();
     reg
 }
 

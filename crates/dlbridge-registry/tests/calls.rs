@@ -133,11 +133,11 @@ fn argument_count_and_kinds_are_checked() {
     let k = reg.get("axpy").unwrap();
     let x = zeros(&[3]);
     let mut y = zeros(&[3]);
-    let e = k.call(&mut [Arg::F64(1.0), Arg::Tensor(x.view())], &mut []).unwrap_err();
+    let e = k.call(&mut [Arg::f64(1.0), Arg::Tensor(x.view())], &mut []).unwrap_err();
     assert_eq!(e.to_string(), "axpy: expected 3 arguments (alpha, x, y) but got 2");
-    let e = k.call(&mut [Arg::I64(1), Arg::Tensor(x.view()), Arg::TensorMut(y.view_mut().unwrap())], &mut []).unwrap_err();
+    let e = k.call(&mut [Arg::i64(1), Arg::Tensor(x.view()), Arg::TensorMut(y.view_mut().unwrap())], &mut []).unwrap_err();
     assert_eq!(e.to_string(), "axpy: argument alpha: expected a f64 scalar but got i64 1");
-    let e = k.call(&mut [Arg::F64(1.0), Arg::F64(2.0), Arg::TensorMut(y.view_mut().unwrap())], &mut []).unwrap_err();
+    let e = k.call(&mut [Arg::f64(1.0), Arg::f64(2.0), Arg::TensorMut(y.view_mut().unwrap())], &mut []).unwrap_err();
     assert_eq!(e.to_string(), "axpy: argument x: expected a tensor [N] but got f64 2");
 }
 
@@ -149,7 +149,7 @@ fn read_only_tensor_in_a_mut_slot_is_refused_and_not_written() {
     let x = zeros(&[3]);
     let y = zeros(&[3]);
     // A read-only view passed where the kernel writes.
-    let e = k.call(&mut [Arg::F64(1.0), Arg::Tensor(x.view()), Arg::Tensor(y.view())], &mut []).unwrap_err();
+    let e = k.call(&mut [Arg::f64(1.0), Arg::Tensor(x.view()), Arg::Tensor(y.view())], &mut []).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Buffer);
     assert!(e.to_string().starts_with("axpy: argument y:"), "{e}");
     assert!(e.to_string().contains("read-only"), "{e}");
@@ -159,6 +159,17 @@ fn read_only_tensor_in_a_mut_slot_is_refused_and_not_written() {
     let mut t = unsafe { ManagedTensor::from_raw_versioned(foreign.versioned_ptr()) }.unwrap();
     assert!(t.view_mut().is_err());
     assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+/// A hand-made CPU view of `shape` elements of `dtype` at `ptr`: several may
+/// alias one buffer, as the Python layer's views of aliasing tensors do.
+///
+/// # Safety
+/// `ptr` addresses `shape`'s elements of `dtype`, alive while the view is used.
+unsafe fn raw_view<'a>(ptr: *const u8, shape: &'a [i64], dtype: DType) -> dlbridge_core::TensorView<'a> {
+    let (device, flags) = (dlbridge_core::Device::CPU, dlbridge_core::Flags::empty());
+    // SAFETY: the caller's contract.
+    unsafe { dlbridge_core::TensorView::from_raw_parts(ptr.cast(), 0, shape, None, dtype, device, flags) }.unwrap()
 }
 
 #[test]
@@ -171,22 +182,9 @@ fn an_output_over_an_input_of_another_width_is_refused_as_overlapping() {
     let shape = [4i64];
     // Same address, shape and element strides; f32 input, f64 output: the output's
     // bytes cover twice the input's, so writing y[0] overwrites x[0] and x[1].
-    let view = |dtype: DType| {
-        // SAFETY: `buf` (32 bytes) holds 4 elements of either width and lives for the
-        // test; the registry refuses the overlapping call before any write.
-        unsafe {
-            dlbridge_core::TensorView::from_raw_parts(
-                ptr.cast(),
-                0,
-                &shape,
-                None,
-                dtype,
-                dlbridge_core::Device::CPU,
-                dlbridge_core::Flags::empty(),
-            )
-        }
-        .unwrap()
-    };
+    // SAFETY: `buf` (32 bytes) holds 4 elements of either width and lives for the
+    // test; the registry refuses the overlapping call before any write.
+    let view = |dtype: DType| unsafe { raw_view(ptr, &shape, dtype) };
     // SAFETY: as above.
     let view_mut = |dtype: DType| unsafe { TensorViewMut::from_view(view(dtype)) }.unwrap();
     let widen = reg.get("widen").unwrap();
@@ -207,22 +205,9 @@ fn overlapping_output_is_refused_unless_exactly_an_input_of_an_elementwise_kerne
     let shape = [4i64];
     let ptr = buf.as_mut_ptr();
     // Views made by hand over one buffer (as the Python layer would from aliasing tensors).
-    let view = |off: usize| {
-        // SAFETY: `buf` lives for the test; the registry refuses the call before any
-        // write when views overlap, and only the exact-alias case is written.
-        unsafe {
-            dlbridge_core::TensorView::from_raw_parts(
-                ptr.add(off).cast(),
-                0,
-                &shape,
-                None,
-                DType::F32,
-                dlbridge_core::Device::CPU,
-                dlbridge_core::Flags::empty(),
-            )
-        }
-        .unwrap()
-    };
+    // SAFETY: `buf` lives for the test; the registry refuses the call before any
+    // write when views overlap, and only the exact-alias case is written.
+    let view = |off: usize| unsafe { raw_view(ptr.add(off).cast(), &shape, DType::F32) };
     let view_mut = |off: usize| {
         // SAFETY: as above.
         unsafe { TensorViewMut::from_view(view(off)) }.unwrap()
@@ -236,21 +221,8 @@ fn overlapping_output_is_refused_unless_exactly_an_input_of_an_elementwise_kerne
     add.call(&mut [Arg::Tensor(view(0)), Arg::Tensor(view(4))], &mut [view_mut(0)]).unwrap();
     assert_eq!(runs.load(Ordering::SeqCst), 1, "exact alias: runs in place");
     let sq = [2i64, 2];
-    let m = |off: usize| {
-        // SAFETY: as above.
-        unsafe {
-            dlbridge_core::TensorView::from_raw_parts(
-                ptr.add(off).cast(),
-                0,
-                &sq,
-                None,
-                DType::F32,
-                dlbridge_core::Device::CPU,
-                dlbridge_core::Flags::empty(),
-            )
-        }
-        .unwrap()
-    };
+    // SAFETY: as above.
+    let m = |off: usize| unsafe { raw_view(ptr.add(off).cast(), &sq, DType::F32) };
     // SAFETY: as above.
     let mm_out = unsafe { TensorViewMut::from_view(m(0)) }.unwrap();
     let e = reg.get("mm").unwrap().call(&mut [Arg::Tensor(m(0)), Arg::Tensor(m(4))], &mut [mm_out]).unwrap_err();
@@ -329,15 +301,7 @@ fn unknown_kernel_is_not_found_with_suggestions() {
 #[test]
 fn a_panicking_kernel_becomes_an_error() {
     let reg = Registry::new();
-    reg.register(KernelDef {
-        signature: "boom(x: f32[N])".into(),
-        device: DeviceType::CPU,
-        imp: Impl::Dyn(Arc::new(|_: &mut Call<'_, '_>| panic!("kaboom"))),
-        opts: KernelOpts::DEFAULT,
-        origin: "test".into(),
-        doc: String::new(),
-    })
-    .unwrap();
+    reg.register(KernelDef::cpu("boom(x: f32[N])", |_: &mut Call<'_, '_>| panic!("kaboom"))).unwrap();
     let x = zeros(&[1]);
     let e = reg.call("boom", &mut [Arg::Tensor(x.view())], &mut []).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Runtime);
@@ -347,15 +311,8 @@ fn a_panicking_kernel_becomes_an_error() {
 #[test]
 fn kernel_errors_carry_the_kernel_name() {
     let reg = Registry::new();
-    reg.register(KernelDef {
-        signature: "fails(x: f32[N])".into(),
-        device: DeviceType::CPU,
-        imp: Impl::Dyn(Arc::new(|_: &mut Call<'_, '_>| Err(dlbridge_core::Error::Runtime("out of cheese".into())))),
-        opts: KernelOpts::DEFAULT,
-        origin: "test".into(),
-        doc: String::new(),
-    })
-    .unwrap();
+    reg.register(KernelDef::cpu("fails(x: f32[N])", |_: &mut Call<'_, '_>| Err(dlbridge_core::Error::Runtime("out of cheese".into()))))
+        .unwrap();
     let x = zeros(&[1]);
     let e = reg.call("fails", &mut [Arg::Tensor(x.view())], &mut []).unwrap_err();
     assert_eq!(e.to_string(), "fails: out of cheese");

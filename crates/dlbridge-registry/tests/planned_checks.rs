@@ -125,9 +125,9 @@ fn run(reg: &Registry, c: &Case) {
                 args.push(t);
             }
         } else if *scalars.next().unwrap_or(&true) {
-            args.push(Arg::F64(0.5));
+            args.push(Arg::f64(0.5));
         } else {
-            args.push(Arg::I64(2));
+            args.push(Arg::i64(2));
         }
     }
     args.extend(tensor_args.into_iter().rev());

@@ -10,45 +10,48 @@ use dlbridge_registry::threads::{global_num_threads, num_threads, set_num_thread
 /// The tests below change the process-wide count one at a time.
 static GLOBAL: Mutex<()> = Mutex::new(());
 
+/// Runs `f` with the process-wide count set to `count`, alone, then restores it.
+fn with_global(count: usize, f: impl FnOnce()) {
+    let _g = GLOBAL.lock().unwrap_or_else(|p| p.into_inner());
+    let before = global_num_threads();
+    set_num_threads(count);
+    f();
+    set_num_threads(before);
+}
+
 #[test]
 fn the_process_wide_count_is_the_budget_outside_a_call() {
-    let _g = GLOBAL.lock().unwrap();
-    let before = global_num_threads();
-    set_num_threads(3);
-    assert_eq!(num_threads(), 3);
-    set_num_threads(0);
-    assert_eq!(num_threads(), 1, "0 is taken as 1");
-    set_num_threads(before);
+    with_global(3, || {
+        assert_eq!(num_threads(), 3);
+        set_num_threads(0);
+        assert_eq!(num_threads(), 1, "0 is taken as 1");
+    });
 }
 
 #[test]
 fn a_call_narrows_the_budget_never_widens_it_and_restores_it() {
-    let _g = GLOBAL.lock().unwrap();
-    let before = global_num_threads();
-    set_num_threads(4);
-    with_num_threads(2, || {
-        assert_eq!(num_threads(), 2);
-        with_num_threads(8, || assert_eq!(num_threads(), 4, "never more than the process-wide count"));
-        with_num_threads(0, || assert_eq!(num_threads(), 1));
-        assert_eq!(num_threads(), 2, "the outer limit is back");
+    with_global(4, || {
+        with_num_threads(2, || {
+            assert_eq!(num_threads(), 2);
+            with_num_threads(8, || assert_eq!(num_threads(), 4, "never more than the process-wide count"));
+            with_num_threads(0, || assert_eq!(num_threads(), 1));
+            assert_eq!(num_threads(), 2, "the outer limit is back");
+        });
+        assert_eq!(num_threads(), 4);
+        let panicked = std::panic::catch_unwind(|| with_num_threads(1, || panic!("kernel panicked")));
+        assert!(panicked.is_err());
+        assert_eq!(num_threads(), 4, "restored after a panic");
     });
-    assert_eq!(num_threads(), 4);
-    let panicked = std::panic::catch_unwind(|| with_num_threads(1, || panic!("kernel panicked")));
-    assert!(panicked.is_err());
-    assert_eq!(num_threads(), 4, "restored after a panic");
-    set_num_threads(before);
 }
 
 #[test]
 fn the_limit_of_a_call_is_local_to_its_thread() {
-    let _g = GLOBAL.lock().unwrap();
-    let before = global_num_threads();
-    set_num_threads(4);
-    with_num_threads(1, || {
-        assert_eq!(num_threads(), 1);
-        assert_eq!(std::thread::spawn(num_threads).join().unwrap(), 4);
+    with_global(4, || {
+        with_num_threads(1, || {
+            assert_eq!(num_threads(), 1);
+            assert_eq!(std::thread::spawn(num_threads).join().unwrap(), 4);
+        });
     });
-    set_num_threads(before);
 }
 
 static ASKED: AtomicUsize = AtomicUsize::new(0);
@@ -60,18 +63,16 @@ fn three() -> usize {
 
 #[test]
 fn a_count_from_a_source_is_asked_only_when_a_kernel_reads_it() {
-    let _g = GLOBAL.lock().unwrap();
-    let before = global_num_threads();
-    set_num_threads(8);
-    let asked = ASKED.load(Ordering::SeqCst);
-    with_num_threads_from(three, || {
-        assert_eq!(ASKED.load(Ordering::SeqCst), asked, "not asked by entering the call");
-        assert_eq!(num_threads(), 3);
-        assert_eq!(ASKED.load(Ordering::SeqCst), asked + 1);
+    with_global(8, || {
+        let asked = ASKED.load(Ordering::SeqCst);
+        with_num_threads_from(three, || {
+            assert_eq!(ASKED.load(Ordering::SeqCst), asked, "not asked by entering the call");
+            assert_eq!(num_threads(), 3);
+            assert_eq!(ASKED.load(Ordering::SeqCst), asked + 1);
+        });
+        set_num_threads(2);
+        with_num_threads_from(three, || assert_eq!(num_threads(), 2, "capped by the process-wide count"));
     });
-    set_num_threads(2);
-    with_num_threads_from(three, || assert_eq!(num_threads(), 2, "capped by the process-wide count"));
-    set_num_threads(before);
 }
 
 #[test]

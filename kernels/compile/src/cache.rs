@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use dlbridge_core::{Error, Result};
 use sha2::{Digest, Sha256};
 
-pub use crate::dirs::{cache_root, cpu_cache_dir};
+pub use crate::dirs::cpu_cache_dir;
 use crate::toolchain::{Compiler, cpu_fingerprint};
 pub use dlbridge_registry::trust::{is_plain_file, trusted_dir};
 use dlbridge_registry::trust::{seal, sealed};

@@ -67,17 +67,11 @@
 //! the compiler reports `operation:1:5: error: ...` for the user's mistakes
 //! and `dlbridge_generated.cpp:N` for the rest.
 
-use std::fmt::Write as _;
+use dlbridge_core::{DType, Result};
 
-use dlbridge_core::{DType, Error, ErrorKind, Result};
-
-use crate::params::{ElementwiseSpec, Param, ParamType, ReductionSpec, Spec, bound_dtype, cpu_ctype, numpy_dtype};
-
-/// CuPy's `_in_ind` and `_out_ind` in a reduction's map and post-map
-/// (`_in_ind.size() / _out_ind.size()` is the reduced count, CuPy's mean
-/// idiom), from the reduced count `_J` and the number of outputs `_M`.
-pub(crate) const IN_OUT_IND: [&str; 3] =
-    ["  const dlbridge::Size _in_ind(_M * _J), _out_ind(_M);", "  (void)_in_ind;", "  (void)_out_ind;"];
+pub(crate) use crate::codegen::Src;
+use crate::codegen::{Backend, Head, c_string, head, reduction_helpers, summary};
+use crate::params::{ElementwiseSpec, Param, ReductionSpec, bound_dtype, cpu_ctype};
 
 /// The file name diagnostics use for generated (non-user) lines.
 pub const GENERATED_FILE: &str = "dlbridge_generated.cpp";
@@ -100,133 +94,20 @@ pub const PARALLEL_THRESHOLD: usize = 1 << 16;
 /// code starts (OpenMP, std::thread): there the check traps (SIGILL).
 pub(crate) const DIVGUARD: &str = crate::headers::DIVGUARD_H;
 
-/// Generated source, counting lines so that `#line` directives can point
-/// back at the true line.
-pub(crate) struct Src {
-    pub(crate) text: String,
-    newlines: usize,
-    file: &'static str,
-}
-
-impl Src {
-    pub(crate) fn new() -> Src {
-        Src::for_file(GENERATED_FILE)
-    }
-    /// Generated lines are numbered as `file`.
-    pub(crate) fn for_file(file: &'static str) -> Src {
-        Src { text: String::with_capacity(32 * 1024), newlines: 0, file }
-    }
-    pub(crate) fn push(&mut self, s: &str) {
-        self.newlines += s.bytes().filter(|&b| b == b'\n').count();
-        self.text.push_str(s);
-    }
-    pub(crate) fn line(&mut self, s: &str) {
-        self.push(s);
-        self.push("\n");
-    }
-    /// Returns to the generated file's own numbering.
-    pub(crate) fn resync(&mut self) {
-        // The directive sits on physical line `newlines + 1`, so the next
-        // line is `newlines + 2`.
-        let next = self.newlines + 2;
-        let file = self.file;
-        self.line(&format!("#line {next} \"{file}\""));
-    }
-    /// User text, numbered as its own file `label`, then `closer` (`;` after
-    /// a statement, `)` after an expression) on a line of its own, still in
-    /// the user's numbering: harmless when the text ends with one, safe
-    /// after a trailing `//` comment, and an unfinished text is reported in
-    /// the user's file, not in generated code.
-    pub(crate) fn user(&mut self, label: &str, text: &str, closer: &str) {
-        self.line(&format!("#line 1 \"{label}\""));
-        self.push(text);
-        if !text.ends_with('\n') {
-            self.push("\n");
-        }
-        if !closer.is_empty() {
-            self.line(closer);
-        }
-        self.resync();
-    }
-}
-
-/// A C++ string literal holding `s` (escaped; non-ASCII as octal escapes).
-pub(crate) fn c_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for b in s.bytes() {
-        match b {
-            b'"' => out.push_str("\\\""),
-            b'\\' => out.push_str("\\\\"),
-            b'?' => out.push_str("\\?"),
-            0x20..=0x7e => out.push(b as char),
-            _ => {
-                let _ = write!(out, "\\{b:03o}");
-            }
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// One line of `text` for the kernel's description: whitespace collapsed, cut.
-pub(crate) fn summary(text: &str) -> String {
-    let one: Vec<&str> = text.split_whitespace().collect();
-    let one = one.join(" ");
-    if one.chars().count() > 120 { format!("{}...", one.chars().take(117).collect::<String>()) } else { one }
-}
-
-/// The C++ type of a parameter under the binding: the placeholder's name (a
-/// typedef) or the concrete dtype's C++ type.
-fn param_ctype(kind: &str, kernel: &str, p: &Param) -> Result<String> {
-    match p.ty {
-        ParamType::Var(c) => Ok(c.to_string()),
-        ParamType::Concrete(d) => cpu_ctype(d)
-            .map(str::to_owned)
-            .map_err(|e| Error::Coded { kind: ErrorKind::Type, message: format!("{kind} `{kernel}`: parameter `{}`: {e}", p.name) }),
-    }
-}
+/// The CPU backend's head: the plugin header and C++ runtime.
+const CPU: Backend = Backend {
+    label: "",
+    file: GENERATED_FILE,
+    ctype: cpu_ctype,
+    runtime: |src| {
+        src.line(&format!("#define DLBRIDGE_PARALLEL_MIN {PARALLEL_THRESHOLD}"));
+        src.push(&crate::headers::expand("dlbridge_compile/cpu_runtime.h"));
+    },
+};
 
 /// `(code, bits, lanes)` of the DLDataType the tensor must have.
 fn dl_type(d: DType) -> String {
     format!("{{{}, {}, {}}}", d.code() as u8, d.bits(), d.lanes())
-}
-
-/// The header comment, plugin header, runtime and typedefs of every source.
-fn prologue(src: &mut Src, kind: &str, name: &str, signature: &str, vars: &[char], bind: &[(char, DType)]) -> Result<()> {
-    src.resync();
-    src.line(&format!("// Generated by dlbridge-compile {}: CuPy {kind} `{name}`.", env!("CARGO_PKG_VERSION")));
-    let types: Vec<String> = vars
-        .iter()
-        .map(|c| {
-            let d = bind.iter().find(|(v, _)| v == c).map(|&(_, d)| d).ok_or_else(|| unbound(kind, name, *c))?;
-            Ok(format!("{c} = {d} ({})", cpu_ctype(d).map_err(|e| var_error(kind, name, *c, e))?))
-        })
-        .collect::<Result<_>>()?;
-    if types.is_empty() {
-        src.line("// No type placeholders.");
-    } else {
-        src.line(&format!("// Specialisation: {}.", types.join(", ")));
-    }
-    src.line(&format!("// Signature: {signature}"));
-    src.line(&format!("#define DLBRIDGE_PARALLEL_MIN {PARALLEL_THRESHOLD}"));
-    src.push(&crate::headers::expand("dlbridge_compile/cpu_runtime.h"));
-    src.line("");
-    src.line("// ---- the kernel's types ----");
-    for c in vars {
-        let d = bind.iter().find(|(v, _)| v == c).map(|&(_, d)| d).ok_or_else(|| unbound(kind, name, *c))?;
-        let ct = cpu_ctype(d).map_err(|e| var_error(kind, name, *c, e))?;
-        src.line(&format!("typedef {ct} {c};"));
-    }
-    Ok(())
-}
-
-fn unbound(kind: &str, name: &str, c: char) -> Error {
-    Error::InvalidArgument(format!("{kind} `{name}`: type placeholder `{c}` is not bound"))
-}
-
-fn var_error(kind: &str, name: &str, c: char, e: Error) -> Error {
-    Error::Coded { kind: ErrorKind::Type, message: format!("{kind} `{name}`: {c}: {e}") }
 }
 
 /// The plugin table with one CPU kernel.
@@ -251,6 +132,17 @@ fn plugin_table(src: &mut Src, name: &str, signature: &str, flags: &str, doc: &s
 /// The opening of `dlbridge_entry`, the same for every kind of kernel: its
 /// signature, the kernel's name, and the checks of the scalars and tensors
 /// the host passes (inside the `try` the caller closes).
+/// The end of the entry point: success, or the exception as an error code
+/// and message; then the end of the anonymous namespace.
+fn entry_epilogue(src: &mut Src) {
+    src.line("    return DLBRIDGE_OK;");
+    src.line("  } catch (...) {");
+    src.line("    return dlbridge::detail::from_exception(kKernel, _err, _err_len);");
+    src.line("  }");
+    src.line("}");
+    src.line("}  // namespace");
+}
+
 fn entry_prologue(src: &mut Src, name: &str, all: &[&Param], bind: &[(char, DType)]) -> Result<()> {
     let kernel_lit = c_string(name);
     src.line("int32_t dlbridge_entry(DLTensor* const* _t, int32_t _nt, const DLBridgeScalar* _s, int32_t _ns, void* _stream,");
@@ -282,23 +174,11 @@ fn tensor_tables(src: &mut Src, params: &[&Param], bind: &[(char, DType)]) -> Re
 /// Errors: a binding that does not cover exactly the placeholders (Value), a
 /// dtype the CPU backend has no C++ type for (Type).
 pub fn elementwise_cpp(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Result<String> {
-    const KIND: &str = "ElementwiseKernel";
-    let signature = spec.specialised_signature(bind)?;
-    let name = &spec.name;
-    let all: Vec<&Param> = spec.inputs.iter().chain(&spec.outputs).collect();
-    let ctypes: Vec<String> = all.iter().map(|p| param_ctype(KIND, name, p)).collect::<Result<_>>()?;
-    let n_in = spec.inputs.len();
+    let Head { mut src, signature, all, ctypes } = head(&CPU, spec, bind, "the loop")?;
+    let (name, n_in) = (&spec.name, spec.inputs.len());
     // Non-raw operands (inputs, then outputs): (tensor index, written?).
     let ops: Vec<(usize, bool)> = all.iter().enumerate().filter(|(_, p)| !p.raw).map(|(t, p)| (t, t >= n_in || p.mutable)).collect();
     let k = ops.len();
-
-    let mut src = Src::new();
-    prologue(&mut src, KIND, name, &signature, &spec.type_vars(), bind)?;
-    if !spec.preamble.is_empty() {
-        src.user("preamble", &spec.preamble, "");
-    }
-    src.line("");
-    src.line("// ---- the loop ----");
     src.line("namespace {");
     src.line(&format!("constexpr int dlbridge_kOperands = {k};  // non-raw inputs, then outputs"));
     src.line("using dlbridge_Walk = dlbridge::detail::Walk<dlbridge_kOperands>;");
@@ -376,86 +256,13 @@ pub fn elementwise_cpp(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Result
     src.line("        dlbridge_chunk<false>(w, data, _t, ind, b, e);");
     src.line("      }");
     src.line("    });");
-    src.line("    return DLBRIDGE_OK;");
-    src.line("  } catch (...) {");
-    src.line("    return dlbridge::detail::from_exception(kKernel, _err, _err_len);");
-    src.line("  }");
-    src.line("}");
-    src.line("}  // namespace");
+    entry_epilogue(&mut src);
     // Aliasing an output with an input is only safe when every element reads
     // its own position: not with raw inputs.
     let flags = if spec.inputs.iter().any(|p| p.raw) { "0" } else { "DLBRIDGE_KERNEL_ALIAS_OUTPUTS" };
     let doc = format!("ElementwiseKernel: {}", summary(&spec.operation));
     plugin_table(&mut src, name, &signature, flags, &doc);
     Ok(src.text)
-}
-
-/// The reduction's helpers, the same on both backends but for `qualifier`
-/// (`inline`, or CUDA's `__device__ __forceinline__`) and the C type of a
-/// dtype (`ctype`): `_type_reduce`, then the identity, map, reduce and
-/// post-map functions around the user's expressions (in an anonymous
-/// namespace when `namespaced`, which the caller closes).
-pub(crate) fn reduction_helpers(
-    src: &mut Src,
-    spec: &ReductionSpec,
-    ctypes: &[String],
-    qualifier: &str,
-    ctype: fn(DType) -> Result<&'static str>,
-    namespaced: bool,
-) -> Result<()> {
-    const KIND: &str = "ReductionKernel";
-    let (name, n_in) = (&spec.name, spec.inputs.len());
-    match &spec.reduce_type {
-        None => src.line(&format!("typedef {} _type_reduce;", ctypes[n_in])),
-        Some(t) => match numpy_dtype(t.trim()) {
-            Some(d) => {
-                let ct =
-                    ctype(d).map_err(|e| Error::Coded { kind: ErrorKind::Type, message: format!("{KIND} `{name}`: reduce_type: {e}") })?;
-                src.line(&format!("typedef {ct} _type_reduce;"));
-            }
-            None => {
-                src.line("typedef");
-                src.user("reduce_type", t, "");
-                src.line("_type_reduce;");
-            }
-        },
-    }
-    if namespaced {
-        src.line("namespace {");
-    }
-    if let Some(identity) = &spec.identity {
-        src.line(&format!("{qualifier} _type_reduce dlbridge_identity() {{"));
-        src.line("  return static_cast<_type_reduce>(");
-        src.user("identity", identity, ");");
-        src.line("}");
-    }
-    let in_params: Vec<String> = spec.inputs.iter().enumerate().map(|(t, p)| format!("const {}& {}", ctypes[t], p.name)).collect();
-    src.line(&format!(
-        "{qualifier} _type_reduce dlbridge_map({}, ptrdiff_t _i, ptrdiff_t _j, ptrdiff_t _J, ptrdiff_t _M) {{",
-        in_params.join(", ")
-    ));
-    src.line("  (void)_i;");
-    src.line("  (void)_j;");
-    src.line("  (void)_J;");
-    IN_OUT_IND.iter().for_each(|l| src.line(l));
-    src.line("  return static_cast<_type_reduce>(");
-    src.user("map_expr", &spec.map_expr, ");");
-    src.line("}");
-    src.line(&format!("{qualifier} _type_reduce dlbridge_reduce(const _type_reduce& a, const _type_reduce& b) {{"));
-    src.line("  return static_cast<_type_reduce>(");
-    src.user("reduce_expr", &spec.reduce_expr, ");");
-    src.line("}");
-    let out_params: Vec<String> = spec.outputs.iter().enumerate().map(|(m, p)| format!("{}& {}", ctypes[n_in + m], p.name)).collect();
-    src.line(&format!(
-        "{qualifier} void dlbridge_post_map(const _type_reduce& a, {}, ptrdiff_t _i, ptrdiff_t _J, ptrdiff_t _M) {{",
-        out_params.join(", ")
-    ));
-    src.line("  (void)_i;");
-    src.line("  (void)_J;");
-    IN_OUT_IND.iter().for_each(|l| src.line(l));
-    src.user("post_map_expr", &spec.post_map_expr, ";");
-    src.line("}");
-    Ok(())
 }
 
 /// The complete C++ source of one specialisation of a reduction kernel: a
@@ -467,20 +274,8 @@ pub(crate) fn reduction_helpers(
 /// with the kept dims only (`y.shape == x.shape[..y.ndim]`); the kernel
 /// checks that. Errors as for [`elementwise_cpp`].
 pub fn reduction_cpp(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<String> {
-    const KIND: &str = "ReductionKernel";
-    let signature = spec.specialised_signature(bind)?;
-    let name = &spec.name;
-    let all: Vec<&Param> = spec.inputs.iter().chain(&spec.outputs).collect();
-    let ctypes: Vec<String> = all.iter().map(|p| param_ctype(KIND, name, p)).collect::<Result<_>>()?;
-    let (n_in, n_out) = (spec.inputs.len(), spec.outputs.len());
-
-    let mut src = Src::new();
-    prologue(&mut src, KIND, name, &signature, &spec.type_vars(), bind)?;
-    if !spec.preamble.is_empty() {
-        src.user("preamble", &spec.preamble, "");
-    }
-    src.line("");
-    src.line("// ---- the reduction ----");
+    let Head { mut src, signature, all, ctypes } = head(&CPU, spec, bind, "the reduction")?;
+    let (name, n_in, n_out) = (&spec.name, spec.inputs.len(), spec.outputs.len());
     reduction_helpers(&mut src, spec, &ctypes, "inline", cpu_ctype, true)?;
     src.line("");
     src.line(&format!("constexpr int dlbridge_kIn = {n_in};"));
@@ -626,12 +421,7 @@ pub fn reduction_cpp(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<Str
     src.line("        });");
     src.line("      }");
     src.line("    }");
-    src.line("    return DLBRIDGE_OK;");
-    src.line("  } catch (...) {");
-    src.line("    return dlbridge::detail::from_exception(kKernel, _err, _err_len);");
-    src.line("  }");
-    src.line("}");
-    src.line("}  // namespace");
+    entry_epilogue(&mut src);
     let doc = format!(
         "ReductionKernel: map {} | reduce {} | post {}",
         summary(&spec.map_expr),
@@ -676,9 +466,11 @@ mod tests {
         let spec = ElementwiseSpec::new("T x", "T z", "z = x", "k", "", "", "").unwrap();
         let f32x4 = DType::new(dlbridge_core::DTypeCode::Float, 32, 4).unwrap();
         let e = elementwise_cpp(&spec, &[('T', f32x4)]).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Type);
+        assert_eq!(e.kind(), dlbridge_core::ErrorKind::Type);
         assert!(
-            e.to_string().starts_with(&format!("ElementwiseKernel `k`: T: dtype {f32x4} is not supported by the CPU backend (yet)")),
+            e.to_string().starts_with(&format!(
+                "ElementwiseKernel `k`: type placeholder `T`: dtype {f32x4} is not supported by the CPU backend (yet)"
+            )),
             "{e}"
         );
         for (d, ct) in

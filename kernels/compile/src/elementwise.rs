@@ -18,21 +18,9 @@
 use dlbridge_core::{DType, Result};
 use dlbridge_registry::{DynKernelFn, KernelOpts};
 
-use crate::params::{ElementwiseSpec, Spec};
+use crate::params::{ElementwiseOptions, ElementwiseSpec};
 use crate::source_kernel::SourceKernel;
-pub use crate::specialise::ORIGIN_PREFIX;
 use crate::specialise::build_library;
-
-/// The optional parts of an elementwise kernel, as CuPy names them.
-#[derive(Debug, Clone, Default)]
-pub struct ElementwiseOptions {
-    /// Code at file scope before the kernel (helper functions, constants).
-    pub preamble: String,
-    /// Code run once before the loop (per thread).
-    pub loop_prep: String,
-    /// Code run once after the loop (per thread).
-    pub after_loop: String,
-}
 
 /// A kernel compiled from an elementwise operation, one specialisation per
 /// combination of dtypes, built on first use.
@@ -59,13 +47,5 @@ fn one_line(s: &str) -> String {
 
 /// Generates, compiles (or finds) and loads the specialisation for `bind`.
 fn build(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Result<DynKernelFn> {
-    let source = crate::cpu::elementwise_cpp(spec, bind)?;
-    let expected = spec.specialised_signature(bind)?;
-    let user = [
-        ("operation", spec.operation.as_str()),
-        ("preamble", spec.preamble.as_str()),
-        ("loop_prep", spec.loop_prep.as_str()),
-        ("after_loop", spec.after_loop.as_str()),
-    ];
-    build_library("ElementwiseKernel", &spec.name, bind, &source, &expected, &user)
+    build_library(spec, bind, &crate::cpu::elementwise_cpp(spec, bind)?)
 }

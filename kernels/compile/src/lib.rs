@@ -9,11 +9,14 @@
 //! | [`ElementwiseKernel`] | CuPy's `ElementwiseKernel`: parameter language, broadcasting, `raw` arguments, `i`, `_ind.size()` |
 //! | [`ReductionKernel`] | CuPy's `ReductionKernel`: map / reduce / post-map with an identity, `axis`, `keepdims` |
 //! | [`InlineLibrary`] | `dlbridge.load_inline`: the user's own C / CUDA C functions, typed by signatures, glue generated |
-//! | [`params`] | the parameter language and the signature derived from it |
-//! | [`cpu`] | C++ generated per dtype combination: a plugin through the existing ABI |
-//! | [`cuda`] | CUDA C generated per dtype combination, compiled with NVRTC, run on the call's stream (`cuda` tensors) |
-//! | [`toolchain`] | the system C++ compiler (`$CXX`, else `c++`), diagnostics mapped to the user's text |
-//! | [`cache`] | the disk cache of compiled libraries (write, then rename; shared by processes) |
+//! | [`LibraryCache`] | the disk cache of compiled libraries (write, then rename; shared by processes) |
+//!
+//! Inside (private modules): `params.rs` (the parameter language and the
+//! signature derived from it), `codegen.rs` with `cpu.rs` and `cuda.rs` (C++
+//! per dtype combination, loaded as a plugin through the plugin ABI; CUDA C
+//! compiled with NVRTC and run on the call's stream), `toolchain.rs` (the
+//! system C++ compiler, `$CXX` else `c++`, its diagnostics mapped to the
+//! user's text) and `cache.rs`.
 //!
 //! Both kernels register a CPU and a CUDA implementation under one
 //! signature: the registry picks by the tensors' device.
@@ -23,21 +26,33 @@
 //! plugin loader.
 #![forbid(unsafe_code)]
 
-pub mod cache;
-pub mod cpu;
-pub mod cuda;
+/// The crate's internals: private, or, with the `internals` feature (which
+/// only this crate's own tests turn on), public and hidden from the docs, so
+/// that the tests can drive the code generators one step at a time.
+macro_rules! internal_modules {
+    ($($name:ident),+ $(,)?) => {$(
+        #[cfg(feature = "internals")]
+        #[doc(hidden)]
+        pub mod $name;
+        #[cfg(not(feature = "internals"))]
+        mod $name;
+    )+};
+}
+
+internal_modules!(cache, cpu, cuda, params, toolchain);
+mod codegen;
 mod dirs;
-pub mod elementwise;
+mod elementwise;
 mod halfs;
 mod headers;
 pub mod inline;
-pub mod params;
-pub mod reduction;
-pub mod source_kernel;
+mod reduction;
+mod source_kernel;
 mod specialise;
-pub mod toolchain;
 
-pub use elementwise::{ElementwiseKernel, ElementwiseOptions};
+pub use cache::LibraryCache;
+pub use elementwise::ElementwiseKernel;
 pub use inline::{InlineLibrary, InlineOptions};
-pub use reduction::{ReductionKernel, ReductionOptions};
+pub use params::{ElementwiseOptions, ElementwiseSpec, Param, Reduction, ReductionSpec, Spec};
+pub use reduction::ReductionKernel;
 pub use source_kernel::SourceKernel;

@@ -822,6 +822,11 @@ fn check_bind(kind: &str, name: &str, vars: &[char], bind: &[(char, DType)]) -> 
 }
 
 /// The dtype a parameter has under `bind` (which [`check_bind`] accepted).
+/// `T=f32,U=i64`: a binding of placeholders, as text.
+pub(crate) fn bind_text(bind: &[(char, DType)]) -> String {
+    bind.iter().map(|(v, d)| format!("{v}={d}")).collect::<Vec<_>>().join(",")
+}
+
 pub(crate) fn bound_dtype(ty: ParamType, bind: &[(char, DType)]) -> Result<DType> {
     match ty {
         ParamType::Concrete(d) => Ok(d),
@@ -843,6 +848,17 @@ const RK: &str = "ReductionKernel";
 /// Most raw inputs an elementwise kernel may have: each takes one `...`
 /// group of the signature, and the broadcast group `*S` takes one.
 pub const MAX_RAW_PARAMS: usize = MAX_RESTS - 1;
+
+/// The optional parts of an elementwise kernel, as CuPy names them.
+#[derive(Debug, Clone, Default)]
+pub struct ElementwiseOptions {
+    /// Code at file scope before the kernel (helper functions, constants).
+    pub preamble: String,
+    /// Code run once before the loop (per thread).
+    pub loop_prep: String,
+    /// Code run once after the loop (per thread).
+    pub after_loop: String,
+}
 
 /// A validated CuPy `ElementwiseKernel`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -871,7 +887,7 @@ impl ElementwiseSpec {
     /// (`i`, `_ind`, a leading `_` or `dlbridge`) or declared twice; no
     /// non-raw parameter (the iteration shape comes from them); raw or `mut`
     /// outputs; an output type placeholder no input has; more than
-    /// [`MAX_TYPE_VARS`] placeholders or [`MAX_RAW_PARAMS`] raw inputs; an
+    /// [`MAX_TYPE_VARS`] placeholders or `MAX_RAW_PARAMS` (3) raw inputs; an
     /// empty operation.
     pub fn new(
         in_params: &str,
@@ -923,6 +939,49 @@ impl ElementwiseSpec {
     }
 }
 
+/// CuPy's `ReductionKernel` arguments, by name: [`Reduction::new`] takes
+/// the ones CuPy requires, in CuPy's order; set the optional ones with
+/// struct update syntax (`Reduction { reduce_type: Some("float64"),
+/// ..Reduction::new(...) }`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reduction<'s> {
+    /// The inputs (`T x, float32 w`).
+    pub in_params: &'s str,
+    /// The outputs (`T y`).
+    pub out_params: &'s str,
+    /// Maps one input element to a value of the reduce type.
+    pub map_expr: &'s str,
+    /// Combines two values `a` and `b` (associative, as CuPy requires).
+    pub reduce_expr: &'s str,
+    /// Writes the outputs from the reduced value `a` (`y = sqrt(a)`).
+    pub post_map_expr: &'s str,
+    /// The reduction's starting value; `None` (or blank) starts from the
+    /// first mapped element.
+    pub identity: Option<&'s str>,
+    /// Kernel name (the registry name).
+    pub name: &'s str,
+    /// The type values are reduced in (a NumPy dtype name or C++ type);
+    /// `None` (or blank) is the first output's type.
+    pub reduce_type: Option<&'s str>,
+    /// Code at file scope before the kernel.
+    pub preamble: &'s str,
+}
+
+impl<'s> Reduction<'s> {
+    /// CuPy's required arguments, in its order; no `reduce_type`, no preamble.
+    pub const fn new(
+        in_params: &'s str,
+        out_params: &'s str,
+        map_expr: &'s str,
+        reduce_expr: &'s str,
+        post_map_expr: &'s str,
+        identity: Option<&'s str>,
+        name: &'s str,
+    ) -> Self {
+        Reduction { in_params, out_params, map_expr, reduce_expr, post_map_expr, identity, name, reduce_type: None, preamble: "" }
+    }
+}
+
 /// A validated CuPy `ReductionKernel`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReductionSpec {
@@ -955,18 +1014,8 @@ impl ReductionSpec {
     /// Refused, besides what [`ElementwiseSpec::new`] refuses for names and
     /// type placeholders: raw or `mut` inputs, raw outputs, no input or no
     /// output, an empty `map_expr`, `reduce_expr` or `post_map_expr`.
-    #[allow(clippy::too_many_arguments)] // CuPy's constructor, argument for argument.
-    pub fn new(
-        in_params: &str,
-        out_params: &str,
-        map_expr: &str,
-        reduce_expr: &str,
-        post_map_expr: &str,
-        identity: Option<&str>,
-        name: &str,
-        reduce_type: Option<&str>,
-        preamble: &str,
-    ) -> Result<Self> {
+    pub fn new(r: &Reduction<'_>) -> Result<Self> {
+        let Reduction { in_params, out_params, map_expr, reduce_expr, post_map_expr, identity, name, reduce_type, preamble } = *r;
         let (inputs, outputs) = parse_checked(RK, name, in_params, out_params)?;
         let at = |m: String| invalid(format!("{RK} `{name}`: {m}"));
         if inputs.is_empty() {
@@ -1025,6 +1074,13 @@ pub trait Spec {
     /// Its inputs and outputs, in call order.
     fn params(&self) -> (&[Param], &[Param]);
 
+    /// Code at file scope before the kernel.
+    fn preamble(&self) -> &str;
+
+    /// Every text the user wrote, by its field name (compiler diagnostics
+    /// that point into one are reported against it).
+    fn texts(&self) -> Vec<(&'static str, &str)>;
+
     /// The signature with `generics` after the name and, with `bind`, every
     /// placeholder replaced by its dtype.
     fn render(&self, generics: &str, bind: Option<&[(char, DType)]>) -> Result<String>;
@@ -1048,21 +1104,41 @@ pub trait Spec {
         self.render("", Some(bind))
     }
 
+    /// `ReductionKernel l2norm (T=f32)`: the specialisation, for messages.
+    fn what(&self, bind: &[(char, DType)]) -> String {
+        let (kind, name, dtypes) = (Self::KIND, self.name(), bind_text(bind));
+        if dtypes.is_empty() { format!("{kind} {name}") } else { format!("{kind} {name} ({dtypes})") }
+    }
+
     /// Checks `bind` against the kernel's placeholders (each bound once, no others).
     fn check_bind(&self, bind: &[(char, DType)]) -> Result<()> {
         check_bind(Self::KIND, self.name(), &self.type_vars(), bind)
     }
 }
 
+/// The [`Spec`] methods that read the fields both kinds have.
+macro_rules! common_fields {
+    () => {
+        fn name(&self) -> &str {
+            &self.name
+        }
+
+        fn params(&self) -> (&[Param], &[Param]) {
+            (&self.inputs, &self.outputs)
+        }
+
+        fn preamble(&self) -> &str {
+            &self.preamble
+        }
+    };
+}
+
 impl Spec for ElementwiseSpec {
     const KIND: &'static str = EW;
+    common_fields!();
 
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn params(&self) -> (&[Param], &[Param]) {
-        (&self.inputs, &self.outputs)
+    fn texts(&self) -> Vec<(&'static str, &str)> {
+        vec![("operation", &self.operation), ("preamble", &self.preamble), ("loop_prep", &self.loop_prep), ("after_loop", &self.after_loop)]
     }
 
     /// The registry signature: `name<T: bool|...|f64>(x: T[*S], y: mut T[*S],
@@ -1094,13 +1170,17 @@ impl Spec for ElementwiseSpec {
 
 impl Spec for ReductionSpec {
     const KIND: &'static str = RK;
+    common_fields!();
 
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn params(&self) -> (&[Param], &[Param]) {
-        (&self.inputs, &self.outputs)
+    fn texts(&self) -> Vec<(&'static str, &str)> {
+        vec![
+            ("map_expr", &self.map_expr),
+            ("reduce_expr", &self.reduce_expr),
+            ("post_map_expr", &self.post_map_expr),
+            ("identity", self.identity.as_deref().unwrap_or("")),
+            ("reduce_type", self.reduce_type.as_deref().unwrap_or("")),
+            ("preamble", &self.preamble),
+        ]
     }
 
     /// The registry signature: `name<T: bool|...|f64>(x: T[...S], y: mut
@@ -1218,7 +1298,7 @@ mod return_tests {
         let m = ew_err("z = x", "#undef DLBRIDGE_PARALLEL_MIN", "", "");
         assert!(m.contains("(re)defines the macro `DLBRIDGE_PARALLEL_MIN`"), "{m}");
         // The same for every reduction fragment: an identity that closes the cast it is put in.
-        let e = ReductionSpec::new("T x", "T y", "x", "a + b", "y = a", Some("0), evil("), "r", None, "").unwrap_err();
+        let e = ReductionSpec::new(&Reduction::new("T x", "T y", "x", "a + b", "y = a", Some("0), evil("), "r")).unwrap_err();
         assert!(e.to_string().contains("identity closes a `)` on line 1 that it did not open"), "{e}");
     }
 
@@ -1226,15 +1306,7 @@ mod return_tests {
     fn ordinary_code_stays_accepted() {
         // Brackets, literals and comments that close, digit separators, raw strings,
         // `#pragma` in the body, conditionals and helper macros in the preamble.
-        ElementwiseSpec::new(
-            "T x",
-            "T z",
-            "#pragma unroll\nfor (int k = 0; k < 2; ++k) { z = x + 1'000 + (T)u8'a'; }\nconst char* s = R\"d(a ) \" } return)d\"; (void)s; /* { */",
-            "ok",
-            "#ifndef SCALE\n#define SCALE(v) ((v) * 2)\n#endif\n#define _USE_MATH_DEFINES\ntemplate <typename V> V twice(V v) { return v + v; }",
-            "int count = 0; // {",
-            "(void)count;",
-        )
+        ElementwiseSpec::new("T x", "T z", "#pragma unroll\nfor (int k = 0; k < 2; ++k) { z = x + 1'000 + (T)u8'a'; }\nconst char* s = R\"d(a ) \" } return)d\"; (void)s; /* { */", "ok", "#ifndef SCALE\n#define SCALE(v) ((v) * 2)\n#endif\n#define _USE_MATH_DEFINES\ntemplate <typename V> V twice(V v) { return v + v; }", "int count = 0; // {", "(void)count;")
         .unwrap();
         assert_eq!(scan("a R\"x(} return\n)x\" b").code, "a  \n b");
         assert_eq!(scan("x = 1'000'000; y = 'c';").code, "x = 1'000'000; y =  ;");
@@ -1260,7 +1332,7 @@ mod tests {
     }
 
     fn red(i: &str, o: &str) -> Result<ReductionSpec> {
-        ReductionSpec::new(i, o, "x", "a + b", "y = a", Some("0"), "r", None, "")
+        ReductionSpec::new(&Reduction::new(i, o, "x", "a + b", "y = a", Some("0"), "r"))
     }
 
     #[test]
@@ -1364,13 +1436,15 @@ mod tests {
         assert_eq!(sq.specialised_signature(&[]).unwrap(), sq.signature());
         let rev = ElementwiseSpec::new("T x, raw T y", "T z", "z = x + y[_ind.size() - i - 1]", "add_reverse", "", "", "").unwrap();
         assert!(rev.signature().ends_with("(x: T[*S], y: T[...R0]) -> (z: T[*S])"), "{}", rev.signature());
-        let l2 = ReductionSpec::new("T x", "T y", "x * x", "a + b", "y = sqrt(a)", Some("0"), "l2norm", None, "").unwrap();
+        let l2 = ReductionSpec::new(&Reduction::new("T x", "T y", "x * x", "a + b", "y = sqrt(a)", Some("0"), "l2norm")).unwrap();
         let sig = l2.signature();
         assert!(sig.starts_with("l2norm<T: bool|") && sig.ends_with(">(x: T[...S], y: mut T[...O])"), "{sig}");
         Signature::parse(&sig).unwrap();
         assert_eq!(l2.specialised_signature(&[('T', DType::F32)]).unwrap(), "l2norm(x: f32[...S], y: mut f32[...O])");
         assert_eq!(l2.identity.as_deref(), Some("0"));
-        let blank = ReductionSpec::new("T x", "T y", "x", "a + b", "y = a", Some(" "), "s", Some(""), "").unwrap();
+        let blank =
+            ReductionSpec::new(&Reduction { reduce_type: Some(""), ..Reduction::new("T x", "T y", "x", "a + b", "y = a", Some(" "), "s") })
+                .unwrap();
         assert_eq!((blank.identity, blank.reduce_type), (None, None));
     }
 
@@ -1492,11 +1566,11 @@ mod tests {
             "ElementwiseKernel `k`: preamble contains a NUL character"
         );
         assert_eq!(
-            err(ReductionSpec::new("T x", "T y", "x", "", "y = a", None, "r", None, "")),
+            err(ReductionSpec::new(&Reduction::new("T x", "T y", "x", "", "y = a", None, "r"))),
             "ReductionKernel `r`: reduce_expr is empty"
         );
         assert_eq!(
-            err(ReductionSpec::new("T x", "T y", "x", "a + b", "y = a", Some("0\0"), "r", None, "")),
+            err(ReductionSpec::new(&Reduction::new("T x", "T y", "x", "a + b", "y = a", Some("0\0"), "r"))),
             "ReductionKernel `r`: identity contains a NUL character"
         );
     }
@@ -1534,7 +1608,7 @@ mod tests {
             err(s.specialised_signature(&[('T', DType::F32), ('T', DType::F64), ('U', DType::F32)])),
             "ElementwiseKernel `k`: binds `T` twice"
         );
-        let r = ReductionSpec::new("T x", "T y", "x", "a + b", "y = a", None, "r", None, "").unwrap();
+        let r = ReductionSpec::new(&Reduction::new("T x", "T y", "x", "a + b", "y = a", None, "r")).unwrap();
         assert_eq!(err(r.specialised_signature(&[])), "ReductionKernel `r`: type placeholder `T` is not bound");
     }
 }

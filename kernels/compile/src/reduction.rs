@@ -12,50 +12,20 @@ use dlbridge_array::Array;
 use dlbridge_core::{DType, Error, Result};
 use dlbridge_registry::{Arg, DynKernelFn, Kernel, KernelOpts};
 
-use crate::params::{ParamType, ReductionSpec, Spec};
+use crate::params::{ParamType, Reduction, ReductionSpec};
 use crate::source_kernel::SourceKernel;
 use crate::specialise::build_library;
-
-/// The optional parts of a reduction kernel, as CuPy names them.
-#[derive(Debug, Clone, Default)]
-pub struct ReductionOptions {
-    /// The type values are reduced in (a NumPy dtype name or C++ type); None:
-    /// the first output's type.
-    pub reduce_type: Option<String>,
-    /// Code at file scope before the kernel.
-    pub preamble: String,
-}
 
 /// A kernel compiled from a map / reduce / post-map description, one
 /// specialisation per combination of dtypes, built on first use.
 pub type ReductionKernel = SourceKernel<ReductionSpec>;
 
 impl SourceKernel<ReductionSpec> {
-    /// Parses and checks CuPy's arguments, in CuPy's order; nothing is
-    /// compiled until a call needs it. `identity` None starts each reduction
-    /// from its first mapped element.
-    #[allow(clippy::too_many_arguments)] // CuPy's constructor, argument for argument.
-    pub fn new(
-        in_params: &str,
-        out_params: &str,
-        map_expr: &str,
-        reduce_expr: &str,
-        post_map_expr: &str,
-        identity: Option<&str>,
-        name: &str,
-        opts: ReductionOptions,
-    ) -> Result<ReductionKernel> {
-        let spec = ReductionSpec::new(
-            in_params,
-            out_params,
-            map_expr,
-            reduce_expr,
-            post_map_expr,
-            identity,
-            name,
-            opts.reduce_type.as_deref(),
-            &opts.preamble,
-        )?;
+    /// Parses and checks CuPy's arguments; nothing is compiled until a call
+    /// needs it. `identity` None starts each reduction from its first mapped
+    /// element.
+    pub fn new(r: Reduction<'_>) -> Result<ReductionKernel> {
+        let spec = ReductionSpec::new(&r)?;
         let doc = format!(
             "ReductionKernel: map `{}`, reduce `{}`, post-map `{}`; reduces each input over its last x.ndim - y.ndim dims",
             spec.map_expr, spec.reduce_expr, spec.post_map_expr
@@ -131,15 +101,5 @@ fn reshape_contiguous(a: Array, shape: &[i64]) -> Result<Array> {
 
 /// Generates, compiles (or finds) and loads the specialisation for `bind`.
 fn build(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<DynKernelFn> {
-    let source = crate::cpu::reduction_cpp(spec, bind)?;
-    let expected = spec.specialised_signature(bind)?;
-    let identity = spec.identity.clone().unwrap_or_default();
-    let user = [
-        ("map_expr", spec.map_expr.as_str()),
-        ("reduce_expr", spec.reduce_expr.as_str()),
-        ("post_map_expr", spec.post_map_expr.as_str()),
-        ("identity", identity.as_str()),
-        ("preamble", spec.preamble.as_str()),
-    ];
-    build_library("ReductionKernel", &spec.name, bind, &source, &expected, &user)
+    build_library(spec, bind, &crate::cpu::reduction_cpp(spec, bind)?)
 }

@@ -107,7 +107,7 @@ impl<S: Spec + Send + Sync + 'static> SourceKernel<S> {
     }
 
     /// The CUDA definition: CUDA C generated for the call's dtypes, compiled
-    /// with NVRTC for the call's device on first use (see [`crate::cuda`]).
+    /// with NVRTC for the call's device on first use (see `cuda.rs`).
     pub fn cuda_def(&self) -> KernelDef {
         let imp = cuda_impl(S::KIND, self.name().to_owned(), self.spec.type_vars(), self.launcher.clone(), self.cuda_specs.clone());
         KernelDef { device: DeviceType::CUDA, imp, ..self.def() }

@@ -11,6 +11,7 @@ use dlbridge_core::{DType, Error, Result};
 use dlbridge_registry::{Call, DynKernelFn, Impl, Kernel, KernelDef, Plugin, Signature};
 
 use crate::cache::LibraryCache;
+use crate::params::{Spec, bind_text};
 
 /// The origin every kernel compiled from source carries (and by which a later
 /// kernel of the same name may replace it).
@@ -50,19 +51,12 @@ pub(crate) fn specialising(
     }))
 }
 
-/// The library of one specialisation from the cache, compiled if need be;
-/// `kind` and `name` name it in errors, `user` maps `#line` names to texts.
-pub(crate) fn build_library(
-    kind: &str,
-    name: &str,
-    bind: &[(char, DType)],
-    source: &str,
-    expected: &str,
-    user: &[(&str, &str)],
-) -> Result<DynKernelFn> {
-    let dtypes_text = bind.iter().map(|(v, d)| format!("{v}={d}")).collect::<Vec<_>>().join(",");
-    let what = if dtypes_text.is_empty() { format!("{kind} {name}") } else { format!("{kind} {name} ({dtypes_text})") };
-    LibraryCache::global().get_or_build(source, &dtypes_text, &what, user, |path| load_one(path, expected))
+/// The library of one specialisation from the cache, compiled from its C++
+/// `source` if need be; errors name the specialisation and point into the
+/// user's texts.
+pub(crate) fn build_library<S: Spec>(spec: &S, bind: &[(char, DType)], source: &str) -> Result<DynKernelFn> {
+    let expected = spec.specialised_signature(bind)?;
+    LibraryCache::global().get_or_build(source, &bind_text(bind), &spec.what(bind), &spec.texts(), |path| load_one(path, &expected))
 }
 
 /// Opens a compiled library through the plugin loader and takes its one

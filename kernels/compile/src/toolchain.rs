@@ -29,11 +29,6 @@ pub const DIVGUARD_FLAGS: &[&str] =
 /// links no sanitizer runtime into shared libraries anyway).
 pub const DIVGUARD_FLAGS_NO_STATIC: &[&str] = &["-fsanitize=integer-divide-by-zero", "-fno-sanitize-recover=integer-divide-by-zero"];
 
-/// Names of the user's text in generated sources (`#line 1 "operation"`), in
-/// the order their diagnostics are shown.
-pub const USER_FILES: &[&str] =
-    &["operation", "preamble", "loop_prep", "after_loop", "map_expr", "reduce_expr", "post_map_expr", "identity"];
-
 /// Added when the C library has vector math functions (glibc's libmvec): the
 /// generated source then declares their vector variants (`DLBRIDGE_LIBMVEC`).
 pub const LIBMVEC_FLAGS: &[&str] = &["-fopenmp-simd", "-DDLBRIDGE_LIBMVEC=1"];

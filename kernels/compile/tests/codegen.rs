@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use dlbridge_array::Array;
 use dlbridge_compile::cpu::{elementwise_cpp, reduction_cpp};
-use dlbridge_compile::params::{ElementwiseSpec, ReductionSpec};
+use dlbridge_compile::params::{ElementwiseSpec, Reduction, ReductionSpec};
 use dlbridge_core::{DType, Element, ErrorKind};
 use dlbridge_registry::{Arg, Kernel, Plugin, Registry};
 use tempfile::TempDir;
@@ -409,7 +409,7 @@ fn a_compile_error_points_at_the_users_operation() {
     let stderr = compile(&elementwise_cpp(&spec, &[('T', DType::F32)]).unwrap(), dir.path()).unwrap_err();
     assert!(stderr.contains("operation:1:") && stderr.contains("read-only"), "{stderr}");
     // Reductions map their texts too.
-    let spec = ReductionSpec::new("T x", "T y", "x * x", "a + b +", "y = a", Some("0"), "rbroken", None, "").unwrap();
+    let spec = ReductionSpec::new(&Reduction::new("T x", "T y", "x * x", "a + b +", "y = a", Some("0"), "rbroken")).unwrap();
     let stderr = compile(&reduction_cpp(&spec, &[('T', DType::F32)]).unwrap(), dir.path()).unwrap_err();
     assert!(stderr.contains("reduce_expr:"), "{stderr}");
     assert!(!stderr.contains("dlbridge_generated.cpp"), "only the user's text is at fault:\n{stderr}");
@@ -451,7 +451,7 @@ fn a_body_that_throws_is_an_error_not_an_abort() {
 }
 
 fn l2norm() -> ReductionSpec {
-    ReductionSpec::new("T x", "T y", "x * x", "a + b", "y = sqrt(a)", Some("0"), "l2norm", None, "").unwrap()
+    ReductionSpec::new(&Reduction::new("T x", "T y", "x * x", "a + b", "y = sqrt(a)", Some("0"), "l2norm")).unwrap()
 }
 
 #[test]
@@ -520,7 +520,7 @@ fn reductions_without_identity_and_with_a_reduce_type() {
         return;
     }
     // max without an identity: starts from the first element.
-    let spec = ReductionSpec::new("T x", "T y", "x", "max(a, b)", "y = a", None, "amax", None, "").unwrap();
+    let spec = ReductionSpec::new(&Reduction::new("T x", "T y", "x", "max(a, b)", "y = a", None, "amax")).unwrap();
     let b = build(&reduction_cpp(&spec, &[('T', DType::I32)]).unwrap());
     let xs: Vec<i32> = values(4 * 50, 13).iter().map(|&v| (v * 8.0) as i32 - 100).collect();
     let x = array(&xs, &[4, 50]);
@@ -539,17 +539,10 @@ fn reductions_without_identity_and_with_a_reduce_type() {
     b.kernel.call(&mut [Arg::Tensor(x.view()), Arg::TensorMut(y.view_mut().unwrap())], &mut []).unwrap();
     assert_eq!(y.to_vec::<f32>().unwrap(), vec![0.0, 0.0, 0.0]);
     // A float32 mean of int8 input reduced in float64, with two inputs and two outputs.
-    let spec = ReductionSpec::new(
-        "int8 x, int8 w",
-        "float32 mean, int64 count",
-        "x * w",
-        "a + b",
-        "mean = a / _J; count = _J",
-        Some("0"),
-        "wmean",
-        Some("float64"),
-        "",
-    )
+    let spec = ReductionSpec::new(&Reduction {
+        reduce_type: Some("float64"),
+        ..Reduction::new("int8 x, int8 w", "float32 mean, int64 count", "x * w", "a + b", "mean = a / _J; count = _J", Some("0"), "wmean")
+    })
     .unwrap();
     let b = build(&reduction_cpp(&spec, &[]).unwrap());
     let xs: Vec<i8> = (0..60).map(|k| (k % 7) as i8 - 3).collect();
@@ -578,7 +571,7 @@ fn many_outputs_reduce_in_parallel_over_outputs() {
     if !have_compiler("many_outputs_reduce_in_parallel_over_outputs") {
         return;
     }
-    let spec = ReductionSpec::new("T x", "T y", "x", "a + b", "y = a", Some("0"), "rowsum", None, "").unwrap();
+    let spec = ReductionSpec::new(&Reduction::new("T x", "T y", "x", "a + b", "y = a", Some("0"), "rowsum")).unwrap();
     let b = build(&reduction_cpp(&spec, &[('T', DType::I64)]).unwrap());
     let (r, c) = (3000usize, 100usize);
     let xs: Vec<i64> = (0..(r * c) as i64).collect();

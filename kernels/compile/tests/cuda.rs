@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use dlbridge_array::Array;
-use dlbridge_compile::{ElementwiseKernel, ElementwiseOptions, ReductionKernel, ReductionOptions};
+use dlbridge_compile::{ElementwiseKernel, ElementwiseOptions, Reduction, ReductionKernel};
 use dlbridge_core::{DType, ErrorKind};
 use dlbridge_cuda::{CudaArray, CudaDevice};
 use dlbridge_registry::{Arg, Kernel, Registry};
@@ -205,10 +205,9 @@ fn as_f64(a: &Array) -> Vec<f64> {
 fn l2norm_and_a_reduction_without_identity_match_the_cpu() {
     let Some(dev) = device_or_skip() else { return };
     let reg = Registry::new();
-    let l2 =
-        ReductionKernel::new("T x", "T y", "x * x", "a + b", "y = sqrt(a)", Some("0"), "gpu_l2norm", ReductionOptions::default()).unwrap();
+    let l2 = ReductionKernel::new(Reduction::new("T x", "T y", "x * x", "a + b", "y = sqrt(a)", Some("0"), "gpu_l2norm")).unwrap();
     let l2k = l2.register(&reg).unwrap();
-    let mx = ReductionKernel::new("T x", "T y", "x", "max(a, b)", "y = a", None, "gpu_max", ReductionOptions::default()).unwrap();
+    let mx = ReductionKernel::new(Reduction::new("T x", "T y", "x", "max(a, b)", "y = a", None, "gpu_max")).unwrap();
     let mxk = mx.register(&reg).unwrap();
     for (shape, ny) in
         [(&[7, 1000][..], 1usize), (&[3, 4, 5][..], 1), (&[2, 3, 4][..], 2), (&[100_000][..], 0), (&[5, 1][..], 1), (&[64, 3][..], 1)]
@@ -239,17 +238,10 @@ fn l2norm_and_a_reduction_without_identity_match_the_cpu() {
 fn reductions_of_transposed_inputs_with_two_outputs_and_a_reduce_type_match_the_cpu() {
     let Some(dev) = device_or_skip() else { return };
     let reg = Registry::new();
-    let opts = ReductionOptions { reduce_type: Some("float64".into()), preamble: String::new() };
-    let k = ReductionKernel::new(
-        "T x, T y",
-        "float64 s, T mean",
-        "(double)x * y",
-        "a + b",
-        "s = a; mean = (T)(a / _J)",
-        Some("0"),
-        "gpu_dot",
-        opts,
-    )
+    let k = ReductionKernel::new(Reduction {
+        reduce_type: Some("float64"),
+        ..Reduction::new("T x, T y", "float64 s, T mean", "(double)x * y", "a + b", "s = a; mean = (T)(a / _J)", Some("0"), "gpu_dot")
+    })
     .unwrap();
     let kernel = k.register(&reg).unwrap();
     // Reduce over axis 0 of [40, 6] arrays: the inputs viewed transposed as [6, 40].
@@ -291,7 +283,7 @@ fn reductions_of_transposed_inputs_with_two_outputs_and_a_reduce_type_match_the_
 fn empty_tensors_launch_nothing_and_an_empty_reduction_needs_an_identity() {
     let Some(dev) = device_or_skip() else { return };
     let reg = Registry::new();
-    let sum = ReductionKernel::new("T x", "T y", "x", "a + b", "y = a", Some("0"), "gpu_sum0", ReductionOptions::default()).unwrap();
+    let sum = ReductionKernel::new(Reduction::new("T x", "T y", "x", "a + b", "y = a", Some("0"), "gpu_sum0")).unwrap();
     let sumk = sum.register(&reg).unwrap();
     let x = values(DType::F32, &[3, 0], 1);
     let (cpu, gpu) = both(&dev, &sumk, &[&x], &[(DType::F32, &[3])]);
@@ -300,7 +292,7 @@ fn empty_tensors_launch_nothing_and_an_empty_reduction_needs_an_identity() {
     let x = values(DType::F32, &[0, 4], 1);
     let (_, gpu) = both(&dev, &sumk, &[&x], &[(DType::F32, &[0])]);
     assert_eq!(gpu[0].to_vec::<f32>().unwrap().len(), 0);
-    let mx = ReductionKernel::new("T x", "T y", "x", "max(a, b)", "y = a", None, "gpu_max0", ReductionOptions::default()).unwrap();
+    let mx = ReductionKernel::new(Reduction::new("T x", "T y", "x", "max(a, b)", "y = a", None, "gpu_max0")).unwrap();
     let mxk = mx.register(&reg).unwrap();
     let dx = CudaArray::from_host(&dev, &values(DType::F32, &[3, 0], 1)).unwrap();
     let mut dy = CudaArray::empty(&dev, DType::F32, &[3]).unwrap();

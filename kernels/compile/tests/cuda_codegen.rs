@@ -6,7 +6,7 @@
 
 use dlbridge_compile::cuda::{CudaSource, GENERATED_FILE, elementwise_source, reduction_source};
 use dlbridge_compile::params::{ElementwiseSpec, ReductionSpec};
-use dlbridge_compile::{ElementwiseKernel, ElementwiseOptions, ReductionKernel, ReductionOptions};
+use dlbridge_compile::{ElementwiseKernel, ElementwiseOptions, Reduction, ReductionKernel};
 use dlbridge_core::{DType, DeviceType, ErrorKind};
 use dlbridge_cuda::generated::Program;
 use dlbridge_registry::Registry;
@@ -88,39 +88,42 @@ fn cupys_reduction_examples_compile_with_and_without_an_identity() {
     if !nvrtc_or_skip() {
         return;
     }
-    let l2 = ReductionSpec::new("T x", "T y", "x * x", "a + b", "y = sqrt(a)", Some("0"), "l2norm", None, "").unwrap();
+    let l2 = ReductionSpec::new(&Reduction::new("T x", "T y", "x * x", "a + b", "y = sqrt(a)", Some("0"), "l2norm")).unwrap();
     for d in [DType::F32, DType::F64] {
         compiles(&reduction_source(&l2, &[('T', d)]).unwrap());
     }
-    let mx = ReductionSpec::new("T x", "T y", "x", "max(a, b)", "y = a", None, "my_max", None, "").unwrap();
+    let mx = ReductionSpec::new(&Reduction::new("T x", "T y", "x", "max(a, b)", "y = a", None, "my_max")).unwrap();
     for d in [DType::F32, DType::I32, DType::U8, DType::I64] {
         compiles(&reduction_source(&mx, &[('T', d)]).unwrap());
     }
     // Two inputs, two outputs, a reduce_type, _i / _j / _J, a struct reduce type from the preamble.
-    let dot = ReductionSpec::new(
-        "T x, T y",
-        "float64 s, T mean",
-        "(double)x * (double)y + 0 * (_i + _j)",
-        "a + b",
-        "s = a; mean = (T)(a / _J)",
-        Some("0"),
-        "dot_mean",
-        Some("float64"),
-        "",
-    )
+    let dot = ReductionSpec::new(&Reduction {
+        reduce_type: Some("float64"),
+        ..Reduction::new(
+            "T x, T y",
+            "float64 s, T mean",
+            "(double)x * (double)y + 0 * (_i + _j)",
+            "a + b",
+            "s = a; mean = (T)(a / _J)",
+            Some("0"),
+            "dot_mean",
+        )
+    })
     .unwrap();
     compiles(&reduction_source(&dot, &[('T', DType::F32)]).unwrap());
-    let argmax = ReductionSpec::new(
-        "T x",
-        "int64 idx",
-        "Pair{(double)x, _j}",
-        "(b.v > a.v || (b.v == a.v && b.j < a.j)) ? b : a",
-        "idx = a.j",
-        None,
-        "argmax_pair",
-        Some("Pair"),
-        "struct Pair { double v; long long j; };",
-    )
+    let argmax = ReductionSpec::new(&Reduction {
+        reduce_type: Some("Pair"),
+        preamble: "struct Pair { double v; long long j; };",
+        ..Reduction::new(
+            "T x",
+            "int64 idx",
+            "Pair{(double)x, _j}",
+            "(b.v > a.v || (b.v == a.v && b.j < a.j)) ? b : a",
+            "idx = a.j",
+            None,
+            "argmax_pair",
+        )
+    })
     .unwrap();
     compiles(&reduction_source(&argmax, &[('T', DType::F64)]).unwrap());
 }
@@ -147,7 +150,7 @@ fn the_generated_source_uses_the_indexer_grid_stride_loops_and_line_directives()
             assert_eq!(n, at + 2, "line {}: {l}", at + 1);
         }
     }
-    let red = ReductionSpec::new("T x", "T y", "x", "a + b", "y = a", None, "s", None, "").unwrap();
+    let red = ReductionSpec::new(&Reduction::new("T x", "T y", "x", "a + b", "y = a", None, "s")).unwrap();
     let t = reduction_source(&red, &[('T', DType::F32)]).unwrap().text;
     assert!(t.contains("__shared__ bool _sh[dlbridge_kMaxBlock];") && !t.contains("dlbridge_identity"), "no identity: flags");
 }
@@ -168,7 +171,7 @@ fn a_compile_error_points_at_the_operations_line() {
     let m = elementwise_source(&spec, &[('T', DType::F32)]).unwrap().ptx(ARCHS[0]).unwrap_err().to_string();
     assert!(m.contains("operation line 1: error:") && m.contains("declare the parameter `mut`"), "{m}");
     // Reductions: the map expression's own line.
-    let red = ReductionSpec::new("T x", "T y", "x * nope", "a + b", "y = a", Some("0"), "broken_red", None, "").unwrap();
+    let red = ReductionSpec::new(&Reduction::new("T x", "T y", "x * nope", "a + b", "y = a", Some("0"), "broken_red")).unwrap();
     let m = reduction_source(&red, &[('T', DType::F64)]).unwrap().ptx(ARCHS[1]).unwrap_err().to_string();
     assert!(m.contains("map_expr line 1: error: identifier \"nope\" is undefined"), "{m}");
     // A preamble error.
@@ -181,14 +184,15 @@ fn a_compile_error_points_at_the_operations_line() {
 fn complex_is_a_type_error_naming_the_dtype_and_f16_bf16_compile() {
     assert_eq!(dlbridge_compile::cuda::CUDA_DTYPES.len(), 13);
     assert!(dlbridge_compile::cuda::CUDA_DTYPES.iter().all(|d| !matches!(d.code(), dlbridge_core::DTypeCode::Complex)));
-    let red = ReductionSpec::new("complex64 x", "float32 y", "0", "a + b", "y = a", Some("0"), "rc", None, "").unwrap();
+    let red = ReductionSpec::new(&Reduction::new("complex64 x", "float32 y", "0", "a + b", "y = a", Some("0"), "rc")).unwrap();
     let e = reduction_source(&red, &[]).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Type);
     assert!(e.to_string().contains("dtype c64 (complex64) is not supported by the CUDA backend"), "{e}");
     let spec = ew("T x", "T z", "z = x", "k");
     let e = elementwise_source(&spec, &[('T', DType::C128)]).unwrap_err();
     assert!(
-        e.to_string().starts_with("ElementwiseKernel `k`: T: dtype c128 (complex128) is not supported by the CUDA backend (yet)"),
+        e.to_string()
+            .starts_with("ElementwiseKernel `k`: type placeholder `T`: dtype c128 (complex128) is not supported by the CUDA backend (yet)"),
         "{e}"
     );
     if !nvrtc_or_skip() {
@@ -201,15 +205,23 @@ fn complex_is_a_type_error_naming_the_dtype_and_f16_bf16_compile() {
     }
     let spec = ew("float16 x, bfloat16 y", "float32 z", "z = x + y", "mixed");
     compiles(&elementwise_source(&spec, &[]).unwrap());
-    let red = ReductionSpec::new("T x", "T y", "x", "a + b", "y = a", Some("0"), "rt", Some("float"), "").unwrap();
+    let red = ReductionSpec::new(&Reduction {
+        reduce_type: Some("float"),
+        ..Reduction::new("T x", "T y", "x", "a + b", "y = a", Some("0"), "rt")
+    })
+    .unwrap();
     for d in [DType::F16, DType::BF16] {
         compiles(&reduction_source(&red, &[('T', d)]).unwrap());
     }
-    let red = ReductionSpec::new("T x", "T y", "x", "max(a, b)", "y = a", Some("-CUDART_INF_F"), "rmax", None, "").unwrap();
+    let red = ReductionSpec::new(&Reduction::new("T x", "T y", "x", "max(a, b)", "y = a", Some("-CUDART_INF_F"), "rmax")).unwrap();
     compiles(&reduction_source(&red, &[('T', DType::F16)]).unwrap());
     // CuPy's mean idiom: _in_ind.size() / _out_ind.size().
     let post = "y = a / _type_reduce(_in_ind.size() / _out_ind.size())";
-    let red = ReductionSpec::new("T x", "T y", "x", "a + b", post, Some("0"), "rmean", Some("float"), "").unwrap();
+    let red = ReductionSpec::new(&Reduction {
+        reduce_type: Some("float"),
+        ..Reduction::new("T x", "T y", "x", "a + b", post, Some("0"), "rmean")
+    })
+    .unwrap();
     compiles(&reduction_source(&red, &[('T', DType::BF16)]).unwrap());
 }
 
@@ -223,7 +235,7 @@ fn both_kernels_register_a_cpu_and_a_cuda_implementation() {
     let kernel = k.register(&reg).unwrap();
     let devices: Vec<String> = kernel.origins().map(|(d, _)| format!("{d:?}")).collect();
     assert_eq!(devices.len(), 2, "{devices:?}");
-    let r = ReductionKernel::new("T x", "T y", "x", "a + b", "y = a", Some("0"), "two_devices_red", ReductionOptions::default()).unwrap();
+    let r = ReductionKernel::new(Reduction::new("T x", "T y", "x", "a + b", "y = a", Some("0"), "two_devices_red")).unwrap();
     assert_eq!(r.defs().iter().map(|d| d.device).collect::<Vec<_>>(), [DeviceType::CPU, DeviceType::CUDA]);
     r.register(&reg).unwrap();
     // Registering again replaces both.

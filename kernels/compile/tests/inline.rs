@@ -4,13 +4,15 @@
 //! cache; concurrent first use; `cuda_source` compiled to PTX without a GPU;
 //! and (with a GPU only) a CUDA launch.
 
+mod common;
+
 use std::sync::Arc;
 
 use dlbridge_array::Array;
 use dlbridge_compile::cache::LibraryCache;
 use dlbridge_compile::inline::{InlineLibrary, InlineOptions};
 use dlbridge_core::{DType, DeviceType, ErrorKind};
-use dlbridge_registry::{Arg, Call, Impl, KernelDef, KernelOpts, Registry};
+use dlbridge_registry::{Arg, Call, KernelDef, Registry};
 
 const AXPY: &str =
     "void axpy(const float* x, float* y, double a, long long n) {\n  for (long long i = 0; i < n; ++i) y[i] += (float)a * x[i];\n}\n";
@@ -43,13 +45,13 @@ fn axpy_writes_its_mut_argument_in_place() {
     assert!(k.origins().all(|(d, o)| d == DeviceType::CPU && o == "dlbridge.load_inline (rs_axpy)"));
     let x = Array::from_slice(&[1.0f32, 2.0, 3.0], &[3]).unwrap();
     let mut y = Array::from_slice(&[10.0f32, 20.0, 30.0], &[3]).unwrap();
-    k.call(&mut [Arg::Tensor(x.view()), Arg::TensorMut(y.view_mut().unwrap()), Arg::F64(2.0)], &mut []).unwrap();
+    k.call(&mut [Arg::Tensor(x.view()), Arg::TensorMut(y.view_mut().unwrap()), Arg::f64(2.0)], &mut []).unwrap();
     assert_eq!(y.to_vec::<f32>().unwrap(), vec![12.0, 24.0, 36.0]);
     assert_eq!(lib.prototype("axpy").unwrap(), "void axpy(const float* x, float* y, double a, long long N)");
     // A strided tensor is refused by the registry (the C code assumes C order).
     let x2 = Array::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[6]).unwrap();
     let strided = x2.slice(0, 0, 6, 2).unwrap();
-    let e = k.call(&mut [Arg::Tensor(strided.view()), Arg::TensorMut(y.view_mut().unwrap()), Arg::F64(1.0)], &mut []).unwrap_err();
+    let e = k.call(&mut [Arg::Tensor(strided.view()), Arg::TensorMut(y.view_mut().unwrap()), Arg::f64(1.0)], &mut []).unwrap_err();
     assert!(e.to_string().contains("contiguous"), "{e}");
     assert_eq!(y.to_vec::<f32>().unwrap(), vec![12.0, 24.0, 36.0], "nothing written");
 }
@@ -118,9 +120,9 @@ void count(const unsigned char* m, long long* out, long long S) {
     let x = Array::from_slice(&[1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 1, 3]).unwrap();
     let mut y = Array::zeros(DType::F64, &[2, 1, 3]).unwrap();
     let k = reg.get("affine").unwrap();
-    k.call(&mut [Arg::Tensor(x.view()), Arg::F64(2.0), Arg::I64(-1), Arg::Bool(true)], &mut [y.view_mut().unwrap()]).unwrap();
+    k.call(&mut [Arg::Tensor(x.view()), Arg::f64(2.0), Arg::i64(-1), Arg::bool(true)], &mut [y.view_mut().unwrap()]).unwrap();
     assert_eq!(y.to_vec::<f64>().unwrap(), vec![-1.0, -3.0, -5.0, -7.0, -9.0, -11.0]);
-    k.call(&mut [Arg::Tensor(x.view()), Arg::F64(0.5), Arg::I64(10), Arg::Bool(false)], &mut [y.view_mut().unwrap()]).unwrap();
+    k.call(&mut [Arg::Tensor(x.view()), Arg::f64(0.5), Arg::i64(10), Arg::bool(false)], &mut [y.view_mut().unwrap()]).unwrap();
     assert_eq!(y.to_vec::<f64>().unwrap(), vec![10.5, 11.0, 11.5, 12.0, 12.5, 13.0]);
     let m = Array::from_bytes(DType::BOOL, &[2, 3], &[1, 0, 1, 1, 0, 0]).unwrap();
     let mut out = Array::zeros(DType::I64, &[1]).unwrap();
@@ -208,15 +210,8 @@ fn names_signatures_and_sources_are_checked_before_anything_compiles() {
 #[test]
 fn a_name_taken_by_a_built_in_is_an_error_and_a_reload_replaces_its_own_functions() {
     let reg = Registry::new();
-    reg.register(KernelDef {
-        signature: "axpy(x: f32[N], y: mut f32[N], a: f64)".into(),
-        device: DeviceType::CPU,
-        imp: Impl::Dyn(Arc::new(|_: &mut Call<'_, '_>| Ok(()))),
-        opts: KernelOpts::DEFAULT,
-        origin: "built-in (test)".into(),
-        doc: String::new(),
-    })
-    .unwrap();
+    let noop = KernelDef::cpu("axpy(x: f32[N], y: mut f32[N], a: f64)", |_: &mut Call<'_, '_>| Ok(()));
+    reg.register(KernelDef { origin: "built-in (test)".into(), ..noop }).unwrap();
     let lib = InlineLibrary::new("rs_clash", Some(AXPY), &["axpy(x: f32[N], y: mut f32[N], a: f64)"], None, Default::default()).unwrap();
     let e = lib.register(&reg).unwrap_err();
     assert!(e.to_string().contains("function `axpy` clashes with the kernel `axpy` already registered (cpu: built-in (test))"), "{e}");
@@ -253,7 +248,7 @@ fn a_second_cache_over_the_same_directory_finds_the_build_on_disk() {
         let k = lib.register(&reg).unwrap().remove(0);
         let x = Array::from_slice(&[1.0f32], &[1]).unwrap();
         let mut y = Array::from_slice(&[1.0f32], &[1]).unwrap();
-        k.call(&mut [Arg::Tensor(x.view()), Arg::TensorMut(y.view_mut().unwrap()), Arg::F64(3.0)], &mut []).unwrap();
+        k.call(&mut [Arg::Tensor(x.view()), Arg::TensorMut(y.view_mut().unwrap()), Arg::f64(3.0)], &mut []).unwrap();
         assert_eq!(y.to_vec::<f32>().unwrap(), vec![4.0]);
     };
     let stats = |c: &LibraryCache| {
@@ -286,19 +281,8 @@ fn concurrent_first_calls_with_new_dtypes_build_once() {
     .unwrap();
     let k = lib.register(&reg).unwrap().remove(0);
     assert_eq!(lib.cpu_specialisations(), 1, "register builds the first dtypes (f32)");
-    let x = Arc::new(Array::from_slice(&(0..100).collect::<Vec<i32>>(), &[100]).unwrap());
-    let handles: Vec<_> = (0..6)
-        .map(|_| {
-            let (k, x) = (k.clone(), x.clone());
-            std::thread::spawn(move || {
-                let mut y = Array::zeros(DType::I32, &[100]).unwrap();
-                k.call(&mut [Arg::Tensor(x.view())], &mut [y.view_mut().unwrap()]).unwrap();
-                y.to_vec::<i32>().unwrap()
-            })
-        })
-        .collect();
-    for h in handles {
-        assert!(h.join().unwrap().iter().enumerate().all(|(i, &v)| v == (i * i) as i32));
+    for y in common::call_from_threads(&k, 100, 6) {
+        assert!(y.iter().enumerate().all(|(i, &v)| v == (i * i) as i32));
     }
     assert_eq!(lib.cpu_specialisations(), 2);
     assert_eq!(cache.stats.compiled.load(std::sync::atomic::Ordering::Relaxed), 2, "f32 at register, i32 once for six threads");
@@ -382,10 +366,10 @@ fn a_cuda_function_runs_on_the_gpu_and_matches_the_cpu() {
     for n in [0usize, 1, 1000, 70_000] {
         let x = Array::from_slice(&(0..n).map(|i| i as f64 * 0.5).collect::<Vec<_>>(), &[n as i64]).unwrap();
         let mut cpu = Array::zeros(DType::F64, &[n as i64]).unwrap();
-        k.call(&mut [Arg::Tensor(x.view()), Arg::F64(3.0)], &mut [cpu.view_mut().unwrap()]).unwrap();
+        k.call(&mut [Arg::Tensor(x.view()), Arg::f64(3.0)], &mut [cpu.view_mut().unwrap()]).unwrap();
         let dx = CudaArray::from_host(&dev, &x).unwrap();
         let mut dy = CudaArray::empty(&dev, DType::F64, &[n as i64]).unwrap();
-        k.call(&mut [Arg::Tensor(dx.view().unwrap()), Arg::F64(3.0)], &mut [dy.view_mut().unwrap()]).unwrap();
+        k.call(&mut [Arg::Tensor(dx.view().unwrap()), Arg::f64(3.0)], &mut [dy.view_mut().unwrap()]).unwrap();
         assert_eq!(dy.to_host().unwrap().to_vec::<f64>().unwrap(), cpu.to_vec::<f64>().unwrap(), "n = {n}");
     }
 }

@@ -1,13 +1,13 @@
 //! The Rust API end to end: ElementwiseKernel / ReductionKernel registered in a
 //! registry and called like any kernel; the disk cache; concurrent first use.
 
-use std::sync::Arc;
+mod common;
 
 use dlbridge_array::Array;
 use dlbridge_compile::cache::LibraryCache;
-use dlbridge_compile::{ElementwiseKernel, ReductionKernel};
-use dlbridge_core::{DType, DeviceType, ErrorKind};
-use dlbridge_registry::{Arg, Call, Impl, KernelDef, KernelOpts, Registry};
+use dlbridge_compile::{ElementwiseKernel, Reduction, ReductionKernel};
+use dlbridge_core::{DType, ErrorKind};
+use dlbridge_registry::{Arg, Call, KernelDef, KernelOpts, Registry};
 
 fn f32s(v: &[f32], shape: &[i64]) -> Array {
     Array::from_slice(v, shape).unwrap()
@@ -40,19 +40,7 @@ fn concurrent_first_calls_build_one_specialisation_and_all_get_the_right_answer(
     let reg = Registry::new();
     let k = ElementwiseKernel::new("T x", "T y", "y = x * x + 3", "concurrent_rs", Default::default()).unwrap();
     let kernel = k.register(&reg).unwrap();
-    let x = Arc::new(Array::from_slice(&(0..1000).collect::<Vec<i32>>(), &[1000]).unwrap());
-    let handles: Vec<_> = (0..8)
-        .map(|_| {
-            let (kernel, x) = (kernel.clone(), x.clone());
-            std::thread::spawn(move || {
-                let mut y = Array::zeros(DType::I32, &[1000]).unwrap();
-                kernel.call(&mut [Arg::Tensor(x.view())], &mut [y.view_mut().unwrap()]).unwrap();
-                y.to_vec::<i32>().unwrap()
-            })
-        })
-        .collect();
-    for h in handles {
-        let y = h.join().unwrap();
+    for y in common::call_from_threads(&kernel, 1000, 8) {
         assert!(y.iter().enumerate().all(|(i, &v)| v == (i * i + 3) as i32));
     }
     assert_eq!(k.specialisations(), 1);
@@ -61,15 +49,8 @@ fn concurrent_first_calls_build_one_specialisation_and_all_get_the_right_answer(
 #[test]
 fn a_kernel_compiled_from_source_replaces_its_own_name_but_never_another_kernel() {
     let reg = Registry::new();
-    reg.register(KernelDef {
-        signature: "add<T: f32|f64>(a: T[...S], b: T[...S]) -> (out: T[...S])".into(),
-        device: DeviceType::CPU,
-        imp: Impl::Dyn(Arc::new(|_: &mut Call<'_, '_>| Ok(()))),
-        opts: KernelOpts::ELEMENTWISE,
-        origin: "built-in (test)".into(),
-        doc: String::new(),
-    })
-    .unwrap();
+    let noop = KernelDef::cpu("add<T: f32|f64>(a: T[...S], b: T[...S]) -> (out: T[...S])", |_: &mut Call<'_, '_>| Ok(()));
+    reg.register(KernelDef { opts: KernelOpts::ELEMENTWISE, origin: "built-in (test)".into(), ..noop }).unwrap();
     let e = ElementwiseKernel::new("T a, T b", "T out", "out = a + b", "add", Default::default()).unwrap().register(&reg).unwrap_err();
     assert!(e.to_string().contains("kernel add is already registered"), "{e}");
     assert!(reg.get("add").unwrap().origins().all(|(_, o)| o == "built-in (test)"), "the built-in stays");
@@ -89,7 +70,7 @@ fn a_kernel_compiled_from_source_replaces_its_own_name_but_never_another_kernel(
 #[test]
 fn a_reduction_runs_over_any_axes_with_keepdims() {
     let reg = Registry::new();
-    let k = ReductionKernel::new("T x", "T y", "x * x", "a + b", "y = sqrt(a)", Some("0"), "l2norm_rs", Default::default()).unwrap();
+    let k = ReductionKernel::new(Reduction::new("T x", "T y", "x * x", "a + b", "y = sqrt(a)", Some("0"), "l2norm_rs")).unwrap();
     assert!(k.signature().contains("(x: T[...S], y: mut T[...O])"), "{}", k.signature());
     let kernel = k.register(&reg).unwrap();
     let data: Vec<f64> = (0..24).map(|i| i as f64 * 0.5 - 3.0).collect();

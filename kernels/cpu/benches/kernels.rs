@@ -29,7 +29,7 @@ use dlbridge_array::Array;
 use dlbridge_core::half::bf16;
 use dlbridge_core::{DType, Element, TensorView, TensorViewMut};
 use dlbridge_cpu::elementwise::map2;
-use dlbridge_cpu::num::Scalar;
+use dlbridge_cpu::num::Num;
 use dlbridge_registry::{Arg, Registry};
 
 const R: usize = 4096;
@@ -60,15 +60,7 @@ fn overhead(c: &mut Criterion) {
 
 /// Deterministic values in [-4, 4) (so gelu and softmax do real work).
 fn values<T: Element>(n: usize, conv: fn(f32) -> T) -> Vec<T> {
-    let mut s = 0x2545_f491_4f6c_dd1du64;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            conv(((s >> 40) as f32 / (1u64 << 24) as f32) * 8.0 - 4.0)
-        })
-        .collect()
+    dlbridge_core::testing::values(n, 0x2545_f491_4f6c_dd1d).into_iter().map(conv).collect()
 }
 
 /// `n` values in a buffer whose first element (at the returned index) is

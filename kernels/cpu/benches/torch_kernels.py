@@ -17,26 +17,17 @@ is a contiguous-input copy-free stand-in: torch's flip itself copies).
 """
 
 import sys
-import time
 
 import torch
+
+from dlbridge._bench import median_time
 
 R, C = 4096, 1024
 
 
 def median(f, repeat=11):
-    f()
-    t0 = time.perf_counter()
-    f()
-    one = max(time.perf_counter() - t0, 1e-7)
-    number = max(1, min(1000, int(0.02 / one)))
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            f()
-        samples.append((time.perf_counter() - t0) / number)
-    return sorted(samples)[len(samples) // 2]
+    """Seconds per call of f(): the median of ``repeat`` samples of about 20 ms."""
+    return median_time(f, repeat=repeat)
 
 
 def operand(layout, dtype):

@@ -2,7 +2,7 @@
 
 use dlbridge_array::Array;
 use dlbridge_core::DType;
-use dlbridge_cpu::num::Scalar;
+use dlbridge_cpu::num::Num;
 use dlbridge_registry::{Arg, Registry};
 use std::hint::black_box;
 use std::time::Instant;

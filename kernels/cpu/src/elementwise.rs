@@ -13,7 +13,7 @@
 use dlbridge_core::{Error, Result, Slot, TensorView, TensorViewMut};
 use dlbridge_registry::{Call, KernelOpts, register_kernel};
 
-use crate::num::{Compute, Real, Scalar, SliceConv};
+use crate::num::{Compute, Num, Real, SliceConv};
 pub use crate::strided::PAR_MIN;
 use crate::strided::{RunKernel, Src, update_map, zip_map};
 
@@ -55,7 +55,7 @@ macro_rules! ops2 {
         #[doc = $doc]
         #[derive(Clone, Copy, Debug)]
         pub struct $name;
-        impl<T: Scalar> Op2<T> for $name {
+        impl<T: Num> Op2<T> for $name {
             #[inline(always)]
             fn apply(self, a: T, b: T) -> T {
                 let f: fn(T, T) -> T = $body;
@@ -70,7 +70,7 @@ ops2!(Add: "a + b" |a: T, b: T| a.add(b), Sub: "a - b" |a: T, b: T| a.sub(b), Mu
 /// `y + alpha * x` (axpy's operation).
 #[derive(Clone, Copy, Debug)]
 struct Axpy<T>(T);
-impl<T: Scalar> Op2<T> for Axpy<T> {
+impl<T: Num> Op2<T> for Axpy<T> {
     #[inline(always)]
     fn apply(self, y: T, x: T) -> T {
         y.add(self.0.mul(x))
@@ -80,7 +80,7 @@ impl<T: Scalar> Op2<T> for Axpy<T> {
 /// max(x, 0)
 #[derive(Clone, Copy, Debug)]
 pub struct Relu;
-impl<T: Scalar> Op1<T> for Relu {
+impl<T: Num> Op1<T> for Relu {
     const MEMORY_BOUND: bool = true;
     #[inline(always)]
     fn apply(self, x: T) -> T {
@@ -104,7 +104,7 @@ impl<T: Real> Op1<T> for Gelu {
 /// would not be compiled for the dispatched instruction set) that the compiler
 /// vectorises, at the widest instruction set the CPU has (see [`Run2`]).
 #[inline(always)]
-fn run2<T: Scalar>(o: &mut [T], a: &Src<'_, T>, b: &Src<'_, T>, op: impl Op2<T>) {
+fn run2<T: Num>(o: &mut [T], a: &Src<'_, T>, b: &Src<'_, T>, op: impl Op2<T>) {
     let f = |x, y| op.apply(x, y);
     let n = o.len();
     match (a, b) {
@@ -114,19 +114,19 @@ fn run2<T: Scalar>(o: &mut [T], a: &Src<'_, T>, b: &Src<'_, T>, op: impl Op2<T>)
                 o[i] = f(x[i], y[i]);
             }
         }
-        (Src::Slice(x), &Src::Scalar(y)) => {
+        (Src::Slice(x), &Src::Splat(y)) => {
             let x = &x[..n];
             for i in 0..n {
                 o[i] = f(x[i], y);
             }
         }
-        (&Src::Scalar(x), Src::Slice(y)) => {
+        (&Src::Splat(x), Src::Slice(y)) => {
             let y = &y[..n];
             for i in 0..n {
                 o[i] = f(x, y[i]);
             }
         }
-        (&Src::Scalar(x), &Src::Scalar(y)) => {
+        (&Src::Splat(x), &Src::Splat(y)) => {
             let v = f(x, y);
             for o in o.iter_mut() {
                 *o = v;
@@ -144,12 +144,12 @@ fn run2<T: Scalar>(o: &mut [T], a: &Src<'_, T>, b: &Src<'_, T>, op: impl Op2<T>)
                 o[i] = f(x[i], o[i]);
             }
         }
-        (Src::Out, &Src::Scalar(y)) => {
+        (Src::Out, &Src::Splat(y)) => {
             for i in 0..n {
                 o[i] = f(o[i], y);
             }
         }
-        (&Src::Scalar(x), Src::Out) => {
+        (&Src::Splat(x), Src::Out) => {
             for i in 0..n {
                 o[i] = f(x, o[i]);
             }
@@ -164,7 +164,7 @@ fn run2<T: Scalar>(o: &mut [T], a: &Src<'_, T>, b: &Src<'_, T>, op: impl Op2<T>)
 
 /// `o[i] = f(x[i])` over one run (indexed loops, as in [`run2`]).
 #[inline(always)]
-fn run1<T: Scalar>(o: &mut [T], x: &Src<'_, T>, op: impl Op1<T>) {
+fn run1<T: Num>(o: &mut [T], x: &Src<'_, T>, op: impl Op1<T>) {
     let f = |x| op.apply(x);
     let n = o.len();
     match x {
@@ -174,7 +174,7 @@ fn run1<T: Scalar>(o: &mut [T], x: &Src<'_, T>, op: impl Op1<T>) {
                 o[i] = f(x[i]);
             }
         }
-        &Src::Scalar(x) => {
+        &Src::Splat(x) => {
             let v = f(x);
             for o in o.iter_mut() {
                 *o = v;
@@ -192,7 +192,7 @@ fn run1<T: Scalar>(o: &mut [T], x: &Src<'_, T>, op: impl Op1<T>) {
 /// `pulp` compiles for AVX2 / AVX-512 (a closure would not do: its body is a
 /// separate function compiled for the baseline target).
 struct Run2<F>(F);
-impl<T: Scalar, F: Op2<T>> RunKernel<T, 2> for Run2<F> {
+impl<T: Num, F: Op2<T>> RunKernel<T, 2> for Run2<F> {
     #[inline(always)]
     fn run(&self, o: &mut [T], [a, b]: [Src<'_, T>; 2]) {
         run2(o, &a, &b, self.0)
@@ -201,7 +201,7 @@ impl<T: Scalar, F: Op2<T>> RunKernel<T, 2> for Run2<F> {
 
 /// [`run1`] as a [`RunKernel`] (see [`Run2`]).
 struct Run1<F>(F);
-impl<T: Scalar, F: Op1<T>> RunKernel<T, 1> for Run1<F> {
+impl<T: Num, F: Op1<T>> RunKernel<T, 1> for Run1<F> {
     const MEMORY_BOUND: bool = F::MEMORY_BOUND;
     #[inline(always)]
     fn run(&self, o: &mut [T], [x]: [Src<'_, T>; 1]) {
@@ -242,7 +242,7 @@ impl<T: Real> RunKernel<T, 1> for GeluRun<T> {
 
 /// `o = o + alpha * x` (axpy) as a [`RunKernel`] for [`update_map`].
 struct AxpyRun<T>(T);
-impl<T: Scalar> RunKernel<T, 1> for AxpyRun<T> {
+impl<T: Num> RunKernel<T, 1> for AxpyRun<T> {
     #[inline(always)]
     fn run(&self, o: &mut [T], [x]: [Src<'_, T>; 1]) {
         run2(o, &Src::Out, &x, Axpy(self.0))
@@ -252,7 +252,7 @@ impl<T: Scalar> RunKernel<T, 1> for AxpyRun<T> {
 /// `out = f(a, b)` over any layouts of the same shape (the body of add, sub,
 /// mul, ...; public so benchmarks can call a kernel without the registry).
 /// `out` may be exactly `a` or `b`.
-pub fn map2<T: Scalar>(
+pub fn map2<T: Num>(
     a: &TensorView<'_>,
     b: &TensorView<'_>,
     out: &mut TensorViewMut<'_>,
@@ -262,44 +262,44 @@ pub fn map2<T: Scalar>(
 }
 
 /// [`map2`] with an [`Op2`] (always inlined into the vector loop).
-pub fn map2_op<T: Scalar>(a: &TensorView<'_>, b: &TensorView<'_>, out: &mut TensorViewMut<'_>, f: impl Op2<T>) -> Result<()> {
+pub fn map2_op<T: Num>(a: &TensorView<'_>, b: &TensorView<'_>, out: &mut TensorViewMut<'_>, f: impl Op2<T>) -> Result<()> {
     zip_map::<T, 2>(out, [a, b], &Run2(f))
 }
 
 /// `out = f(x)` over any layouts of the same shape; `out` may be exactly `x`.
-pub fn map1<T: Scalar>(x: &TensorView<'_>, out: &mut TensorViewMut<'_>, f: impl Fn(T) -> T + Sync + Send + Copy) -> Result<()> {
+pub fn map1<T: Num>(x: &TensorView<'_>, out: &mut TensorViewMut<'_>, f: impl Fn(T) -> T + Sync + Send + Copy) -> Result<()> {
     map1_op(x, out, FnOp(f))
 }
 
 /// [`map1`] with an [`Op1`] (always inlined into the vector loop).
-pub fn map1_op<T: Scalar>(x: &TensorView<'_>, out: &mut TensorViewMut<'_>, f: impl Op1<T>) -> Result<()> {
+pub fn map1_op<T: Num>(x: &TensorView<'_>, out: &mut TensorViewMut<'_>, f: impl Op1<T>) -> Result<()> {
     zip_map::<T, 1>(out, [x], &Run1(f))
 }
 
-fn binary<T: Scalar>(call: &mut Call<'_, '_>, f: impl Op2<T>) -> Result<()> {
+fn binary<T: Num>(call: &mut Call<'_, '_>, f: impl Op2<T>) -> Result<()> {
     let (ins, mut outs) = call.io();
     map2_op(ins.tensor("a")?, ins.tensor("b")?, outs.take("out")?, f)
 }
 
-fn unary<T: Scalar>(call: &mut Call<'_, '_>, f: impl Op1<T>) -> Result<()> {
+fn unary<T: Num>(call: &mut Call<'_, '_>, f: impl Op1<T>) -> Result<()> {
     let (ins, mut outs) = call.io();
     map1_op(ins.tensor("x")?, outs.take("y")?, f)
 }
 
-fn add<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
+fn add<T: Num>(call: &mut Call<'_, '_>) -> Result<()> {
     binary::<T>(call, Add)
 }
-fn sub<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
+fn sub<T: Num>(call: &mut Call<'_, '_>) -> Result<()> {
     binary::<T>(call, Sub)
 }
-fn mul<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
+fn mul<T: Num>(call: &mut Call<'_, '_>) -> Result<()> {
     binary::<T>(call, Mul)
 }
-fn maximum<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
+fn maximum<T: Num>(call: &mut Call<'_, '_>) -> Result<()> {
     binary::<T>(call, Maximum)
 }
 
-fn div<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
+fn div<T: Num>(call: &mut Call<'_, '_>) -> Result<()> {
     let kernel = call.kernel_name();
     let (ins, mut outs) = call.io();
     let (a, b) = (ins.tensor("a")?, ins.tensor("b")?);
@@ -309,7 +309,7 @@ fn div<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
     map2_op::<T>(a, b, outs.take("out")?, Div)
 }
 
-fn relu<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
+fn relu<T: Num>(call: &mut Call<'_, '_>) -> Result<()> {
     unary::<T>(call, Relu)
 }
 
@@ -318,30 +318,30 @@ fn gelu<T: Real>(call: &mut Call<'_, '_>) -> Result<()> {
     zip_map::<T, 1>(outs.take("y")?, [ins.tensor("x")?], &GeluRun(T::down_slice()))
 }
 
-fn axpy<T: Scalar>(call: &mut Call<'_, '_>) -> Result<()> {
+fn axpy<T: Num>(call: &mut Call<'_, '_>) -> Result<()> {
     let (ins, mut outs) = call.io();
     let (alpha, x, y) = (T::from_f64(ins.f64("alpha")?), ins.tensor("x")?, outs.take("y")?);
     // y is both an input (read first) and the output: y = y + alpha * x.
     update_map::<T, 1>(y, [x], &AxpyRun(alpha))
 }
 
-register_kernel!("add<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])",
-    each scalars!(add),
-    opts = KernelOpts::ELEMENTWISE, doc = "elementwise a + b (integers wrap)");
-register_kernel!("sub<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])",
-    each scalars!(sub),
-    opts = KernelOpts::ELEMENTWISE, doc = "elementwise a - b (integers wrap)");
-register_kernel!("mul<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])",
-    each scalars!(mul),
-    opts = KernelOpts::ELEMENTWISE, doc = "elementwise a * b (integers wrap)");
-register_kernel!("div<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])",
-    each scalars!(div),
-    opts = KernelOpts::ELEMENTWISE, doc = "elementwise a / b (integer: truncating; a zero divisor is an error)");
-register_kernel!("maximum<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])",
-    each scalars!(maximum),
-    opts = KernelOpts::ELEMENTWISE, doc = "elementwise max(a, b), NaN-propagating");
+/// The binary elementwise kernels: `name<T>(a: T[...S], b: T[...S]) -> (out: T[...S])`
+/// (broadcasting) over every [`Num`] type, one line each.
+macro_rules! binary_kernels {
+    ($($name:ident: $doc:literal,)+) => {$(
+        register_kernel!(concat!(stringify!($name), "<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])"),
+            each numbers!($name), opts = KernelOpts::ELEMENTWISE, doc = $doc);
+    )+};
+}
+binary_kernels! {
+    add: "elementwise a + b (integers wrap)",
+    sub: "elementwise a - b (integers wrap)",
+    mul: "elementwise a * b (integers wrap)",
+    div: "elementwise a / b (integer: truncating; a zero divisor is an error)",
+    maximum: "elementwise max(a, b), NaN-propagating",
+}
 register_kernel!("relu<T: f32|f64|f16|bf16|i32|i64>(x: T[...S]) -> (y: T[...S])",
-    each scalars!(relu),
+    each numbers!(relu),
     opts = KernelOpts::ELEMENTWISE, doc = "max(x, 0), NaN-propagating");
 register_kernel!("gelu<T: f32|f64|f16|bf16>(x: T[...S]) -> (y: T[...S])",
     each reals!(gelu),

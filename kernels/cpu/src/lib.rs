@@ -26,10 +26,10 @@
 
 // The families of Rust element types the kernels' trait bounds cover: the only
 // type lists kept here. A kernel's signature says which dtypes it offers; its
-// registration (`each scalars!(add)`) derives the dispatch table from that, and
+// registration (`each numbers!(add)`) derives the dispatch table from that, and
 // a dtype outside the family fails the registration loudly (a test checks that
 // every built-in registers).
-dlbridge_registry::dtype_resolver!(scalars: f32, f64, dlbridge_registry::dlbridge_core::half::f16, dlbridge_registry::dlbridge_core::half::bf16, i32, i64);
+dlbridge_registry::dtype_resolver!(numbers: f32, f64, dlbridge_registry::dlbridge_core::half::f16, dlbridge_registry::dlbridge_core::half::bf16, i32, i64);
 dlbridge_registry::dtype_resolver!(reals: f32, f64, dlbridge_registry::dlbridge_core::half::f16, dlbridge_registry::dlbridge_core::half::bf16);
 dlbridge_registry::dtype_resolver!(gemm_types: f32, f64);
 

@@ -6,7 +6,7 @@ use dlbridge_core::half::{bf16, f16};
 pub use crate::convert::{SliceConv, bf16_to_f32, f32_to_bf16};
 
 /// Elements the arithmetic kernels handle. Integer ops wrap (never panic).
-pub trait Scalar: Element + PartialOrd + Default {
+pub trait Num: Element + PartialOrd + Default {
     /// Whether this is an integer type (division by zero must be refused).
     const IS_INT: bool;
     /// Zero.
@@ -29,7 +29,7 @@ pub trait Scalar: Element + PartialOrd + Default {
 
 macro_rules! int_scalar {
     ($($t:ty),*) => {$(
-        impl Scalar for $t {
+        impl Num for $t {
             const IS_INT: bool = true;
             fn zero() -> Self { 0 }
             #[inline(always)] fn add(self, b: Self) -> Self { self.wrapping_add(b) }
@@ -46,7 +46,7 @@ int_scalar!(i32, i64);
 
 macro_rules! float_scalar {
     ($($t:ty),*) => {$(
-        impl Scalar for $t {
+        impl Num for $t {
             const IS_INT: bool = false;
             fn zero() -> Self { 0.0 }
             #[inline(always)] fn add(self, b: Self) -> Self { self + b }
@@ -63,7 +63,7 @@ float_scalar!(f32, f64);
 
 macro_rules! half_scalar {
     ($($t:ty => $up:path, $down:path);*) => {$(
-        impl Scalar for $t {
+        impl Num for $t {
             const IS_INT: bool = false;
             fn zero() -> Self { <$t>::ZERO }
             #[inline(always)] fn add(self, b: Self) -> Self { $down($up(self) + $up(b)) }
@@ -83,7 +83,7 @@ macro_rules! half_scalar {
 half_scalar!(f16 => f16::to_f32, f16::from_f32; bf16 => bf16_to_f32, f32_to_bf16);
 
 /// Floating-point elements: computed in `C` (f32 for f32/f16/bf16, f64 for f64).
-pub trait Real: Scalar {
+pub trait Real: Num {
     /// The type the math runs in.
     type C: Compute;
     /// Widen.
@@ -169,6 +169,14 @@ pub fn exp_f32(x: f32) -> f32 {
     }
 }
 
+/// `P(x2) / Q(x2)`, each polynomial by Horner's rule with fused
+/// multiply-adds (coefficients highest power first).
+#[inline(always)]
+fn ratio<const P: usize, const Q: usize>(x2: f32, p: &[f32; P], q: &[f32; Q]) -> f32 {
+    let horner = |c: &[f32]| c[1..].iter().fold(c[0], |acc, &k| acc.mul_add(x2, k));
+    horner(p) / horner(q)
+}
+
 /// erf for f32 without a libm call: x P(x^2) / Q(x^2) on [-4, 4] (the rational
 /// approximation Eigen and XLA use for f32; P of degree 6 and Q of degree 4 in
 /// x^2, Horner with fused multiply-adds), +-1 where erf rounds to +-1 in f32
@@ -177,16 +185,7 @@ pub fn exp_f32(x: f32) -> f32 {
 #[inline(always)]
 pub fn erf_f32(x: f32) -> f32 {
     let xc = x.clamp(-4.0, 4.0);
-    let x2 = xc * xc;
-    let mut p = ERF_PF[0];
-    for &c in &ERF_PF[1..] {
-        p = p.mul_add(x2, c);
-    }
-    let mut q = ERF_QF[0];
-    for &c in &ERF_QF[1..] {
-        q = q.mul_add(x2, c);
-    }
-    let y = xc * p / q;
+    let y = xc * ratio(xc * xc, &ERF_PF, &ERF_QF);
     if xc.abs() >= 3.9 { 1.0f32.copysign(x) } else { y }
 }
 
@@ -246,24 +245,30 @@ pub fn gelu_f32(x: f32) -> f32 {
     const ONE_AT: f32 = (3.9 * std::f64::consts::SQRT_2) as f32;
     let half = 0.5 * x;
     let xc = x.clamp(-LIM, LIM);
-    let x2 = xc * xc;
-    let mut p = GELU_P[0];
-    for &c in &GELU_P[1..] {
-        p = p.mul_add(x2, c);
-    }
-    let mut q = GELU_Q[0];
-    for &c in &GELU_Q[1..] {
-        q = q.mul_add(x2, c);
-    }
-    let e = xc * p / q;
+    let e = xc * ratio(xc * xc, &GELU_P, &GELU_Q);
     let e = if xc.abs() >= ONE_AT { 1.0f32.copysign(x) } else { e };
     half.mul_add(e, half)
 }
 
+/// The constants, `of` and `is_nan` of a primitive float type.
+macro_rules! float_basics {
+    ($t:ty) => {
+        const ZERO: $t = 0.0;
+        const ONE: $t = 1.0;
+        const NEG_INF: $t = <$t>::NEG_INFINITY;
+        #[inline(always)]
+        fn of(x: f64) -> $t {
+            x as $t
+        }
+        #[inline(always)]
+        fn is_nan(self) -> bool {
+            <$t>::is_nan(self)
+        }
+    };
+}
+
 impl Compute for f32 {
-    const ZERO: f32 = 0.0;
-    const ONE: f32 = 1.0;
-    const NEG_INF: f32 = f32::NEG_INFINITY;
+    float_basics!(f32);
     #[inline(always)]
     fn exp(self) -> f32 {
         exp_f32(self)
@@ -276,20 +281,10 @@ impl Compute for f32 {
     fn gelu(self) -> f32 {
         gelu_f32(self)
     }
-    #[inline(always)]
-    fn of(x: f64) -> f32 {
-        x as f32
-    }
-    #[inline(always)]
-    fn is_nan(self) -> bool {
-        f32::is_nan(self)
-    }
 }
 
 impl Compute for f64 {
-    const ZERO: f64 = 0.0;
-    const ONE: f64 = 1.0;
-    const NEG_INF: f64 = f64::NEG_INFINITY;
+    float_basics!(f64);
     #[inline(always)]
     fn exp(self) -> f64 {
         f64::exp(self)
@@ -302,38 +297,25 @@ impl Compute for f64 {
     fn gelu(self) -> f64 {
         0.5 * self * (1.0 + libm::erf(self * std::f64::consts::FRAC_1_SQRT_2))
     }
-    #[inline(always)]
-    fn of(x: f64) -> f64 {
-        x
-    }
-    #[inline(always)]
-    fn is_nan(self) -> bool {
-        f64::is_nan(self)
-    }
 }
 
-impl Real for f32 {
-    type C = f32;
-    #[inline(always)]
-    fn up(self) -> f32 {
-        self
-    }
-    #[inline(always)]
-    fn down(c: f32) -> f32 {
-        c
-    }
+/// f32 and f64 compute in themselves.
+macro_rules! computes_in_itself {
+    ($($t:ty),+) => {$(
+        impl Real for $t {
+            type C = $t;
+            #[inline(always)]
+            fn up(self) -> $t {
+                self
+            }
+            #[inline(always)]
+            fn down(c: $t) -> $t {
+                c
+            }
+        }
+    )+};
 }
-impl Real for f64 {
-    type C = f64;
-    #[inline(always)]
-    fn up(self) -> f64 {
-        self
-    }
-    #[inline(always)]
-    fn down(c: f64) -> f64 {
-        c
-    }
-}
+computes_in_itself!(f32, f64);
 impl Real for f16 {
     type C = f32;
     #[inline(always)]

@@ -32,11 +32,11 @@ use dlbridge_core::{Element, Result, TensorView, TensorViewMut};
 use dlbridge_registry::{Call, KernelOpts, register_kernel};
 
 use crate::elementwise::PAR_MIN;
-use crate::num::{Compute, Real, Scalar};
+use crate::num::{Compute, Num, Real};
 use crate::strided::{COL_BLOCK, Cols, ColsMut, ROW_BLOCK, RowKernel, as_u32_pairs, map_rows};
 
 /// Elements that can be summed: in lanes of type `L`, block totals in `A`.
-pub trait Summable: Scalar {
+pub trait Summable: Num {
     /// The lane (per-block) accumulator: the compute type.
     type L: Copy + Send + Sync + Default + std::ops::Add<Output = Self::L>;
     /// The total's accumulator type.
@@ -83,9 +83,9 @@ macro_rules! summable_float {
             #[inline(always)] fn lane(self) -> $l { $lane(self) }
             #[inline(always)] fn widen(l: $l) -> f64 { l as f64 }
             #[inline(always)] fn plus(a: f64, b: f64) -> f64 { a + b }
-            #[inline(always)] fn times(self, n: usize) -> f64 { Scalar::to_f64(self) * n as f64 }
-            #[inline(always)] fn fin(a: f64) -> Self { <$t as Scalar>::from_f64(a) }
-            #[inline(always)] fn mean(a: f64, n: usize) -> Self { <$t as Scalar>::from_f64(a / n as f64) }
+            #[inline(always)] fn times(self, n: usize) -> f64 { Num::to_f64(self) * n as f64 }
+            #[inline(always)] fn fin(a: f64) -> Self { <$t as Num>::from_f64(a) }
+            #[inline(always)] fn mean(a: f64, n: usize) -> Self { <$t as Num>::from_f64(a / n as f64) }
         }
     )*};
 }
@@ -666,13 +666,13 @@ where
 }
 
 register_kernel!("sum<T: f32|f64|f16|bf16|i32|i64>(x: T[...B, N]) -> (y: T[...B])",
-    each scalars!(sum),
+    each numbers!(sum),
     doc = "sum over the last dim (f64 accumulation for floats, wrapping i64 for integers)");
 register_kernel!("mean<T: f32|f64|f16|bf16>(x: T[...B, N]) -> (y: T[...B])",
     each reals!(mean),
     doc = "mean over the last dim (NaN for an empty dim)");
 register_kernel!("sum_all<T: f32|f64|f16|bf16|i32|i64>(x: T[...S]) -> (y: T[])",
-    each scalars!(sum_all),
+    each numbers!(sum_all),
     doc = "sum of every element, as a 0-d tensor");
 register_kernel!("mean_all<T: f32|f64|f16|bf16>(x: T[...S]) -> (y: T[])",
     each reals!(mean_all),

@@ -81,7 +81,7 @@ pub enum Src<'s, T> {
     /// The run's elements, as many as the output slice has.
     Slice(&'s [T]),
     /// The same element for the whole run (a broadcast, zero-stride input).
-    Scalar(T),
+    Splat(T),
     /// The input is exactly the output: read the output slice before writing it.
     Out,
 }
@@ -530,7 +530,7 @@ mod simd {
         }
     }
 
-    /// Scalar copy of the block's rows `i0..rows` x columns `0..cols`, and columns
+    /// Num copy of the block's rows `i0..rows` x columns `0..cols`, and columns
     /// `jr..cols` of rows `0..i0`, where `done = (i0, jr)` (what the register blocks
     /// left).
     ///
@@ -869,7 +869,7 @@ fn exec_runs<T: Element + Default, K: RunKernel<T, N>, const N: usize, const PRE
             let p = at(op).cast_const();
             srcs[i] = match s[op] {
                 // SAFETY: one element of the input, inside its extent.
-                0 => Src::Scalar(unsafe { *p }),
+                0 => Src::Splat(unsafe { *p }),
                 // SAFETY: `len` contiguous input elements inside its extent; the input
                 // does not overlap the output (checked above), so nobody writes them.
                 1 => Src::Slice(unsafe { std::slice::from_raw_parts(p, len) }),
@@ -912,7 +912,7 @@ fn exec_runs<T: Element + Default, K: RunKernel<T, N>, const N: usize, const PRE
                     for (p, src) in part.iter_mut().zip(&srcs) {
                         *p = match src {
                             Src::Slice(x) => Src::Slice(&x[i..e]),
-                            &Src::Scalar(v) => Src::Scalar(v),
+                            &Src::Splat(v) => Src::Splat(v),
                             Src::Out => Src::Out,
                         };
                     }

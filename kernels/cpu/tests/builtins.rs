@@ -46,7 +46,7 @@ fn axpy_updates_a_strided_y_from_its_current_values() {
             _ => full.slice(0, n as i64 - 1, -(3 * n as i64) - 1, -1).unwrap(),
         };
         drop(full);
-        axpy.call(&mut [Arg::F64(2.0), Arg::Tensor(x.view()), Arg::TensorMut(y.view_mut().unwrap())], &mut []).unwrap();
+        axpy.call(&mut [Arg::f64(2.0), Arg::Tensor(x.view()), Arg::TensorMut(y.view_mut().unwrap())], &mut []).unwrap();
         let got = y.to_vec::<f32>().unwrap();
         for (i, g) in got.iter().enumerate() {
             assert_eq!(*g, base[pick(i, n)] + 2.0 * i as f32, "{what}: y[{i}]");

@@ -62,17 +62,7 @@ fn shape_strategy(min_nd: usize) -> impl Strategy<Value = Vec<i64>> {
     proptest::collection::vec(prop_oneof![Just(0i64), 1i64..4, 1i64..40], min_nd..4)
 }
 
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 8.0 - 4.0
-        })
-        .collect()
-}
+use dlbridge_core::testing::values;
 
 /// Element conversions for the test's dtypes (the reference side uses `half`'s own).
 trait TestElem: Element + Default + PartialEq + std::fmt::Debug {
@@ -229,23 +219,28 @@ fn rows_case() -> impl Strategy<Value = (Vec<i64>, Layout, Layout, Layout, u64)>
     })
 }
 
+/// `check::<T>(args)` for each element type the layout tests cover: one of
+/// each family (f32, bf16 through f32, f64, wrapping i32).
+macro_rules! each_dtype {
+    ($check:ident($($arg:expr),*)) => {
+        $check::<f32>($($arg),*);
+        $check::<bf16>($($arg),*);
+        $check::<f64>($($arg),*);
+        $check::<i32>($($arg),*);
+    };
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
     fn elementwise_kernels_match_the_naive_reference_on_any_layout((shape, la, lb, lo, seed) in elementwise_case()) {
-        check_elementwise::<f32>(&shape, &la, &lb, &lo, seed);
-        check_elementwise::<bf16>(&shape, &la, &lb, &lo, seed);
-        check_elementwise::<f64>(&shape, &la, &lb, &lo, seed);
-        check_elementwise::<i32>(&shape, &la, &lb, &lo, seed);
+        each_dtype!(check_elementwise(&shape, &la, &lb, &lo, seed));
     }
 
     #[test]
     fn last_dim_reductions_match_the_naive_reference_on_any_layout((shape, lx, lo, lr, seed) in rows_case()) {
-        check_rows::<f32>(&shape, &lx, &lo, &lr, seed);
-        check_rows::<bf16>(&shape, &lx, &lo, &lr, seed);
-        check_rows::<f64>(&shape, &lx, &lo, &lr, seed);
-        check_rows::<i32>(&shape, &lx, &lo, &lr, seed);
+        each_dtype!(check_rows(&shape, &lx, &lo, &lr, seed));
     }
 }
 

@@ -36,27 +36,28 @@ struct DlbGelu {
     }
 };
 
+// Runs `f(i)` for every i < n this thread owns (a grid-stride loop).
+template <typename F>
+__device__ __forceinline__ void dlb_grid_stride(long long n, F f) {
+    const long long start = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long i = start; i < n; i += step) {
+        f(i);
+    }
+}
+
 template <typename E, typename Op>
 __device__ __forceinline__ void dlb_binary(const typename E::storage* a, const DlbIndexer& ia,
                                            const typename E::storage* b, const DlbIndexer& ib,
                                            typename E::storage* out, const DlbIndexer& io,
                                            long long n, int contiguous) {
-    typedef typename E::acc A;
     Op op;
-    const long long start = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    const long long step = (long long)gridDim.x * blockDim.x;
     if (contiguous) {
-        for (long long i = start; i < n; i += step) {
-            const A x = E::load(a[i]);
-            const A y = E::load(b[i]);
-            out[i] = E::store(op(x, y));
-        }
+        dlb_grid_stride(n, [&](long long i) { out[i] = E::store(op(E::load(a[i]), E::load(b[i]))); });
     } else {
-        for (long long i = start; i < n; i += step) {
-            const A x = E::load(a[dlb_offset(ia, i)]);
-            const A y = E::load(b[dlb_offset(ib, i)]);
-            out[dlb_offset(io, i)] = E::store(op(x, y));
-        }
+        dlb_grid_stride(n, [&](long long i) {
+            out[dlb_offset(io, i)] = E::store(op(E::load(a[dlb_offset(ia, i)]), E::load(b[dlb_offset(ib, i)])));
+        });
     }
 }
 
@@ -64,19 +65,11 @@ template <typename E, typename Op>
 __device__ __forceinline__ void dlb_unary(const typename E::storage* x, const DlbIndexer& ix,
                                           typename E::storage* out, const DlbIndexer& io,
                                           long long n, int contiguous) {
-    typedef typename E::acc A;
     Op op;
-    const long long start = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    const long long step = (long long)gridDim.x * blockDim.x;
     if (contiguous) {
-        for (long long i = start; i < n; i += step) {
-            out[i] = E::store(op(E::load(x[i])));
-        }
+        dlb_grid_stride(n, [&](long long i) { out[i] = E::store(op(E::load(x[i]))); });
     } else {
-        for (long long i = start; i < n; i += step) {
-            const A v = E::load(x[dlb_offset(ix, i)]);
-            out[dlb_offset(io, i)] = E::store(op(v));
-        }
+        dlb_grid_stride(n, [&](long long i) { out[dlb_offset(io, i)] = E::store(op(E::load(x[dlb_offset(ix, i)]))); });
     }
 }
 

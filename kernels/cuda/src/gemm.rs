@@ -59,25 +59,13 @@ pub fn plan(m: i64, n: i64, k: i64, sa: [i64; 2], sb: [i64; 2], sc: [i64; 2]) ->
     let (c_rm, ldc) = layout(m, n, sc, "the output")?;
     let op = |row_major: bool, want_transposed: bool| if row_major == want_transposed { Op::N } else { Op::T };
     let (mi, ni, ki) = (int(m, "M")?, int(n, "N")?, int(k, "K")?);
-    Ok(if c_rm {
+    let (lda, ldb) = (int(lda, "a's leading dimension")?, int(ldb, "b's leading dimension")?);
+    let (m, n, a, b) = if c_rm {
         // C^T (n x m, col-major) = B^T (n x k) A^T (k x m): a row-major operand is its own transpose as stored.
-        Gemm {
-            m: ni,
-            n: mi,
-            k: ki,
-            a: (1, op(b_rm, true), int(ldb, "b's leading dimension")?),
-            b: (0, op(a_rm, true), int(lda, "a's leading dimension")?),
-            ldc: int(ldc, "the output's leading dimension")?,
-        }
+        (ni, mi, (1, op(b_rm, true), ldb), (0, op(a_rm, true), lda))
     } else {
         // C (m x n, col-major) = A (m x k) B (k x n): a column-major operand is read as is.
-        Gemm {
-            m: mi,
-            n: ni,
-            k: ki,
-            a: (0, op(a_rm, false), int(lda, "a's leading dimension")?),
-            b: (1, op(b_rm, false), int(ldb, "b's leading dimension")?),
-            ldc: int(ldc, "the output's leading dimension")?,
-        }
-    })
+        (mi, ni, (0, op(a_rm, false), lda), (1, op(b_rm, false), ldb))
+    };
+    Ok(Gemm { m, n, k: ki, a, b, ldc: int(ldc, "the output's leading dimension")? })
 }

@@ -9,14 +9,11 @@
 //! device's context once, and launched on the caller's stream (the registry
 //! call's stream handle; NULL is the legacy default stream), never synchronised.
 
-// `register_kernel!` fills the fields not given from a default: here every field is given.
-#![allow(clippy::needless_update)]
-
 use std::ffi::c_void;
 
 use dlbridge_core::DeviceType;
 use dlbridge_core::{DType, Error, Result, TensorView, TensorViewMut};
-use dlbridge_registry::{Arg, Call, KernelOpts, register_kernel};
+use dlbridge_registry::{Arg, Call, register_kernel};
 
 use crate::array::CudaDevice;
 use crate::builtins;
@@ -117,12 +114,18 @@ fn rows_of(shape: &[i64], strides: &[i64]) -> Result<(Indexer, i64)> {
     Ok((Indexer::new(&shape[..k], &strides[..k])?, strides[k]))
 }
 
+/// The one input of a last-dim kernel, its row count and its row length.
+fn last_dim<'c, 'a>(name: &str, ins: &[&'c TensorView<'a>]) -> Result<(&'c TensorView<'a>, i64, i64)> {
+    let &[x] = ins else { return Err(Error::InvalidArgument(format!("{name}: one input expected"))) };
+    let shape = x.shape();
+    let cols = *shape.last().ok_or_else(|| Error::Shape(format!("{name}: a 0-d input")))?;
+    Ok((x, shape[..shape.len() - 1].iter().product::<i64>(), cols))
+}
+
 fn softmax(call: &mut Call<'_, '_>) -> Result<()> {
     let Parts { dtype, stream, name, ins, out } = parts(call)?;
-    let [x] = ins.as_slice() else { return Err(Error::InvalidArgument(format!("{name}: one input expected"))) };
+    let (x, mut rows, mut cols) = last_dim(name, &ins)?;
     let shape = x.shape();
-    let mut cols = *shape.last().ok_or_else(|| Error::Shape(format!("{name}: a 0-d input")))?;
-    let mut rows = shape[..shape.len() - 1].iter().product::<i64>();
     if rows == 0 || cols == 0 {
         return Ok(());
     }
@@ -137,10 +140,8 @@ fn softmax(call: &mut Call<'_, '_>) -> Result<()> {
 
 fn sum(call: &mut Call<'_, '_>) -> Result<()> {
     let Parts { dtype, stream, name, ins, out } = parts(call)?;
-    let [x] = ins.as_slice() else { return Err(Error::InvalidArgument(format!("{name}: one input expected"))) };
+    let (x, mut rows, mut cols) = last_dim(name, &ins)?;
     let shape = x.shape();
-    let mut cols = *shape.last().ok_or_else(|| Error::Shape(format!("{name}: a 0-d input")))?;
-    let mut rows = shape[..shape.len() - 1].iter().product::<i64>();
     if rows == 0 {
         return Ok(());
     }
@@ -153,36 +154,21 @@ fn sum(call: &mut Call<'_, '_>) -> Result<()> {
     run(&f, cfg, stream, &mut params, name)
 }
 
-fn add(call: &mut Call<'_, '_>) -> Result<()> {
-    elementwise("add", call)
+/// The elementwise kernels: one function each, named as its `.cu` kernel.
+macro_rules! elementwise_kernels {
+    ($($name:ident),+) => {$(
+        fn $name(call: &mut Call<'_, '_>) -> Result<()> {
+            elementwise(stringify!($name), call)
+        }
+    )+};
 }
-fn mul(call: &mut Call<'_, '_>) -> Result<()> {
-    elementwise("mul", call)
-}
-fn relu(call: &mut Call<'_, '_>) -> Result<()> {
-    elementwise("relu", call)
-}
-fn gelu(call: &mut Call<'_, '_>) -> Result<()> {
-    elementwise("gelu", call)
-}
+elementwise_kernels!(add, mul, relu, gelu);
 
-// The signatures and options are the CPU kernels' (kernels/cpu), so these
-// become their `cuda` implementations.
-register_kernel!("add<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])",
-    dispatch { F32 => add, F64 => add, F16 => add, BF16 => add },
-    device = DeviceType::CUDA, opts = KernelOpts::ELEMENTWISE, doc = "elementwise a + b");
-register_kernel!("mul<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])",
-    dispatch { F32 => mul, F64 => mul, F16 => mul, BF16 => mul },
-    device = DeviceType::CUDA, opts = KernelOpts::ELEMENTWISE, doc = "elementwise a * b");
-register_kernel!("relu<T: f32|f64|f16|bf16|i32|i64>(x: T[...S]) -> (y: T[...S])",
-    dispatch { F32 => relu, F64 => relu, F16 => relu, BF16 => relu },
-    device = DeviceType::CUDA, opts = KernelOpts::ELEMENTWISE, doc = "max(x, 0), NaN-propagating");
-register_kernel!("gelu<T: f32|f64|f16|bf16>(x: T[...S]) -> (y: T[...S])",
-    dispatch { F32 => gelu, F64 => gelu, F16 => gelu, BF16 => gelu },
-    device = DeviceType::CUDA, opts = KernelOpts::ELEMENTWISE, doc = "x * Phi(x) with the exact erf");
-register_kernel!("softmax<T: f32|f64|f16|bf16>(x: T[...B, N]) -> (y: T[...B, N])",
-    dispatch { F32 => softmax, F64 => softmax, F16 => softmax, BF16 => softmax },
-    device = DeviceType::CUDA, opts = KernelOpts::DEFAULT, doc = "softmax over the last dim");
-register_kernel!("sum<T: f32|f64|f16|bf16|i32|i64>(x: T[...B, N]) -> (y: T[...B])",
-    dispatch { F32 => sum, F64 => sum, F16 => sum, BF16 => sum },
-    device = DeviceType::CUDA, doc = "sum over the last dim");
+// The CUDA implementations of the CPU kernels of these names (kernels/cpu
+// declares their signatures and options).
+register_kernel!("add", dispatch { F32 => add, F64 => add, F16 => add, BF16 => add }, device = DeviceType::CUDA, doc = "elementwise a + b");
+register_kernel!("mul", dispatch { F32 => mul, F64 => mul, F16 => mul, BF16 => mul }, device = DeviceType::CUDA, doc = "elementwise a * b");
+register_kernel!("relu", dispatch { F32 => relu, F64 => relu, F16 => relu, BF16 => relu }, device = DeviceType::CUDA, doc = "max(x, 0), NaN-propagating");
+register_kernel!("gelu", dispatch { F32 => gelu, F64 => gelu, F16 => gelu, BF16 => gelu }, device = DeviceType::CUDA, doc = "x * Phi(x) with the exact erf");
+register_kernel!("softmax", dispatch { F32 => softmax, F64 => softmax, F16 => softmax, BF16 => softmax }, device = DeviceType::CUDA, doc = "softmax over the last dim");
+register_kernel!("sum", dispatch { F32 => sum, F64 => sum, F16 => sum, BF16 => sum }, device = DeviceType::CUDA, doc = "sum over the last dim");

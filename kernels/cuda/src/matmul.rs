@@ -11,11 +11,8 @@
 //! as is one whose leading dimension does not fit cuBLAS's `int`. `K == 0`
 //! writes zeros (cuBLAS scales C by beta = 0).
 
-// `register_kernel!` fills the fields not given from a default: here every field is given.
-#![allow(clippy::needless_update)]
-
 use dlbridge_core::{DType, DeviceType, Error, Result};
-use dlbridge_registry::{Arg, Call, KernelOpts, register_kernel};
+use dlbridge_registry::{Arg, Call, register_kernel};
 
 use crate::array::CudaDevice;
 pub use crate::gemm::{Gemm, Op, plan};
@@ -43,10 +40,8 @@ fn matmul(call: &mut Call<'_, '_>) -> Result<()> {
     dev.with_cublas(|h| h.gemm(double, &g, ptrs, cp, stream))
 }
 
-// The CPU kernel's signature (kernels/cpu): this is its `cuda` implementation.
-register_kernel!("matmul<T: f32|f64>(a: T[M, K], b: T[K, N]) -> (c: T[M, N])",
-    dispatch { F32 => matmul, F64 => matmul },
-    device = DeviceType::CUDA, opts = KernelOpts::DEFAULT, doc = "c = a @ b (cuBLAS)");
+// The CUDA implementation of the CPU kernel `matmul` (kernels/cpu declares it).
+register_kernel!("matmul", dispatch { F32 => matmul, F64 => matmul }, device = DeviceType::CUDA, doc = "c = a @ b (cuBLAS)");
 
 #[cfg(test)]
 mod tests {

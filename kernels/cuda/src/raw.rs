@@ -288,43 +288,15 @@ impl CublasHandle {
         // scalars alive for the call (cuBLAS's default pointer mode is host).
         unsafe {
             cudarc::cublas::result::set_stream(self.0, stream.cast()).map_err(|e| format!("cublasSetStream: {e:?}"))?;
-            if double {
-                let (alpha, beta) = (1.0f64, 0.0f64);
-                cudarc::cublas::result::dgemm(
-                    self.0,
-                    op(g.a.1),
-                    op(g.b.1),
-                    g.m,
-                    g.n,
-                    g.k,
-                    &alpha,
-                    a as usize as *const f64,
-                    g.a.2,
-                    b as usize as *const f64,
-                    g.b.2,
-                    &beta,
-                    c as usize as *mut f64,
-                    g.ldc,
-                )
-            } else {
-                let (alpha, beta) = (1.0f32, 0.0f32);
-                cudarc::cublas::result::sgemm(
-                    self.0,
-                    op(g.a.1),
-                    op(g.b.1),
-                    g.m,
-                    g.n,
-                    g.k,
-                    &alpha,
-                    a as usize as *const f32,
-                    g.a.2,
-                    b as usize as *const f32,
-                    g.b.2,
-                    &beta,
-                    c as usize as *mut f32,
-                    g.ldc,
-                )
+            // One call, in f64 or f32: C = 1 * op(A) op(B) + 0 * C.
+            macro_rules! gemm {
+                ($f:path, $t:ty) => {{
+                    let (alpha, beta): ($t, $t) = (1.0, 0.0);
+                    let (a, b, c) = (a as usize as *const $t, b as usize as *const $t, c as usize as *mut $t);
+                    $f(self.0, op(g.a.1), op(g.b.1), g.m, g.n, g.k, &alpha, a, g.a.2, b, g.b.2, &beta, c, g.ldc)
+                }};
             }
+            if double { gemm!(cudarc::cublas::result::dgemm, f64) } else { gemm!(cudarc::cublas::result::sgemm, f32) }
         }
         .map_err(|e| format!("cublas{}gemm: {e:?}", if double { "D" } else { "S" }))
     }

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 
 use dlbridge_core::{DType, DeviceType, Error, Result};
 use dlbridge_registry::signature::{DTypeRef, ParamKind};
-use dlbridge_registry::{Arg, Call, Impl, Kernel, KernelDef, KernelOpts, Registry, Signature};
+use dlbridge_registry::{Arg, Call, Impl, Kernel, KernelDef, KernelOpts, Registry, Scalar, Signature};
 
 use crate::array::CudaDevice;
 use crate::launch::{Launch, MAX_GRID_X};
@@ -170,9 +170,9 @@ impl Source {
                     n = n.or(Some(v.numel()));
                     values.push(v.data_ptr_mut() as usize as u64);
                 }
-                Arg::F64(x) => values.push(x.to_bits()),
-                Arg::I64(x) => values.push(*x as u64),
-                Arg::Bool(b) => values.push(u64::from(*b)),
+                Arg::Scalar(Scalar::F64(x)) => values.push(x.to_bits()),
+                Arg::Scalar(Scalar::I64(x)) => values.push(*x as u64),
+                Arg::Scalar(Scalar::Bool(b)) => values.push(u64::from(*b)),
             }
         }
         let mut first_out = None;

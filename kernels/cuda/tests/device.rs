@@ -102,15 +102,7 @@ fn repeated_allocations_of_one_shape_call_cumemalloc_once() {
 
 /// Values in [-4, 4), deterministic.
 fn values(n: usize) -> Vec<f32> {
-    let mut s = 0x2545_f491_4f6c_dd1du64;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 8.0 - 4.0
-        })
-        .collect()
+    dlbridge_core::testing::values(n, 0x2545_f491_4f6c_dd1d)
 }
 
 fn close(got: &[f32], want: &[f32], tol: f32, what: &str) {

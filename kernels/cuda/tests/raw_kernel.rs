@@ -28,7 +28,7 @@ fn a_raw_kernel_is_a_cuda_only_kernel_with_its_signature() {
     // On host arrays it is a device error, nothing written.
     let x = Array::from_slice(&[1.0f32, 2.0], &[2]).unwrap();
     let mut y = Array::zeros(DType::F32, &[2]).unwrap();
-    let e = k.call(&mut [Arg::Tensor(x.view()), Arg::F64(2.0)], &mut [y.view_mut().unwrap()]).unwrap_err();
+    let e = k.call(&mut [Arg::Tensor(x.view()), Arg::f64(2.0)], &mut [y.view_mut().unwrap()]).unwrap_err();
     assert!(e.to_string().contains("cuda"), "{e}");
     assert_eq!(y.to_vec::<f32>().unwrap(), [0.0, 0.0]);
 }
@@ -70,7 +70,7 @@ fn a_raw_kernel_runs_on_device_arrays() {
         let host: Vec<f64> = (0..n).map(|i| i as f64 - 7.5).collect();
         let x = CudaArray::from_host(&dev, &Array::from_slice(&host, &[n as i64]).unwrap()).unwrap();
         let mut y = CudaArray::empty(&dev, DType::F64, &[n as i64]).unwrap();
-        k.call(&mut [Arg::Tensor(x.view().unwrap()), Arg::F64(-3.0)], &mut [y.view_mut().unwrap()]).unwrap();
+        k.call(&mut [Arg::Tensor(x.view().unwrap()), Arg::f64(-3.0)], &mut [y.view_mut().unwrap()]).unwrap();
         let got = y.to_host().unwrap().to_vec::<f64>().unwrap();
         assert_eq!(got, host.iter().map(|v| v * -3.0).collect::<Vec<_>>());
     }

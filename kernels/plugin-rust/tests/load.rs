@@ -29,15 +29,15 @@ fn rust_plugin_loads_and_runs_on_strided_arrays() {
     assert_eq!(info.kernels[3].doc, "");
     let x = Array::from_slice(&[1.0f64, 2.0, 3.0, 4.0], &[2, 2]).unwrap().t().unwrap();
     let mut y = Array::zeros(DType::F64, &[2, 2]).unwrap();
-    reg.call("rust_scale", &mut [Arg::F64(3.0), Arg::Tensor(x.view())], &mut [y.view_mut().unwrap()]).unwrap();
+    reg.call("rust_scale", &mut [Arg::f64(3.0), Arg::Tensor(x.view())], &mut [y.view_mut().unwrap()]).unwrap();
     assert_eq!(y.to_vec::<f64>().unwrap(), vec![3.0, 9.0, 6.0, 12.0]);
     let xf = Array::from_slice(&[1.5f32], &[1]).unwrap();
     let mut yf = Array::zeros(DType::F32, &[1]).unwrap();
-    reg.call("rust_scale", &mut [Arg::F64(2.0), Arg::Tensor(xf.view())], &mut [yf.view_mut().unwrap()]).unwrap();
+    reg.call("rust_scale", &mut [Arg::f64(2.0), Arg::Tensor(xf.view())], &mut [yf.view_mut().unwrap()]).unwrap();
     assert_eq!(yf.to_vec::<f32>().unwrap(), vec![3.0]);
     let v = Array::from_slice(&[1i64, 5, 7, 2], &[4]).unwrap();
     let mut n = Array::zeros(DType::I64, &[]).unwrap();
-    reg.call("rust_count", &mut [Arg::I64(2), Arg::Tensor(v.view())], &mut [n.view_mut().unwrap()]).unwrap();
+    reg.call("rust_count", &mut [Arg::i64(2), Arg::Tensor(v.view())], &mut [n.view_mut().unwrap()]).unwrap();
     assert_eq!(n.to_vec::<i64>().unwrap(), vec![2]);
 }
 

@@ -87,20 +87,19 @@ template <typename A, typename B>
 using dlbridge_common = decltype(+std::declval<A>() + +std::declval<B>());
 // max/min of two different arithmetic types (CUDA has such overloads: max(x, 0.0)
 // with a float x); two integers of one type keep std::max/std::min.
-template <typename A, typename B,
-          std::enable_if_t<!std::is_same<A, B>::value && dlbridge_arith<A>::value && dlbridge_arith<B>::value, int> = 0>
-inline dlbridge_common<A, B> max(A a, B b) {
+template <typename A, typename B>
+using dlbridge_if_mixed = std::enable_if_t<!std::is_same<A, B>::value && dlbridge_arith<A>::value && dlbridge_arith<B>::value, int>;
+template <bool kMax, typename A, typename B>
+inline dlbridge_common<A, B> dlbridge_mixed_minmax(A a, B b) {
   using C = dlbridge_common<A, B>;
-  if constexpr (std::is_floating_point<C>::value) return std::fmax(static_cast<C>(a), static_cast<C>(b));  // CUDA's: NaN loses
-  else return std::max<C>(static_cast<C>(a), static_cast<C>(b));
+  const C x = static_cast<C>(a), y = static_cast<C>(b);
+  if constexpr (std::is_floating_point<C>::value) return kMax ? std::fmax(x, y) : std::fmin(x, y);  // CUDA's: NaN loses
+  else return kMax ? std::max<C>(x, y) : std::min<C>(x, y);
 }
-template <typename A, typename B,
-          std::enable_if_t<!std::is_same<A, B>::value && dlbridge_arith<A>::value && dlbridge_arith<B>::value, int> = 0>
-inline dlbridge_common<A, B> min(A a, B b) {
-  using C = dlbridge_common<A, B>;
-  if constexpr (std::is_floating_point<C>::value) return std::fmin(static_cast<C>(a), static_cast<C>(b));  // CUDA's: NaN loses
-  else return std::min<C>(static_cast<C>(a), static_cast<C>(b));
-}
+template <typename A, typename B, dlbridge_if_mixed<A, B> = 0>
+inline dlbridge_common<A, B> max(A a, B b) { return dlbridge_mixed_minmax<true>(a, b); }
+template <typename A, typename B, dlbridge_if_mixed<A, B> = 0>
+inline dlbridge_common<A, B> min(A a, B b) { return dlbridge_mixed_minmax<false>(a, b); }
 // max/min of two values of one floating type are CUDA's fmax/fmin too (a NaN
 // loses, whatever the order): std::max's answer would depend on the order
 // (and a reduction's max(a, b) would drop a block after a NaN).

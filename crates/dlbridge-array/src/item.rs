@@ -15,10 +15,11 @@ use dlbridge_core::half::{bf16, f16};
 use dlbridge_core::layout::Offsets;
 use dlbridge_core::{DType, DTypeCode, Error, Flags, Result, TensorView};
 
-/// One element, widened to a type that holds every value of its dtype exactly
-/// (f64 for the float8/6/4 families, f16 and bf16 too).
+/// One element as a plain value (NumPy's `item()`), widened to a type that
+/// holds every value of its dtype exactly (f64 for the float8/6/4 families,
+/// f16 and bf16 too).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Scalar {
+pub enum Item {
     /// `bool` (any non-zero byte is true).
     Bool(bool),
     /// Signed integers of any width.
@@ -75,7 +76,7 @@ fn decoder(dtype: DType) -> Result<Decode> {
             expected: "a single-lane number or bool dtype (vector and opaque-handle dtypes have no Python scalar)".into(),
             got: dtype,
         }
-        .context("reading elements as scalars")
+        .context("reading elements as items")
     };
     if dtype.lanes() != 1 {
         return Err(unsupported());
@@ -133,10 +134,10 @@ fn decode_real(raw: u64, bits: u32) -> f64 {
     }
 }
 
-/// The elements of a view in row-major logical order, as [`Scalar`]s.
-/// Built by [`Array::scalars`](crate::Array::scalars).
+/// The elements of a view in row-major logical order, as [`Item`]s.
+/// Built by [`Array::items`](crate::Array::items).
 #[derive(Debug, Clone)]
-pub struct Scalars<'a> {
+pub struct Items<'a> {
     bytes: &'a [u8],
     /// Bit of `bytes` where element `[0, ..]` starts.
     base_bit: i128,
@@ -148,13 +149,14 @@ pub struct Scalars<'a> {
     walk: Offsets,
 }
 
-impl<'a> Scalars<'a> {
-    pub(crate) fn new(view: &TensorView<'a>) -> Result<Scalars<'a>> {
+impl<'a> Items<'a> {
+    /// The elements of `view` (see [`Array::items`](crate::Array::items)).
+    pub fn new(view: &TensorView<'a>) -> Result<Items<'a>> {
         let dtype = view.dtype();
         let decode = decoder(dtype)?;
         let (bytes, index) = view.span_bytes()?;
         let padded = view.flags().contains(Flags::IS_SUBBYTE_TYPE_PADDED);
-        Ok(Scalars {
+        Ok(Items {
             bytes,
             base_bit: index as i128 * 8,
             stride_bits: i128::from(dtype.storage_bits(padded)),
@@ -188,37 +190,37 @@ impl<'a> Scalars<'a> {
         Ok(((lo | hi << 8) >> shift) & ((1u64 << bits) - 1))
     }
 
-    fn decode_at(&self, bit: i128) -> Result<Scalar> {
+    fn decode_at(&self, bit: i128) -> Result<Item> {
         let bits = self.value_bits;
         Ok(match self.decode {
-            Decode::Bool => Scalar::Bool(self.read(bit, bits)? != 0),
+            Decode::Bool => Item::Bool(self.read(bit, bits)? != 0),
             Decode::Int(b) => {
                 let raw = self.read(bit, b)?;
                 let shift = 64 - b;
-                Scalar::Int(((raw << shift) as i64) >> shift)
+                Item::Int(((raw << shift) as i64) >> shift)
             }
-            Decode::UInt(b) => Scalar::UInt(self.read(bit, b)?),
-            Decode::F16 => Scalar::Float(decode_real(self.read(bit, 16)?, 16)),
-            Decode::BF16 => Scalar::Float(bf16::from_bits(self.read(bit, 16)? as u16).to_f64()),
-            Decode::F32 => Scalar::Float(decode_real(self.read(bit, 32)?, 32)),
-            Decode::F64 => Scalar::Float(decode_real(self.read(bit, 64)?, 64)),
+            Decode::UInt(b) => Item::UInt(self.read(bit, b)?),
+            Decode::F16 => Item::Float(decode_real(self.read(bit, 16)?, 16)),
+            Decode::BF16 => Item::Float(bf16::from_bits(self.read(bit, 16)? as u16).to_f64()),
+            Decode::F32 => Item::Float(decode_real(self.read(bit, 32)?, 32)),
+            Decode::F64 => Item::Float(decode_real(self.read(bit, 64)?, 64)),
             Decode::Complex(half) => {
                 let re = decode_real(self.read(bit, half)?, half);
                 let im = decode_real(self.read(bit + i128::from(half), half)?, half);
-                Scalar::Complex(re, im)
+                Item::Complex(re, im)
             }
-            Decode::Mini(f) => Scalar::Float(decode_mini(self.read(bit, bits)?, f)),
+            Decode::Mini(f) => Item::Float(decode_mini(self.read(bit, bits)?, f)),
             Decode::E8M0 => {
                 let raw = self.read(bit, 8)?;
-                Scalar::Float(if raw == 0xFF { f64::NAN } else { 2f64.powi(raw as i32 - 127) })
+                Item::Float(if raw == 0xFF { f64::NAN } else { 2f64.powi(raw as i32 - 127) })
             }
         })
     }
 }
 
-impl Iterator for Scalars<'_> {
-    type Item = Result<Scalar>;
-    fn next(&mut self) -> Option<Result<Scalar>> {
+impl Iterator for Items<'_> {
+    type Item = Result<Item>;
+    fn next(&mut self) -> Option<Result<Item>> {
         let off = self.walk.next()?;
         let bit = self.base_bit + off as i128 * self.stride_bits;
         Some(self.decode_at(bit))
@@ -228,4 +230,4 @@ impl Iterator for Scalars<'_> {
     }
 }
 
-impl ExactSizeIterator for Scalars<'_> {}
+impl ExactSizeIterator for Items<'_> {}
