@@ -281,12 +281,6 @@ impl Array {
     pub fn set_read_only(&mut self) {
         self.flags.insert(Flags::READ_ONLY);
     }
-    /// Whether another Array, view or export shares this array's memory.
-    #[inline]
-    pub fn is_shared(&self) -> bool {
-        Arc::strong_count(&self.storage) > 1
-    }
-
     /// A read-only view of the array.
     #[allow(unsafe_code)]
     pub fn view(&self) -> TensorView<'_> {

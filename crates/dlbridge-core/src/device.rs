@@ -62,12 +62,6 @@ impl DeviceType {
     pub fn is_host_accessible(self) -> bool {
         matches!(self, DeviceType::CPU | DeviceType::CUDA_HOST | DeviceType::ROCM_HOST | DeviceType::CUDA_MANAGED)
     }
-
-    /// Parses a name as printed by `Display`.
-    #[inline]
-    pub fn from_name(name: &str) -> Option<DeviceType> {
-        NAMES.iter().find(|(_, n)| *n == name).map(|(c, _)| DeviceType(*c))
-    }
 }
 
 impl fmt::Display for DeviceType {

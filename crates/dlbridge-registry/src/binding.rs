@@ -448,11 +448,6 @@ impl<'k, T: Operand, E: From<Error>> Binding<'k, T, E> {
         self.given.as_deref()
     }
 
-    /// The outputs the caller gave, back (after [`Binding::run`]).
-    pub fn into_given_outputs(self) -> Option<Given<T>> {
-        self.given
-    }
-
     /// The outputs the caller gave, taken out (after [`Binding::run`]).
     pub fn take_given_outputs(&mut self) -> Option<Given<T>> {
         self.given.take()

@@ -122,11 +122,11 @@ impl OutputSpec {
     }
 }
 
-/// What one call bound its signature's variables to. Compact and inline:
+/// What one call's arguments solve its signature's variables to. Compact and inline:
 /// `...` groups are recorded as (argument, first dim, count) and read back
 /// from the argument's shape.
 #[derive(Debug, Clone, Default)]
-pub struct Bindings {
+pub struct Solution {
     dtypes: [Option<(DType, u8)>; MAX_TYPE_VARS],
     syms: [i64; MAX_SYMBOLS],
     sym_by: [u8; MAX_SYMBOLS],
@@ -140,7 +140,7 @@ pub struct Bindings {
     device: Option<(Device, u8)>,
 }
 
-impl Bindings {
+impl Solution {
     /// The dtype type variable `i` was bound to.
     #[inline]
     pub fn dtype(&self, i: usize) -> Option<DType> {
@@ -192,7 +192,7 @@ impl Ctx<'_, '_> {
     /// Checks one tensor against its type, binding variables on first sight.
     /// The hot path returns a tiny [`Fail`]; the message is built (cold) by [`Ctx::explain`].
     #[inline]
-    fn tensor(&self, b: &mut Bindings, idx: usize, ty: &TensorType, shape: &[i64], dtype: DType, device: Device) -> Result<()> {
+    fn tensor(&self, b: &mut Solution, idx: usize, ty: &TensorType, shape: &[i64], dtype: DType, device: Device) -> Result<()> {
         match self.check(b, idx, ty, shape, dtype, device) {
             Ok(()) => Ok(()),
             Err(fail) => Err(self.explain(b, idx, ty, shape, dtype, device, fail)),
@@ -200,7 +200,7 @@ impl Ctx<'_, '_> {
     }
 
     #[inline]
-    fn check(&self, b: &mut Bindings, idx: usize, ty: &TensorType, shape: &[i64], dtype: DType, device: Device) -> Result<(), Fail> {
+    fn check(&self, b: &mut Solution, idx: usize, ty: &TensorType, shape: &[i64], dtype: DType, device: Device) -> Result<(), Fail> {
         let by = idx as u8;
         match ty.dtype {
             DTypeRef::Concrete(d) => {
@@ -291,7 +291,7 @@ impl Ctx<'_, '_> {
     #[cold]
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
-    fn explain(&self, b: &Bindings, idx: usize, ty: &TensorType, shape: &[i64], dtype: DType, device: Device, fail: Fail) -> Error {
+    fn explain(&self, b: &Solution, idx: usize, ty: &TensorType, shape: &[i64], dtype: DType, device: Device, fail: Fail) -> Error {
         let err = match fail {
             Fail::DType => match ty.dtype {
                 DTypeRef::Var(v) => match b.dtypes[v] {
@@ -389,28 +389,29 @@ enum Fail {
     InPlaceBroadcast(usize),
 }
 
-/// Checks the inputs of a call against `sig` and returns the bindings.
+/// Checks the inputs of a call against `sig` and solves its variables
+/// (dtypes, dim symbols, `...` groups, the device) for them.
 ///
 /// Errors name the kernel, the argument, what was expected and what came:
 /// `matmul: argument b: dim K = 3 (bound by a) but got 4`.
-pub fn bind(sig: &Signature, args: &[Arg<'_>]) -> Result<Bindings> {
-    let mut b = Bindings::default();
-    bind_into(sig, args, true, &mut b)?;
+pub fn solve(sig: &Signature, args: &[Arg<'_>]) -> Result<Solution> {
+    let mut b = Solution::default();
+    solve_into(sig, args, true, &mut b)?;
     Ok(b)
 }
 
-/// [`bind`] for computing output specs only: a read-only view in a `mut` slot
+/// [`solve`] for computing output specs only: a read-only view in a `mut` slot
 /// is fine there (nothing is written; the call itself checks it).
-pub(crate) fn bind_for_specs(sig: &Signature, args: &[Arg<'_>]) -> Result<Bindings> {
-    let mut b = Bindings::default();
-    bind_into(sig, args, false, &mut b)?;
+pub(crate) fn solve_for_specs(sig: &Signature, args: &[Arg<'_>]) -> Result<Solution> {
+    let mut b = Solution::default();
+    solve_into(sig, args, false, &mut b)?;
     Ok(b)
 }
 
-/// Checks the inputs into `b` (fresh: [`Bindings::default`]), in place: a
-/// call's hot path does not move its bindings around. `writes`: a read-only
+/// Checks the inputs into `b` (fresh: [`Solution::default`]), in place: a
+/// call's hot path does not move its solution around. `writes`: a read-only
 /// view in a `mut` slot is an error.
-pub(crate) fn bind_into(sig: &Signature, args: &[Arg<'_>], writes: bool, b: &mut Bindings) -> Result<()> {
+pub(crate) fn solve_into(sig: &Signature, args: &[Arg<'_>], writes: bool, b: &mut Solution) -> Result<()> {
     if args.len() != sig.params.len() {
         return Err(arity_error(sig, args.len()));
     }
@@ -438,7 +439,7 @@ pub(crate) fn bind_into(sig: &Signature, args: &[Arg<'_>], writes: bool, b: &mut
 /// full broadcast shape (NumPy refuses `x += y` that would grow `x` too).
 #[cold]
 #[inline(never)]
-fn in_place_broadcasts(ctx: &Ctx<'_, '_>, b: &Bindings) -> Result<()> {
+fn in_place_broadcasts(ctx: &Ctx<'_, '_>, b: &Solution) -> Result<()> {
     for (i, p) in ctx.sig.params.iter().enumerate() {
         let Some(t) = p.tensor().filter(|t| t.mutable) else { continue };
         for d in &t.dims {
@@ -476,7 +477,7 @@ pub fn broadcast_shapes(a: &[i64], b: &[i64]) -> Option<SmallVec<[i64; 6]>> {
 /// parameter and output: the check a call runs first ([`check_call`]).
 ///
 /// The rules make the same checks as [`bind`] and [`check_outputs`] and bind
-/// the same [`Bindings`]; the common tensor type `T[...S]` (a whole shape
+/// the same [`Solution`]; the common tensor type `T[...S]` (a whole shape
 /// bound as one group, as every elementwise signature has) is checked with a
 /// shape comparison instead of a walk over the type's dims. When any rule
 /// fails, the call runs the checks again the general way, which builds the
@@ -517,10 +518,10 @@ impl Plan {
 }
 
 /// Checks a call's arguments and outputs against `sig` into `b` (fresh:
-/// [`Bindings::default`]): [`bind`] then [`check_outputs`], the same checks
-/// and bindings, through `plan` (made from `sig`) first.
+/// [`Solution::default`]): [`solve`] then [`check_outputs`], the same checks
+/// and solution, through `plan` (made from `sig`) first.
 #[inline]
-pub(crate) fn check_call(sig: &Signature, plan: &Plan, args: &[Arg<'_>], outs: &[TensorViewMut<'_>], b: &mut Bindings) -> Result<()> {
+pub(crate) fn check_call(sig: &Signature, plan: &Plan, args: &[Arg<'_>], outs: &[TensorViewMut<'_>], b: &mut Solution) -> Result<()> {
     if let Some(rules) = &plan.rules
         && planned(sig, rules, args, outs, b)
     {
@@ -528,12 +529,12 @@ pub(crate) fn check_call(sig: &Signature, plan: &Plan, args: &[Arg<'_>], outs: &
     }
     // Something is wrong, or the signature needs the general walk: the
     // general checks decide, and name what is wrong.
-    *b = Bindings::default();
-    bind_into(sig, args, true, b)?;
+    *b = Solution::default();
+    solve_into(sig, args, true, b)?;
     check_outputs(sig, b, args, outs)
 }
 
-/// What the rules bound so far. Kept apart from [`Bindings`] (and copied in
+/// What the rules bound so far. Kept apart from [`Solution`] (and copied in
 /// once, at the end) so the checks read back registers, not the bytes they
 /// just stored.
 struct Planned<'s> {
@@ -545,7 +546,7 @@ struct Planned<'s> {
 /// The rules over a call: true when every one holds, with `b` then holding
 /// what [`bind`] and [`check_outputs`] would have bound.
 #[inline]
-fn planned(sig: &Signature, rules: &[Rule], args: &[Arg<'_>], outs: &[TensorViewMut<'_>], b: &mut Bindings) -> bool {
+fn planned(sig: &Signature, rules: &[Rule], args: &[Arg<'_>], outs: &[TensorViewMut<'_>], b: &mut Solution) -> bool {
     let n = args.len();
     if n != sig.params.len() || outs.len() != sig.outputs.len() || rules.len() != n + outs.len() {
         return false;
@@ -662,8 +663,8 @@ fn kind_error(ctx: &Ctx<'_, '_>, i: usize, kind: &ParamKind, other: &Arg<'_>) ->
     }
 }
 
-/// Checks caller-given outputs against the bindings (dtype, shape, device).
-pub fn check_outputs(sig: &Signature, b: &mut Bindings, args: &[Arg<'_>], outs: &[TensorViewMut<'_>]) -> Result<()> {
+/// Checks caller-given outputs against the solution (dtype, shape, device).
+pub fn check_outputs(sig: &Signature, b: &mut Solution, args: &[Arg<'_>], outs: &[TensorViewMut<'_>]) -> Result<()> {
     if outs.len() != sig.outputs.len() {
         return Err(output_arity_error(sig, outs.len()));
     }
@@ -686,7 +687,7 @@ fn output_arity_error(sig: &Signature, got: usize) -> Error {
 /// (Tensor Comprehensions' prepareOutputs step). `follow_inputs`: outputs
 /// shaped like inputs take their memory order (see [`OutputSpec::order`]); a
 /// kernel that takes only contiguous tensors gets row-major ones.
-pub fn output_specs(sig: &Signature, b: &Bindings, args: &[Arg<'_>], follow_inputs: bool) -> Result<SmallVec<[OutputSpec; 2]>> {
+pub fn output_specs(sig: &Signature, b: &Solution, args: &[Arg<'_>], follow_inputs: bool) -> Result<SmallVec<[OutputSpec; 2]>> {
     let device = b.device().unwrap_or(Device::CPU);
     let mut specs = SmallVec::new();
     for p in &sig.outputs {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use dlbridge_core::{DType, DeviceType, Error, Result, Slot, TensorViewMut};
 use smallvec::SmallVec;
 
-use crate::call::{Arg, Bindings, OutputSpec, Plan, bind_for_specs, check_call, output_specs};
+use crate::call::{Arg, Solution, OutputSpec, Plan, solve_for_specs, check_call, output_specs};
 use crate::signature::{MAX_EXCERPT, MAX_PARAMS, Scalar, Signature, clip};
 
 /// Most bytes of an origin (`plugin NAME VERSION (PATH)`) an error message quotes.
@@ -81,7 +81,7 @@ impl KernelOpts {
 pub struct Call<'c, 'a> {
     args: &'c mut [Arg<'a>],
     outs: &'c mut [TensorViewMut<'a>],
-    bindings: &'c Bindings,
+    solution: &'c Solution,
     stream: *mut c_void,
     kernel: &'c str,
     sig: &'c Signature,
@@ -135,7 +135,7 @@ impl<'c, 'a> Call<'c, 'a> {
     }
     /// The dtype type variable `i` was bound to.
     pub fn dtype(&self, i: usize) -> Option<DType> {
-        self.bindings.dtype(i)
+        self.solution.dtype(i)
     }
     /// The stream handle the caller wants the kernel on (NULL on CPU).
     pub fn stream(&self) -> *mut c_void {
@@ -410,7 +410,7 @@ impl Kernel {
     /// Shapes, dtypes and devices of the outputs for these inputs: what an
     /// adapter needs to allocate them with its own framework.
     pub fn prepare_outputs(&self, args: &[Arg<'_>]) -> Result<SmallVec<[OutputSpec; 2]>> {
-        let b = bind_for_specs(&self.sig, args)?;
+        let b = solve_for_specs(&self.sig, args)?;
         output_specs(&self.sig, &b, args, self.opts.outputs_follow_inputs())
     }
 
@@ -422,7 +422,7 @@ impl Kernel {
 
     /// [`Kernel::call`] with a stream handle for device kernels.
     pub fn call_on_stream<'a>(&self, args: &mut [Arg<'a>], outs: &mut [TensorViewMut<'a>], stream: *mut c_void) -> Result<()> {
-        let mut b = Bindings::default();
+        let mut b = Solution::default();
         check_call(&self.sig, &self.plan, args, outs, &mut b)?;
         self.check_layouts(args, outs)?;
         let device = b.device().map_or(DeviceType::CPU, |d| d.kind);
@@ -441,18 +441,18 @@ impl Kernel {
             // Registration turns every resolver into a PerDType table (resolve_impl).
             Impl::Each(_) => return Err(layout_bug(&self.sig.name)),
             Impl::Dyn(f) => {
-                let mut call = Call { args, outs, bindings: &b, stream, kernel: &self.sig.name, sig: &self.sig };
+                let mut call = Call { args, outs, solution: &b, stream, kernel: &self.sig.name, sig: &self.sig };
                 return guard(&self.sig.name, || f(&mut call));
             }
         };
-        let mut call = Call { args, outs, bindings: &b, stream, kernel: &self.sig.name, sig: &self.sig };
+        let mut call = Call { args, outs, solution: &b, stream, kernel: &self.sig.name, sig: &self.sig };
         guard(&self.sig.name, || run(&mut call))
     }
 
     /// The error for tensors on a device this kernel has no implementation for.
     #[cold]
     #[inline(never)]
-    fn no_device(&self, b: &Bindings) -> Error {
+    fn no_device(&self, b: &Solution) -> Error {
         let served: Vec<String> = self.devices().map(|d| d.to_string()).collect();
         Error::UnsupportedDevice {
             got: b.device().unwrap_or(dlbridge_core::Device::CPU),

@@ -36,7 +36,7 @@ use std::fmt;
 
 use dlbridge_core::{DType, Error, Result};
 
-/// At most this many type variables per signature (bindings live inline).
+/// At most this many type variables per signature (a call's solution holds them inline).
 pub const MAX_TYPE_VARS: usize = 4;
 /// At most this many dim symbols per signature.
 pub const MAX_SYMBOLS: usize = 16;
@@ -246,11 +246,6 @@ impl Signature {
             ));
         }
         Parser::new(text).signature()
-    }
-
-    /// Number of tensor parameters (inputs, mut or not).
-    pub fn tensor_params(&self) -> impl Iterator<Item = (usize, &Param, &TensorType)> {
-        self.params.iter().enumerate().filter_map(|(i, p)| p.tensor().map(|t| (i, p, t)))
     }
 
     fn fmt_dtype(&self, d: DTypeRef) -> String {

@@ -9,7 +9,7 @@ use std::cell::Cell;
 
 use dlbridge_core::testing::{Fields, ForeignTensor};
 use dlbridge_core::{DType, DeviceType, ManagedTensor, Result};
-use dlbridge_registry::call::{bind, check_outputs};
+use dlbridge_registry::call::{check_outputs, solve};
 use dlbridge_registry::{Arg, Call, Impl, KernelDef, KernelOpts, Registry};
 use proptest::prelude::*;
 
@@ -133,7 +133,7 @@ fn run(reg: &Registry, c: &Case) {
     args.extend(tensor_args.into_iter().rev());
     let mut out_views: Vec<_> = outs.iter_mut().map(|m| m.view_mut().unwrap()).collect();
 
-    let general = bind(sig, &args).and_then(|mut b| check_outputs(sig, &mut b, &args, &out_views).map(|()| b));
+    let general = solve(sig, &args).and_then(|mut b| check_outputs(sig, &mut b, &args, &out_views).map(|()| b));
     SEEN.with(|s| s.set(None));
     let planned = kernel.call(&mut args, &mut out_views);
     match (general, planned) {
