@@ -101,10 +101,11 @@ def to_pytorch_func(func):
 
 
 def __getattr__(name):
-    # `dlbridge.torch` (PyTorch operators from signatures) imports torch, so it
-    # is loaded on first use rather than with dlbridge.
-    if name == "torch":
+    # `dlbridge.torch` (PyTorch operators from signatures) imports torch, and
+    # `dlbridge.jax` imports jax, so each is loaded on first use rather than
+    # with dlbridge.
+    if name in ("torch", "jax"):
         import importlib
 
-        return importlib.import_module(".torch", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'dlbridge' has no attribute {name!r}")

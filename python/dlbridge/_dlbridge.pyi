@@ -37,6 +37,7 @@ __all__ = [
     "cuda_memory_stats",
     "cuda_raw_kernel",
     "cuda_raw_kernel_ptx",
+    "xla_ffi_handler",
     "__version__",
 ]
 
@@ -194,6 +195,9 @@ class Kernel:
     """``inspect.Signature`` of a call of this kernel (None on the class)."""
     def prepare_outputs(self, *args: Any) -> list[tuple[list[int], str, str]]:
         """``(shape, dtype, device)`` of each output for these inputs."""
+    def abstract_outputs(self, *args: Any) -> list[tuple[list[int], str]]:
+        """``(shape, dtype)`` of each output for arguments known by shape and
+        dtype only: a ``(shape, dtype)`` pair per tensor, a number per scalar."""
     def __call__(self, *args: Any, out: Any | Sequence[Any] | None = None) -> Any: ...
     def __eq__(self, other: object, /) -> bool:
         """The same registered kernel (a recompiled one, or one extended to a device, is another)."""
@@ -228,6 +232,9 @@ def cuda_raw_kernel_ptx(source: str, name: str, signature: str, arch: str, optio
 def cuda_memory_stats(device: int = 0) -> dict[str, int]: ...
 def cuda_status() -> dict[str, Any]:
     """CUDA support in this process (keys: available, reason, driver_version, devices, nvrtc, nvrtc_version, nvrtc_error)."""
+def xla_ffi_handler(platform: str) -> int:
+    """The address of dlbridge's XLA FFI handler for ``"cpu"`` or ``"cuda"``."""
+
 def get_kernel(name: str) -> Kernel:
     """Raises KeyError if no kernel has this name."""
 def load_plugin(path: str | os.PathLike[str]) -> Plugin:

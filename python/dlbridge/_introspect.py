@@ -19,6 +19,22 @@ from typing import Any
 _SCALARS = {"f64": float, "i64": int, "bool": bool}
 
 
+def kernel_of(kernel: Any, who: str) -> Any:
+    """The ``dlbridge.Kernel`` that ``kernel`` is, names (a registered kernel's
+    name) or holds (``ElementwiseKernel``, ``ReductionKernel``, ``RawKernel``);
+    a TypeError naming ``who`` otherwise."""
+    import dlbridge
+
+    if isinstance(kernel, str):
+        return dlbridge.get_kernel(kernel)
+    if isinstance(kernel, dlbridge.Kernel):
+        return kernel
+    inner = getattr(kernel, "kernel", None)
+    if isinstance(inner, dlbridge.Kernel):
+        return inner
+    raise TypeError(f"{who}: expected a dlbridge.Kernel, a kernel's name or a compiled kernel, not {type(kernel).__name__}")
+
+
 def _param_name(name: str, taken: set[str]) -> str:
     # Positional-only names never reach a call, so a signature name that is a
     # Python keyword or clashes with `outs`/`out` only gets an underscore.

@@ -48,6 +48,7 @@ import torch
 import dlbridge
 
 from . import _compile
+from ._introspect import kernel_of
 
 __all__ = ["as_op", "register_all", "schema_of", "fake_of", "builtin_backward"]
 
@@ -64,14 +65,7 @@ _LOCK = threading.RLock()
 
 
 def _kernel_of(kernel: Any) -> dlbridge.Kernel:
-    if isinstance(kernel, str):
-        return dlbridge.get_kernel(kernel)
-    if isinstance(kernel, dlbridge.Kernel):
-        return kernel
-    inner = getattr(kernel, "kernel", None)  # ElementwiseKernel, ReductionKernel, RawKernel
-    if isinstance(inner, dlbridge.Kernel):
-        return inner
-    raise TypeError(f"as_op: expected a dlbridge.Kernel, a kernel's name or a compiled kernel, not {type(kernel).__name__}")
+    return kernel_of(kernel, "as_op")
 
 
 def _arg_names(kernel: dlbridge.Kernel) -> list[str]:

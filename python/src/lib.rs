@@ -5,6 +5,20 @@ use dlbridge_python::errors::IntoPy;
 use dlbridge_python::{PyArray, PyKernel, import};
 use pyo3::prelude::*;
 
+/// The address of dlbridge's XLA FFI handler for `platform` (`"cpu"` or
+/// `"cuda"`), for `jax.ffi.register_ffi_target` (see `dlbridge.jax`).
+#[pyfunction]
+fn xla_ffi_handler(platform: &str) -> PyResult<usize> {
+    let platform = match platform {
+        "cpu" => dlbridge_xla::Platform::Cpu,
+        "cuda" => dlbridge_xla::Platform::Cuda,
+        other => return Err(pyo3::exceptions::PyValueError::new_err(format!("xla_ffi_handler: no platform {other:?} (cpu or cuda)"))),
+    };
+    // The registry the handler looks kernels up in holds the built-ins.
+    dlbridge::registry();
+    Ok(dlbridge_xla::handler(platform) as usize)
+}
+
 /// Every registered kernel, sorted by name.
 #[pyfunction]
 fn list_kernels() -> Vec<PyKernel> {
@@ -504,6 +518,7 @@ fn _dlbridge(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_kernel_vectorcall, m)?)?;
     m.add_function(wrap_pyfunction!(_freeze_kernel_type, m)?)?;
     m.add_function(wrap_pyfunction!(load_inline, m)?)?;
+    m.add_function(wrap_pyfunction!(xla_ffi_handler, m)?)?;
     m.add_function(wrap_pyfunction!(zeros, m)?)?;
     m.add_function(wrap_pyfunction!(inspect_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(arange, m)?)?;

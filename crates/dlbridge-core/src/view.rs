@@ -134,6 +134,25 @@ impl<'a> TensorView<'a> {
         TensorView { data, shape, strides: Strides::Borrowed(strides), dtype, device, flags, extent, _life: PhantomData }
     }
 
+    /// A read-only CPU view of `shape` whose every element is the one zero
+    /// element of `dtype` (every stride 0): real memory that reads as zeros,
+    /// for what needs shapes and dtypes but no values (the output shapes of
+    /// a call being traced). Any single-lane dtype of at most 16 bytes.
+    pub fn zeros_broadcast(dtype: DType, shape: &'a [i64]) -> Result<TensorView<'a>> {
+        #[repr(C, align(64))]
+        struct Zeros([u8; 64]);
+        static ZEROS: Zeros = Zeros([0; 64]);
+        static STRIDES: [i64; crate::layout::MAX_NDIM] = [0; crate::layout::MAX_NDIM];
+        if dtype.bits() as usize * dtype.lanes() as usize > 8 * 16 {
+            return Err(Error::InvalidArgument(format!("zeros_broadcast: {dtype} is wider than 16 bytes")));
+        }
+        let strides = STRIDES.get(..shape.len()).ok_or_else(|| Error::field("ndim", shape.len(), "more than dlbridge's limit"))?;
+        // SAFETY: every element of the view is the first bytes of ZEROS (all
+        // strides are 0, and the element fits its 64 aligned bytes), a static
+        // that is never written; the view is READ_ONLY.
+        unsafe { Self::from_raw_parts(ZEROS.0.as_ptr(), 0, shape, Some(strides), dtype, Device::CPU, Flags::READ_ONLY) }
+    }
+
     /// A contiguous CPU view of a slice with the given shape (its product must equal the length).
     #[inline]
     pub fn from_slice<T: Element>(data: &'a [T], shape: &'a [i64]) -> Result<TensorView<'a>> {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use dlbridge_core::{DType, DeviceType, Error, Result, Slot, TensorViewMut};
 use smallvec::SmallVec;
 
-use crate::call::{Arg, Solution, OutputSpec, Plan, solve_for_specs, check_call, output_specs};
+use crate::call::{Arg, OutputSpec, Plan, Solution, check_call, output_specs, solve_for_specs};
 use crate::signature::{MAX_EXCERPT, MAX_PARAMS, Scalar, Signature, clip};
 
 /// Most bytes of an origin (`plugin NAME VERSION (PATH)`) an error message quotes.

@@ -32,7 +32,7 @@ pub mod threads;
 pub mod trust;
 
 pub use binding::{Adapter, Allocator, ArrayAllocator, Binding, Given, Job, Operand, Value, ValueList};
-pub use call::{Arg, Solution, OutputSpec};
+pub use call::{Arg, OutputSpec, Solution};
 pub use dlbridge_array;
 pub use dlbridge_core;
 pub use dlbridge_core::DType;

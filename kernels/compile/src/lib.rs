@@ -26,29 +26,30 @@
 //! plugin loader.
 #![forbid(unsafe_code)]
 
-/// The crate's internals: private, or, with the `internals` feature (which
-/// only this crate's own tests turn on), public and hidden from the docs, so
-/// that the tests can drive the code generators one step at a time.
-macro_rules! internal_modules {
-    ($($name:ident),+ $(,)?) => {$(
-        #[cfg(feature = "internals")]
-        #[doc(hidden)]
-        pub mod $name;
-        #[cfg(not(feature = "internals"))]
-        mod $name;
-    )+};
-}
-
-internal_modules!(cache, cpu, cuda, params, toolchain);
+mod cache;
 mod codegen;
+mod cpu;
+mod cuda;
 mod dirs;
 mod elementwise;
 mod halfs;
 mod headers;
 pub mod inline;
+mod params;
 mod reduction;
 mod source_kernel;
 mod specialise;
+mod toolchain;
+
+/// The code generators one step at a time, for this crate's own tests: the
+/// `internals` feature, which only they turn on, makes this module public.
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::cpu::{elementwise_cpp, reduction_cpp};
+    pub use crate::cuda::{CUDA_DTYPES, CudaSource, GENERATED_FILE as CUDA_GENERATED_FILE, elementwise_source, reduction_source};
+    pub use crate::toolchain::Compiler;
+}
 
 pub use cache::LibraryCache;
 pub use elementwise::ElementwiseKernel;

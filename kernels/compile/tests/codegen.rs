@@ -12,8 +12,8 @@ use std::process::Command;
 use std::sync::Arc;
 
 use dlbridge_array::Array;
-use dlbridge_compile::cpu::{elementwise_cpp, reduction_cpp};
-use dlbridge_compile::params::{ElementwiseSpec, Reduction, ReductionSpec};
+use dlbridge_compile::internals::{elementwise_cpp, reduction_cpp};
+use dlbridge_compile::{ElementwiseSpec, Reduction, ReductionSpec};
 use dlbridge_core::{DType, Element, ErrorKind};
 use dlbridge_registry::{Arg, Kernel, Plugin, Registry};
 use tempfile::TempDir;

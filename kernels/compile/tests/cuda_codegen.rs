@@ -4,9 +4,9 @@
 //! are Type errors, and both devices are registered. Without NVRTC the
 //! compiling tests print `skipped: <reason>` and return.
 
-use dlbridge_compile::cuda::{CudaSource, GENERATED_FILE, elementwise_source, reduction_source};
-use dlbridge_compile::params::{ElementwiseSpec, ReductionSpec};
+use dlbridge_compile::internals::{CUDA_GENERATED_FILE as GENERATED_FILE, CudaSource, elementwise_source, reduction_source};
 use dlbridge_compile::{ElementwiseKernel, ElementwiseOptions, Reduction, ReductionKernel};
+use dlbridge_compile::{ElementwiseSpec, ReductionSpec};
 use dlbridge_core::{DType, DeviceType, ErrorKind};
 use dlbridge_cuda::generated::Program;
 use dlbridge_registry::Registry;
@@ -182,8 +182,8 @@ fn a_compile_error_points_at_the_operations_line() {
 
 #[test]
 fn complex_is_a_type_error_naming_the_dtype_and_f16_bf16_compile() {
-    assert_eq!(dlbridge_compile::cuda::CUDA_DTYPES.len(), 13);
-    assert!(dlbridge_compile::cuda::CUDA_DTYPES.iter().all(|d| !matches!(d.code(), dlbridge_core::DTypeCode::Complex)));
+    assert_eq!(dlbridge_compile::internals::CUDA_DTYPES.len(), 13);
+    assert!(dlbridge_compile::internals::CUDA_DTYPES.iter().all(|d| !matches!(d.code(), dlbridge_core::DTypeCode::Complex)));
     let red = ReductionSpec::new(&Reduction::new("complex64 x", "float32 y", "0", "a + b", "y = a", Some("0"), "rc")).unwrap();
     let e = reduction_source(&red, &[]).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Type);

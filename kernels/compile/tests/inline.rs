@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 
 use dlbridge_array::Array;
-use dlbridge_compile::cache::LibraryCache;
+use dlbridge_compile::LibraryCache;
 use dlbridge_compile::inline::{InlineLibrary, InlineOptions};
 use dlbridge_core::{DType, DeviceType, ErrorKind};
 use dlbridge_registry::{Arg, Call, KernelDef, Registry};

@@ -4,7 +4,7 @@
 mod common;
 
 use dlbridge_array::Array;
-use dlbridge_compile::cache::LibraryCache;
+use dlbridge_compile::LibraryCache;
 use dlbridge_compile::{ElementwiseKernel, Reduction, ReductionKernel};
 use dlbridge_core::{DType, ErrorKind};
 use dlbridge_registry::{Arg, Call, KernelDef, KernelOpts, Registry};
@@ -103,9 +103,9 @@ fn a_reduction_runs_over_any_axes_with_keepdims() {
 #[test]
 fn the_disk_cache_builds_once_and_a_second_cache_finds_it() {
     let dir = tempfile::tempdir().unwrap();
-    let spec = dlbridge_compile::params::ElementwiseSpec::new("T x", "T y", "y = -x", "neg_cache", "", "", "").unwrap();
+    let spec = dlbridge_compile::ElementwiseSpec::new("T x", "T y", "y = -x", "neg_cache", "", "", "").unwrap();
     let bind = [('T', DType::F32)];
-    let source = dlbridge_compile::cpu::elementwise_cpp(&spec, &bind).unwrap();
+    let source = dlbridge_compile::internals::elementwise_cpp(&spec, &bind).unwrap();
     let first = LibraryCache::new(dir.path().to_path_buf());
     let load = |p: &std::path::Path| -> dlbridge_core::Result<std::path::PathBuf> {
         dlbridge_registry::Plugin::open(p)?;
@@ -158,7 +158,7 @@ fn a_compile_error_points_into_the_operation() {
 /// keeps working afterwards.
 #[test]
 fn integer_division_by_zero_in_a_body_is_an_error_not_a_crash() {
-    let compiler = dlbridge_compile::toolchain::Compiler::get().unwrap();
+    let compiler = dlbridge_compile::internals::Compiler::get().unwrap();
     if compiler.divguard.is_empty() {
         println!("skipped: {} does not take -fsanitize=integer-divide-by-zero without its runtime", compiler.version);
         return;

@@ -1,0 +1,544 @@
+//! XLA's FFI C ABI (`xla/ffi/api/c_api.h`, as jaxlib installs it) and the
+//! handler that runs registry kernels on XLA's buffers.
+//!
+//! Invariants (the unsafe here):
+//! - XLA calls the handler with a call frame whose pointers are valid for the
+//!   call, laid out as `c_api.h` defines them. Every struct is read only after
+//!   its `struct_size` says it holds the fields read (older runtimes pass
+//!   smaller structs; fields are only ever appended). `XLA_FFI_STRUCT_SIZE`
+//!   is the offset of a struct's last field plus that field's size (no tail
+//!   padding), which is what [`size_to`] computes.
+//! - Operand and result buffers are dense row-major arrays of `dims` with
+//!   XLA's dtype, alive and unaliased (but for `input_output_aliases`, which
+//!   the handler writes through the result only) until the handler returns.
+//!   Operands are viewed read-only: the registry refuses to write them.
+//! - Nothing unwinds out of the handler: a panic becomes an XLA error.
+
+use std::ffi::{CString, c_char, c_int, c_void};
+use std::mem::{offset_of, size_of};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use dlbridge_core::{DType, Device, Flags, TensorView, TensorViewMut};
+use dlbridge_registry::signature::ParamKind;
+use dlbridge_registry::{Arg, Registry, Scalar};
+
+/// The API version the handler implements (the metadata XLA asks for).
+const API_MAJOR: c_int = 0;
+const API_MINOR: c_int = 1;
+
+/// The attribute that names the registry kernel to run.
+const KERNEL_ATTR: &str = "dlbridge_kernel";
+
+const EXTENSION_METADATA: c_int = 1;
+const STAGE_EXECUTE: c_int = 3;
+const ARG_BUFFER: c_int = 1;
+const RET_BUFFER: c_int = 1;
+const ATTR_SCALAR: c_int = 3;
+const ATTR_STRING: c_int = 4;
+
+const ERR_INVALID_ARGUMENT: c_int = 3;
+const ERR_NOT_FOUND: c_int = 5;
+const ERR_UNIMPLEMENTED: c_int = 12;
+const ERR_INTERNAL: c_int = 13;
+
+#[repr(C)]
+struct ExtensionBase {
+    struct_size: usize,
+    kind: c_int,
+    next: *mut ExtensionBase,
+}
+
+#[repr(C)]
+struct ApiVersion {
+    struct_size: usize,
+    extension_start: *mut ExtensionBase,
+    major: c_int,
+    minor: c_int,
+}
+
+#[repr(C)]
+struct Metadata {
+    struct_size: usize,
+    api_version: ApiVersion,
+    traits: u32,
+    state_type_id: i64,
+}
+
+#[repr(C)]
+struct MetadataExtension {
+    base: ExtensionBase,
+    metadata: *mut Metadata,
+}
+
+#[repr(C)]
+struct Buffer {
+    struct_size: usize,
+    extension_start: *mut ExtensionBase,
+    dtype: c_int,
+    data: *mut c_void,
+    rank: i64,
+    dims: *const i64,
+}
+
+#[repr(C)]
+struct List {
+    struct_size: usize,
+    extension_start: *mut ExtensionBase,
+    size: i64,
+    types: *const c_int,
+    items: *const *mut c_void,
+}
+
+#[repr(C)]
+struct Attrs {
+    struct_size: usize,
+    extension_start: *mut ExtensionBase,
+    size: i64,
+    types: *const c_int,
+    names: *const *const ByteSpan,
+    attrs: *const *const c_void,
+}
+
+#[repr(C)]
+struct ByteSpan {
+    ptr: *const c_char,
+    len: usize,
+}
+
+#[repr(C)]
+struct XlaScalar {
+    dtype: c_int,
+    value: *const c_void,
+}
+
+/// `XLA_FFI_CallFrame`.
+#[repr(C)]
+pub struct CallFrame {
+    struct_size: usize,
+    extension_start: *mut ExtensionBase,
+    api: *const Api,
+    ctx: *mut c_void,
+    stage: c_int,
+    args: List,
+    rets: List,
+    attrs: Attrs,
+}
+
+type ApiFn<A> = Option<unsafe extern "C" fn(*mut A) -> *mut c_void>;
+
+#[repr(C)]
+struct Api {
+    struct_size: usize,
+    extension_start: *mut ExtensionBase,
+    api_version: ApiVersion,
+    internal_api: *const c_void,
+    error_create: ApiFn<ErrorCreateArgs>,
+    error_get_message: *const c_void,
+    error_destroy: *const c_void,
+    handler_register: *const c_void,
+    stream_get: ApiFn<ContextQuery<*mut c_void>>,
+    type_register: *const c_void,
+    execution_context_get: *const c_void,
+    state_set: *const c_void,
+    state_get: *const c_void,
+    device_memory_allocate: *const c_void,
+    device_memory_free: *const c_void,
+    thread_pool_schedule: *const c_void,
+    thread_pool_num_threads: *const c_void,
+    future_create: *const c_void,
+    future_set_available: *const c_void,
+    future_set_error: *const c_void,
+    run_id_get: *const c_void,
+    device_ordinal_get: ApiFn<ContextQuery<i32>>,
+}
+
+#[repr(C)]
+struct ErrorCreateArgs {
+    struct_size: usize,
+    extension_start: *mut ExtensionBase,
+    message: *const c_char,
+    errc: c_int,
+}
+
+/// `XLA_FFI_Stream_Get_Args` (`T` = `void*`) and
+/// `XLA_FFI_DeviceOrdinal_Get_Args` (`T` = `int32_t`).
+#[repr(C)]
+struct ContextQuery<T> {
+    struct_size: usize,
+    extension_start: *mut ExtensionBase,
+    ctx: *mut c_void,
+    out: T,
+}
+
+/// `XLA_FFI_STRUCT_SIZE`: the bytes up to the end of a field.
+const fn size_to(offset: usize, field: usize) -> usize {
+    offset + field
+}
+
+const CALL_FRAME_SIZE: usize = size_to(offset_of!(CallFrame, attrs), size_of::<Attrs>());
+const BUFFER_SIZE: usize = size_to(offset_of!(Buffer, dims), size_of::<*const i64>());
+const LIST_SIZE: usize = size_to(offset_of!(List, items), size_of::<*const c_void>());
+const ATTRS_SIZE: usize = size_to(offset_of!(Attrs, attrs), size_of::<*const c_void>());
+const METADATA_EXTENSION_SIZE: usize = size_to(offset_of!(MetadataExtension, metadata), size_of::<*mut Metadata>());
+const METADATA_SIZE: usize = size_to(offset_of!(Metadata, traits), size_of::<u32>());
+const METADATA_WITH_STATE_SIZE: usize = size_to(offset_of!(Metadata, state_type_id), size_of::<i64>());
+const API_VERSION_SIZE: usize = size_to(offset_of!(ApiVersion, minor), size_of::<c_int>());
+const ERROR_CREATE_ARGS_SIZE: usize = size_to(offset_of!(ErrorCreateArgs, errc), size_of::<c_int>());
+const STREAM_QUERY_SIZE: usize = size_to(offset_of!(ContextQuery<*mut c_void>, out), size_of::<*mut c_void>());
+const ORDINAL_QUERY_SIZE: usize = size_to(offset_of!(ContextQuery<i32>, out), size_of::<i32>());
+
+/// The platform a handler is registered for (`jax.ffi.register_ffi_target(...,
+/// platform=...)`): where its buffers live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Platform {
+    /// Host memory (`platform="cpu"`).
+    Cpu,
+    /// CUDA device memory, run on XLA's stream (`platform="CUDA"`).
+    Cuda,
+}
+
+/// The `XLA_FFI_Handler*` for `platform`: a function pointer to wrap in a
+/// PyCapsule for `jax.ffi.register_ffi_target`.
+pub fn handler(platform: Platform) -> *const c_void {
+    match platform {
+        Platform::Cpu => execute_cpu as *const c_void,
+        Platform::Cuda => execute_cuda as *const c_void,
+    }
+}
+
+/// A failed call: XLA's error code and the message.
+struct Failure(c_int, String);
+
+fn invalid(message: impl Into<String>) -> Failure {
+    Failure(ERR_INVALID_ARGUMENT, message.into())
+}
+
+extern "C" fn execute_cpu(frame: *mut CallFrame) -> *mut c_void {
+    execute(frame, Platform::Cpu)
+}
+
+extern "C" fn execute_cuda(frame: *mut CallFrame) -> *mut c_void {
+    execute(frame, Platform::Cuda)
+}
+
+fn execute(frame: *mut CallFrame, platform: Platform) -> *mut c_void {
+    if frame.is_null() {
+        return std::ptr::null_mut();
+    }
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: XLA passes a call frame valid for the call (module invariants).
+        let frame = unsafe { &*frame };
+        run(frame, platform)
+    }));
+    let failure = match outcome {
+        Ok(Ok(())) => return std::ptr::null_mut(),
+        Ok(Err(f)) => f,
+        Err(panic) => {
+            let what = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned());
+            Failure(ERR_INTERNAL, format!("dlbridge XLA handler panicked: {}", what.unwrap_or_else(|| "(no message)".into())))
+        }
+    };
+    // SAFETY: as above; the frame was checked to reach `api` before any failure
+    // that needs it is reported (a frame too small for `api` reports nothing).
+    unsafe { error(frame, failure) }
+}
+
+/// An `XLA_FFI_Error` for `failure`, made by XLA's own API.
+///
+/// # Safety
+/// `frame` is XLA's call frame for this call.
+unsafe fn error(frame: *mut CallFrame, Failure(code, message): Failure) -> *mut c_void {
+    // SAFETY: the caller's contract.
+    let frame = unsafe { &*frame };
+    if frame.struct_size < size_to(offset_of!(CallFrame, api), size_of::<*const Api>()) || frame.api.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: `api` is XLA's API table, alive for the process.
+    let api = unsafe { &*frame.api };
+    let Some(create) = (api.struct_size >= size_to(offset_of!(Api, error_create), size_of::<ApiFn<ErrorCreateArgs>>()))
+        .then_some(api.error_create)
+        .flatten()
+    else {
+        return std::ptr::null_mut();
+    };
+    let message = CString::new(message.replace('\0', "?")).unwrap_or_default();
+    let mut args = ErrorCreateArgs {
+        struct_size: ERROR_CREATE_ARGS_SIZE,
+        extension_start: std::ptr::null_mut(),
+        message: message.as_ptr(),
+        errc: code,
+    };
+    // SAFETY: XLA's error constructor with its argument struct, filled; it
+    // copies the message (alive until it returns).
+    unsafe { create(&mut args) }
+}
+
+fn run(frame: &CallFrame, platform: Platform) -> Result<(), Failure> {
+    if frame.struct_size < CALL_FRAME_SIZE {
+        return Err(invalid(format!(
+            "dlbridge: XLA's call frame has {} bytes, fewer than the {CALL_FRAME_SIZE} of XLA FFI API {API_MAJOR}.{API_MINOR}",
+            frame.struct_size
+        )));
+    }
+    if !frame.extension_start.is_null() {
+        // SAFETY: a non-NULL extension is an `XLA_FFI_Extension_Base` (module invariants).
+        let ext = unsafe { &*frame.extension_start };
+        if ext.kind == EXTENSION_METADATA {
+            return metadata(frame.extension_start.cast());
+        }
+    }
+    if frame.stage != STAGE_EXECUTE {
+        return Err(invalid(format!("dlbridge: called for execution stage {}; it registers an execute handler only", frame.stage)));
+    }
+    let attrs = attributes(&frame.attrs)?;
+    let name = attrs
+        .kernel
+        .ok_or_else(|| invalid(format!("dlbridge: the custom call has no `{KERNEL_ATTR}` attribute (call it through dlbridge.jax)")))?;
+    let kernel = Registry::global().get(name).map_err(|e| Failure(ERR_NOT_FOUND, e.to_string()))?;
+    let sig = kernel.signature();
+    let (device, stream) = match platform {
+        Platform::Cpu => (Device::CPU, std::ptr::null_mut()),
+        Platform::Cuda => cuda_context(frame)?,
+    };
+    let operands = buffers(&frame.args, ARG_BUFFER, "operand")?;
+    let results = buffers(&frame.rets, RET_BUFFER, "result")?;
+    let tensors = sig.params.iter().filter(|p| matches!(p.kind, ParamKind::Tensor(_))).count();
+    let muts = sig.params.iter().filter(|p| matches!(&p.kind, ParamKind::Tensor(t) if t.mutable)).count();
+    let n_out = sig.outputs.len();
+    if operands.len() != tensors || results.len() != n_out + muts {
+        return Err(invalid(format!(
+            "{}: the custom call has {} operands and {} results; the signature takes {tensors} tensors and gives {n_out} outputs plus {muts} `mut` parameters",
+            sig.name,
+            operands.len(),
+            results.len()
+        )));
+    }
+    let mut args = Vec::with_capacity(sig.params.len());
+    let (mut operand, mut aliased) = (operands.iter(), results[n_out..].iter());
+    for p in &sig.params {
+        let what = |e: dlbridge_core::Error| invalid(format!("{}: argument {}: {e}", sig.name, p.name));
+        args.push(match &p.kind {
+            ParamKind::Tensor(t) if t.mutable => {
+                let b = aliased.next().ok_or_else(|| invalid(format!("{}: no result for `mut` {}", sig.name, p.name)))?;
+                Arg::TensorMut(view_mut(b, device).map_err(what)?)
+            }
+            ParamKind::Tensor(_) => {
+                let b = operand.next().ok_or_else(|| invalid(format!("{}: no operand for {}", sig.name, p.name)))?;
+                Arg::Tensor(view(b, device, Flags::READ_ONLY).map_err(what)?)
+            }
+            ParamKind::Scalar(kind) => {
+                let s = attrs.scalars.iter().find(|(n, _)| *n == p.name).map(|(_, s)| *s).ok_or_else(|| {
+                    invalid(format!("{}: the custom call has no attribute for the {kind} parameter {}", sig.name, p.name))
+                })?;
+                Arg::Scalar(s)
+            }
+        });
+    }
+    let mut outs = results[..n_out]
+        .iter()
+        .zip(&sig.outputs)
+        .map(|(b, o)| view_mut(b, device).map_err(|e| invalid(format!("{}: output {}: {e}", sig.name, o.name))))
+        .collect::<Result<Vec<_>, _>>()?;
+    kernel.call_on_stream(&mut args, &mut outs, stream).map_err(|e| invalid(e.to_string()))
+}
+
+/// Answers XLA's metadata query: the API version implemented, no traits.
+fn metadata(ext: *mut MetadataExtension) -> Result<(), Failure> {
+    // SAFETY: a metadata extension (its kind says so), valid for the call.
+    let ext = unsafe { &mut *ext };
+    if ext.base.struct_size < METADATA_EXTENSION_SIZE || ext.metadata.is_null() {
+        return Err(invalid(format!("dlbridge: XLA's metadata extension has {} bytes", ext.base.struct_size)));
+    }
+    // SAFETY: checked non-NULL; XLA's metadata struct, valid for the call.
+    let m = unsafe { &mut *ext.metadata };
+    if m.struct_size < METADATA_SIZE {
+        return Err(invalid(format!("dlbridge: XLA's metadata has {} bytes, fewer than {METADATA_SIZE}", m.struct_size)));
+    }
+    m.api_version = ApiVersion { struct_size: API_VERSION_SIZE, extension_start: std::ptr::null_mut(), major: API_MAJOR, minor: API_MINOR };
+    m.traits = 0;
+    if m.struct_size >= METADATA_WITH_STATE_SIZE {
+        m.state_type_id = 0; // XLA_FFI_UNKNOWN_TYPE_ID: no state
+    }
+    Ok(())
+}
+
+/// XLA's stream and the device it runs on (CUDA).
+fn cuda_context(frame: &CallFrame) -> Result<(Device, *mut c_void), Failure> {
+    let unavailable = |what: &str| Failure(ERR_UNIMPLEMENTED, format!("dlbridge: this XLA's FFI API has no {what}"));
+    // SAFETY: XLA's API table, alive for the process (module invariants).
+    let api = unsafe { &*frame.api };
+    let reaches = |offset: usize| api.struct_size >= offset + size_of::<*const c_void>();
+    let stream_get = reaches(offset_of!(Api, stream_get)).then_some(api.stream_get).flatten().ok_or_else(|| unavailable("Stream_Get"))?;
+    let ordinal_get = reaches(offset_of!(Api, device_ordinal_get))
+        .then_some(api.device_ordinal_get)
+        .flatten()
+        .ok_or_else(|| unavailable("DeviceOrdinal_Get"))?;
+    let mut stream =
+        ContextQuery { struct_size: STREAM_QUERY_SIZE, extension_start: std::ptr::null_mut(), ctx: frame.ctx, out: std::ptr::null_mut() };
+    // SAFETY: XLA's own query with its argument struct, filled, for this call's context.
+    if !unsafe { stream_get(&mut stream) }.is_null() {
+        return Err(Failure(ERR_INTERNAL, "dlbridge: XLA gave no stream for the call".into()));
+    }
+    let mut ordinal = ContextQuery { struct_size: ORDINAL_QUERY_SIZE, extension_start: std::ptr::null_mut(), ctx: frame.ctx, out: 0i32 };
+    // SAFETY: as above.
+    if !unsafe { ordinal_get(&mut ordinal) }.is_null() {
+        return Err(Failure(ERR_INTERNAL, "dlbridge: XLA gave no device ordinal for the call".into()));
+    }
+    Ok((Device::cuda(ordinal.out), stream.out))
+}
+
+/// The `kernel` attribute and the scalar attributes, by name.
+struct Attributes<'f> {
+    kernel: Option<&'f str>,
+    scalars: Vec<(&'f str, Scalar)>,
+}
+
+fn attributes(attrs: &Attrs) -> Result<Attributes<'_>, Failure> {
+    if attrs.struct_size < ATTRS_SIZE || attrs.size < 0 {
+        return Err(invalid(format!("dlbridge: XLA's attributes struct has {} bytes and {} entries", attrs.struct_size, attrs.size)));
+    }
+    let mut out = Attributes { kernel: None, scalars: Vec::new() };
+    for i in 0..attrs.size as usize {
+        // SAFETY: `size` entries in each of the three arrays (module invariants).
+        let (kind, name, value) = unsafe { (*attrs.types.add(i), *attrs.names.add(i), *attrs.attrs.add(i)) };
+        // SAFETY: a name is a byte span valid for the call.
+        let name = unsafe { bytes(&*name) }?;
+        match kind {
+            ATTR_STRING if name == KERNEL_ATTR => {
+                // SAFETY: a string attribute is a byte span valid for the call.
+                out.kernel = Some(unsafe { bytes(&*value.cast::<ByteSpan>()) }?);
+            }
+            ATTR_SCALAR => {
+                // SAFETY: a scalar attribute is an `XLA_FFI_Scalar` valid for the call.
+                let s = unsafe { &*value.cast::<XlaScalar>() };
+                out.scalars.push((name, scalar(name, s)?));
+            }
+            _ => return Err(invalid(format!("dlbridge: unexpected attribute `{name}` of XLA attribute type {kind}"))),
+        }
+    }
+    Ok(out)
+}
+
+/// A byte span's text.
+///
+/// # Safety
+/// `span` points to `len` readable bytes for the call.
+unsafe fn bytes(span: &ByteSpan) -> Result<&str, Failure> {
+    if span.len == 0 {
+        return Ok("");
+    }
+    // SAFETY: the caller's contract.
+    let raw = unsafe { std::slice::from_raw_parts(span.ptr.cast::<u8>(), span.len) };
+    std::str::from_utf8(raw).map_err(|_| invalid("dlbridge: an attribute name or value is not UTF-8"))
+}
+
+/// A scalar attribute as the registry's scalar: 64-bit floats, 32/64-bit
+/// integers and booleans (the types `dlbridge.jax` passes).
+fn scalar(name: &str, s: &XlaScalar) -> Result<Scalar, Failure> {
+    /// The scalar's value as a `T`.
+    ///
+    /// # Safety
+    /// The value is one `T` (its dtype says so).
+    unsafe fn read<T>(s: &XlaScalar) -> T {
+        // SAFETY: the caller's contract; XLA keeps the value alive for the call.
+        unsafe { s.value.cast::<T>().read_unaligned() }
+    }
+    Ok(match s.dtype {
+        // SAFETY: the value is one scalar of the dtype matched (so below).
+        12 => Scalar::F64(unsafe { read::<f64>(s) }),
+        // SAFETY: as above.
+        11 => Scalar::F64(f64::from(unsafe { read::<f32>(s) })),
+        // SAFETY: as above.
+        5 => Scalar::I64(unsafe { read::<i64>(s) }),
+        // SAFETY: as above.
+        4 => Scalar::I64(i64::from(unsafe { read::<i32>(s) })),
+        // SAFETY: as above.
+        1 => Scalar::Bool(unsafe { read::<u8>(s) } != 0),
+        other => return Err(invalid(format!("dlbridge: attribute `{name}` has XLA dtype {other}; f64, i64 or bool expected"))),
+    })
+}
+
+/// The buffers of an operand or result list (every entry must be a buffer).
+fn buffers<'f>(list: &'f List, expected: c_int, what: &str) -> Result<Vec<&'f Buffer>, Failure> {
+    if list.struct_size < LIST_SIZE || list.size < 0 {
+        return Err(invalid(format!("dlbridge: XLA's {what} list has {} bytes and {} entries", list.struct_size, list.size)));
+    }
+    (0..list.size as usize)
+        .map(|i| {
+            // SAFETY: `size` entries in both arrays (module invariants).
+            let (kind, item) = unsafe { (*list.types.add(i), *list.items.add(i)) };
+            if kind != expected || item.is_null() {
+                return Err(invalid(format!("dlbridge: {what} {i} is not a buffer (XLA type {kind})")));
+            }
+            // SAFETY: a buffer entry is an `XLA_FFI_Buffer` valid for the call.
+            let b = unsafe { &*item.cast::<Buffer>() };
+            if b.struct_size < BUFFER_SIZE || b.rank < 0 || (b.rank > 0 && b.dims.is_null()) {
+                return Err(invalid(format!("dlbridge: {what} {i}: a malformed XLA buffer (size {}, rank {})", b.struct_size, b.rank)));
+            }
+            Ok(b)
+        })
+        .collect()
+}
+
+/// The dtype of an XLA element type, for those dlbridge kernels take.
+fn dtype(code: c_int) -> dlbridge_core::Result<DType> {
+    Ok(match code {
+        1 => DType::BOOL,
+        2 => DType::I8,
+        3 => DType::I16,
+        4 => DType::I32,
+        5 => DType::I64,
+        6 => DType::U8,
+        7 => DType::U16,
+        8 => DType::U32,
+        9 => DType::U64,
+        10 => DType::F16,
+        11 => DType::F32,
+        12 => DType::F64,
+        15 => DType::C64,
+        16 => DType::BF16,
+        18 => DType::C128,
+        other => return Err(dlbridge_core::Error::InvalidArgument(format!("XLA element type {other} has no dlbridge dtype"))),
+    })
+}
+
+/// A view of a buffer (read-only with `Flags::READ_ONLY`), validated like
+/// any foreign tensor.
+fn view(b: &Buffer, device: Device, flags: Flags) -> dlbridge_core::Result<TensorView<'_>> {
+    let shape: &[i64] = if b.rank == 0 {
+        &[]
+    } else {
+        // SAFETY: `rank` dims (checked non-NULL in `buffers`), alive for the call.
+        unsafe { std::slice::from_raw_parts(b.dims, b.rank as usize) }
+    };
+    // SAFETY: a dense row-major buffer of `shape` and the dtype at `data`,
+    // alive for the call (module invariants); the layout is validated here.
+    unsafe { TensorView::from_raw_parts(b.data.cast::<u8>(), 0, shape, None, dtype(b.dtype)?, device, flags) }
+}
+
+/// A writable view of a result buffer.
+fn view_mut(b: &Buffer, device: Device) -> dlbridge_core::Result<TensorViewMut<'_>> {
+    // SAFETY: a result buffer is the handler's to write for the call, and no
+    // other view of it is live (an aliased operand is read through it only).
+    unsafe { TensorViewMut::from_view(view(b, device, Flags::empty())?) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_struct_sizes_are_the_headers() {
+        // As `XLA_FFI_STRUCT_SIZE` computes them on a 64-bit target.
+        assert_eq!(CALL_FRAME_SIZE, 8 + 8 + 8 + 8 + 8 + 40 + 40 + 48);
+        assert_eq!(BUFFER_SIZE, 48);
+        assert_eq!(LIST_SIZE, 40);
+        assert_eq!(ATTRS_SIZE, 48);
+        assert_eq!(API_VERSION_SIZE, 24);
+        assert_eq!(METADATA_SIZE, 8 + 24 + 4);
+        assert_eq!(ERROR_CREATE_ARGS_SIZE, 28);
+        assert_eq!(offset_of!(Api, error_create), 48);
+        assert_eq!(offset_of!(Api, stream_get), 48 + 4 * 8);
+        assert_eq!(offset_of!(Api, device_ordinal_get), 48 + 17 * 8);
+    }
+}

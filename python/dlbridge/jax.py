@@ -1,0 +1,139 @@
+"""dlbridge kernels as JAX functions: eager, under ``jax.jit`` and ``jax.vmap``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> import dlbridge.jax
+    >>> add = dlbridge.jax.as_op("add")
+    >>> jax.jit(lambda x: add(x, x))(jnp.arange(3.0))
+    Array([0., 2., 4.], dtype=float32)
+
+``as_op(kernel)`` returns a function of JAX arrays that lowers to one XLA FFI
+custom call, ``custom_call @dlbridge``, into dlbridge's own handler: XLA passes
+its buffers, the handler runs the kernel through the registry's checks. No
+Python runs in the call and nothing goes through the host. The outputs' shapes
+and dtypes come from the kernel's signature when the call is traced
+(``Kernel.abstract_outputs``), so a mismatch is an error at trace time naming
+the kernel and the argument.
+
+- Tensor parameters take JAX arrays (or anything ``jnp.asarray`` takes);
+  scalar parameters take Python numbers, fixed when the call is traced (they
+  become attributes of the custom call, as ``jax.jit``'s static arguments).
+- A kernel's outputs are returned (one array, or a tuple); a kernel with
+  ``mut`` parameters returns their new values after its outputs (JAX arrays
+  are never written: XLA hands the kernel a copy it may write, or the
+  argument's own buffer when it was donated).
+- ``jax.vmap`` batches a kernel whose tensors all lead with one ``...`` group
+  (``add``, ``relu``, ``softmax``, ``sum``) in one call of the batched shapes;
+  any other (``matmul``) runs once per batch element.
+- CPU always; CUDA when JAX has a GPU (XLA's stream, the call's device).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import dlbridge
+
+from . import _dlbridge
+from ._introspect import kernel_of
+
+TARGET = "dlbridge"
+"""The XLA FFI target name every call lowers to."""
+
+_KERNEL_ATTR = "dlbridge_kernel"
+_SCALAR_TYPES = {"f64": (float, np.float64), "i64": (int, np.int64), "bool": (bool, np.bool_)}
+
+
+@functools.cache
+def platforms() -> tuple[str, ...]:
+    """Registers dlbridge's handler with XLA (once) and returns the platforms
+    it serves: ``("cpu",)``, and ``"cuda"`` where JAX has a CUDA GPU."""
+    jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(_dlbridge.xla_ffi_handler("cpu")), platform="cpu")
+    served = ["cpu"]
+    try:
+        cuda = bool(jax.devices("cuda"))
+    except RuntimeError:  # no CUDA backend in this jaxlib
+        cuda = False
+    if cuda:
+        jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(_dlbridge.xla_ffi_handler("cuda")), platform="CUDA")
+        served.append("cuda")
+    return tuple(served)
+
+
+def _vmap_method(kernel: dlbridge.Kernel) -> str:
+    """``broadcast_all`` when every tensor (parameters and outputs) leads with
+    the same ``...`` group, which takes a leading batch dim as it stands;
+    ``sequential`` (one call per batch element) otherwise."""
+    leads = {(d[0] if d else None) for d in (t.dims for t in [*kernel.params, *kernel.outputs] if t.kind == "tensor")}
+    if len(leads) == 1:
+        (lead,) = leads
+        if isinstance(lead, str) and lead[:1] in (".", "*"):
+            return "broadcast_all"
+    return "sequential"
+
+
+def _scalar(kernel: dlbridge.Kernel, p: Any, value: Any) -> Any:
+    python_type, numpy_type = _SCALAR_TYPES[p.dtype]
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(
+            f"{kernel.name}: argument {p.name}: a {p.dtype} scalar is fixed when the call is traced; "
+            "pass a Python number (a traced value cannot be one)"
+        )
+    if isinstance(value, bool) and p.dtype != "bool" or not isinstance(value, (python_type, numpy_type, np.generic)):
+        raise TypeError(f"{kernel.name}: argument {p.name}: expected a {p.dtype} scalar, got {type(value).__name__}")
+    if p.dtype == "i64" and isinstance(value, (float, np.floating)):
+        raise TypeError(f"{kernel.name}: argument {p.name}: expected an i64 scalar, got the float {value!r}")
+    return numpy_type(value)
+
+
+def as_op(kernel: Any) -> Callable[..., Any]:
+    """``kernel`` (a ``dlbridge.Kernel``, a registered kernel's name, or an
+    ``ElementwiseKernel`` / ``ReductionKernel`` / ``RawKernel``) as a JAX
+    function: see the module's docs."""
+    k = kernel_of(kernel, "dlbridge.jax.as_op")
+    params, n_out = list(k.params), len(k.outputs)
+    if any(p.name == _KERNEL_ATTR for p in params):
+        raise ValueError(f"as_op({k.name}): a parameter named {_KERNEL_ATTR!r} collides with the custom call's own attribute")
+    tensors = [p for p in params if p.kind == "tensor"]
+    muts = [i for i, p in enumerate(tensors) if p.mutable]
+    aliases = {i: n_out + j for j, i in enumerate(muts)} or None
+    vmap_method = _vmap_method(k)
+    names = ", ".join(p.name for p in params)
+
+    def op(*args: Any) -> Any:
+        if len(args) != len(params):
+            raise TypeError(f"{k.name}() takes {len(params)} arguments ({names}), got {len(args)}")
+        platforms()
+        arrays, abstract, attrs = [], [], {_KERNEL_ATTR: k.name}
+        for p, a in zip(params, args, strict=True):
+            if p.kind == "tensor":
+                x = jnp.asarray(a)
+                arrays.append(x)
+                abstract.append((tuple(x.shape), x.dtype.name))
+            else:
+                v = _scalar(k, p, a)
+                abstract.append(v.item())
+                attrs[p.name] = v
+        specs = k.abstract_outputs(*abstract)
+        results = [jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype)) for shape, dtype in specs]
+        results += [jax.ShapeDtypeStruct(arrays[i].shape, arrays[i].dtype) for i in muts]
+        if not results:
+            raise TypeError(f"{k.name}: a kernel with neither outputs nor `mut` parameters has nothing to return to JAX")
+        out = jax.ffi.ffi_call(TARGET, results, vmap_method=vmap_method, input_output_aliases=aliases)(*arrays, **attrs)
+        return out[0] if len(results) == 1 else tuple(out)
+
+    op.__name__ = op.__qualname__ = k.name
+    op.__doc__ = f"{k.signature} on JAX arrays (dlbridge.jax.as_op)"
+    op.kernel = k  # type: ignore[attr-defined]
+    return op
+
+
+def register_all() -> dict[str, Callable[..., Any]]:
+    """``as_op`` of every registered kernel with outputs or ``mut``
+    parameters, by name."""
+    return {k.name: as_op(k) for k in dlbridge.list_kernels() if k.outputs or any(p.mutable for p in k.params)}

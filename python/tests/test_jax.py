@@ -1,0 +1,121 @@
+"""dlbridge kernels as JAX functions (dlbridge.jax): eager calls return
+jax.Arrays, and under jax.jit / jax.vmap a call is one XLA FFI custom call
+into dlbridge's handler, checked against jax.numpy references."""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+
+import dlbridge  # noqa: E402
+import dlbridge.jax as djax  # noqa: E402
+
+
+def arange(*shape: int, dtype: str = "float32") -> jax.Array:
+    n = int(np.prod(shape))
+    return (jnp.arange(n, dtype=dtype).reshape(shape) - n / 3) / 7
+
+
+def test_an_eager_call_returns_a_jax_array():
+    add = djax.as_op("add")
+    x = arange(3, 4)
+    y = add(x, x)
+    assert isinstance(y, jax.Array)
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(x + x))
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "reference"),
+    [
+        ("add", (arange(4, 5), arange(4, 5) * 2), lambda a, b: a + b),
+        ("mul", (arange(4, 5), arange(4, 5)), lambda a, b: a * b),
+        ("relu", (arange(6, 7),), lambda x: jnp.maximum(x, 0)),
+        ("gelu", (arange(6, 7),), lambda x: jax.nn.gelu(x, approximate=False)),
+        ("softmax", (arange(3, 8),), lambda x: jax.nn.softmax(x, axis=-1)),
+        ("sum", (arange(3, 8),), lambda x: x.sum(-1)),
+        ("mean_all", (arange(3, 8),), lambda x: x.mean()),
+        ("matmul", (arange(5, 3), arange(3, 4)), lambda a, b: a @ b),
+    ],
+)
+def test_builtins_under_jit_match_jax_numpy(name, args, reference):
+    op = djax.as_op(name)
+    got = jax.jit(op)(*args)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(reference(*args)), rtol=1e-5, atol=1e-6)
+
+
+def test_the_jitted_call_is_dlbridges_custom_call_and_no_callback():
+    f = jax.jit(lambda x: djax.as_op("relu")(x) * 2)
+    text = f.lower(arange(8)).as_text()
+    assert f'custom_call @{djax.TARGET}' in text or f'call_target_name = "{djax.TARGET}"' in text, text
+    assert 'dlbridge_kernel = "relu"' in text, text
+    assert "callback" not in text, text
+
+
+def test_vmap_batches_a_leading_group_in_one_call_and_matmul_per_element():
+    softmax, matmul = djax.as_op("softmax"), djax.as_op("matmul")
+    x = arange(4, 3, 5)
+    np.testing.assert_allclose(np.asarray(jax.vmap(softmax)(x)), np.asarray(jax.nn.softmax(x, -1)), rtol=1e-6)
+    a, b = arange(4, 2, 3), arange(4, 3, 5)
+    np.testing.assert_allclose(np.asarray(jax.vmap(matmul)(a, b)), np.asarray(a @ b), rtol=1e-5, atol=1e-6)
+    text = jax.jit(jax.vmap(softmax)).lower(x).as_text()
+    assert text.count("dlbridge_kernel") == 1, "one custom call for the whole batch"
+
+
+def test_a_mut_parameter_comes_back_as_a_new_array_and_the_argument_is_unchanged():
+    axpy = djax.as_op("axpy")
+    x, y = arange(6), jnp.ones(6, dtype="float32")
+    before = np.asarray(y).copy()
+    new_y = jax.jit(axpy, static_argnums=0)(2.0, x, y)
+    np.testing.assert_allclose(np.asarray(new_y), before + 2.0 * np.asarray(x), rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(y), before)
+
+
+def test_a_kernel_from_source_runs_under_jit():
+    k = dlbridge.ElementwiseKernel("T x, T y", "T z", "z = (x - y) * (x - y)", "jax_squared_diff")
+    op = djax.as_op(k)
+    x, y = arange(3, 4), arange(4) * 3
+    np.testing.assert_allclose(np.asarray(jax.jit(op)(x, y)), np.asarray((x - y) ** 2), rtol=1e-6)
+
+
+def test_a_signature_mismatch_is_a_trace_time_error_naming_kernel_and_argument():
+    matmul = djax.as_op("matmul")
+    with pytest.raises(ValueError, match=r"matmul: argument b: dim K = 3 \(bound by a\) but got 4"):
+        jax.jit(matmul).lower(arange(2, 3), arange(4, 5))
+    with pytest.raises(TypeError, match=r"matmul: argument a: .*i8"):
+        jax.jit(matmul).lower(jnp.zeros((2, 2), "int8"), jnp.zeros((2, 2), "int8"))
+
+
+def test_scalars_are_fixed_at_trace_time():
+    axpy = djax.as_op("axpy")
+    with pytest.raises(TypeError, match="axpy: argument alpha: a f64 scalar is fixed when the call is traced"):
+        jax.jit(axpy)(2.0, arange(3), arange(3))
+    with pytest.raises(TypeError, match="axpy: argument alpha: expected a f64 scalar, got str"):
+        axpy("2", arange(3), arange(3))
+
+
+def test_register_all_gives_every_kernel_with_results():
+    ops = djax.register_all()
+    assert {"add", "softmax", "matmul", "axpy"} <= set(ops)
+    np.testing.assert_allclose(np.asarray(ops["sub"](arange(3), arange(3))), 0.0)
+
+
+def test_kernels_are_weakly_referenceable():
+    k = dlbridge.get_kernel("add")
+    assert weakref.ref(k)() is k
+
+
+def test_the_benchmark_runs_and_prints_ratios_against_jax_numpy():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "bench_jax.py"
+    out = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True, text=True, check=True).stdout
+    rows = [line for line in out.splitlines() if "ratio" in line]
+    assert len(rows) == 4, out
+    assert all("jax.numpy" in r for r in rows), out
