@@ -1,4 +1,5 @@
-"""dlbridge kernels as JAX functions: eager, under ``jax.jit`` and ``jax.vmap``.
+"""dlbridge kernels as JAX functions: eager, under ``jax.jit``, ``jax.vmap``
+and ``jax.grad``.
 
     >>> import jax, jax.numpy as jnp
     >>> import dlbridge.jax
@@ -21,6 +22,8 @@ the kernel and the argument.
   ``mut`` parameters returns their new values after its outputs (JAX arrays
   are never written: XLA hands the kernel a copy it may write, or the
   argument's own buffer when it was donated).
+- ``jax.grad``: the built-ins differentiate with the rules their torch
+  operators use (``dlbridge._backwards``); any kernel takes ``backward=``.
 - ``jax.vmap`` batches a kernel whose tensors all lead with one ``...`` group
   (``add``, ``relu``, ``softmax``, ``sum``) in one call of the batched shapes;
   any other (``matmul``) runs once per batch element.
@@ -39,7 +42,8 @@ import numpy as np
 
 import dlbridge
 
-from . import _dlbridge
+from . import _backwards, _dlbridge
+from ._backwards import Saved, as_grads
 from ._introspect import kernel_of
 
 TARGET = "dlbridge"
@@ -91,10 +95,89 @@ def _scalar(kernel: dlbridge.Kernel, p: Any, value: Any) -> Any:
     return numpy_type(value)
 
 
-def as_op(kernel: Any) -> Callable[..., Any]:
+class _JaxOps:
+    """The array operations the built-in backwards (``dlbridge._backwards``)
+    are written against, in JAX: dlbridge's own ``mul`` and ``matmul``."""
+
+    where, zeros_like, exp, expand = jnp.where, jnp.zeros_like, jnp.exp, jnp.broadcast_to
+    erf = jax.scipy.special.erf
+
+    @staticmethod
+    def mul(a: Any, b: Any) -> Any:
+        return _registered("mul")(a, b)
+
+    @staticmethod
+    def matmul(a: Any, b: Any) -> Any:
+        return _registered("matmul")(a, b)
+
+    @staticmethod
+    def unsqueeze_last(g: Any) -> Any:
+        return g[..., None]
+
+    @staticmethod
+    def sum_last_keepdim(x: Any) -> Any:
+        return x.sum(-1, keepdims=True)
+
+    @staticmethod
+    def mT(a: Any) -> Any:  # noqa: N802 (the name the rules use)
+        return jnp.swapaxes(a, -1, -2)
+
+
+@functools.cache
+def _registered(name: str) -> Callable[..., Any]:
+    return as_op(name)
+
+
+def _sum_to(g: Any, shape: tuple[int, ...]) -> Any:
+    """A gradient of a broadcast input, summed back to that input's shape."""
+    if g.shape == shape:
+        return g
+    g = g.sum(axis=tuple(range(g.ndim - len(shape))))
+    return g.sum(axis=tuple(d for d, n in enumerate(shape) if n == 1 and g.shape[d] != 1), keepdims=True)
+
+
+def _with_backward(k: dlbridge.Kernel, call: Callable[..., Any], rule: Callable[..., Any]) -> Callable[..., Any]:
+    """``call`` with ``rule(saved, *output_grads)`` as its derivative
+    (``jax.custom_vjp``; scalar parameters are not differentiated)."""
+    params, outputs = list(k.params), list(k.outputs)
+    scalars = tuple(i for i, p in enumerate(params) if p.kind == "scalar")
+
+    @functools.partial(jax.custom_vjp, nondiff_argnums=scalars)
+    def op(*args: Any) -> Any:
+        return call(*args)
+
+    def forward(*args: Any) -> Any:
+        out = call(*args)
+        tensors = tuple(jnp.asarray(a) for a, p in zip(args, params) if p.kind == "tensor")
+        return out, (tensors, out if isinstance(out, tuple) else (out,))
+
+    def backward(*rest: Any) -> tuple[Any, ...]:
+        fixed, (tensors, outs), g = rest[: len(scalars)], rest[-2], rest[-1]
+        values, shapes, tensor_it, scalar_it = {}, {}, iter(tensors), iter(fixed)
+        for p in params:
+            values[p.name] = next(tensor_it) if p.kind == "tensor" else next(scalar_it)
+            if p.kind == "tensor":
+                shapes[p.name] = values[p.name].shape
+        for o, v in zip(outputs, outs, strict=True):
+            values[o.name], shapes[o.name] = v, v.shape
+        grads = as_grads(k, rule(Saved(values, shapes), *(g if isinstance(g, tuple) else (g,))))
+        return tuple(
+            jnp.zeros_like(values[p.name]) if gr is None else _sum_to(jnp.asarray(gr), shapes[p.name])
+            for p, gr in zip(params, grads, strict=True)
+            if p.kind == "tensor"
+        )
+
+    op.defvjp(forward, backward)
+    return op
+
+
+def as_op(kernel: Any, *, backward: Callable[..., Any] | None = None) -> Callable[..., Any]:
     """``kernel`` (a ``dlbridge.Kernel``, a registered kernel's name, or an
     ``ElementwiseKernel`` / ``ReductionKernel`` / ``RawKernel``) as a JAX
-    function: see the module's docs."""
+    function: see the module's docs. ``backward(saved, *output_grads)``
+    (``saved.<input or output name>``, ``saved.shapes[name]``) returns the
+    inputs' gradients, in parameter order or as a dict by name; the built-ins
+    bring their own (``dlbridge.torch``'s, the same rules)."""
     k = kernel_of(kernel, "dlbridge.jax.as_op")
     params, n_out = list(k.params), len(k.outputs)
     if any(p.name == _KERNEL_ATTR for p in params):
@@ -127,10 +210,16 @@ def as_op(kernel: Any) -> Callable[..., Any]:
         out = jax.ffi.ffi_call(TARGET, results, vmap_method=vmap_method, input_output_aliases=aliases)(*arrays, **attrs)
         return out[0] if len(results) == 1 else tuple(out)
 
-    op.__name__ = op.__qualname__ = k.name
-    op.__doc__ = f"{k.signature} on JAX arrays (dlbridge.jax.as_op)"
-    op.kernel = k  # type: ignore[attr-defined]
-    return op
+    rule = backward
+    if rule is None and (entry := _backwards.builtin(k.name, k.signature)) is not None:
+        rule = functools.partial(entry.rule, _JaxOps)
+    if rule is not None and muts:
+        raise ValueError(f"as_op({k.name}): a backward for a kernel that writes its inputs (mut) is not supported")
+    f = op if rule is None else _with_backward(k, op, rule)
+    f.__name__ = f.__qualname__ = k.name
+    f.__doc__ = f"{k.signature} on JAX arrays (dlbridge.jax.as_op)"
+    f.kernel = k  # type: ignore[attr-defined]
+    return f
 
 
 def register_all() -> dict[str, Callable[..., Any]]:

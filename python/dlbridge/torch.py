@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import functools
 import keyword
-import math
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -47,7 +46,8 @@ import torch
 
 import dlbridge
 
-from . import _compile
+from . import _backwards, _compile
+from ._backwards import Saved, as_grads
 from ._introspect import kernel_of
 
 __all__ = ["as_op", "register_all", "schema_of", "fake_of", "builtin_backward"]
@@ -398,33 +398,6 @@ def _explain_fake(k: dlbridge.Kernel) -> str:
 # Autograd.
 
 
-class Saved:
-    """What a backward sees: the inputs, outputs and scalars of the forward's
-    signature that it saves, by name (``saved.x``, ``saved.y``,
-    ``saved.alpha``), and ``saved.shapes[name]``, every tensor's shape."""
-
-    def __init__(self, values: Mapping[str, Any], shapes: Mapping[str, Any]) -> None:
-        self.__dict__.update(values)
-        self.shapes = dict(shapes)
-
-    def __repr__(self) -> str:
-        return f"Saved({', '.join(n for n in self.__dict__ if n != 'shapes')})"
-
-
-def _as_grads(k: dlbridge.Kernel, result: Any) -> tuple[Any, ...]:
-    names = [p.name for p in k.params]
-    if isinstance(result, Mapping):
-        unknown = set(result) - set(names)
-        if unknown:
-            raise ValueError(f"{k.name} backward: gradients for {sorted(unknown)}, which are not inputs of {k.signature}")
-        return tuple(result.get(n) for n in names)
-    if not isinstance(result, (tuple, list)):
-        result = (result,)
-    if len(result) != len(names):
-        raise ValueError(f"{k.name} backward: returned {len(result)} gradients, the kernel has {len(names)} inputs ({', '.join(names)})")
-    return tuple(result)
-
-
 def _sum_to(g: Any, shape: Any) -> Any:
     """A gradient of a broadcast input, summed back to that input's shape."""
     if g is None or g.shape == shape:
@@ -566,7 +539,7 @@ def _register_autograd(lib: Any, opname: str, state: _Op) -> None:
             )
         saved = Saved({**dict(zip(keep, ctx.saved_tensors)), **scalar_values}, shapes)
         try:
-            got = _as_grads(k, bw.fn(saved, *grads))
+            got = as_grads(k, bw.fn(saved, *grads))
         except (TypeError, BufferError, AttributeError) as e:
             if any(type(t) is not torch.Tensor for t in (*ctx.saved_tensors, *grads) if isinstance(t, torch.Tensor)):
                 raise type(e)(
@@ -606,48 +579,42 @@ def _register_autograd(lib: Any, opname: str, state: _Op) -> None:
     lib.impl(opname, autograd_kernel, "Autograd", with_keyset=True)
 
 
-def _gelu_grad(x: Any) -> Any:
-    cdf = 0.5 * (1.0 + torch.erf(x * (1.0 / math.sqrt(2.0))))
-    pdf = torch.exp(-0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))
-    return cdf + x * pdf
+class _TorchOps:
+    """The array operations the built-in backwards (``dlbridge._backwards``)
+    are written against, in torch: dlbridge's own ``mul`` and ``matmul``
+    operators, so a backward traces as the forward does."""
+
+    where, zeros_like, erf, exp = torch.where, torch.zeros_like, torch.erf, torch.exp
+
+    @staticmethod
+    def mul(a: Any, b: Any) -> Any:
+        return as_op("mul")(a, b)
+
+    @staticmethod
+    def matmul(a: Any, b: Any) -> Any:
+        return as_op("matmul")(a, b)
+
+    @staticmethod
+    def expand(g: Any, shape: Any) -> Any:
+        return g.expand(shape)
+
+    @staticmethod
+    def unsqueeze_last(g: Any) -> Any:
+        return g.unsqueeze(-1)
+
+    @staticmethod
+    def sum_last_keepdim(x: Any) -> Any:
+        return x.sum(-1, keepdim=True)
+
+    @staticmethod
+    def mT(a: Any) -> Any:  # noqa: N802 (torch's name)
+        return a.mT
 
 
 @functools.cache
-def _builtin_backwards() -> dict[str, tuple[str, _Backward]]:
-    """The built-in kernels' backwards, by name, with the signature each was
-    written for (a kernel of that name with another signature gets none) and
-    what each saves (the shapes are always there)."""
-    mul = lambda: as_op("mul")  # noqa: E731
-    matmul = lambda: as_op("matmul")  # noqa: E731
-    table = {
-        "add": ("add<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])", (),
-                lambda s, g: (g, g)),
-        "sub": ("sub<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])", (),
-                lambda s, g: (g, -g)),
-        "mul": ("mul<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])", ("a", "b"),
-                lambda s, g: (mul()(g, s.b), mul()(g, s.a))),
-        "div": ("div<T: f32|f64|f16|bf16|i32|i64>(a: T[...S], b: T[...S]) -> (out: T[...S])", ("b", "out"),
-                lambda s, g: (g / s.b, -g * s.out / s.b)),
-        "relu": ("relu<T: f32|f64|f16|bf16|i32|i64>(x: T[...S]) -> (y: T[...S])", ("y",),
-                 lambda s, g: torch.where(s.y > 0, g, torch.zeros_like(g))),
-        "gelu": ("gelu<T: f32|f64|f16|bf16>(x: T[...S]) -> (y: T[...S])", ("x",),
-                 lambda s, g: g * _gelu_grad(s.x)),
-        "softmax": ("softmax<T: f32|f64|f16|bf16>(x: T[...B, N]) -> (y: T[...B, N])", ("y",),
-                    lambda s, g: s.y * (g - (g * s.y).sum(-1, keepdim=True))),
-        "matmul": ("matmul<T: f32|f64>(a: T[M, K], b: T[K, N]) -> (c: T[M, N])", ("a", "b"),
-                   lambda s, g: (matmul()(g, s.b.mT), matmul()(s.a.mT, g))),
-        "sum": ("sum<T: f32|f64|f16|bf16|i32|i64>(x: T[...B, N]) -> (y: T[...B])", (),
-                lambda s, g: g.unsqueeze(-1).expand(s.shapes["x"])),
-        "mean": ("mean<T: f32|f64|f16|bf16>(x: T[...B, N]) -> (y: T[...B])", (),
-                 lambda s, g: g.unsqueeze(-1).expand(s.shapes["x"]) / s.shapes["x"][-1]),
-        "sum_all": ("sum_all<T: f32|f64|f16|bf16|i32|i64>(x: T[...S]) -> (y: T[])", (),
-                    lambda s, g: g.expand(s.shapes["x"])),
-        "mean_all": ("mean_all<T: f32|f64|f16|bf16>(x: T[...S]) -> (y: T[])", (),
-                     lambda s, g: g.expand(s.shapes["x"]) / math.prod(s.shapes["x"])),
-        "copy": ("copy<T: f32|f64|f16|bf16|i8|i16|i32|i64|u8|u16|u32|u64|bool|c64|c128>(x: T[...S]) -> (y: T[...S])", (),
-                 lambda s, g: g),
-    }
-    return {name: (sig, _Backward(fn, saves)) for name, (sig, saves, fn) in table.items()}
+def _torch_backward(name: str) -> _Backward:
+    entry = _backwards.BUILTINS[name]
+    return _Backward(lambda s, g: entry.rule(_TorchOps, s, g), entry.saves)
 
 
 def builtin_backward(kernel: Any) -> Callable[..., Any] | None:
@@ -659,8 +626,7 @@ def builtin_backward(kernel: Any) -> Callable[..., Any] | None:
 
 def _builtin(kernel: Any) -> _Backward | None:
     k = _kernel_of(kernel)
-    entry = _builtin_backwards().get(k.name)
-    return entry[1] if entry and entry[0] == k.signature else None
+    return _torch_backward(k.name) if _backwards.builtin(k.name, k.signature) else None
 
 
 # ---------------------------------------------------------------------------

@@ -119,3 +119,45 @@ def test_the_benchmark_runs_and_prints_ratios_against_jax_numpy():
     rows = [line for line in out.splitlines() if "ratio" in line]
     assert len(rows) == 4, out
     assert all("jax.numpy" in r for r in rows), out
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "reference"),
+    [
+        ("mul", (arange(3, 4), arange(3, 4) + 1), lambda a, b: a * b),
+        ("div", (arange(3, 4), arange(3, 4) + 5), lambda a, b: a / b),
+        ("relu", (arange(4, 5),), lambda x: jnp.maximum(x, 0)),
+        ("gelu", (arange(4, 5),), lambda x: jax.nn.gelu(x, approximate=False)),
+        ("softmax", (arange(3, 6),), lambda x: jax.nn.softmax(x, axis=-1)),
+        ("matmul", (arange(3, 4), arange(4, 2)), lambda a, b: a @ b),
+        ("mean", (arange(3, 6),), lambda x: x.mean(-1)),
+        ("sum_all", (arange(3, 6),), lambda x: x.sum()),
+    ],
+)
+def test_grad_of_builtins_matches_jax_numpy(name, args, reference):
+    op = djax.as_op(name)
+    argnums = tuple(range(len(args)))
+    weights = arange(*np.shape(reference(*args))) + 1  # a cotangent that is not all ones
+
+    def loss(f):
+        return lambda *a: (f(*a) * weights).sum()
+
+    got = jax.jit(jax.grad(loss(op), argnums=argnums))(*args)
+    want = jax.grad(loss(reference), argnums=argnums)(*args)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=1e-5)
+
+
+def test_a_kernel_from_source_takes_a_backward_and_broadcast_inputs_get_summed_gradients():
+    k = dlbridge.ElementwiseKernel("T x, T b", "T y", "y = x * x + b", "jax_square_plus")
+    op = djax.as_op(k, backward=lambda s, g: (2 * s.x * g, g))
+    x, b = arange(3, 4), arange(4)
+    gx, gb = jax.grad(lambda x, b: op(x, b).sum(), argnums=(0, 1))(x, b)
+    np.testing.assert_allclose(np.asarray(gx), np.asarray(2 * x), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(gb), np.full(4, 3.0), rtol=1e-6)
+    assert gb.shape == b.shape
+
+
+def test_a_backward_for_a_kernel_that_writes_its_inputs_is_refused():
+    with pytest.raises(ValueError, match=r"as_op\(axpy\): a backward for a kernel that writes its inputs"):
+        djax.as_op("axpy", backward=lambda s, g: None)
