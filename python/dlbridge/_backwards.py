@@ -18,6 +18,21 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 
+class Ops(NamedTuple):
+    """A framework's array operations the rules use (see the module's docs)."""
+
+    mul: Callable[[Any, Any], Any]
+    matmul: Callable[[Any, Any], Any]
+    where: Callable[[Any, Any, Any], Any]
+    zeros_like: Callable[[Any], Any]
+    erf: Callable[[Any], Any]
+    exp: Callable[[Any], Any]
+    expand: Callable[[Any, Any], Any]
+    unsqueeze_last: Callable[[Any], Any]
+    sum_last_keepdim: Callable[[Any], Any]
+    mT: Callable[[Any], Any]  # noqa: N815 (torch's name)
+
+
 class Entry(NamedTuple):
     """One built-in's backward: the signature it was written for (a kernel of
     that name with another signature gets none), what it saves, and the rule."""

@@ -95,37 +95,18 @@ def _scalar(kernel: dlbridge.Kernel, p: Any, value: Any) -> Any:
     return numpy_type(value)
 
 
-class _JaxOps:
-    """The array operations the built-in backwards (``dlbridge._backwards``)
-    are written against, in JAX: dlbridge's own ``mul`` and ``matmul``."""
-
-    where, zeros_like, exp, expand = jnp.where, jnp.zeros_like, jnp.exp, jnp.broadcast_to
-    erf = jax.scipy.special.erf
-
-    @staticmethod
-    def mul(a: Any, b: Any) -> Any:
-        return _registered("mul")(a, b)
-
-    @staticmethod
-    def matmul(a: Any, b: Any) -> Any:
-        return _registered("matmul")(a, b)
-
-    @staticmethod
-    def unsqueeze_last(g: Any) -> Any:
-        return g[..., None]
-
-    @staticmethod
-    def sum_last_keepdim(x: Any) -> Any:
-        return x.sum(-1, keepdims=True)
-
-    @staticmethod
-    def mT(a: Any) -> Any:  # noqa: N802 (the name the rules use)
-        return jnp.swapaxes(a, -1, -2)
-
-
 @functools.cache
 def _registered(name: str) -> Callable[..., Any]:
     return as_op(name)
+
+
+# The array operations the built-in backwards are written against, in JAX
+# (dlbridge's own `mul` and `matmul` among them).
+_JAX_OPS = _backwards.Ops(
+    mul=lambda a, b: _registered("mul")(a, b), matmul=lambda a, b: _registered("matmul")(a, b), mT=lambda a: jnp.swapaxes(a, -1, -2),
+    where=jnp.where, zeros_like=jnp.zeros_like, erf=jax.scipy.special.erf, exp=jnp.exp, expand=jnp.broadcast_to,
+    unsqueeze_last=lambda g: g[..., None], sum_last_keepdim=lambda x: x.sum(-1, keepdims=True),
+)
 
 
 def _sum_to(g: Any, shape: tuple[int, ...]) -> Any:
@@ -212,7 +193,7 @@ def as_op(kernel: Any, *, backward: Callable[..., Any] | None = None) -> Callabl
 
     rule = backward
     if rule is None and (entry := _backwards.builtin(k.name, k.signature)) is not None:
-        rule = functools.partial(entry.rule, _JaxOps)
+        rule = functools.partial(entry.rule, _JAX_OPS)
     if rule is not None and muts:
         raise ValueError(f"as_op({k.name}): a backward for a kernel that writes its inputs (mut) is not supported")
     f = op if rule is None else _with_backward(k, op, rule)

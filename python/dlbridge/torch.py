@@ -579,42 +579,20 @@ def _register_autograd(lib: Any, opname: str, state: _Op) -> None:
     lib.impl(opname, autograd_kernel, "Autograd", with_keyset=True)
 
 
-class _TorchOps:
-    """The array operations the built-in backwards (``dlbridge._backwards``)
-    are written against, in torch: dlbridge's own ``mul`` and ``matmul``
-    operators, so a backward traces as the forward does."""
-
-    where, zeros_like, erf, exp = torch.where, torch.zeros_like, torch.erf, torch.exp
-
-    @staticmethod
-    def mul(a: Any, b: Any) -> Any:
-        return as_op("mul")(a, b)
-
-    @staticmethod
-    def matmul(a: Any, b: Any) -> Any:
-        return as_op("matmul")(a, b)
-
-    @staticmethod
-    def expand(g: Any, shape: Any) -> Any:
-        return g.expand(shape)
-
-    @staticmethod
-    def unsqueeze_last(g: Any) -> Any:
-        return g.unsqueeze(-1)
-
-    @staticmethod
-    def sum_last_keepdim(x: Any) -> Any:
-        return x.sum(-1, keepdim=True)
-
-    @staticmethod
-    def mT(a: Any) -> Any:  # noqa: N802 (torch's name)
-        return a.mT
+# The array operations the built-in backwards are written against, in torch:
+# dlbridge's own `mul` and `matmul` operators, so a backward traces as the forward does.
+_TORCH_OPS = _backwards.Ops(
+    mul=lambda a, b: as_op("mul")(a, b), matmul=lambda a, b: as_op("matmul")(a, b),
+    where=torch.where, zeros_like=torch.zeros_like, erf=torch.erf, exp=torch.exp, mT=lambda a: a.mT,
+    expand=lambda g, shape: g.expand(shape), unsqueeze_last=lambda g: g.unsqueeze(-1),
+    sum_last_keepdim=lambda x: x.sum(-1, keepdim=True),
+)
 
 
 @functools.cache
 def _torch_backward(name: str) -> _Backward:
     entry = _backwards.BUILTINS[name]
-    return _Backward(lambda s, g: entry.rule(_TorchOps, s, g), entry.saves)
+    return _Backward(lambda s, g: entry.rule(_TORCH_OPS, s, g), entry.saves)
 
 
 def builtin_backward(kernel: Any) -> Callable[..., Any] | None:
