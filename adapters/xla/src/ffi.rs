@@ -250,8 +250,13 @@ fn execute(frame: *mut CallFrame, platform: Platform) -> *mut c_void {
 unsafe fn error(frame: *mut CallFrame, Failure(code, message): Failure) -> *mut c_void {
     // SAFETY: the caller's contract.
     let frame = unsafe { &*frame };
+    let unreportable = || {
+        // An XLA too broken to take an error: say it where a person sees it.
+        eprintln!("dlbridge XLA handler: cannot report an error to this XLA: {message}");
+        std::ptr::null_mut()
+    };
     if frame.struct_size < size_to(offset_of!(CallFrame, api), size_of::<*const Api>()) || frame.api.is_null() {
-        return std::ptr::null_mut();
+        return unreportable();
     }
     // SAFETY: `api` is XLA's API table, alive for the process.
     let api = unsafe { &*frame.api };
@@ -259,7 +264,7 @@ unsafe fn error(frame: *mut CallFrame, Failure(code, message): Failure) -> *mut 
         .then_some(api.error_create)
         .flatten()
     else {
-        return std::ptr::null_mut();
+        return unreportable();
     };
     let message = CString::new(message.replace('\0', "?")).unwrap_or_default();
     let mut args = ErrorCreateArgs {
@@ -525,7 +530,107 @@ fn view_mut(b: &Buffer, device: Device) -> dlbridge_core::Result<TensorViewMut<'
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
     use super::*;
+
+    /// The errors the fake XLA API made, in order.
+    static ERRORS: Mutex<Vec<(c_int, String)>> = Mutex::new(Vec::new());
+
+    extern "C" fn record_error(args: *mut ErrorCreateArgs) -> *mut c_void {
+        // SAFETY: the handler passes its filled argument struct and a NUL-terminated message.
+        let (code, message) = unsafe { ((*args).errc, std::ffi::CStr::from_ptr((*args).message).to_string_lossy().into_owned()) };
+        ERRORS.lock().unwrap().push((code, message));
+        std::ptr::dangling_mut::<c_void>()
+    }
+
+    fn api() -> Api {
+        let none = std::ptr::null::<c_void>();
+        Api {
+            struct_size: size_of::<Api>(),
+            extension_start: std::ptr::null_mut(),
+            api_version: ApiVersion { struct_size: API_VERSION_SIZE, extension_start: std::ptr::null_mut(), major: 0, minor: 1 },
+            internal_api: none,
+            error_create: Some(record_error),
+            error_get_message: none,
+            error_destroy: none,
+            handler_register: none,
+            stream_get: None,
+            type_register: none,
+            execution_context_get: none,
+            state_set: none,
+            state_get: none,
+            device_memory_allocate: none,
+            device_memory_free: none,
+            thread_pool_schedule: none,
+            thread_pool_num_threads: none,
+            future_create: none,
+            future_set_available: none,
+            future_set_error: none,
+            run_id_get: none,
+            device_ordinal_get: None,
+        }
+    }
+
+    fn buffer(dtype: c_int, data: &mut [f32], dims: &[i64]) -> Buffer {
+        Buffer {
+            struct_size: BUFFER_SIZE,
+            extension_start: std::ptr::null_mut(),
+            dtype,
+            data: data.as_mut_ptr().cast(),
+            rank: dims.len() as i64,
+            dims: dims.as_ptr(),
+        }
+    }
+
+    fn list(types: &[c_int], items: &[*mut c_void]) -> List {
+        List {
+            struct_size: LIST_SIZE,
+            extension_start: std::ptr::null_mut(),
+            size: items.len() as i64,
+            types: types.as_ptr(),
+            items: items.as_ptr(),
+        }
+    }
+
+    /// Calls the CPU handler on a frame of `operands`, `results` and a
+    /// `dlbridge_kernel` attribute naming `kernel` (none for ""); the error
+    /// XLA got, if any.
+    fn call(kernel: &str, operands: &mut [Buffer], results: &mut [Buffer], tweak: impl FnOnce(&mut CallFrame)) -> Option<(c_int, String)> {
+        dlbridge_cpu::link();
+        let api = api();
+        let arg_types = vec![ARG_BUFFER; operands.len()];
+        let arg_items: Vec<*mut c_void> = operands.iter_mut().map(|b| (b as *mut Buffer).cast()).collect();
+        let ret_types = vec![RET_BUFFER; results.len()];
+        let ret_items: Vec<*mut c_void> = results.iter_mut().map(|b| (b as *mut Buffer).cast()).collect();
+        let name = ByteSpan { ptr: KERNEL_ATTR.as_ptr().cast(), len: KERNEL_ATTR.len() };
+        let value = ByteSpan { ptr: kernel.as_ptr().cast(), len: kernel.len() };
+        let (types, names, values) = ([ATTR_STRING], [&raw const name], [(&raw const value).cast::<c_void>()]);
+        let n_attrs = i64::from(!kernel.is_empty());
+        let mut frame = CallFrame {
+            struct_size: CALL_FRAME_SIZE,
+            extension_start: std::ptr::null_mut(),
+            api: &raw const api,
+            ctx: std::ptr::null_mut(),
+            stage: STAGE_EXECUTE,
+            args: list(&arg_types, &arg_items),
+            rets: list(&ret_types, &ret_items),
+            attrs: Attrs {
+                struct_size: ATTRS_SIZE,
+                extension_start: std::ptr::null_mut(),
+                size: n_attrs,
+                types: types.as_ptr(),
+                names: names.as_ptr(),
+                attrs: values.as_ptr(),
+            },
+        };
+        tweak(&mut frame);
+        ERRORS.lock().unwrap().clear();
+        let e = execute(&raw mut frame, Platform::Cpu);
+        let recorded = ERRORS.lock().unwrap().pop();
+        assert_eq!(e.is_null(), recorded.is_none(), "an error is returned exactly when one was made");
+        recorded
+    }
 
     #[test]
     fn the_struct_sizes_are_the_headers() {
@@ -540,5 +645,64 @@ mod tests {
         assert_eq!(offset_of!(Api, error_create), 48);
         assert_eq!(offset_of!(Api, stream_get), 48 + 4 * 8);
         assert_eq!(offset_of!(Api, device_ordinal_get), 48 + 17 * 8);
+    }
+
+    #[test]
+    fn a_call_runs_the_kernel_on_xlas_buffers_in_place() {
+        let (mut x, mut y, mut z) = ([1.0f32, 2.0, 3.0], [10.0f32, 20.0, 30.0], [0.0f32; 3]);
+        let dims = [3i64];
+        let out_ptr = z.as_ptr();
+        let mut operands = [buffer(11, &mut x, &dims), buffer(11, &mut y, &dims)];
+        let mut results = [buffer(11, &mut z, &dims)];
+        assert_eq!(call("add", &mut operands, &mut results, |_| {}), None);
+        assert_eq!(z, [11.0, 22.0, 33.0]);
+        assert_eq!(results[0].data.cast_const(), out_ptr.cast(), "written where XLA said");
+    }
+
+    #[test]
+    fn malformed_calls_are_xla_errors_that_say_what_was_wrong() {
+        type OnBuffers = fn(&mut [Buffer]);
+        type OnFrame = fn(&mut CallFrame);
+        let cases: [(&str, &str, OnBuffers, OnFrame); 8] = [
+            ("", "no `dlbridge_kernel` attribute", |_| {}, |_| {}),
+            ("no_such_kernel", "no kernel named `no_such_kernel`", |_| {}, |_| {}),
+            ("add", "add: argument b: dtype mismatch", |ops| ops[1].dtype = 2, |_| {}), // i8 where T = f32
+            ("add", "XLA element type 29 has no dlbridge dtype", |ops| ops[0].dtype = 29, |_| {}),
+            ("add", "a malformed XLA buffer", |ops| ops[0].rank = -1, |_| {}),
+            ("add", "2 operands and 0 results", |_| {}, |f| f.rets.size = 0),
+            ("add", "execution stage 1", |_| {}, |f| f.stage = 1),
+            ("add", "call frame has 32 bytes", |_| {}, |f| f.struct_size = 32),
+        ];
+        let (mut x, mut y, mut z) = ([1.0f32; 4], [2.0f32; 4], [0.0f32; 4]);
+        let dims = [4i64];
+        for (kernel, want, on_buffers, on_frame) in cases {
+            let mut operands = [buffer(11, &mut x, &dims), buffer(11, &mut y, &dims)];
+            let mut results = [buffer(11, &mut z, &dims), buffer(11, &mut [0.0f32; 4], &dims)];
+            on_buffers(&mut operands);
+            let got = call(kernel, &mut operands, &mut results[..1], on_frame);
+            let (code, message) = got.unwrap_or_else(|| panic!("{kernel}: expected an error saying {want:?}"));
+            assert!(message.contains(want), "{kernel}: {message:?} does not say {want:?}");
+            assert_ne!(code, 0);
+        }
+        assert_eq!(z, [0.0; 4], "nothing was written by a refused call");
+    }
+
+    #[test]
+    fn the_metadata_query_gets_the_api_version_implemented() {
+        let mut metadata = Metadata {
+            struct_size: size_of::<Metadata>(),
+            api_version: ApiVersion { struct_size: 0, extension_start: std::ptr::null_mut(), major: -1, minor: -1 },
+            traits: 7,
+            state_type_id: 9,
+        };
+        let mut ext = MetadataExtension {
+            base: ExtensionBase { struct_size: METADATA_EXTENSION_SIZE, kind: EXTENSION_METADATA, next: std::ptr::null_mut() },
+            metadata: &raw mut metadata,
+        };
+        let mut none: [Buffer; 0] = [];
+        let got = call("add", &mut none, &mut [], |f| f.extension_start = (&raw mut ext).cast());
+        assert_eq!(got, None);
+        assert_eq!((metadata.api_version.major, metadata.api_version.minor, metadata.traits, metadata.state_type_id), (0, 1, 0, 0));
+        assert_eq!(metadata.api_version.struct_size, API_VERSION_SIZE);
     }
 }
