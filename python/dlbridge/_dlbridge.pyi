@@ -195,6 +195,10 @@ class Kernel:
     """``inspect.Signature`` of a call of this kernel (None on the class)."""
     def prepare_outputs(self, *args: Any) -> list[tuple[list[int], str, str]]:
         """``(shape, dtype, device)`` of each output for these inputs."""
+    @property
+    def origins(self) -> list[tuple[str, str]]:
+        """``(device, origin)`` of each implementation: ``built-in (file:line)``,
+        a plugin's path, or what compiled it."""
     def abstract_outputs(self, *args: Any) -> list[tuple[list[int], str]]:
         """``(shape, dtype)`` of each output for arguments known by shape and
         dtype only: a ``(shape, dtype)`` pair per tensor, a number per scalar."""

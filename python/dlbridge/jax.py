@@ -69,30 +69,43 @@ def platforms() -> tuple[str, ...]:
     return tuple(served)
 
 
-def _vmap_method(kernel: dlbridge.Kernel) -> str:
-    """``broadcast_all`` when every tensor (parameters and outputs) leads with
-    the same ``...`` group, which takes a leading batch dim as it stands;
-    ``sequential`` (one call per batch element) otherwise."""
+def _lead(kernel: dlbridge.Kernel) -> str | None:
+    """The one group every tensor (parameters and outputs) leads with, if any."""
     leads = {(d[0] if d else None) for d in (t.dims for t in [*kernel.params, *kernel.outputs] if t.kind == "tensor")}
-    if len(leads) == 1:
-        (lead,) = leads
-        if isinstance(lead, str) and lead[:1] in (".", "*"):
-            return "broadcast_all"
+    lead = leads.pop() if len(leads) == 1 else None
+    return lead if isinstance(lead, str) and lead[:1] in (".", "*") else None
+
+
+def _vmap_method(kernel: dlbridge.Kernel) -> str:
+    """``broadcast_all`` (one call on the batched shapes) where that is known
+    to compute each batch element on its own: every tensor leads with one
+    group, and the kernel is elementwise (a ``*`` broadcast group, which only
+    ``ElementwiseKernel`` declares) or a built-in (each treats a leading
+    ``...`` group element by element). ``sequential`` (one call per batch
+    element) otherwise: a ``load_inline`` or plugin kernel may read across
+    its ``...`` group."""
+    lead = _lead(kernel)
+    built_in = all(origin.startswith("built-in") for _, origin in kernel.origins)
+    if lead is not None and (lead.startswith("*") or built_in):
+        return "broadcast_all"
     return "sequential"
 
 
 def _scalar(kernel: dlbridge.Kernel, p: Any, value: Any) -> Any:
-    python_type, numpy_type = _SCALAR_TYPES[p.dtype]
     if isinstance(value, jax.core.Tracer):
         raise TypeError(
             f"{kernel.name}: argument {p.name}: a {p.dtype} scalar is fixed when the call is traced; "
             "pass a Python number (a traced value cannot be one)"
         )
-    if isinstance(value, bool) and p.dtype != "bool" or not isinstance(value, (python_type, numpy_type, np.generic)):
-        raise TypeError(f"{kernel.name}: argument {p.name}: expected a {p.dtype} scalar, got {type(value).__name__}")
-    if p.dtype == "i64" and isinstance(value, (float, np.floating)):
-        raise TypeError(f"{kernel.name}: argument {p.name}: expected an i64 scalar, got the float {value!r}")
-    return numpy_type(value)
+    boolean = isinstance(value, (bool, np.bool_))
+    ok = {
+        "bool": boolean,
+        "i64": not boolean and isinstance(value, (int, np.integer)),
+        "f64": not boolean and isinstance(value, (int, float, np.integer, np.floating)),
+    }[p.dtype]
+    if not ok:
+        raise TypeError(f"{kernel.name}: argument {p.name}: expected a {p.dtype} scalar, got {type(value).__name__} {value!r}")
+    return _SCALAR_TYPES[p.dtype][1](value)
 
 
 @functools.cache
@@ -124,7 +137,7 @@ def _with_backward(k: dlbridge.Kernel, call: Callable[..., Any], rule: Callable[
     scalars = tuple(i for i, p in enumerate(params) if p.kind == "scalar")
 
     @functools.partial(jax.custom_vjp, nondiff_argnums=scalars)
-    def op(*args: Any) -> Any:
+    def differentiable(*args: Any) -> Any:
         return call(*args)
 
     def forward(*args: Any) -> Any:
@@ -148,17 +161,27 @@ def _with_backward(k: dlbridge.Kernel, call: Callable[..., Any], rule: Callable[
             if p.kind == "tensor"
         )
 
-    op.defvjp(forward, backward)
+    differentiable.defvjp(forward, backward)
+
+    def op(*args: Any) -> Any:
+        # The scalars' own errors, before custom_vjp sees a traced one.
+        for i in scalars[: len(args)]:
+            _scalar(k, params[i], args[i])
+        return differentiable(*args)
+
     return op
 
 
-def as_op(kernel: Any, *, backward: Callable[..., Any] | None = None) -> Callable[..., Any]:
+def as_op(kernel: Any, *, backward: Callable[..., Any] | None = None, vmap_method: str | None = None) -> Callable[..., Any]:
     """``kernel`` (a ``dlbridge.Kernel``, a registered kernel's name, or an
     ``ElementwiseKernel`` / ``ReductionKernel`` / ``RawKernel``) as a JAX
     function: see the module's docs. ``backward(saved, *output_grads)``
     (``saved.<input or output name>``, ``saved.shapes[name]``) returns the
     inputs' gradients, in parameter order or as a dict by name; the built-ins
-    bring their own (``dlbridge.torch``'s, the same rules)."""
+    bring their own (``dlbridge.torch``'s, the same rules). ``vmap_method``
+    overrides how ``jax.vmap`` batches it (``jax.ffi.ffi_call``'s values; by
+    default ``broadcast_all`` where that is known to be right, else
+    ``sequential``)."""
     k = kernel_of(kernel, "dlbridge.jax.as_op")
     params, n_out = list(k.params), len(k.outputs)
     if any(p.name == _KERNEL_ATTR for p in params):
@@ -166,17 +189,25 @@ def as_op(kernel: Any, *, backward: Callable[..., Any] | None = None) -> Callabl
     tensors = [p for p in params if p.kind == "tensor"]
     muts = [i for i, p in enumerate(tensors) if p.mutable]
     aliases = {i: n_out + j for j, i in enumerate(muts)} or None
-    vmap_method = _vmap_method(k)
+    vmap_method = vmap_method or _vmap_method(k)
+    # A `*` group broadcasts from the right: tensors of lower rank get leading
+    # 1s, so that a batch dim put in front lines up with every tensor's.
+    pad = (_lead(k) or "").startswith("*")
     names = ", ".join(p.name for p in params)
+
+    def tensor_args(args: tuple[Any, ...]) -> list[Any]:
+        return [a for p, a in zip(params, args) if p.kind == "tensor"]
 
     def op(*args: Any) -> Any:
         if len(args) != len(params):
             raise TypeError(f"{k.name}() takes {len(params)} arguments ({names}), got {len(args)}")
         platforms()
         arrays, abstract, attrs = [], [], {_KERNEL_ATTR: k.name}
+        rank = max((jnp.ndim(a) for p, a in zip(params, args) if p.kind == "tensor"), default=0) if pad else 0
         for p, a in zip(params, args, strict=True):
             if p.kind == "tensor":
                 x = jnp.asarray(a)
+                x = x.reshape((1,) * (rank - x.ndim) + x.shape) if x.ndim < rank else x
                 arrays.append(x)
                 abstract.append((tuple(x.shape), x.dtype.name))
             else:
@@ -188,7 +219,9 @@ def as_op(kernel: Any, *, backward: Callable[..., Any] | None = None) -> Callabl
         results += [jax.ShapeDtypeStruct(arrays[i].shape, arrays[i].dtype) for i in muts]
         if not results:
             raise TypeError(f"{k.name}: a kernel with neither outputs nor `mut` parameters has nothing to return to JAX")
-        out = jax.ffi.ffi_call(TARGET, results, vmap_method=vmap_method, input_output_aliases=aliases)(*arrays, **attrs)
+        out = list(jax.ffi.ffi_call(TARGET, results, vmap_method=vmap_method, input_output_aliases=aliases)(*arrays, **attrs))
+        for j, i in enumerate(muts):  # a `mut` tensor's new value in its own shape (padding undone)
+            out[n_out + j] = out[n_out + j].reshape(jnp.shape(tensor_args(args)[i]))
         return out[0] if len(results) == 1 else tuple(out)
 
     rule = backward

@@ -161,3 +161,29 @@ def test_a_kernel_from_source_takes_a_backward_and_broadcast_inputs_get_summed_g
 def test_a_backward_for_a_kernel_that_writes_its_inputs_is_refused():
     with pytest.raises(ValueError, match=r"as_op\(axpy\): a backward for a kernel that writes its inputs"):
         djax.as_op("axpy", backward=lambda s, g: None)
+
+
+def test_vmap_of_an_elementwise_kernel_lines_the_batch_up_with_broadcast_arguments():
+    op = djax.as_op(dlbridge.ElementwiseKernel("T x, T y", "T z", "z = x * y", "jax_vmap_mul"))
+    x, y = jnp.ones((3, 3)), jnp.array([1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(np.asarray(jax.vmap(op)(x, y)), np.asarray(jax.vmap(jnp.multiply)(x, y)))
+    np.testing.assert_array_equal(np.asarray(jax.vmap(lambda x: op(x, jnp.float32(2)))(jnp.ones((4, 3)))), np.full((4, 3), 2.0))
+
+
+def test_vmap_of_a_load_inline_function_runs_per_element_by_default():
+    src = "void normalize(const float* x, float* y, long long n) { float s = 0; for (long long i = 0; i < n; ++i) s += x[i]; for (long long i = 0; i < n; ++i) y[i] = x[i] / s; }"
+    mod = dlbridge.load_inline("jax_normalize", src, ["normalize(x: f32[...S]) -> (y: f32[...S])"])
+    op = djax.as_op(mod.normalize)
+    x = jnp.array([[1.0, 1.0], [3.0, 5.0]])
+    np.testing.assert_allclose(np.asarray(jax.vmap(op)(x)), [[0.5, 0.5], [0.375, 0.625]], rtol=1e-6)
+
+
+def test_a_scalar_given_to_a_differentiable_kernel_is_checked_before_tracing_reaches_it():
+    src = "void jax_scale(const float* x, double a, float* y, long long n) { for (long long i = 0; i < n; ++i) y[i] = x[i] * (float)a; }"
+    mod = dlbridge.load_inline("jax_scale_lib", src, ["jax_scale(x: f32[N], a: f64) -> (y: f32[N])"])
+    op = djax.as_op(mod.jax_scale, backward=lambda s, g: (g * s.a, None))
+    with pytest.raises(TypeError, match="jax_scale: argument a: a f64 scalar is fixed when the call is traced"):
+        jax.jit(op)(arange(3), 0.5)
+    with pytest.raises(TypeError, match=r"jax_scale: argument a: expected a f64 scalar, got bool"):
+        op(arange(3), np.bool_(True))
+    np.testing.assert_allclose(np.asarray(jax.grad(lambda x: op(x, 3.0).sum())(arange(3))), 3.0)

@@ -431,6 +431,12 @@ impl PyKernel {
     fn devices(&self) -> Vec<String> {
         self.kernel.devices().map(|d| d.to_string()).collect()
     }
+    /// Where each device's implementation comes from: `(device, origin)`,
+    /// the origin `built-in (file:line)`, a plugin's path, or what compiled it.
+    #[getter]
+    fn origins(&self) -> Vec<(String, String)> {
+        self.kernel.origins().map(|(d, o)| (d.to_string(), o.to_owned())).collect()
+    }
     /// Whether an output whose dims are exactly an input's (`...S`, `...B, N`)
     /// is allocated in the memory order of the inputs shaped like it (NumPy's
     /// `order='K'`, torch's TensorIterator); False for kernels whose outputs

@@ -206,11 +206,15 @@ pub fn handler(platform: Platform) -> *const c_void {
     }
 }
 
-/// A failed call: XLA's error code and the message.
-struct Failure(c_int, String);
+/// A failed call: an error to make (XLA's code and the message), or one XLA
+/// made and the handler passes on.
+enum Failure {
+    New(c_int, String),
+    Xla(*mut c_void),
+}
 
 fn invalid(message: impl Into<String>) -> Failure {
-    Failure(ERR_INVALID_ARGUMENT, message.into())
+    Failure::New(ERR_INVALID_ARGUMENT, message.into())
 }
 
 extern "C" fn execute_cpu(frame: *mut CallFrame) -> *mut c_void {
@@ -226,44 +230,57 @@ fn execute(frame: *mut CallFrame, platform: Platform) -> *mut c_void {
         return std::ptr::null_mut();
     }
     let outcome = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: XLA passes a call frame valid for the call (module invariants).
-        let frame = unsafe { &*frame };
-        run(frame, platform)
+        // SAFETY: XLA passes a call frame valid for the call, whose first field
+        // is its size (module invariants); nothing else is read before the
+        // size says the frame holds it.
+        let size = unsafe { (&raw const (*frame).struct_size).read() };
+        if size < CALL_FRAME_SIZE {
+            return Err(invalid(format!(
+                "dlbridge: XLA's call frame has {size} bytes, fewer than the {CALL_FRAME_SIZE} of XLA FFI API {API_MAJOR}.{API_MINOR}"
+            )));
+        }
+        // SAFETY: the frame holds every field `CallFrame` declares (checked above).
+        run(unsafe { &*frame }, platform)
     }));
     let failure = match outcome {
         Ok(Ok(())) => return std::ptr::null_mut(),
+        Ok(Err(Failure::Xla(e))) => return e,
         Ok(Err(f)) => f,
         Err(panic) => {
             let what = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned());
-            Failure(ERR_INTERNAL, format!("dlbridge XLA handler panicked: {}", what.unwrap_or_else(|| "(no message)".into())))
+            Failure::New(ERR_INTERNAL, format!("dlbridge XLA handler panicked: {}", what.unwrap_or_else(|| "(no message)".into())))
         }
     };
-    // SAFETY: as above; the frame was checked to reach `api` before any failure
-    // that needs it is reported (a frame too small for `api` reports nothing).
-    unsafe { error(frame, failure) }
+    let Failure::New(code, message) = failure else { return std::ptr::null_mut() };
+    // SAFETY: XLA's call frame for this call (module invariants).
+    unsafe { error(frame, code, &message) }
 }
 
-/// An `XLA_FFI_Error` for `failure`, made by XLA's own API.
+/// An `XLA_FFI_Error` saying `message`, made by XLA's own API.
 ///
 /// # Safety
 /// `frame` is XLA's call frame for this call.
-unsafe fn error(frame: *mut CallFrame, Failure(code, message): Failure) -> *mut c_void {
-    // SAFETY: the caller's contract.
-    let frame = unsafe { &*frame };
+unsafe fn error(frame: *mut CallFrame, code: c_int, message: &str) -> *mut c_void {
     let unreportable = || {
-        // An XLA too broken to take an error: say it where a person sees it.
-        eprintln!("dlbridge XLA handler: cannot report an error to this XLA: {message}");
+        // An XLA too broken to take an error: say it where a person sees it
+        // (a failed write to stderr is ignored, never a panic).
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "dlbridge XLA handler: cannot report an error to this XLA: {message}");
         std::ptr::null_mut()
     };
-    if frame.struct_size < size_to(offset_of!(CallFrame, api), size_of::<*const Api>()) || frame.api.is_null() {
-        return unreportable();
-    }
-    // SAFETY: `api` is XLA's API table, alive for the process.
-    let api = unsafe { &*frame.api };
-    let Some(create) = (api.struct_size >= size_to(offset_of!(Api, error_create), size_of::<ApiFn<ErrorCreateArgs>>()))
-        .then_some(api.error_create)
-        .flatten()
-    else {
+    // SAFETY: the caller's contract: the size is the frame's first field, and
+    // `api` is read only when the size says the frame holds it.
+    let api = unsafe {
+        let size = (&raw const (*frame).struct_size).read();
+        if size < size_to(offset_of!(CallFrame, api), size_of::<*const Api>()) {
+            return unreportable();
+        }
+        (&raw const (*frame).api).read()
+    };
+    // SAFETY: a non-NULL `api` is XLA's API table, alive for the process;
+    // `error_create` is read only when its size says the table holds it.
+    let create = unsafe { api_fn(api, offset_of!(Api, error_create), |a| (&raw const (*a).error_create).read()) };
+    let Some(create) = create else {
         return unreportable();
     };
     let message = CString::new(message.replace('\0', "?")).unwrap_or_default();
@@ -278,13 +295,21 @@ unsafe fn error(frame: *mut CallFrame, Failure(code, message): Failure) -> *mut 
     unsafe { create(&mut args) }
 }
 
-fn run(frame: &CallFrame, platform: Platform) -> Result<(), Failure> {
-    if frame.struct_size < CALL_FRAME_SIZE {
-        return Err(invalid(format!(
-            "dlbridge: XLA's call frame has {} bytes, fewer than the {CALL_FRAME_SIZE} of XLA FFI API {API_MAJOR}.{API_MINOR}",
-            frame.struct_size
-        )));
+/// A function of XLA's API table at `offset`, if the table is there and
+/// holds it (`read` reads the field).
+///
+/// # Safety
+/// `api` is NULL or XLA's API table, whose first field is its size.
+unsafe fn api_fn<F>(api: *const Api, offset: usize, read: impl FnOnce(*const Api) -> Option<F>) -> Option<F> {
+    if api.is_null() {
+        return None;
     }
+    // SAFETY: the caller's contract; the field is read only if the table reaches it.
+    let size = unsafe { (&raw const (*api).struct_size).read() };
+    if size < offset + size_of::<*const c_void>() { None } else { read(api) }
+}
+
+fn run(frame: &CallFrame, platform: Platform) -> Result<(), Failure> {
     if !frame.extension_start.is_null() {
         // SAFETY: a non-NULL extension is an `XLA_FFI_Extension_Base` (module invariants).
         let ext = unsafe { &*frame.extension_start };
@@ -299,7 +324,7 @@ fn run(frame: &CallFrame, platform: Platform) -> Result<(), Failure> {
     let name = attrs
         .kernel
         .ok_or_else(|| invalid(format!("dlbridge: the custom call has no `{KERNEL_ATTR}` attribute (call it through dlbridge.jax)")))?;
-    let kernel = Registry::global().get(name).map_err(|e| Failure(ERR_NOT_FOUND, e.to_string()))?;
+    let kernel = Registry::global().get(name).map_err(|e| Failure::New(ERR_NOT_FOUND, e.to_string()))?;
     let sig = kernel.signature();
     let (device, stream) = match platform {
         Platform::Cpu => (Device::CPU, std::ptr::null_mut()),
@@ -324,6 +349,9 @@ fn run(frame: &CallFrame, platform: Platform) -> Result<(), Failure> {
         let what = |e: dlbridge_core::Error| invalid(format!("{}: argument {}: {e}", sig.name, p.name));
         args.push(match &p.kind {
             ParamKind::Tensor(t) if t.mutable => {
+                // Written through its aliased result (which XLA filled with the
+                // operand's values); the operand itself is never touched.
+                operand.next();
                 let b = aliased.next().ok_or_else(|| invalid(format!("{}: no result for `mut` {}", sig.name, p.name)))?;
                 Arg::TensorMut(view_mut(b, device).map_err(what)?)
             }
@@ -349,45 +377,59 @@ fn run(frame: &CallFrame, platform: Platform) -> Result<(), Failure> {
 
 /// Answers XLA's metadata query: the API version implemented, no traits.
 fn metadata(ext: *mut MetadataExtension) -> Result<(), Failure> {
-    // SAFETY: a metadata extension (its kind says so), valid for the call.
-    let ext = unsafe { &mut *ext };
-    if ext.base.struct_size < METADATA_EXTENSION_SIZE || ext.metadata.is_null() {
-        return Err(invalid(format!("dlbridge: XLA's metadata extension has {} bytes", ext.base.struct_size)));
-    }
-    // SAFETY: checked non-NULL; XLA's metadata struct, valid for the call.
-    let m = unsafe { &mut *ext.metadata };
-    if m.struct_size < METADATA_SIZE {
-        return Err(invalid(format!("dlbridge: XLA's metadata has {} bytes, fewer than {METADATA_SIZE}", m.struct_size)));
-    }
-    m.api_version = ApiVersion { struct_size: API_VERSION_SIZE, extension_start: std::ptr::null_mut(), major: API_MAJOR, minor: API_MINOR };
-    m.traits = 0;
-    if m.struct_size >= METADATA_WITH_STATE_SIZE {
-        m.state_type_id = 0; // XLA_FFI_UNKNOWN_TYPE_ID: no state
+    // SAFETY: a metadata extension (its kind says so), valid for the call,
+    // whose first field is its size; `metadata` is read only when the size
+    // says the extension holds it, and each field of the metadata is read or
+    // written only when its size says the metadata holds it.
+    unsafe {
+        let size = (&raw const (*ext).base.struct_size).read();
+        if size < METADATA_EXTENSION_SIZE {
+            return Err(invalid(format!("dlbridge: XLA's metadata extension has {size} bytes")));
+        }
+        let m = (&raw const (*ext).metadata).read();
+        if m.is_null() {
+            return Err(invalid("dlbridge: XLA's metadata extension has no metadata"));
+        }
+        let size = (&raw const (*m).struct_size).read();
+        if size < METADATA_SIZE {
+            return Err(invalid(format!("dlbridge: XLA's metadata has {size} bytes, fewer than {METADATA_SIZE}")));
+        }
+        let version =
+            ApiVersion { struct_size: API_VERSION_SIZE, extension_start: std::ptr::null_mut(), major: API_MAJOR, minor: API_MINOR };
+        (&raw mut (*m).api_version).write(version);
+        (&raw mut (*m).traits).write(0);
+        if size >= METADATA_WITH_STATE_SIZE {
+            (&raw mut (*m).state_type_id).write(0); // XLA_FFI_UNKNOWN_TYPE_ID: no state
+        }
     }
     Ok(())
 }
 
 /// XLA's stream and the device it runs on (CUDA).
 fn cuda_context(frame: &CallFrame) -> Result<(Device, *mut c_void), Failure> {
-    let unavailable = |what: &str| Failure(ERR_UNIMPLEMENTED, format!("dlbridge: this XLA's FFI API has no {what}"));
-    // SAFETY: XLA's API table, alive for the process (module invariants).
-    let api = unsafe { &*frame.api };
-    let reaches = |offset: usize| api.struct_size >= offset + size_of::<*const c_void>();
-    let stream_get = reaches(offset_of!(Api, stream_get)).then_some(api.stream_get).flatten().ok_or_else(|| unavailable("Stream_Get"))?;
-    let ordinal_get = reaches(offset_of!(Api, device_ordinal_get))
-        .then_some(api.device_ordinal_get)
-        .flatten()
-        .ok_or_else(|| unavailable("DeviceOrdinal_Get"))?;
+    let unavailable = |what: &str| Failure::New(ERR_UNIMPLEMENTED, format!("dlbridge: this XLA's FFI API has no {what}"));
+    // SAFETY: `api` is XLA's API table (module invariants); each function is
+    // read only when the table holds it.
+    let (stream_get, ordinal_get) = unsafe {
+        (
+            api_fn(frame.api, offset_of!(Api, stream_get), |a| (&raw const (*a).stream_get).read()),
+            api_fn(frame.api, offset_of!(Api, device_ordinal_get), |a| (&raw const (*a).device_ordinal_get).read()),
+        )
+    };
+    let stream_get = stream_get.ok_or_else(|| unavailable("Stream_Get"))?;
+    let ordinal_get = ordinal_get.ok_or_else(|| unavailable("DeviceOrdinal_Get"))?;
     let mut stream =
         ContextQuery { struct_size: STREAM_QUERY_SIZE, extension_start: std::ptr::null_mut(), ctx: frame.ctx, out: std::ptr::null_mut() };
     // SAFETY: XLA's own query with its argument struct, filled, for this call's context.
-    if !unsafe { stream_get(&mut stream) }.is_null() {
-        return Err(Failure(ERR_INTERNAL, "dlbridge: XLA gave no stream for the call".into()));
+    let e = unsafe { stream_get(&mut stream) };
+    if !e.is_null() {
+        return Err(Failure::Xla(e));
     }
     let mut ordinal = ContextQuery { struct_size: ORDINAL_QUERY_SIZE, extension_start: std::ptr::null_mut(), ctx: frame.ctx, out: 0i32 };
     // SAFETY: as above.
-    if !unsafe { ordinal_get(&mut ordinal) }.is_null() {
-        return Err(Failure(ERR_INTERNAL, "dlbridge: XLA gave no device ordinal for the call".into()));
+    let e = unsafe { ordinal_get(&mut ordinal) };
+    if !e.is_null() {
+        return Err(Failure::Xla(e));
     }
     Ok((Device::cuda(ordinal.out), stream.out))
 }
@@ -657,6 +699,28 @@ mod tests {
         assert_eq!(call("add", &mut operands, &mut results, |_| {}), None);
         assert_eq!(z, [11.0, 22.0, 33.0]);
         assert_eq!(results[0].data.cast_const(), out_ptr.cast(), "written where XLA said");
+    }
+
+    #[test]
+    fn a_mut_parameter_is_written_through_its_aliased_result_and_later_operands_stay_in_place() {
+        static REGISTERED: std::sync::Once = std::sync::Once::new();
+        REGISTERED.call_once(|| {
+            let def = dlbridge_registry::KernelDef::cpu("xla_test_accumulate(acc: mut f32[N], y: f32[N])", |call| {
+                let (ins, mut outs) = call.io();
+                let y = ins.tensor("y")?.to_vec::<f32>()?;
+                outs.take("acc")?.iter_mut::<f32>()?.zip(y).for_each(|(a, y)| *a += y);
+                Ok(())
+            });
+            Registry::global().register(def).unwrap();
+        });
+        // XLA gives the `mut` parameter's result the operand's values (`input_output_aliases`).
+        let (mut acc_in, mut y, mut acc_out) = ([1.0f32, 2.0], [10.0f32, 20.0], [1.0f32, 2.0]);
+        let dims = [2i64];
+        let mut operands = [buffer(11, &mut acc_in, &dims), buffer(11, &mut y, &dims)];
+        let mut results = [buffer(11, &mut acc_out, &dims)];
+        assert_eq!(call("xla_test_accumulate", &mut operands, &mut results, |_| {}), None);
+        assert_eq!(acc_out, [11.0, 22.0], "acc + y, with y the second operand");
+        assert_eq!(acc_in, [1.0, 2.0], "the operand is never written");
     }
 
     #[test]
