@@ -1,8 +1,8 @@
 //! Arguments, signature checking and output preparation.
 //!
-//! [`bind`] checks a call's arguments against a [`Signature`] and records
-//! what the type variables, dim symbols and `...` groups were bound to; all of
-//! it lives inline (no heap allocation for signatures within the `MAX_*`
+//! [`solve`] checks a call's arguments against a [`Signature`] and records
+//! what its type variables, dim symbols and `...` groups are for them (the
+//! [`Solution`]); all of it lives inline (no heap allocation for signatures within the `MAX_*`
 //! limits and tensors of up to 8 dims per group).
 
 use std::fmt;
