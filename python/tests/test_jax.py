@@ -165,16 +165,17 @@ def test_a_backward_for_a_kernel_that_writes_its_inputs_is_refused():
 
 def test_vmap_of_an_elementwise_kernel_lines_the_batch_up_with_broadcast_arguments():
     op = djax.as_op(dlbridge.ElementwiseKernel("T x, T y", "T z", "z = x * y", "jax_vmap_mul"))
-    x, y = jnp.ones((3, 3)), jnp.array([1.0, 2.0, 3.0])
+    x, y = jnp.ones((3, 3), "float32"), jnp.array([1.0, 2.0, 3.0], "float32")
     np.testing.assert_array_equal(np.asarray(jax.vmap(op)(x, y)), np.asarray(jax.vmap(jnp.multiply)(x, y)))
-    np.testing.assert_array_equal(np.asarray(jax.vmap(lambda x: op(x, jnp.float32(2)))(jnp.ones((4, 3)))), np.full((4, 3), 2.0))
+    twice = jax.vmap(lambda x: op(x, jnp.float32(2)))(jnp.ones((4, 3), "float32"))
+    np.testing.assert_array_equal(np.asarray(twice), np.full((4, 3), 2.0))
 
 
 def test_vmap_of_a_load_inline_function_runs_per_element_by_default():
     src = "void normalize(const float* x, float* y, long long n) { float s = 0; for (long long i = 0; i < n; ++i) s += x[i]; for (long long i = 0; i < n; ++i) y[i] = x[i] / s; }"
     mod = dlbridge.load_inline("jax_normalize", src, ["normalize(x: f32[...S]) -> (y: f32[...S])"])
     op = djax.as_op(mod.normalize)
-    x = jnp.array([[1.0, 1.0], [3.0, 5.0]])
+    x = jnp.array([[1.0, 1.0], [3.0, 5.0]], "float32")
     np.testing.assert_allclose(np.asarray(jax.vmap(op)(x)), [[0.5, 0.5], [0.375, 0.625]], rtol=1e-6)
 
 
