@@ -50,7 +50,7 @@ TARGET = "dlbridge"
 """The XLA FFI target name every call lowers to."""
 
 _KERNEL_ATTR = "dlbridge_kernel"
-_SCALAR_TYPES = {"f64": (float, np.float64), "i64": (int, np.int64), "bool": (bool, np.bool_)}
+_NUMPY_SCALARS = {"f64": np.float64, "i64": np.int64, "bool": np.bool_}
 
 
 @functools.cache
@@ -105,7 +105,7 @@ def _scalar(kernel: dlbridge.Kernel, p: Any, value: Any) -> Any:
     }[p.dtype]
     if not ok:
         raise TypeError(f"{kernel.name}: argument {p.name}: expected a {p.dtype} scalar, got {type(value).__name__} {value!r}")
-    return _SCALAR_TYPES[p.dtype][1](value)
+    return _NUMPY_SCALARS[p.dtype](value)
 
 
 @functools.cache
@@ -195,18 +195,16 @@ def as_op(kernel: Any, *, backward: Callable[..., Any] | None = None, vmap_metho
     pad = (_lead(k) or "").startswith("*")
     names = ", ".join(p.name for p in params)
 
-    def tensor_args(args: tuple[Any, ...]) -> list[Any]:
-        return [a for p, a in zip(params, args) if p.kind == "tensor"]
-
     def op(*args: Any) -> Any:
         if len(args) != len(params):
             raise TypeError(f"{k.name}() takes {len(params)} arguments ({names}), got {len(args)}")
         platforms()
-        arrays, abstract, attrs = [], [], {_KERNEL_ATTR: k.name}
+        arrays, shapes, abstract, attrs = [], [], [], {_KERNEL_ATTR: k.name}
         rank = max((jnp.ndim(a) for p, a in zip(params, args) if p.kind == "tensor"), default=0) if pad else 0
         for p, a in zip(params, args, strict=True):
             if p.kind == "tensor":
                 x = jnp.asarray(a)
+                shapes.append(x.shape)
                 x = x.reshape((1,) * (rank - x.ndim) + x.shape) if x.ndim < rank else x
                 arrays.append(x)
                 abstract.append((tuple(x.shape), x.dtype.name))
@@ -221,7 +219,7 @@ def as_op(kernel: Any, *, backward: Callable[..., Any] | None = None, vmap_metho
             raise TypeError(f"{k.name}: a kernel with neither outputs nor `mut` parameters has nothing to return to JAX")
         out = list(jax.ffi.ffi_call(TARGET, results, vmap_method=vmap_method, input_output_aliases=aliases)(*arrays, **attrs))
         for j, i in enumerate(muts):  # a `mut` tensor's new value in its own shape (padding undone)
-            out[n_out + j] = out[n_out + j].reshape(jnp.shape(tensor_args(args)[i]))
+            out[n_out + j] = out[n_out + j].reshape(shapes[i])
         return out[0] if len(results) == 1 else tuple(out)
 
     rule = backward
