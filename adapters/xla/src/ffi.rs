@@ -572,17 +572,20 @@ fn view_mut(b: &Buffer, device: Device) -> dlbridge_core::Result<TensorViewMut<'
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
+    use std::cell::RefCell;
 
     use super::*;
 
-    /// The errors the fake XLA API made, in order.
-    static ERRORS: Mutex<Vec<(c_int, String)>> = Mutex::new(Vec::new());
+    thread_local! {
+        /// The errors the fake XLA API made on this thread, in order: the
+        /// handler runs on its caller's thread, and tests run in parallel.
+        static ERRORS: RefCell<Vec<(c_int, String)>> = const { RefCell::new(Vec::new()) };
+    }
 
     extern "C" fn record_error(args: *mut ErrorCreateArgs) -> *mut c_void {
         // SAFETY: the handler passes its filled argument struct and a NUL-terminated message.
         let (code, message) = unsafe { ((*args).errc, std::ffi::CStr::from_ptr((*args).message).to_string_lossy().into_owned()) };
-        ERRORS.lock().unwrap().push((code, message));
+        ERRORS.with_borrow_mut(|errors| errors.push((code, message)));
         std::ptr::dangling_mut::<c_void>()
     }
 
@@ -667,9 +670,9 @@ mod tests {
             },
         };
         tweak(&mut frame);
-        ERRORS.lock().unwrap().clear();
+        ERRORS.with_borrow_mut(Vec::clear);
         let e = execute(&raw mut frame, Platform::Cpu);
-        let recorded = ERRORS.lock().unwrap().pop();
+        let recorded = ERRORS.with_borrow_mut(Vec::pop);
         assert_eq!(e.is_null(), recorded.is_none(), "an error is returned exactly when one was made");
         recorded
     }
