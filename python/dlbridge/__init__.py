@@ -8,8 +8,10 @@
     <Signature (a: 'T[M, K]', b: 'T[K, N]', /, *outs: 'T[M, N]', out: 'T[M, N] | None' = None) -> 'T[M, N]'>
 
 Tensors come in through the DLPack C exchange API where the type offers it
-(torch), else ``__dlpack__``, else the buffer protocol; outputs are allocated
-by the first tensor argument's framework, or written into ``out=``.
+(torch), else ``__dlpack__``, else the buffer protocol; outputs are made by
+the first tensor argument's framework (torch, NumPy, CuPy, JAX, or any
+framework given to ``register_allocator``; else ``dlbridge.Array``), or
+written into ``out=``.
 """
 
 from ._device import DLDeviceType
@@ -26,11 +28,15 @@ from ._dlbridge import (
     get_kernel,
     list_kernels,
     load_plugin,
+    register_allocator,
     zeros,
 )
 from ._compile import ElementwiseKernel, ReductionKernel
 from ._inline import load_inline
+from ._frameworks import install as _install_frameworks
 from ._introspect import install as _install_introspection
+
+_install_frameworks()  # CuPy's and JAX's outputs (neither is imported here)
 
 # inspect.signature(kernel), kernel.__doc__ and help(kernel) describe each kernel.
 _install_introspection(Kernel)
@@ -53,6 +59,7 @@ __all__ = [
     "list_kernels",
     "load_inline",
     "load_plugin",
+    "register_allocator",
     "to_pytorch_func",
     "zeros",
 ]

@@ -14,7 +14,7 @@ the inputs' gradients in parameter order.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 
@@ -55,9 +55,12 @@ class Saved:
         return f"Saved({', '.join(n for n in self.__dict__ if n != 'shapes')})"
 
 
-def as_grads(k: Any, result: Any) -> tuple[Any, ...]:
+def as_grads(k: Any, result: Any, needs: Sequence[bool] | None = None) -> tuple[Any, ...]:
     """A backward's result (a tuple in parameter order, one value, or a dict by
-    name) as one gradient per parameter (None where it gave none)."""
+    name) as one gradient per parameter (None where it gave none). A shorter
+    tuple holds the gradients of the inputs that need one (``needs``, in
+    order), or of the tensor parameters: scalars, and tensors made of Python
+    scalars, get none."""
     names = [p.name for p in k.params]
     if isinstance(result, Mapping):
         unknown = set(result) - set(names)
@@ -66,9 +69,17 @@ def as_grads(k: Any, result: Any) -> tuple[Any, ...]:
         return tuple(result.get(n) for n in names)
     if not isinstance(result, (tuple, list)):
         result = (result,)
-    if len(result) != len(names):
-        raise ValueError(f"{k.name} backward: returned {len(result)} gradients, the kernel has {len(names)} inputs ({', '.join(names)})")
-    return tuple(result)
+    if len(result) == len(names):
+        return tuple(result)
+    candidates = [] if needs is None else [[n for n, need in zip(names, needs) if need]]
+    candidates.append([p.name for p in k.params if p.kind == "tensor"])
+    for takes in candidates:
+        if len(result) == len(takes):
+            by_name = dict(zip(takes, result))
+            return tuple(by_name.get(n) for n in names)
+    raise ValueError(
+        f"{k.name} backward: returned {len(result)} gradients; the kernel has {len(names)} inputs ({', '.join(names)})"
+    )
 
 
 def _gelu_grad(ops: Any, x: Any) -> Any:

@@ -3,17 +3,17 @@
 ``dlbridge.ElementwiseKernel('T x, T y', 'T z', 'z = (x - y) * (x - y)', 'squared_diff')``
 is CuPy's class with CuPy's parameter language and semantics; the kernel is registered
 under its name (``dlbridge.get_kernel('squared_diff')``, ``dlbridge list``, Rust and tch
-see it too). Inputs broadcast as NumPy broadcasts them, any strides; outputs are allocated
-by the framework of the first array argument (torch, NumPy, else ``dlbridge.Array``) or
-passed after the inputs (positionally, as in CuPy, or with ``out=``). The C++ for each
+see it too). Inputs broadcast as NumPy broadcasts them, any strides; outputs are made
+by the framework of the first array argument (torch, NumPy, CuPy, JAX, any framework
+given to ``dlbridge.register_allocator``, else ``dlbridge.Array``) or passed after the inputs (positionally, as in CuPy, or with ``out=``). The C++ for each
 combination of dtypes is generated, compiled by the system compiler (``$CXX``, else
 ``c++``) and cached on disk on first use.
 
 On CUDA tensors (torch ``cuda`` tensors, any ``__dlpack__`` producer on ``cuda``) the
 same kernel runs on the GPU, as CuPy runs it: CUDA C generated from the same text,
 compiled by NVRTC for the device on first use (cached on disk), launched on the caller's
-stream (torch's current stream). Outputs, and the 0-d arrays Python scalars become, are
-made by torch on the inputs' device.
+stream (torch's or CuPy's current stream). Outputs are made on the inputs' device, and
+so are the 0-d arrays Python scalars become.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import _dlbridge
+from ._device import DLDeviceType
 
 __all__ = ["ElementwiseKernel", "ReductionKernel"]
 
@@ -104,7 +105,8 @@ def _check_scalar(kernel: str, arg: str, value: Any, dtype: str) -> None:
 
 
 def _zero_d(value: Any, dtype: str, like: Any) -> Any:
-    """A 0-d array holding ``value`` as ``dtype``, in the framework of ``like``."""
+    """A 0-d array holding ``value`` as ``dtype`` on ``like``'s device: torch's and
+    NumPy's own, else a ``dlbridge.Array`` (copied to the device where it is not the host)."""
     fw = _framework(like) if like is not None else "other"
     if fw == "torch":
         import torch
@@ -114,7 +116,11 @@ def _zero_d(value: Any, dtype: str, like: Any) -> Any:
         import numpy
 
         return numpy.asarray(value, dtype=_NUMPY_NAMES[dtype])
-    return _dlbridge.full((), value, dtype)
+    a = _dlbridge.full((), value, dtype)
+    device = like.__dlpack_device__() if like is not None and hasattr(like, "__dlpack_device__") else None
+    if device is not None and int(device[0]) not in (DLDeviceType.kDLCPU, DLDeviceType.kDLCUDAHost):
+        a = a.to_device((int(device[0]), int(device[1])))
+    return a
 
 
 class _SourceKernel:
@@ -174,15 +180,26 @@ class ElementwiseKernel(_SourceKernel):
         self.no_return = no_return
         self.return_tuple = return_tuple
         self._params = self.kernel.params
-        self.nin = len(self._params)
         self.nout = len(self.kernel.outputs)
+        # Raw outputs, and outputs whose type no input has (CuPy's `X x, Y y` ->
+        # `Z z`), are the registry kernel's trailing `mut` inputs: the caller passes them.
+        self._outputs_given = 0
+        if self.nout == 0 and out_params.strip():
+            self._outputs_given = self.nout = len(out_params.split(","))
+            self._params = self._params[: -self.nout]
+        # With every input raw, the loop's shape is the caller's (size=): the
+        # registry kernel takes it as its `_loop` input, an array of that shape.
+        self._sized = bool(self._params) and self._params[-1].name == "_loop"
+        if self._sized:
+            self._params = self._params[:-1]
+        self.nin = len(self._params)
         self.nargs = self.nin + self.nout
         # Which inputs broadcast (may be given as scalars), and their type placeholder.
         self._scalar_ok = [any(str(d).startswith("*") for d in (p.dims or ())) for p in self._params]
 
     def __call__(self, *args: Any, size: int | None = None, block_size: int | None = None, out: Any = None) -> Any:
-        if size is not None:
-            raise TypeError(f"{self.name}: size= is for kernels whose arguments are all raw; this one has non-raw arguments")
+        if size is not None and not self._sized:
+            raise TypeError(f"{self.name}: size= is for kernels whose inputs are all raw; this one has non-raw inputs")
         if len(args) not in (self.nin, self.nargs):
             raise TypeError(
                 f"{self.name}: takes {self.nin} input arguments"
@@ -194,9 +211,32 @@ class ElementwiseKernel(_SourceKernel):
             raise TypeError(f"{self.name}: outputs given both positionally and with out=")
         if out is not None:
             outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        like = next((a for a in ins if not _is_scalar(a)), None)
+        made = False
         if any(_is_scalar(a) for a in ins):
+            first_is_scalar = _is_scalar(ins[0])
             ins = self._scalars_to_arrays(ins, outs)
-        result = self.kernel(*ins, out=(tuple(outs) if outs else None))
+            if first_is_scalar and not outs and like is not None:
+                # The outputs are made by the first array argument's framework, not
+                # by the 0-d array a leading scalar became.
+                outs = [_dlbridge._empty_like(like, shape, dtype) for shape, dtype, _ in self.kernel.prepare_outputs(*ins)]
+                made = True
+        if self._sized:
+            ins.append(self._loop(size, like, outs))
+        if self._outputs_given:
+            if not outs:
+                names = ", ".join(p.name for p in self.kernel.params[len(ins) :])
+                raise TypeError(
+                    f"{self.name}: the outputs ({names}) cannot be allocated (raw, or of a type no input has): "
+                    "pass them after the inputs or with out=, as in CuPy"
+                )
+            self.kernel(*ins, *outs)
+            result = outs[0] if len(outs) == 1 else tuple(outs)
+        else:
+            result = self.kernel(*ins, out=(tuple(outs) if outs else None))
+        if made:
+            handed = tuple(_dlbridge._hand_over(like, o) for o in outs)
+            result = handed[0] if len(handed) == 1 else handed
         if self.no_return:
             return None
         if self.nout == 1 and isinstance(result, (tuple, list)):
@@ -207,6 +247,30 @@ class ElementwiseKernel(_SourceKernel):
 
     def _scalars_to_arrays(self, ins: list[Any], outs: list[Any]) -> list[Any]:
         return _scalars_to_arrays(self.name, self._params, self._scalar_ok, ins, outs)
+
+    def _loop(self, size: Any, like: Any, outs: list[Any]) -> Any:
+        """The ``_loop`` argument: one byte seen as ``size`` elements (stride 0),
+        or, without ``size``, as the shape of the first non-raw output given (as
+        CuPy), on the device of the arrays."""
+        declared = self.kernel.params[self.nin + 1 :] if self._outputs_given else self.kernel.outputs
+        shaped = [o for o, p in zip(outs, declared) if tuple(p.dims or ()) == ("*S",)]
+        if size is None and shaped:
+            shape = tuple(int(d) for d in shaped[0].shape)
+        elif size is None:
+            raise TypeError(f"{self.name}: every input is raw, so the loop's size must be given: call it with size=")
+        else:
+            try:
+                shape = (operator.index(size),)
+            except TypeError:
+                raise TypeError(f"{self.name}: size must be an int, not {type(size).__name__}") from None
+            if shape[0] < 0:
+                raise ValueError(f"{self.name}: size must not be negative, got {shape[0]}")
+        like = like if like is not None else next(iter(outs), None)
+        one = _dlbridge.zeros((1,), "u8")
+        device = like.__dlpack_device__() if like is not None and hasattr(like, "__dlpack_device__") else None
+        if device is not None and int(device[0]) not in (DLDeviceType.kDLCPU, DLDeviceType.kDLCUDAHost):
+            one = one.to_device((int(device[0]), int(device[1])))
+        return one.broadcast_to(shape)
 
 
 def _scalars_to_arrays(name: str, params: Sequence[Any], scalar_ok: Sequence[bool], ins: list[Any], outs: list[Any]) -> list[Any]:
@@ -268,26 +332,12 @@ def _broadcast_to(a: Any, shape: tuple[int, ...]) -> Any:
     fw = _framework(a)
     if fw == "torch":
         return a.expand(shape)
-    import numpy
-
-    if fw == "numpy":
-        return numpy.broadcast_to(a, shape)
-    # Any other producer: through NumPy's view of its memory, then back as a dlbridge.Array.
-    return _dlbridge.from_dlpack(numpy.broadcast_to(numpy.from_dlpack(a), shape))
-
-
-def _empty(shape: tuple[int, ...], dtype: str, like: Any) -> Any:
-    """An uninitialised (or zeroed) array of ``shape`` in the framework of ``like``."""
-    fw = _framework(like)
-    if fw == "torch":
-        import torch
-
-        return torch.empty(shape, dtype=getattr(torch, _NUMPY_NAMES[dtype]), device=like.device)
     if fw == "numpy":
         import numpy
 
-        return numpy.empty(shape, dtype=_NUMPY_NAMES[dtype])
-    return _dlbridge.zeros(shape, dtype)
+        return numpy.broadcast_to(a, shape)
+    # Any other producer, on any device: a dlbridge.Array view of its memory.
+    return _dlbridge.from_dlpack(a).broadcast_to(shape)
 
 
 class ReductionKernel(_SourceKernel):
@@ -321,7 +371,7 @@ class ReductionKernel(_SourceKernel):
         )
         super().__init__(kernel, in_params, out_params, name, options)
         self.identity = identity
-        _REDUCTIONS[name] = self.kernel.signature
+        _REDUCTIONS[self.kernel.name] = self.kernel.signature
         params = self.kernel.params
         self._outs = [p for p in params if p.mutable]
         self._ins = [p for p in params if not p.mutable]
@@ -335,9 +385,11 @@ class ReductionKernel(_SourceKernel):
             if outs:
                 raise TypeError(f"{self.name}: outputs given both positionally and with out=")
             outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        # The framework of the first array argument makes the outputs.
+        like = next((a for a in ins if not _is_scalar(a)), None)
         if any(_is_scalar(a) for a in ins):  # 0-d arrays, which broadcast (as in ElementwiseKernel)
             ins = _scalars_to_arrays(self.name, self._ins, [True] * self.nin, ins, outs)
-        first = ins[0]
+        made: list[int] = []
         shapes = [tuple(int(n) for n in a.shape) for a in ins]
         shape = _broadcast_shapes(self.name, [p.name for p in self._ins], shapes)
         if any(s != shape for s in shapes):  # inputs broadcast, as in CuPy
@@ -372,10 +424,14 @@ class ReductionKernel(_SourceKernel):
                     bound.setdefault(p.dtype, _dtype_of(a))
             for p in self._outs:
                 dtype = p.dtype if p.dtypes == (p.dtype,) else bound[p.dtype]
-                outs.append(_empty(keep_shape if keepdims else out_shape, dtype, first))
+                outs.append(_dlbridge._empty_like(like, keep_shape if keepdims else out_shape, dtype))
+                made.append(len(outs) - 1)
         # A keepdims output is written through a view without the reduced dims.
         # (The trailing Ellipsis keeps an all-integer index a 0-d view, not a NumPy scalar.)
         index = tuple(0 if d in axes else slice(None) for d in range(ndim)) + (Ellipsis,)
         targets = [o[index] if len(o.shape) == ndim and ndim != len(out_shape) else o for o in outs]
         self.kernel(*ins, *targets)
+        # Made here in the input's framework: handed over as its calls' outputs are (JAX's zero-copy import).
+        for i in made:
+            outs[i] = _dlbridge._hand_over(like, outs[i])
         return outs[0] if self.nout == 1 else tuple(outs)

@@ -4,7 +4,7 @@ import inspect
 import os
 import sys
 from types import EllipsisType
-from typing import Any, ClassVar, Literal, Sequence, SupportsIndex, final, overload
+from typing import Any, Callable, ClassVar, Literal, Sequence, SupportsIndex, final, overload
 
 from typing_extensions import CapsuleType, TypeAlias
 
@@ -38,6 +38,9 @@ __all__ = [
     "cuda_raw_kernel",
     "cuda_raw_kernel_ptx",
     "xla_ffi_handler",
+    "register_allocator",
+    "_empty_like",
+    "_hand_over",
     "__version__",
 ]
 
@@ -88,6 +91,8 @@ class Array:
     @property
     def T(self) -> Array:
         """The array with its dims reversed, as NumPy's ``.T`` (a view sharing memory)."""
+    def broadcast_to(self, shape: Sequence[int]) -> Array:
+        """NumPy's ``broadcast_to``: a read-only view with new leading dims and size-1 dims repeated."""
     @overload
     def transpose(self, axes: Sequence[SupportsIndex] | None = None, /) -> Array: ...
     @overload
@@ -239,6 +244,16 @@ def cuda_status() -> dict[str, Any]:
 def xla_ffi_handler(platform: str) -> int:
     """The address of dlbridge's XLA FFI handler for ``"cpu"`` or ``"cuda"``."""
 
+def register_allocator(
+    array_type: type | str,
+    allocate: Callable[[tuple[int, ...], str, tuple[int, int]], Any] | None = None,
+    *,
+    finish: Callable[[Any], Any] | None = None,
+    stream: Callable[[tuple[int, int]], int] | None = None,
+) -> None:
+    """Makes calls whose first tensor argument is an ``array_type`` return that framework's arrays."""
+def _empty_like(like: Any, shape: Sequence[int], dtype: str) -> Any: ...
+def _hand_over(like: Any, out: Any) -> Any: ...
 def get_kernel(name: str) -> Kernel:
     """Raises KeyError if no kernel has this name."""
 def load_plugin(path: str | os.PathLike[str]) -> Plugin:

@@ -36,6 +36,7 @@ measures it beside ``torch.library.custom_op`` on the same no-op.
 from __future__ import annotations
 
 import functools
+import itertools
 import keyword
 import re
 import threading
@@ -494,10 +495,66 @@ def _register(state: _Op, ns: str, opname: str) -> None:
                 lib.impl(opname, state.impl, _DISPATCH_KEYS[device])
         torch.library.register_fake(f"{ns}::{opname}", fake_of(k), lib=lib)
         _register_autograd(lib, opname, state)
+        _register_scalar_overloads(lib, opname, state)
     except BaseException:
         lib._destroy()
         raise
     state.lib = lib
+
+
+# Inputs that broadcast (an ElementwiseKernel's `T[*S]`) take Python scalars, as in
+# CuPy: each set of them, up to this many, is an overload with `Scalar`s there.
+_MAX_SCALAR_INPUTS = 3
+
+
+def _scalar_overloads(k: dlbridge.Kernel) -> list[tuple[str, frozenset[int]]]:
+    """``(overload name, positions of the scalar inputs)`` for each set of an
+    ElementwiseKernel's broadcast inputs given as scalars (at least one input stays a tensor)."""
+    params = list(k.params)
+    broadcast = [i for i, p in enumerate(params) if p.kind == "tensor" and not p.mutable and tuple(p.dims or ()) == ("*S",)]
+    if not broadcast or len(broadcast) > _MAX_SCALAR_INPUTS:
+        return []
+    tensors = sum(1 for p in params if p.kind == "tensor")
+    names = _arg_names(k)
+    out = []
+    for r in range(1, len(broadcast) + 1):
+        for subset in itertools.combinations(broadcast, r):
+            if len(subset) < tensors:
+                out.append(("Scalar_" + "_".join(names[i] for i in subset), frozenset(subset)))
+    return out
+
+
+def _register_scalar_overloads(lib: Any, opname: str, state: _Op) -> None:
+    """``op(x, 1.5)``: an overload per set of scalar inputs (``Scalar`` in its
+    schema), which makes each scalar a 0-d tensor on the tensors' device, of the
+    dtype its parameter takes from them (as ``ElementwiseKernel`` does), and
+    calls the operator's default overload: CompositeImplicitAutograd, so autograd,
+    fake tensors, ``torch.compile`` and ``torch.export`` see that call (a scalar
+    gets no gradient)."""
+    k = state.kernel
+    params, names = list(k.params), _arg_names(k)
+    default = getattr(getattr(torch.ops, lib.ns), opname).default
+    args_text = schema_of(k)
+    for overload, scalars in _scalar_overloads(k):
+        parts = args_text[1 : args_text.index(") -> ")].split(", ")
+        for i in scalars:
+            parts[i] = f"Scalar {names[i]}"
+        lib.define(f"{opname}.{overload}({', '.join(parts)}){args_text[args_text.index(') -> ') + 1 :]}")
+
+        def impl(*args: Any, _scalars: frozenset[int] = scalars) -> Any:
+            like = next(a for i, a in enumerate(args) if i not in _scalars and isinstance(a, torch.Tensor))
+            bound = {p.dtype: _compile._FROM_NUMPY[str(a.dtype).removeprefix("torch.")]
+                     for i, (p, a) in enumerate(zip(params, args)) if i not in _scalars and p.kind == "tensor"
+                     and p.dtypes != (p.dtype,) and str(a.dtype).removeprefix("torch.") in _compile._FROM_NUMPY}
+            converted = list(args)
+            for i in sorted(_scalars):
+                p, v = params[i], args[i]
+                dtype = p.dtype if p.dtypes == (p.dtype,) else bound.setdefault(p.dtype, _compile._scalar_dtype(v))
+                _compile._check_scalar(k.name, p.name, v, dtype)
+                converted[i] = torch.scalar_tensor(v, dtype=getattr(torch, _compile._NUMPY_NAMES[dtype]), device=like.device)
+            return default(*converted)
+
+        lib.impl(f"{opname}.{overload}", impl, "CompositeImplicitAutograd")
 
 
 def _register_autograd(lib: Any, opname: str, state: _Op) -> None:
@@ -538,8 +595,9 @@ def _register_autograd(lib: Any, opname: str, state: _Op) -> None:
                 "or detach its inputs"
             )
         saved = Saved({**dict(zip(keep, ctx.saved_tensors)), **scalar_values}, shapes)
+        needs = ctx.needs_input_grad[1:]
         try:
-            got = as_grads(k, bw.fn(saved, *grads))
+            got = as_grads(k, bw.fn(saved, *grads), needs)
         except (TypeError, BufferError, AttributeError) as e:
             if any(type(t) is not torch.Tensor for t in (*ctx.saved_tensors, *grads) if isinstance(t, torch.Tensor)):
                 raise type(e)(
@@ -548,7 +606,6 @@ def _register_autograd(lib: Any, opname: str, state: _Op) -> None:
                     "torch.ops... — not kernels directly)"
                 ) from e
             raise
-        needs = ctx.needs_input_grad[1:]
         return (None, *(g if need else None for g, need in zip(got, needs)))
 
     function = type(
@@ -638,10 +695,16 @@ def as_op(kernel: Any, name: str | None = None, *, backward: Any = None, save: S
     ``kernel`` is a ``dlbridge.Kernel``, a registered kernel's name, or an
     ``ElementwiseKernel`` / ``ReductionKernel`` / ``RawKernel``. ``backward``:
     a function ``backward(saved, *grads)`` returning one gradient per input
-    (a tuple in parameter order, or a dict by name; None where there is none),
+    (a tuple in parameter order, or a dict by name; None where there is none;
+    a shorter tuple gives the inputs that need one, scalars never do),
     with ``save=`` the names it reads (default: every input and output), or a
     dict ``{input name: kernel}``; built-ins get theirs by default. Without a
     backward, a gradient through the operator is an error that says so.
+
+    An ``ElementwiseKernel``'s broadcast inputs take Python scalars, as in CuPy:
+    besides the default overload (all tensors), each set of them given as
+    scalars is an overload with ``Scalar`` there (``op.Scalar_s``), which torch
+    picks for ``op(x, 1.5)``.
 
     Registering under a taken name again returns the same operator, which then
     runs ``kernel`` (e.g. recompiled with the same signature) and the backward

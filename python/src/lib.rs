@@ -5,6 +5,39 @@ use dlbridge_python::errors::IntoPy;
 use dlbridge_python::{PyArray, PyKernel, import};
 use pyo3::prelude::*;
 
+/// Makes calls whose first tensor argument is an `array_type` (a type, or a
+/// `"module.Name"` string looked up only once that module is imported) return
+/// that framework's arrays: `allocate(shape, dtype, device)` returns a new,
+/// writable, row-major array (`dtype` NumPy's name where it has one,
+/// `device` a DLPack `(device_type, device_id)` pair), or None for a
+/// `dlbridge.Array`; `finish(array)` makes what the caller gets from what the
+/// kernel wrote (for immutable arrays: a zero-copy import); `stream(device)`
+/// returns the framework's current CUDA stream, which the kernel runs on.
+/// The latest registration for a type (or a base class) wins.
+#[pyfunction]
+#[pyo3(signature = (array_type, allocate=None, *, finish=None, stream=None))]
+fn register_allocator(
+    array_type: &Bound<'_, PyAny>,
+    allocate: Option<Bound<'_, PyAny>>,
+    finish: Option<Bound<'_, PyAny>>,
+    stream: Option<Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    dlbridge_python::frameworks::register(array_type, allocate, finish, stream)
+}
+
+/// A new writable array in `like`'s framework, on its device (before the
+/// framework's `finish`: see `_hand_over`).
+#[pyfunction]
+fn _empty_like<'py>(like: &Bound<'py, PyAny>, shape: Vec<i64>, dtype: &str) -> PyResult<Bound<'py, PyAny>> {
+    dlbridge_python::kernel::empty_like(like, shape, dtype)
+}
+
+/// What a caller in `like`'s framework gets for `out`, made by `_empty_like`.
+#[pyfunction]
+fn _hand_over<'py>(like: &Bound<'py, PyAny>, out: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    dlbridge_python::kernel::hand_over(like, out)
+}
+
 /// The address of dlbridge's XLA FFI handler for `platform` (`"cpu"` or
 /// `"cuda"`), for `jax.ffi.register_ffi_target` (see `dlbridge.jax`).
 #[pyfunction]
@@ -311,7 +344,9 @@ fn elementwise_kernel(
 ) -> PyResult<PyKernel> {
     use dlbridge::compile::{ElementwiseKernel, ElementwiseOptions};
     let opts = ElementwiseOptions { preamble: preamble.into(), loop_prep: loop_prep.into(), after_loop: after_loop.into() };
-    let k = ElementwiseKernel::new(in_params, out_params, operation, name, opts).py_err()?;
+    // The name is a label, as in CuPy: one a built-in holds gets a free variant.
+    let name = dlbridge::compile::registry_name(dlbridge::registry(), name);
+    let k = ElementwiseKernel::new(in_params, out_params, operation, &name, opts).py_err()?;
     k.register(dlbridge::registry()).map(PyKernel::new).py_err()
 }
 
@@ -332,6 +367,7 @@ fn reduction_kernel(
     preamble: &str,
 ) -> PyResult<PyKernel> {
     use dlbridge::compile::{Reduction, ReductionKernel};
+    let name = &dlbridge::compile::registry_name(dlbridge::registry(), name);
     let r = Reduction { in_params, out_params, map_expr, reduce_expr, post_map_expr, identity, name, reduce_type, preamble };
     let k = ReductionKernel::new(r).py_err()?;
     k.register(dlbridge::registry()).map(PyKernel::new).py_err()
@@ -519,6 +555,9 @@ fn _dlbridge(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_freeze_kernel_type, m)?)?;
     m.add_function(wrap_pyfunction!(load_inline, m)?)?;
     m.add_function(wrap_pyfunction!(xla_ffi_handler, m)?)?;
+    m.add_function(wrap_pyfunction!(register_allocator, m)?)?;
+    m.add_function(wrap_pyfunction!(_empty_like, m)?)?;
+    m.add_function(wrap_pyfunction!(_hand_over, m)?)?;
     m.add_function(wrap_pyfunction!(zeros, m)?)?;
     m.add_function(wrap_pyfunction!(inspect_capsule, m)?)?;
     m.add_function(wrap_pyfunction!(arange, m)?)?;

@@ -13,6 +13,7 @@ jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 
 import dlbridge  # noqa: E402
+import dlbridge._frameworks  # noqa: E402
 import dlbridge.jax as djax  # noqa: E402
 
 
@@ -188,3 +189,81 @@ def test_a_scalar_given_to_a_differentiable_kernel_is_checked_before_tracing_rea
     with pytest.raises(TypeError, match=r"jax_scale: argument a: expected a f64 scalar, got bool"):
         op(arange(3), np.bool_(True))
     np.testing.assert_allclose(np.asarray(jax.grad(lambda x: op(x, 3.0).sum())(arange(3))), 3.0)
+
+
+# --- Plain kernel calls on JAX arrays: JAX arrays are immutable, so dlbridge
+# allocates and JAX takes the buffer over (dlbridge.register_allocator's `finish`).
+
+add, relu, softmax, matmul = (dlbridge.get_kernel(n) for n in ("add", "relu", "softmax", "matmul"))
+x32 = arange
+
+
+@pytest.mark.parametrize(
+    ("kernel", "args", "reference"),
+    [
+        (add, (x32(3, 4), x32(3, 4)), lambda a, b: a + b),
+        (relu, (x32(5, 6),), lambda x: jnp.maximum(x, 0)),
+        (softmax, (x32(4, 8),), lambda x: jax.nn.softmax(x, axis=-1)),
+        (dlbridge.get_kernel("sum"), (x32(4, 8),), lambda x: x.sum(-1)),
+        (matmul, (x32(5, 3), x32(3, 4)), lambda a, b: a @ b),
+    ],
+)
+def test_a_plain_call_on_jax_arrays_returns_jax_arrays(kernel, args, reference):
+    out = kernel(*args)
+    assert isinstance(out, jax.Array)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(reference(*args)), rtol=1e-5, atol=1e-6)
+
+
+def test_jax_takes_the_buffer_the_kernel_filled_without_a_copy():
+    written = []
+
+    def finish(a):
+        written.append(a.data_ptr)
+        return dlbridge._frameworks._jax_finish(a)
+
+    dlbridge.register_allocator("jax.Array", finish=finish)
+    try:
+        out = add(x32(1024), x32(1024))
+    finally:
+        dlbridge._frameworks.install()
+    assert out.unsafe_buffer_pointer() == written[0], "the jax.Array is the dlbridge output's memory"
+
+
+def test_a_jax_array_is_never_written():
+    x = x32(4)
+    before = np.asarray(x).copy()
+    with pytest.raises(BufferError):
+        add(x, x, out=x)
+    np.testing.assert_array_equal(np.asarray(x), before)
+
+
+def test_cupys_elementwise_examples_on_jax_arrays_return_jax_arrays():
+    squared_diff = dlbridge.ElementwiseKernel("T x, T y", "T z", "z = (x - y) * (x - y)", "squared_diff_fw")
+    x = x32(2, 5)
+    for got, want in [
+        (squared_diff(x, 5), (x - 5) ** 2),
+        (squared_diff(5, x), (5 - x) ** 2),  # a leading scalar: still JAX's outputs
+        (squared_diff(x, x32(1, 5) * 2), (x - x32(1, 5) * 2) ** 2),  # broadcasting
+    ]:
+        assert isinstance(got, jax.Array)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
+    # raw arguments and _ind (CuPy's reversing example)
+    rev = dlbridge.ElementwiseKernel("T x, raw T y", "T z", "z = x + y[_ind.size() - i - 1]", "add_reverse_fw")
+    v = x32(6)
+    got = rev(v, v)
+    assert isinstance(got, jax.Array)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(v + v[::-1]), rtol=1e-6)
+
+
+def test_cupys_l2norm_reduction_on_jax_arrays_returns_jax_arrays():
+    l2norm = dlbridge.ReductionKernel("T x", "T y", "x * x", "a + b", "y = sqrt(a)", "0", "l2norm_fw")
+    x = x32(3, 5)
+    for kwargs, want in [
+        ({"axis": 1}, jnp.linalg.norm(x, axis=1)),
+        ({"axis": 0, "keepdims": True}, jnp.linalg.norm(x, axis=0, keepdims=True)),
+        ({}, jnp.linalg.norm(x)),
+    ]:
+        got = l2norm(x, **kwargs)
+        assert isinstance(got, jax.Array), kwargs
+        assert got.shape == want.shape, kwargs
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5)

@@ -108,12 +108,38 @@ void bump(float* a, float* b, long long n) {
     torch.library.opcheck(dt.as_op(lib.bump), (a, b))
 
 
-def test_compiled_kernel_scalars_are_tensors_in_the_schema(tmp_path, monkeypatch):
-    # CuPy's scalar parameters broadcast as 0-d arrays, so the registered
-    # signature (and the schema) takes tensors there.
+def test_compiled_kernel_scalars_are_scalars_in_an_overload(tmp_path, monkeypatch):
+    # CuPy's broadcast inputs take arrays or scalars: the default overload takes
+    # tensors, and each set of inputs given as scalars is an overload of its own.
     monkeypatch.setenv("DLBRIDGE_CACHE_DIR", str(tmp_path))
     k = dlbridge.ElementwiseKernel("T x, float64 s", "T y", "y = x * s", "torchop_scale")
     assert dt.schema_of(k) == "(Tensor x, Tensor s) -> Tensor"
+    op = dt.as_op(k, backward=lambda saved, g: (g * saved.s,))  # tensor gradients only
+    assert str(op.Scalar_s._schema) == "dlbridge::torchop_scale.Scalar_s(Tensor x, Scalar s) -> Tensor"
+    assert str(op.Scalar_x._schema) == "dlbridge::torchop_scale.Scalar_x(Scalar x, Tensor s) -> Tensor"
+    x = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    torch.testing.assert_close(op(x, 1.5), x * 1.5)
+    torch.testing.assert_close(op(x, torch.tensor(2.0, dtype=torch.float64)), x * 2)
+    assert torch.autograd.gradcheck(lambda x: op(x, 1.5), (x,))
+    compiled = torch.compile(lambda x: op(x, 0.5) + 1, fullgraph=True)
+    torch.testing.assert_close(compiled(x.detach()), x.detach() * 0.5 + 1)
+    # The scalar's dtype comes from its parameter: an int parameter refuses a float.
+    ik = dlbridge.ElementwiseKernel("T x, int32 s", "T y", "y = x * s", "torchop_iscale")
+    iop = dt.as_op(ik)
+    assert iop(torch.arange(3), 2).tolist() == [0, 2, 4]
+    with pytest.raises(TypeError, match="argument s: the scalar 1.5 is not an integer"):
+        iop(torch.arange(3), 1.5)
+
+
+def test_a_backward_may_return_gradients_for_the_tensors_only(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLBRIDGE_CACHE_DIR", str(tmp_path))
+    k = dlbridge.load_inline("torchop_tscale", c_source=r'''
+void tscale(const double* x, double s, double* y, long long n) {
+    for (long long i = 0; i < n; i++) y[i] = s * x[i];
+}''', functions={"tscale": "tscale(x: f64[N], s: f64) -> (y: f64[N])"}).tscale
+    op = dt.as_op(k, backward=lambda saved, g: g * saved.s)  # one gradient: x's
+    x = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: op(x, 3.0), (x,))
 
 
 def test_names_that_are_python_keywords_get_an_underscore(tmp_path, monkeypatch):
@@ -353,7 +379,7 @@ def test_a_backward_returning_the_wrong_count_is_a_clear_error(ops, tmp_path, mo
     monkeypatch.setenv("DLBRIDGE_CACHE_DIR", str(tmp_path))
     op = dt.as_op("mul", name="torchop::mul_bad", backward=lambda s, g: g)
     x = torch.randn(3, requires_grad=True)
-    with pytest.raises(ValueError, match=r"mul backward: returned 1 gradients, the kernel has 2 inputs \(a, b\)"):
+    with pytest.raises(ValueError, match=r"mul backward: returned 1 gradients; the kernel has 2 inputs \(a, b\)"):
         op(x, x).sum().backward()
     with pytest.raises(ValueError, match=r"writes its inputs \(mut\)"):
         dt.as_op("axpy", name="torchop::axpy_grad", backward=lambda s, g: g)

@@ -234,6 +234,13 @@ impl PyArray {
         Ok(PyArray::new(self.inner.permute(&perm).py_err()?))
     }
 
+    /// NumPy's `broadcast_to(a, shape)`: a read-only view of the array with
+    /// new leading dims and its size-1 dims repeated (stride 0). Shapes that
+    /// do not broadcast are a ValueError.
+    fn broadcast_to(&self, shape: Vec<i64>) -> PyResult<PyArray> {
+        Ok(PyArray::new(self.inner.broadcast_to(&shape).map_err(|e| PyValueError::new_err(e.to_string()))?))
+    }
+
     /// NumPy's `transpose`: `a.transpose()` / `a.transpose(None)` reverse the
     /// dims, `a.transpose((1, 0, 2))` and `a.transpose(1, 0, 2)` permute them
     /// (output dim `i` is input dim `axes[i]`; negative axes count from the

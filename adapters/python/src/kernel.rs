@@ -30,7 +30,8 @@ use crate::array::PyArray;
 use crate::cuda::DeviceArrays;
 use crate::errors::{IntoPy, PyFail, locate};
 use crate::exchange::Api;
-use crate::import::{Mode, Tensor, import, is_ndarray, python_may_run};
+use crate::frameworks::{Maker, PyMaker};
+use crate::import::{Mode, Tensor, import, python_may_run};
 
 /// Calls moving at least this many elements release the GIL while the kernel runs.
 pub const RELEASE_GIL_MIN: usize = 1 << 15;
@@ -80,13 +81,26 @@ impl<'py> Adapter for Objects<'py> {
 
 type Call<'k, 'py> = Binding<'k, Tensor<'py>, PyFail>;
 
+/// What a bound call's tensors say about it (see `PyKernel::survey`).
+struct Survey {
+    /// Elements moved, all tensors together.
+    total: usize,
+    /// The first tensor whose producer has a stream API, and its device.
+    streams: Option<(Api, Device)>,
+    /// The first tensor's device.
+    first: Option<Device>,
+}
+
 /// An output allocator for Python callers: it claims a call by its first
 /// tensor argument and turns what it allocated into Python objects.
 trait PyAllocator<'py>: Allocator<PyFail> + Sized {
-    /// Whether this allocator serves a call whose first tensor argument is `first`.
-    fn claim(first: &Tensor<'py>) -> Option<Self>;
-    /// The Python object of an output.
+    /// The Python object of an output, as the caller gets it.
     fn to_py(&self, py: Python<'py>, out: Self::Tensor) -> PyResult<Bound<'py, PyAny>>;
+    /// The Python object of an output before any hand-over (a registered
+    /// framework's `finish`): the object the kernel writes.
+    fn raw(&self, py: Python<'py>, out: Self::Tensor) -> PyResult<Bound<'py, PyAny>> {
+        self.to_py(py, out)
+    }
 }
 
 /// torch (and any producer whose exchange API can allocate): the producer's own allocator.
@@ -113,10 +127,14 @@ impl Allocator<PyFail> for Exchange<'_> {
     }
 }
 
-impl<'py> PyAllocator<'py> for Exchange<'py> {
+impl<'py> Exchange<'py> {
+    /// The allocator of `first`'s exchange API, if it can allocate.
     fn claim(first: &Tensor<'py>) -> Option<Self> {
         first.api.filter(|a| a.can_allocate()).map(|api| Exchange { py: first.obj.py(), api })
     }
+}
+
+impl<'py> PyAllocator<'py> for Exchange<'py> {
     fn to_py(&self, py: Python<'py>, out: ManagedTensor) -> PyResult<Bound<'py, PyAny>> {
         self.api.to_py(py, out)
     }
@@ -153,9 +171,6 @@ impl<'py> Allocator<PyFail> for Numpy<'py> {
 }
 
 impl<'py> PyAllocator<'py> for Numpy<'py> {
-    fn claim(first: &Tensor<'py>) -> Option<Self> {
-        is_ndarray(&first.obj).then(|| Numpy { py: first.obj.py() })
-    }
     fn to_py(&self, _: Python<'py>, out: Tensor<'py>) -> PyResult<Bound<'py, PyAny>> {
         Ok(out.obj)
     }
@@ -177,11 +192,62 @@ impl Allocator<PyFail> for Arrays<'_> {
 }
 
 impl<'py> PyAllocator<'py> for Arrays<'py> {
-    fn claim(first: &Tensor<'py>) -> Option<Self> {
-        Some(Arrays { py: first.obj.py() })
-    }
     fn to_py(&self, py: Python<'py>, out: dlbridge_array::Array) -> PyResult<Bound<'py, PyAny>> {
         Ok(Bound::new(py, PyArray::new(out))?.into_any())
+    }
+}
+
+/// A framework registered with `dlbridge.register_allocator`: its
+/// `allocate` (checked), else a `dlbridge.Array` on the device; its `finish`
+/// makes what the caller gets.
+struct Registered<'py> {
+    py: Python<'py>,
+    maker: Arc<Maker>,
+}
+
+impl Registered<'_> {
+    fn maker(&self) -> PyResult<&PyMaker> {
+        match &*self.maker {
+            Maker::Python(m) => Ok(m),
+            _ => Err(pyo3::exceptions::PyRuntimeError::new_err("internal error: a registered allocator without its functions")),
+        }
+    }
+}
+
+impl<'py> Allocator<PyFail> for Registered<'py> {
+    type Tensor = Tensor<'py>;
+    fn locate(&mut self, e: PyFail, kernel: &str, output: &str) -> PyFail {
+        PyFail(locate(self.py, e.0, kernel, &Slot::Output(output.into())))
+    }
+    fn allocate(&mut self, spec: &OutputSpec) -> Result<Tensor<'py>, PyFail> {
+        python_may_run();
+        let py = self.py;
+        let m = self.maker()?;
+        // Row-major: a registered framework is asked for a shape only.
+        let spec = &OutputSpec { order: Default::default(), ..spec.clone() };
+        let Some(obj) = m.allocate(py, spec)? else {
+            let a = <DeviceArrays as Allocator<PyFail>>::allocate(&mut DeviceArrays, spec)?;
+            return Ok(import(Bound::new(py, PyArray::new(a))?.as_any(), true, Mode::Own)?);
+        };
+        let t = import(&obj, true, Mode::Own).map_err(|e| {
+            PyFail(pyo3::exceptions::PyValueError::new_err(format!(
+                "the allocator registered for {} returned {}, which dlbridge cannot write: {}",
+                m.label,
+                type_name(&obj),
+                e.value(py)
+            )))
+        })?;
+        m.check(&t.view().map_err(crate::errors::to_pyerr)?, spec)?;
+        Ok(t)
+    }
+}
+
+impl<'py> PyAllocator<'py> for Registered<'py> {
+    fn to_py(&self, _: Python<'py>, out: Tensor<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.maker()?.finish(out.obj)
+    }
+    fn raw(&self, _: Python<'py>, out: Tensor<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(out.obj)
     }
 }
 
@@ -215,10 +281,10 @@ impl PyKernel {
     }
 
     /// After binding: the checks that needed a lent tensor's dtype, then the
-    /// call's size and the device of the first tensor whose producer has a
-    /// stream API. The views taken here are the snapshots the call goes on
+    /// call's size, the device of the first tensor whose producer has a
+    /// stream API, and the first tensor's device. The views taken here are the snapshots the call goes on
     /// using (see `import::Lent`); errors name their argument.
-    fn survey<'py>(&self, py: Python<'py>, call: &mut Call<'_, 'py>) -> PyResult<(usize, Option<(Api, Device)>)> {
+    fn survey<'py>(&self, py: Python<'py>, call: &mut Call<'_, 'py>) -> PyResult<Survey> {
         let k: &Kernel = &self.kernel;
         let sig = k.signature();
         // The slot of the i-th operand (tensor parameters, then outputs), built only for errors.
@@ -238,17 +304,18 @@ impl PyKernel {
             t.check_deferred().map_err(|e| locate(py, e, k.name(), &slot(i)))?;
         }
         let mut total = 0usize;
-        let mut device = None;
+        let (mut device, mut first) = (None, None);
         for (i, t) in call.operands().enumerate() {
             let v = t.view().map_err(|e| locate(py, crate::errors::to_pyerr(e), k.name(), &slot(i)))?;
             total = total.saturating_add(v.numel());
+            first = first.or(Some(v.device()));
             if device.is_none()
                 && let Some(api) = t.api
             {
                 device = Some((api, v.device()));
             }
         }
-        Ok((total, device))
+        Ok(Survey { total, streams: device, first })
     }
 
     /// A call: `kernel(*args, out=out)`, from either entry (`tp_call` or
@@ -259,7 +326,8 @@ impl PyKernel {
     {
         let mut call = self.kernel.binding();
         self.bind(py, args, out, &mut call)?;
-        let (total, device) = self.survey(py, &mut call)?;
+        let Survey { total, streams: device, first: first_device } = self.survey(py, &mut call)?;
+        let maker = call.operands().next().and_then(|t| crate::frameworks::lookup(&t.obj));
         // Large calls release the GIL: lent exchange views need it, so own them first.
         let release = total >= RELEASE_GIL_MIN;
         if release {
@@ -267,11 +335,13 @@ impl PyKernel {
                 t.own()?;
             }
         }
-        // The kernel runs on the caller's current stream (torch's, through the exchange API).
-        let stream = match device {
-            Some((api, device)) => api.current_stream(py, device)?,
-            None => std::ptr::null_mut(),
-        } as usize;
+        // The kernel runs on the caller's current stream: torch's (through the
+        // exchange API), or the one a registered framework names (CuPy's).
+        let stream = match (device, maker.as_deref(), first_device) {
+            (Some((api, device)), _, _) => api.current_stream(py, device)? as usize,
+            (None, Some(Maker::Python(m)), Some(d)) if crate::cuda::is_cuda(d) => m.stream(py, d)?.unwrap_or(0),
+            _ => 0,
+        };
 
         // dlbridge's CUDA arrays are ordered on the legacy default stream (see
         // `cuda`): a call on another stream waits for it, and it for the call.
@@ -289,7 +359,7 @@ impl PyKernel {
         if let Some(dev) = &order {
             dev.stream_wait(dlbridge_cuda::stream::LEGACY, stream_u).py_err()?;
         }
-        let result = dispatch(py, &mut call, out, stream, release);
+        let result = dispatch(py, &mut call, out, maker.as_ref(), stream, release);
         if let Some(dev) = &order {
             dev.stream_wait(stream_u, dlbridge_cuda::stream::LEGACY).py_err()?;
         }
@@ -297,12 +367,13 @@ impl PyKernel {
     }
 }
 
-/// Allocates the outputs (given ones, the first tensor's framework, NumPy, or
-/// `dlbridge.Array`) and runs.
+/// Allocates the outputs (given ones, else those of the first tensor's
+/// framework, `maker`) and runs.
 fn dispatch<'py>(
     py: Python<'py>,
     call: &mut Call<'_, 'py>,
     out: Option<&Bound<'py, PyAny>>,
+    maker: Option<&Arc<Maker>>,
     stream: usize,
     release: bool,
 ) -> PyResult<Py<PyAny>> {
@@ -317,16 +388,24 @@ fn dispatch<'py>(
             _ => PyTuple::new(py, given.into_iter().map(|t| t.obj))?.into_any().unbind(),
         });
     }
-    // The framework of the first tensor argument allocates the outputs: the
-    // first allocator that claims it. A new framework adds one line here.
-    let first = call.operands().next();
-    if let Some(a) = first.and_then(Exchange::claim) {
-        return finish(py, call, a, stream, release);
+    // The framework of the first tensor argument allocates the outputs (see `frameworks`).
+    let Some(first) = call.operands().next() else {
+        return finish(py, call, Arrays { py }, stream, release);
+    };
+    match maker {
+        Some(m) => match &**m {
+            Maker::Numpy => finish(py, call, Numpy { py }, stream, release),
+            Maker::Python(_) => finish(py, call, Registered { py, maker: m.clone() }, stream, release),
+            Maker::Exchange => match Exchange::claim(first) {
+                Some(a) => finish(py, call, a, stream, release),
+                None => finish(py, call, Arrays { py }, stream, release),
+            },
+        },
+        None => match Exchange::claim(first) {
+            Some(a) => finish(py, call, a, stream, release),
+            None => finish(py, call, Arrays { py }, stream, release),
+        },
     }
-    if let Some(a) = first.and_then(Numpy::claim) {
-        return finish(py, call, a, stream, release);
-    }
-    finish(py, call, Arrays { py }, stream, release)
 }
 
 /// Allocates with `alloc`, runs (releasing the GIL when asked) and returns
@@ -698,5 +777,48 @@ impl PyParam {
             if dtypes.len() == 1 { "," } else { "" },
             if self.mutable { "True" } else { "False" }
         )
+    }
+}
+
+/// A new writable array of `shape` and `dtype` on `like`'s device, made by
+/// `like`'s framework as a call's output would be (`finish` not yet applied:
+/// see [`hand_over`]). For Python code that fills an output itself (the
+/// `mut` outputs of a `ReductionKernel`).
+pub fn empty_like<'py>(like: &Bound<'py, PyAny>, shape: Vec<i64>, dtype: &str) -> PyResult<Bound<'py, PyAny>> {
+    let py = like.py();
+    let first = import(like, false, Mode::Own)?;
+    let device = first.view().py_err()?.device();
+    let dtype = DType::from_numpy_name(dtype)
+        .or_else(|| dtype.parse().ok())
+        .ok_or_else(|| PyTypeError::new_err(format!("unknown dtype {dtype:?}")))?;
+    let spec = OutputSpec { name: "out".into(), shape: shape.into_iter().collect(), dtype, device, order: Default::default() };
+    fn made<'py, A: PyAllocator<'py>>(py: Python<'py>, mut a: A, spec: &OutputSpec) -> PyResult<Bound<'py, PyAny>> {
+        let t = a.allocate(spec)?;
+        // `finish` is the caller's (hand_over): give back the writable object itself.
+        a.raw(py, t)
+    }
+    match crate::frameworks::lookup(like) {
+        Some(m) => match &*m {
+            Maker::Numpy => made(py, Numpy { py }, &spec),
+            Maker::Python(_) => made(py, Registered { py, maker: m.clone() }, &spec),
+            Maker::Exchange => match Exchange::claim(&first) {
+                Some(a) => made(py, a, &spec),
+                None => made(py, Arrays { py }, &spec),
+            },
+        },
+        None => match Exchange::claim(&first) {
+            Some(a) => made(py, a, &spec),
+            None => made(py, Arrays { py }, &spec),
+        },
+    }
+}
+
+/// What a caller of `like`'s framework gets for `out`, an array made by
+/// [`empty_like`] and written since: the registered `finish` of `like`'s
+/// framework, or `out` itself.
+pub fn hand_over<'py>(like: &Bound<'py, PyAny>, out: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    match crate::frameworks::lookup(like).as_deref() {
+        Some(Maker::Python(m)) => m.finish(out),
+        _ => Ok(out),
     }
 }

@@ -40,6 +40,7 @@ mod epoch;
 pub mod errors;
 #[allow(unsafe_code)]
 pub mod exchange;
+pub mod frameworks;
 #[allow(unsafe_code)]
 pub mod import;
 #[allow(unsafe_code)]

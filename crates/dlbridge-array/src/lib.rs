@@ -380,6 +380,33 @@ impl Array {
         Ok(out)
     }
 
+    /// The array broadcast to `shape` by NumPy's rule (a view: new leading
+    /// dims and size-1 dims get stride 0). The view is read-only, as NumPy's
+    /// `broadcast_to`: its elements alias each other.
+    pub fn broadcast_to(&self, shape: &[i64]) -> Result<Array> {
+        let n = self.ndim();
+        let fail = || Error::InvalidArgument(format!("broadcast_to: shape {:?} does not broadcast to {shape:?}", self.shape));
+        if shape.len() < n || shape.iter().any(|&d| d < 0) {
+            return Err(fail());
+        }
+        let lead = shape.len() - n;
+        let mut strides = SmallVec::from_elem(0, shape.len());
+        for (i, (&have, &stride)) in self.shape.iter().zip(&self.strides).enumerate() {
+            let want = shape[lead + i];
+            strides[lead + i] = match have {
+                _ if have == want => stride,
+                1 => 0,
+                _ => return Err(fail()),
+            };
+        }
+        let mut out = self.clone();
+        out.shape = shape.iter().copied().collect();
+        out.strides = strides;
+        out.extent = out.checked_extent()?;
+        out.set_read_only();
+        Ok(out)
+    }
+
     /// Elements `start, start+step, ..` (before `end`) along `dim`, as a view.
     /// Python semantics: negative `start`/`end` count from the end, `step` may
     /// be negative (giving negative strides) but not zero; bounds are clamped.

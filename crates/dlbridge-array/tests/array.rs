@@ -65,6 +65,21 @@ fn transpose_shares_memory_and_reads_in_logical_order() {
 }
 
 #[test]
+fn broadcast_to_repeats_size_one_dims_read_only_without_copying() {
+    let a = Array::from_slice(&[1.0f32, 2.0, 3.0], &[3, 1]).unwrap();
+    let b = a.broadcast_to(&[2, 3, 4]).unwrap();
+    assert_eq!((b.shape(), b.strides()), (&[2i64, 3, 4][..], &[0i64, 1, 0][..]));
+    assert_eq!(b.data_ptr(), a.data_ptr(), "a view");
+    assert!(b.is_read_only(), "its elements alias each other");
+    assert_eq!(b.contiguous().unwrap().to_vec::<f32>().unwrap(), [[1.0f32; 4], [2.0; 4], [3.0; 4]].concat().repeat(2));
+    for bad in [&[2, 2][..], &[1][..], &[2, 3, -1][..]] {
+        let e = a.broadcast_to(bad).unwrap_err();
+        assert!(e.to_string().contains("does not broadcast to"), "{bad:?}: {e}");
+    }
+    assert_eq!(Array::zeros(DType::U8, &[1]).unwrap().broadcast_to(&[0]).unwrap().numel(), 0);
+}
+
+#[test]
 fn slices_share_memory_with_any_step() {
     let a = Array::arange(10, DType::I32).unwrap();
     let s = a.slice(0, 2, 8, 3).unwrap();

@@ -100,7 +100,7 @@ pub enum Error {
         what: String,
     },
     /// A kernel or accessor needs a compact row-major tensor.
-    #[error("{what}: needs a contiguous (compact row-major) tensor, got shape {shape:?} strides {strides:?}")]
+    #[error("{what} needs a contiguous (compact row-major) tensor, got shape {shape:?} strides {strides:?}")]
     NotContiguous {
         /// Who needs contiguity.
         what: String,

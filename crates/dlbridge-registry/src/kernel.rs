@@ -576,12 +576,8 @@ impl Kernel {
     #[cold]
     #[inline(never)]
     fn not_contiguous(&self, i: usize, v: &dlbridge_core::TensorView<'_>) -> Error {
-        Error::NotContiguous {
-            what: "this kernel (copy the tensor first)".into(),
-            shape: v.shape().to_vec(),
-            strides: v.strides().to_vec(),
-        }
-        .at(self.sig.name.clone(), self.slot(i))
+        Error::NotContiguous { what: "this kernel".into(), shape: v.shape().to_vec(), strides: v.strides().to_vec() }
+            .at(self.sig.name.clone(), self.slot(i))
     }
 
     #[cold]

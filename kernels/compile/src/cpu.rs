@@ -194,7 +194,7 @@ pub fn elementwise_cpp(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Result
     }
     for (t, p) in all.iter().enumerate().filter(|(_, p)| p.raw) {
         let ct = &ctypes[t];
-        let elem = if p.mutable { ct.clone() } else { format!("const {ct}") };
+        let elem = if p.mutable || t >= n_in { ct.clone() } else { format!("const {ct}") };
         src.line(&format!("  const dlbridge::Raw<{elem}> {}(_t[{t}], {});", p.name, c_string(&p.name)));
     }
     if !spec.loop_prep.is_empty() {

@@ -43,7 +43,7 @@
 //!
 //! Every tensor is C-contiguous (the kernels are registered with
 //! [`KernelOpts::contiguous`]): a strided input or output is refused by the
-//! registry with an error naming it ("copy the tensor first"), never copied
+//! registry with an error naming it ("this kernel needs a contiguous ..."), never copied
 //! behind the caller's back and never written through a wrong layout. No
 //! output may overlap another tensor of the call. Broadcast groups (`*S`)
 //! are refused at load time (the C code would not know the strides).

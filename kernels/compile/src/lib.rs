@@ -56,4 +56,4 @@ pub use elementwise::ElementwiseKernel;
 pub use inline::{InlineLibrary, InlineOptions};
 pub use params::{ElementwiseOptions, ElementwiseSpec, Param, Reduction, ReductionSpec, Spec};
 pub use reduction::ReductionKernel;
-pub use source_kernel::SourceKernel;
+pub use source_kernel::{SourceKernel, registry_name};

@@ -466,7 +466,10 @@ fn check_common(kind: &str, name: &str, inputs: &[Param], outputs: &[Param]) -> 
         if o.mutable {
             return Err(at(format!("out_params: output `{}` is `mut`: outputs are always written, `mut` is for inputs", o.name)));
         }
+        // An elementwise output may take its type from the array passed for
+        // it (CuPy's `X x, Y y` -> `Z z`): see `ElementwiseSpec::outputs_given`.
         if let ParamType::Var(c) = o.ty
+            && kind == RK
             && !inputs.iter().any(|p| p.ty == ParamType::Var(c))
         {
             return Err(at(format!(
@@ -843,6 +846,10 @@ fn check_signature(kind: &str, name: &str, signature: &str) -> Result<()> {
 }
 
 const EW: &str = "ElementwiseKernel";
+
+/// The input that gives the loop its shape when every declared input is raw
+/// (see [`ElementwiseSpec::sized_by_caller`]).
+pub const LOOP: &str = "_loop";
 const RK: &str = "ReductionKernel";
 
 /// Most raw inputs an elementwise kernel may have: each takes one `...`
@@ -884,11 +891,12 @@ impl ElementwiseSpec {
     ///
     /// Refused (an [`Error::InvalidArgument`] naming the kernel and the
     /// parameter): names that are not C identifiers, C++ keywords, reserved
-    /// (`i`, `_ind`, a leading `_` or `dlbridge`) or declared twice; no
-    /// non-raw parameter (the iteration shape comes from them); raw or `mut`
-    /// outputs; an output type placeholder no input has; more than
-    /// [`MAX_TYPE_VARS`] placeholders or `MAX_RAW_PARAMS` (3) raw inputs; an
-    /// empty operation.
+    /// (`i`, `_ind`, a leading `_` or `dlbridge`) or declared twice; `mut`
+    /// outputs; more than [`MAX_TYPE_VARS`] placeholders or `MAX_RAW_PARAMS`
+    /// (3) raw parameters; an empty operation. Raw outputs and outputs whose
+    /// type no input has are the caller's to pass
+    /// ([`ElementwiseSpec::outputs_given`]); with no non-raw input the caller
+    /// gives the loop's shape ([`ElementwiseSpec::sized_by_caller`]).
     pub fn new(
         in_params: &str,
         out_params: &str,
@@ -900,22 +908,19 @@ impl ElementwiseSpec {
     ) -> Result<Self> {
         let (inputs, outputs) = parse_checked(EW, name, in_params, out_params)?;
         let at = |m: String| invalid(format!("{EW} `{name}`: {m}"));
-        if let Some(o) = outputs.iter().find(|o| o.raw) {
-            return Err(at(format!(
-                "out_params: output `{}` is raw: raw output parameters are not supported: pass the array as a `mut` raw input",
-                o.name
-            )));
-        }
-        if inputs.iter().all(|p| p.raw) {
-            return Err(at("no non-raw input: the loop runs over the broadcast shape of the non-raw inputs, so at least one is needed \
-                 (CuPy's `size=` is not supported)"
-                .into()));
-        }
-        let raws = inputs.iter().filter(|p| p.raw).count();
+        // A raw output is passed by the caller (its shape is not the loop's):
+        // see `outputs_given`.
+        let raws = inputs.iter().chain(&outputs).filter(|p| p.raw).count();
         if raws > MAX_RAW_PARAMS {
             return Err(at(format!(
-                "{raws} raw inputs; at most {MAX_RAW_PARAMS} are supported (each is one `...` group of the signature)"
+                "{raws} raw parameters; at most {MAX_RAW_PARAMS} are supported (each is one `...` group of the signature)"
             )));
+        }
+        let mut inputs = inputs;
+        if inputs.iter().all(|p| p.raw) {
+            // No input gives the loop its shape: the caller does, with CuPy's
+            // `size=`, as an array of that shape (a zero-stride view of one byte).
+            inputs.push(Param { name: LOOP.into(), ty: ParamType::Concrete(DType::U8), raw: false, mutable: false });
         }
         for (field, text, required) in [
             ("operation", operation, true),
@@ -936,6 +941,23 @@ impl ElementwiseSpec {
         };
         check_signature(EW, name, &spec.signature())?;
         Ok(spec)
+    }
+
+    /// Whether the caller passes the outputs: an output is raw (its shape is
+    /// not the loop's), or its type placeholder is no input's (CuPy's
+    /// `squared_diff_super_generic`, `X x, Y y` -> `Z z`), so only the array
+    /// passed for it can bind it. The signature then has every output as a
+    /// trailing `mut` input (the order of the tensors is unchanged), and a
+    /// call without them is the registry's arity error.
+    pub fn outputs_given(&self) -> bool {
+        self.outputs.iter().any(|o| o.raw || matches!(o.ty, ParamType::Var(c) if !self.inputs.iter().any(|p| p.ty == ParamType::Var(c))))
+    }
+
+    /// Whether every input the user declared is raw, so the loop's shape is
+    /// given by the caller (CuPy's `size=`): the signature then ends its
+    /// inputs with [`LOOP`]` : u8[*S]`, which takes an array of that shape.
+    pub fn sized_by_caller(&self) -> bool {
+        self.inputs.last().is_some_and(|p| p.name == LOOP)
     }
 }
 
@@ -1144,6 +1166,8 @@ impl Spec for ElementwiseSpec {
     /// The registry signature: `name<T: bool|...|f64>(x: T[*S], y: mut T[*S],
     /// r: T[...R0]) -> (z: T[*S])`. Non-raw operands share the broadcast group
     /// `*S`; raw input `k` (counting raw inputs only) has its own `...R<k>`.
+    /// Outputs the caller passes ([`ElementwiseSpec::outputs_given`]) are
+    /// trailing `mut` inputs: `(x: X[*S], y: Y[*S], z: mut Z[*S])`.
     fn render(&self, generics: &str, bind: Option<&[(char, DType)]>) -> Result<String> {
         let mut s = format!("{}{generics}(", self.name);
         let mut raw_k = 0;
@@ -1157,6 +1181,19 @@ impl Spec for ElementwiseSpec {
                 "*S".to_owned()
             };
             let _ = write!(s, "{sep}{}: {mutable}{}[{dims}]", p.name, dtype_text(p.ty, bind)?);
+        }
+        if self.outputs_given() {
+            for p in &self.outputs {
+                let dims = if p.raw {
+                    raw_k += 1;
+                    format!("...R{}", raw_k - 1)
+                } else {
+                    "*S".to_owned()
+                };
+                let _ = write!(s, ", {}: mut {}[{dims}]", p.name, dtype_text(p.ty, bind)?);
+            }
+            s.push(')');
+            return Ok(s);
         }
         s.push(')');
         if !self.outputs.is_empty() {
@@ -1525,29 +1562,30 @@ mod tests {
     #[test]
     fn elementwise_placement_rules() {
         assert_eq!(
-            err(ew("T x, T y", "raw T z")),
-            "ElementwiseKernel `k`: out_params: output `z` is raw: raw output parameters are not supported: pass the array as a `mut` raw input"
-        );
-        assert_eq!(
             err(ew("T x", "mut T z")),
             "ElementwiseKernel `k`: out_params: output `z` is `mut`: outputs are always written, `mut` is for inputs"
         );
-        let no_input = "ElementwiseKernel `k`: no non-raw input: the loop runs over the broadcast shape of the non-raw inputs, \
-                        so at least one is needed (CuPy's `size=` is not supported)";
-        assert_eq!(err(ew("raw T x", "")), no_input);
-        assert_eq!(err(ew("raw T x", "T z")), no_input);
-        assert_eq!(err(ew("", "float32 z")), no_input);
-        assert_eq!(
-            err(ew("T x", "U z")),
-            "ElementwiseKernel `k`: out_params: output `z` has type `U`, which no input has, so no call can bind it (give an input type `U` or use a concrete type)"
-        );
+        // No non-raw input: the caller gives the loop's shape (CuPy's size=) through `_loop`.
+        let sized = ew("raw T x", "T z").unwrap();
+        assert!(sized.sized_by_caller() && !sized.outputs_given());
+        assert!(sized.signature().ends_with("(x: T[...R0], _loop: u8[*S]) -> (z: T[*S])"), "{}", sized.signature());
+        // A raw output is passed by the caller, as a `mut` input with its own group.
+        let raw_out = ew("raw T x", "raw T y").unwrap();
+        assert!(raw_out.sized_by_caller() && raw_out.outputs_given());
+        assert!(raw_out.signature().ends_with("(x: T[...R0], _loop: u8[*S], y: mut T[...R1])"), "{}", raw_out.signature());
+        assert!(!ew("T x", "T z").unwrap().sized_by_caller());
+        // An output type no input has is bound by the array passed for it (CuPy's super-generic example).
+        let given = ew("X x, Y y", "Z z, X w").unwrap();
+        assert!(given.outputs_given());
+        assert!(given.signature().ends_with("(x: X[*S], y: Y[*S], z: mut Z[*S], w: mut X[*S])"), "{}", given.signature());
+        assert!(!ew("T x", "T z").unwrap().outputs_given());
         assert_eq!(
             err(ew("A a, B b, C c, D d, E e", "A z")),
             "ElementwiseKernel `k`: 5 type placeholders (`A`, `B`, `C`, `D`, `E`); at most 4 are supported"
         );
         assert_eq!(
             err(ew("T x, raw T a, raw T b, raw T c, raw T d", "T z")),
-            "ElementwiseKernel `k`: 4 raw inputs; at most 3 are supported (each is one `...` group of the signature)"
+            "ElementwiseKernel `k`: 4 raw parameters; at most 3 are supported (each is one `...` group of the signature)"
         );
         let many: Vec<String> = (0..17).map(|k| format!("T x{k}")).collect();
         assert_eq!(

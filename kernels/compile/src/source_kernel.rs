@@ -136,3 +136,16 @@ impl<S: Spec + Send + Sync + 'static> SourceKernel<S> {
         registry.register_replacing(self.defs(), replaceable)
     }
 }
+
+/// The name to register a kernel from source labelled `label` under, where
+/// a kernel's name is only a label (as in CuPy): `label` itself when it is
+/// free or held by an earlier kernel from source (which the new one
+/// replaces), else the first such `label_2`, `label_3`, ... A built-in or
+/// plugin kernel of that name is never replaced, and stays reachable by it.
+pub fn registry_name(registry: &Registry, label: &str) -> String {
+    let usable = |name: &str| registry.get(name).map_or(true, |k| replaceable(&k));
+    if usable(label) {
+        return label.to_owned();
+    }
+    (2u32..).map(|k| format!("{label}_{k}")).find(|n| usable(n)).unwrap_or_else(|| label.to_owned())
+}

@@ -1,0 +1,152 @@
+"""Outputs in the caller's framework: any framework plugs in with
+dlbridge.register_allocator, its allocations checked before a kernel writes
+them (JAX's plain calls: test_jax.py)."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import numpy as np
+import pytest
+
+import dlbridge
+
+add, softmax, matmul, relu = (dlbridge.get_kernel(n) for n in ("add", "softmax", "matmul", "relu"))
+
+
+class Box:
+    """A minimal framework: a NumPy array behind __dlpack__, nothing else."""
+
+    def __init__(self, a: np.ndarray) -> None:
+        self.a = a
+
+    def __dlpack__(self, **kwargs):
+        return self.a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+def new_framework():
+    """A fresh Box subclass (registrations are per type) and the calls its functions saw."""
+    return type("Box", (Box,), {}), {"allocate": [], "finish": [], "stream": []}
+
+
+def test_a_registered_framework_allocates_each_output_once_and_finishes_it():
+    T, seen = new_framework()
+    made = []
+
+    def allocate(shape, dtype, device):
+        seen["allocate"].append((shape, dtype, device))
+        made.append(T(np.empty(shape, dtype)))
+        return made[-1]
+
+    def finish(box):
+        seen["finish"].append(box)
+        return box
+
+    dlbridge.register_allocator(T, allocate, finish=finish, stream=lambda d: seen["stream"].append(d) or 0)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    out = add(T(x), x)
+    assert seen["allocate"] == [((2, 3), "float32", (1, 0))]
+    assert out is made[0] and seen["finish"] == [made[0]], "the object allocate made is the one the caller gets"
+    np.testing.assert_array_equal(out.a, x + x)
+    assert seen["stream"] == [], "a CPU call asks no framework for a stream"
+
+
+def test_the_first_tensor_argument_decides_and_subclasses_inherit_a_registration():
+    T, seen = new_framework()
+    dlbridge.register_allocator(T, lambda s, d, dev: seen["allocate"].append(s) or T(np.empty(s, d)))
+    Sub = type("Sub", (T,), {})
+    x = np.ones(4, np.float32)
+    assert isinstance(add(x, T(x)), np.ndarray), "NumPy first: NumPy's output"
+    assert isinstance(add(Sub(x), x), T)
+    assert seen["allocate"] == [(4,)]
+
+
+def test_the_latest_registration_wins():
+    T, _ = new_framework()
+    dlbridge.register_allocator(T, lambda s, d, dev: T(np.zeros(s, d)), finish=lambda b: "first")
+    dlbridge.register_allocator(T, lambda s, d, dev: T(np.zeros(s, d)), finish=lambda b: "second")
+    assert add(T(np.ones(2, np.float32)), np.ones(2, np.float32)) == "second"
+
+
+def test_a_name_registers_a_type_without_importing_its_module(monkeypatch):
+    mod = types.ModuleType("dlbridge_test_fw")
+    mod.Arr = type("Arr", (Box,), {})
+    dlbridge.register_allocator("dlbridge_test_fw.Arr", lambda s, d, dev: mod.Arr(np.empty(s, d)))
+    x = np.ones(3, np.float32)
+    # Not in sys.modules: nothing resolves the name, so the output is dlbridge's own.
+    assert isinstance(add(mod.Arr(x), x), dlbridge.Array)
+    monkeypatch.setitem(sys.modules, "dlbridge_test_fw", mod)
+    dlbridge.register_allocator("dlbridge_test_fw.Arr", lambda s, d, dev: mod.Arr(np.empty(s, d)))  # clears the cache
+    assert isinstance(add(mod.Arr(x), x), mod.Arr)
+
+
+def test_declining_gives_a_dlbridge_array_which_finish_hands_over():
+    T, seen = new_framework()
+    dlbridge.register_allocator(T, lambda s, d, dev: None, finish=lambda a: seen["finish"].append(a) or ("handed", a))
+    tag, a = add(T(np.ones(3, np.float32)), np.ones(3, np.float32))
+    assert tag == "handed" and isinstance(a, dlbridge.Array) and a.tolist() == [2.0, 2.0, 2.0]
+
+
+@pytest.mark.parametrize(
+    ("made", "says"),
+    [
+        (lambda s, d: np.empty((s[0] + 1,), d), "returned shape [4]; the output needs"),
+        (lambda s, d: np.empty(s, np.float64), "returned dtype f64; the output needs"),
+        (lambda s, d: np.empty((s[0] * 2,), d)[::2], "returned a non-contiguous array (strides [2])"),
+    ],
+)
+def test_an_allocation_that_does_not_fit_is_an_error_naming_the_registration(made, says):
+    T, _ = new_framework()
+    dlbridge.register_allocator(T, lambda s, d, dev: T(made(s, d)))
+    x = np.ones(3, np.float32)
+    with pytest.raises(ValueError, match=r"add: output out: the allocator registered for .*Box returned") as e:
+        add(T(x), x)
+    assert says in str(e.value)
+
+
+def test_a_read_only_allocation_is_refused_and_never_written():
+    T, _ = new_framework()
+    ro = np.zeros(3, np.float32)
+    ro.flags.writeable = False
+    dlbridge.register_allocator(T, lambda s, d, dev: ro)
+    with pytest.raises(ValueError, match="the allocator registered for .*Box returned ndarray, which dlbridge cannot write"):
+        add(T(np.ones(3, np.float32)), np.ones(3, np.float32))
+    assert ro.tolist() == [0, 0, 0]
+
+
+def test_an_allocator_that_raises_keeps_its_exception_located():
+    T, _ = new_framework()
+
+    def allocate(s, d, dev):
+        raise MemoryError("no room")
+
+    dlbridge.register_allocator(T, allocate)
+    with pytest.raises(MemoryError, match="add: output out: no room"):
+        add(T(np.ones(3, np.float32)), np.ones(3, np.float32))
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "says"),
+    [
+        ((3, lambda *a: None), {}, TypeError, "array_type must be a type or a \"module.Name\" string, not int"),
+        (("cupy", lambda *a: None), {}, ValueError, "is not a \"module.Name\" string"),
+        (("cupy.", lambda *a: None), {}, ValueError, "is not a \"module.Name\" string"),
+        ((Box, 42), {}, TypeError, "allocate must be callable, not int"),
+        ((Box,), {"finish": "x"}, TypeError, "finish must be callable, not str"),
+        ((Box,), {}, TypeError, "give allocate, finish or both"),
+    ],
+)
+def test_a_malformed_registration_is_refused(args, kwargs, error, says):
+    with pytest.raises(error, match=r".*") as e:
+        dlbridge.register_allocator(*args, **kwargs)
+    assert says in str(e.value)
+
+
+def test_an_unknown_dlpack_producer_still_gets_dlbridge_arrays():
+    T = type("Unregistered", (Box,), {})
+    out = add(T(np.ones(2, np.float32)), np.ones(2, np.float32))
+    assert isinstance(out, dlbridge.Array) and out.tolist() == [2.0, 2.0]
