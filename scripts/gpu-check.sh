@@ -9,8 +9,8 @@
 #                                  NVIDIA GPU and a CUDA 12 or 13 driver; no Rust, no
 #                                  internet) runs them, from a checkout or a copy of
 #                                  target/gpu-check/ with this script beside it, then
-#                                  python/bench/bench_cuda.py (GPU_CHECK_BENCH_ARGS=--quick
-#                                  for fewer rounds)
+#                                  python/bench/bench_cuda.py, bench_cupy.py and bench_jax.py
+#                                  (GPU_CHECK_BENCH_ARGS=--quick for fewer rounds)
 #
 # On the GPU machine a test that reports `skipped:` is a failure: the point of
 # the run is that nothing is skipped. NVRTC is looked for in CUDA_PATH,
@@ -25,7 +25,7 @@ TARGETS=("-p dlbridge-cuda" "-p dlbridge-compile --test cuda --test inline")
 # Test binaries of those crates that need no GPU (they run in ./dev.sh test).
 NOT_GPU="host_emulation"
 # Python tests that need a GPU.
-PY_TESTS=(test_cuda.py test_compile_cuda.py)
+PY_TESTS=(test_cuda.py test_compile_cuda.py test_gpu_frameworks.py)
 
 build() {
     cd "$here/.."
@@ -52,7 +52,7 @@ for line in sys.stdin:
     .venv/bin/python -m pip download --quiet --only-binary :all: --python-version 3.11 -d "$out/wheels" pytest
     mkdir -p "$out/python-tests"
     for f in conftest.py "${PY_TESTS[@]}"; do cp "python/tests/$f" "$out/python-tests/"; done
-    cp python/bench/bench_cuda.py "$out/python-tests/"
+    cp python/bench/bench_cuda.py python/bench/bench_cupy.py python/bench/bench_jax.py "$out/python-tests/"
     cp "$here/gpu-check.sh" "$out/"
     ls "$out/bin" "$out/wheels"
     echo "copy $out to the GPU machine and run: bash gpu-check.sh"
@@ -118,6 +118,16 @@ run() {
         echo "== bench_cuda.py ${GPU_CHECK_BENCH_ARGS:-}"
         # shellcheck disable=SC2086 # optional arguments
         if ! (cd "$tests" && PYTHONPATH="$site" python3 bench_cuda.py ${GPU_CHECK_BENCH_ARGS:-}); then failed=1; fi
+        # CuPy and JAX beside dlbridge on the same arrays (each where it is installed).
+        local b
+        for b in cupy jax; do
+            if python3 -c "import $b" 2>/dev/null; then
+                b="bench_$b.py"
+                echo "== $b ${GPU_CHECK_BENCH_ARGS:-}"
+                # shellcheck disable=SC2086 # optional arguments
+                if ! (cd "$tests" && PYTHONPATH="$site" python3 "$b" ${GPU_CHECK_BENCH_ARGS:-}); then failed=1; fi
+            fi
+        done
     else
         echo "!! Python GPU tests not run: no wheels in $wheels, or no python3 with torch"
         failed=1
