@@ -297,6 +297,7 @@ def load_inline(
     cuda_source: str | None = None,
     extra_cflags: list[str] = ...,
     cuda_options: list[str] = ...,
+    strided: list[str] = ...,
 ) -> list[Kernel]:
     """Registers the functions of ``dlbridge.load_inline`` (``(key, signature)`` pairs); the kernels in order."""
 def _numpy_read_in_place() -> bool:

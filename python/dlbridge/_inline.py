@@ -40,6 +40,7 @@ def load_inline(
     cuda_source: str | None = None,
     extra_cflags: Sequence[str] = (),
     cuda_options: Sequence[str] = (),
+    strided: Sequence[str] = (),
 ) -> InlineModule:
     """Compiles your C functions (``c_source``) and/or CUDA kernels (``cuda_source``) into
     registered kernels, one per entry of ``functions``, and returns them as a module.
@@ -58,8 +59,11 @@ def load_inline(
     or a concrete dtype's C type: f32 ``float``, f64 ``double``, i8 ``signed char``, i16
     ``short``, i32 ``int``, i64 ``long long``, u8/bool ``unsigned char``, u16/f16/bf16
     ``unsigned short``, u32 ``unsigned int``, u64 ``unsigned long long``. Tensors are
-    C-contiguous: a strided input or output is refused with an error (copy it first).
-    Broadcast groups (``*S``) are not allowed.
+    C-contiguous: a strided input or output is refused with an error (copy it first),
+    except for the C functions named in ``strided``, which take any layout: after the
+    sizes, one ``const long long*`` per tensor (parameters, then outputs) holding its
+    strides in elements, one per dim (the pointers are element ``[0, .., 0]``; strides may
+    be zero or negative). Broadcast groups (``*S``) are not allowed.
 
     ``c_source`` is compiled as C++17 inside ``extern "C" {...}`` with the system compiler
     (``$CXX``, else ``c++``), after the common C headers (``math.h``, ``stdint.h``, ...) and
@@ -96,12 +100,18 @@ def load_inline(
             if not isinstance(sig, str):
                 raise TypeError(f"load_inline {name!r}: a signature must be a str, got {sig!r}")
             pairs.append((None, sig))
-    flags = {"extra_cflags": extra_cflags, "cuda_options": cuda_options}
+    flags = {"extra_cflags": extra_cflags, "cuda_options": cuda_options, "strided": strided}
     for what, value in flags.items():
         # A str is a sequence too: "-O2 -g" would become eight one-character flags.
         if isinstance(value, (str, bytes)) or not isinstance(value, Iterable) or not all(isinstance(f, str) for f in value):
-            raise TypeError(f"load_inline {name!r}: {what} must be a list of str (one flag each), got {value!r}")
+            raise TypeError(f"load_inline {name!r}: {what} must be a list of str, got {value!r}")
     kernels = _dlbridge.load_inline(
-        name, c_source, pairs, cuda_source=cuda_source, extra_cflags=list(extra_cflags), cuda_options=list(cuda_options)
+        name,
+        c_source,
+        pairs,
+        cuda_source=cuda_source,
+        extra_cflags=list(extra_cflags),
+        cuda_options=list(cuda_options),
+        strided=list(strided),
     )
     return InlineModule(name, kernels)

@@ -378,7 +378,8 @@ fn reduction_kernel(
 /// holds `(key, signature)` pairs (`key` None when given as a list). Returns
 /// the kernels in order.
 #[pyfunction]
-#[pyo3(signature = (name, c_source, functions, cuda_source = None, extra_cflags = Vec::new(), cuda_options = Vec::new()))]
+#[pyo3(signature = (name, c_source, functions, cuda_source = None, extra_cflags = Vec::new(), cuda_options = Vec::new(), strided = Vec::new()))]
+#[allow(clippy::too_many_arguments)] // load_inline's keywords, one for one.
 fn load_inline(
     py: Python<'_>,
     name: &str,
@@ -387,9 +388,10 @@ fn load_inline(
     cuda_source: Option<&str>,
     extra_cflags: Vec<String>,
     cuda_options: Vec<String>,
+    strided: Vec<String>,
 ) -> PyResult<Vec<PyKernel>> {
     use dlbridge::compile::{InlineLibrary, InlineOptions};
-    let opts = InlineOptions { extra_cflags, cuda_options, cache: None };
+    let opts = InlineOptions { extra_cflags, cuda_options, cache: None, strided };
     py.detach(|| {
         let lib = if functions.iter().all(|(k, _)| k.is_some()) {
             let pairs: Vec<(&str, &str)> = functions.iter().map(|(k, s)| (k.as_deref().unwrap_or_default(), s.as_str())).collect();

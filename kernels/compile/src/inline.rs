@@ -44,7 +44,12 @@
 //! Every tensor is C-contiguous (the kernels are registered with
 //! [`KernelOpts::contiguous`]): a strided input or output is refused by the
 //! registry with an error naming it ("this kernel needs a contiguous ..."), never copied
-//! behind the caller's back and never written through a wrong layout. No
+//! behind the caller's back and never written through a wrong layout. A C
+//! function named in [`InlineOptions::strided`] takes any layout instead
+//! (as tvm-ffi's functions do): after the sizes it gets 5. one `const long
+//! long*` per tensor (parameters, then outputs) holding its strides in
+//! elements, one per dim (zero and negative strides included; the pointers
+//! of 1. and 3. are element `[0, .., 0]`). CUDA kernels are not passed strides. No
 //! output may overlap another tensor of the call. Broadcast groups (`*S`)
 //! are refused at load time (the C code would not know the strides).
 //!
@@ -130,6 +135,9 @@ pub struct InlineOptions {
     pub cuda_options: Vec<String>,
     /// The library cache; `None`: [`LibraryCache::global`].
     pub cache: Option<Arc<LibraryCache>>,
+    /// The C functions (of `c_source`) that take strides: they accept tensors
+    /// of any layout (see the module docs).
+    pub strided: Vec<String>,
 }
 
 /// One tensor of a function, in slot order (tensor parameters, then outputs).
@@ -195,6 +203,8 @@ struct Function {
     sizes: Vec<SizeArg>,
     cpu: bool,
     cuda: bool,
+    /// Takes each tensor's strides after the sizes, and any layout.
+    strided: bool,
 }
 
 impl Function {
@@ -233,6 +243,11 @@ impl Function {
         }
         for s in &self.sizes {
             p.push(("long long".to_owned(), s.name.trim_start_matches("...").to_owned()));
+        }
+        if self.strided {
+            for t in &self.tensors {
+                p.push(("const long long*".to_owned(), format!("{}_strides", t.name)));
+            }
         }
         p
     }
@@ -462,7 +477,17 @@ impl InlineLibrary {
                 };
                 return Err(value_error(format!("{what}: function `{fname}` is listed in `functions`, but {which}")));
             }
-            out.push(Function { sig, text: (*text).to_owned(), vars: fvars, tensors, scalars, sizes, cpu, cuda });
+            let strided = opts.strided.iter().any(|s| *s == fname);
+            if strided && cuda {
+                return Err(value_error(format!(
+                    "{what}: function `{fname}` takes strides, which only C functions (c_source) are passed; \
+                     cuda_source mentions it too (rename one, or drop it from `strided`)"
+                )));
+            }
+            out.push(Function { sig, text: (*text).to_owned(), vars: fvars, tensors, scalars, sizes, cpu, cuda, strided });
+        }
+        if let Some(s) = opts.strided.iter().find(|s| !out.iter().any(|f| f.name() == s.as_str())) {
+            return Err(value_error(format!("{what}: `strided` names `{}`, which `functions` does not list", crate::params::shortened(s))));
         }
         Ok(InlineLibrary {
             inner: Arc::new(Shared {
@@ -855,7 +880,7 @@ impl InlineLibrary {
     /// The definitions of function `k`: CPU and/or CUDA, one signature.
     fn defs(&self, k: usize) -> Vec<KernelDef> {
         let f = &self.inner.functions[k];
-        let opts = KernelOpts { contiguous: true, ..KernelOpts::DEFAULT };
+        let opts = KernelOpts { contiguous: !f.strided, ..KernelOpts::DEFAULT };
         let def = |device, imp: Impl, what: String| KernelDef {
             signature: f.text.clone(),
             device,
@@ -933,7 +958,8 @@ fn cpu_entry(src: &mut Src, k: usize, f: &Function, lib: &[DType]) {
         src.line(&format!("    static const char* const kNames[] = {{{}}};", names.join(", ")));
         src.line(&format!("    static const DLDataType kTypes[] = {{{}}};", types.join(", ")));
         src.line(&format!(
-            "    if (int32_t rc = dlbridge_inline::check(kKernel, _t, _nt, {nt}, kNames, kTypes, _err, _err_len)) return rc;"
+            "    if (int32_t rc = dlbridge_inline::check(kKernel, _t, _nt, {nt}, kNames, kTypes, _err, _err_len, {})) return rc;",
+            f.strided
         ));
     } else {
         src.line("    if (_nt != 0) return dlbridge_inline::fail(_err, _err_len, DLBRIDGE_ERR_VALUE, \"%s: called with %d tensors, expected none\", kKernel, static_cast<int>(_nt));");
@@ -959,6 +985,13 @@ fn cpu_entry(src: &mut Src, k: usize, f: &Function, lib: &[DType]) {
     }
     for s in &f.sizes {
         args.push(s.cpp());
+    }
+    if f.strided {
+        for slot in 0..nt {
+            // Room for any tensor's dims (the registry refuses more).
+            src.line(&format!("    long long _st{slot}[{}];", dlbridge_core::layout::MAX_NDIM));
+            args.push(format!("dlbridge_inline::strides(_t[{slot}], _st{slot})"));
+        }
     }
     src.line(&format!("    dlbridge_divguard::guarded([&] {{ ::{}({}); }});", f.name(), args.join(", ")));
     src.line("    return DLBRIDGE_OK;");
@@ -1000,5 +1033,20 @@ mod tests {
         assert_eq!(f.sizes[2].value(&[2, 3, 4, 5]), 5);
         assert_eq!(f.sizes[1].value(&[4, 5]), 4);
         assert_eq!(f.sizes[0].value(&[4, 5]), 1);
+    }
+
+    #[test]
+    fn a_strided_function_takes_one_strides_array_per_tensor_after_the_sizes() {
+        let opts = || InlineOptions { strided: vec!["t".into()], ..Default::default() };
+        let lib = InlineLibrary::new("strided_doc", Some("t"), &["t(x: f64[M, N], s: f64) -> (y: f64[N, M])"], None, opts()).unwrap();
+        assert_eq!(
+            lib.prototype("t").unwrap(),
+            "void t(const double* x, double s, double* y, long long M, long long N, const long long* x_strides, const long long* y_strides)"
+        );
+        assert!(!lib.defs(0)[0].opts.contiguous, "any layout reaches it");
+        let e = InlineLibrary::new("strided_cuda", Some("t"), &["t(x: f64[N])"], Some("t"), opts()).unwrap_err();
+        assert!(e.to_string().contains("function `t` takes strides, which only C functions (c_source) are passed"), "{e}");
+        let e = InlineLibrary::new("strided_none", Some("u"), &["u(x: f64[N])"], None, opts()).unwrap_err();
+        assert!(e.to_string().contains("`strided` names `t`, which `functions` does not list"), "{e}");
     }
 }
