@@ -477,7 +477,7 @@ impl InlineLibrary {
                 };
                 return Err(value_error(format!("{what}: function `{fname}` is listed in `functions`, but {which}")));
             }
-            let strided = opts.strided.iter().any(|s| *s == fname);
+            let strided = opts.strided.contains(&fname);
             if strided && cuda {
                 return Err(value_error(format!(
                     "{what}: function `{fname}` takes strides, which only C functions (c_source) are passed; \
