@@ -20,7 +20,8 @@ rules. A check that fails raises ``AssertionError`` listing every failure, unles
 declared in ``known_failures={name: reason}``, in which case it is reported as a known
 failure — and a declared failure that passes is itself an error, so stale declarations get
 removed. ``python -m dlbridge.testing [--markdown]`` runs both on every library installed
-here and prints the matrix library x rule.
+here and prints the matrix library x rule; ``--producer module:factory`` and ``--consumer
+module:function`` run them on your own library (``--help`` for the rest).
 """
 
 from __future__ import annotations
@@ -889,5 +890,51 @@ def _table(markdown: bool = False) -> int:
     return failures
 
 
+def _yours(args: Any) -> int:
+    """``--producer`` / ``--consumer``: the checks on the caller's own library; the failure count."""
+    results: list[tuple[str, list[Result]]] = []
+    if args.producer:
+        kw: dict[str, Any] = {"make_tensor": _resolve(args.producer), "raise_on_failure": False}
+        if args.read_only:
+            kw["make_read_only"] = _resolve(args.read_only)
+        if args.dtypes:
+            kw["dtypes"] = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
+        results.append((f"producer {args.producer}", check_producer(**kw)))
+    if args.consumer:
+        results.append((f"consumer {args.consumer}", check_consumer(args.consumer, raise_on_failure=False)))
+    failures = 0
+    for title, rs in results:
+        print(title)
+        for r in rs:
+            print(f"  {r}")
+        failures += sum(r.status == "fail" for r in rs)
+    print(f"\n{failures} failures")
+    return failures
+
+
+def _main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m dlbridge.testing",
+        description="DLPack conformance: without options, the matrix library x rule for every library installed "
+        "here; with --producer / --consumer, the checks on your own library. Exit status 3: a check failed.",
+    )
+    parser.add_argument("--markdown", action="store_true", help="print the matrix as a Markdown table")
+    parser.add_argument("--producer", metavar="MODULE:FACTORY",
+                        help="check your producer: factory(shape, dtype) returns a new array (dtype: f32, i64, ...)")
+    parser.add_argument("--read-only", metavar="MODULE:FACTORY", help="with --producer: a factory of read-only arrays")
+    parser.add_argument("--dtypes", metavar="LIST", help="with --producer: dtypes to export, comma-separated (default f32,f64,i32,i64,u8)")
+    parser.add_argument("--consumer", metavar="MODULE:FUNCTION", help="check your consumer: a from_dlpack taking any DLPack producer")
+    args = parser.parse_args(argv)
+    if (args.read_only or args.dtypes) and not args.producer:
+        parser.error("--read-only and --dtypes go with --producer")
+    if args.producer or args.consumer:
+        if args.markdown:
+            parser.error("--markdown is for the matrix, not for --producer / --consumer")
+        return _yours(args)
+    return _table(args.markdown)
+
+
 if __name__ == "__main__":
-    raise SystemExit(3 if _table("--markdown" in sys.argv[1:]) else 0)  # 3: checks failed (1 is Python's own error code)
+    raise SystemExit(3 if _main() else 0)  # 3: checks failed (1 is Python's own error code)

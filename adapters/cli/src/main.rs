@@ -22,14 +22,39 @@ enum Command {
         #[arg(long = "plugin", value_name = "PATH")]
         plugins: Vec<std::path::PathBuf>,
     },
-    /// Run the DLPack conformance suite and print the table adapter x case.
-    Conformance,
+    /// Run the DLPack conformance suite: the Rust cases on dlbridge.Array and the Python matrix
+    /// library x rule; or, with --producer / --consumer, the checks on your own library.
+    Conformance(ConformanceArgs),
     /// Check a plugin as loading it would (every check but conflicts with kernels already registered) and
     /// show its name, version, ABI version and kernels, without registering them; fails if a check fails.
     Inspect {
         /// Path of the plugin shared library.
         path: std::path::PathBuf,
     },
+}
+
+#[derive(clap::Args)]
+struct ConformanceArgs {
+    /// Check your producer: `module:factory`, where `factory(shape, dtype)` returns a new array
+    /// (`dtype` dlbridge's name: f32, i64, ...). Runs only your checks.
+    #[arg(long, value_name = "MODULE:FACTORY")]
+    producer: Option<String>,
+    /// With --producer: `module:factory` making read-only arrays, for the READ_ONLY rules.
+    #[arg(long, value_name = "MODULE:FACTORY", requires = "producer")]
+    read_only: Option<String>,
+    /// With --producer: the dtypes to export, comma-separated (default f32,f64,i32,i64,u8).
+    #[arg(long, value_name = "LIST", requires = "producer")]
+    dtypes: Option<String>,
+    /// Check your consumer: `module:function`, a `from_dlpack` taking any DLPack producer.
+    #[arg(long, value_name = "MODULE:FUNCTION")]
+    consumer: Option<String>,
+    /// The Python interpreter to run the Python checks in (default: $DLBRIDGE_PYTHON, else the
+    /// active virtual environment's python, else python3); one that cannot import dlbridge is an error.
+    #[arg(long, value_name = "PATH")]
+    python: Option<String>,
+    /// Run only the Rust cases (no Python).
+    #[arg(long, conflicts_with_all = ["producer", "consumer", "python"])]
+    rust_only: bool,
 }
 
 fn list(plugins: &[std::path::PathBuf]) -> dlbridge::Result<()> {
@@ -58,9 +83,25 @@ fn list(plugins: &[std::path::PathBuf]) -> dlbridge::Result<()> {
     }
 }
 
-/// The adapters this binary links: dlbridge's own Array. (tch and the Python paths
-/// run the same suite from their own tests: `cargo test -p dlbridge-tch`, pytest.)
-fn conformance() -> dlbridge::Result<()> {
+/// The Rust cases on the adapters this binary links (dlbridge's own Array; tch and
+/// the Python paths run the same suite from their own tests: `cargo test -p
+/// dlbridge-tch`, pytest), then the Python checks (see [`python_conformance`]).
+fn conformance(args: &ConformanceArgs) -> dlbridge::Result<()> {
+    let mut failures = 0;
+    let yours = args.producer.is_some() || args.consumer.is_some();
+    if !yours {
+        failures += rust_conformance();
+        println!();
+    }
+    if args.rust_only {
+        println!("python libraries: not run (--rust-only)");
+    } else {
+        failures += python_conformance(args)?;
+    }
+    if failures == 0 { Ok(()) } else { Err(dlbridge::Error::Runtime(format!("{failures} conformance failures"))) }
+}
+
+fn rust_conformance() -> usize {
     use dlbridge_conformance::{Harness, all_cases, check};
     let harnesses: Vec<Box<dyn Harness>> = vec![Box::new(dlbridge_conformance::array::ArrayHarness)];
     let cases = all_cases();
@@ -80,45 +121,68 @@ fn conformance() -> dlbridge::Result<()> {
         }
     }
     println!("{} adapters x {} cases, {failures} failures", harnesses.len(), cases.len());
-    // The Python libraries (torch, NumPy, JAX, pyarrow, array-api-strict, PaddlePaddle,
-    // dlbridge.Array) as producers and consumers run through dlbridge.testing, in the
-    // interpreter named by DLBRIDGE_PYTHON (default python3).
-    let python = std::env::var("DLBRIDGE_PYTHON").unwrap_or_else(|_| "python3".into());
-    println!();
-    failures += python_conformance(&python);
-    if failures == 0 { Ok(()) } else { Err(dlbridge::Error::Runtime(format!("{failures} conformance failures"))) }
+    failures
 }
 
-/// `python -m dlbridge.testing`: the failures it adds (0 or 1). An interpreter that is missing
-/// or cannot import dlbridge is a skip; a child that dies by a signal (a library crashing the
-/// process) or exits with anything but 0 or 3 (3: checks failed) is a failure, never a skip.
-fn python_conformance(python: &str) -> usize {
-    use std::process::Command;
-    let last_line = |bytes: &[u8]| String::from_utf8_lossy(bytes).lines().last().unwrap_or("").to_string();
-    match Command::new(python).args(["-c", "import dlbridge"]).output() {
-        Err(e) => {
-            println!("python libraries: skipped ({python}: {e})");
-            return 0;
+/// The interpreter of the Python checks: `--python`, else `$DLBRIDGE_PYTHON`, else the
+/// active virtual environment's, else `python3`.
+fn python_of(args: &ConformanceArgs) -> String {
+    if let Some(p) = &args.python {
+        return p.clone();
+    }
+    if let Ok(p) = std::env::var("DLBRIDGE_PYTHON") {
+        return p;
+    }
+    if let Some(venv) = std::env::var_os("VIRTUAL_ENV") {
+        let p = std::path::Path::new(&venv).join("bin").join("python");
+        if p.exists() {
+            return p.to_string_lossy().into_owned();
         }
+    }
+    "python3".into()
+}
+
+/// `python -m dlbridge.testing` (the matrix of every Python library installed, or
+/// the checks on `--producer` / `--consumer`): the failures it adds (0 or 1). An
+/// interpreter that is missing or cannot import dlbridge is an error (`--rust-only`
+/// runs without Python); a child that dies by a signal (a library crashing the
+/// process) or exits with anything but 0 or 3 (3: checks failed) is a failure.
+fn python_conformance(args: &ConformanceArgs) -> dlbridge::Result<usize> {
+    use std::process::Command;
+    let python = python_of(args);
+    let last_line = |bytes: &[u8]| String::from_utf8_lossy(bytes).lines().last().unwrap_or("").to_string();
+    let cannot = |why: String| {
+        dlbridge::Error::Runtime(format!(
+            "the Python checks could not run: {why} (give an interpreter that has dlbridge with --python or DLBRIDGE_PYTHON, \
+             or pass --rust-only)"
+        ))
+    };
+    match Command::new(&python).args(["-c", "import dlbridge"]).output() {
+        Err(e) => return Err(cannot(format!("{python}: {e}"))),
         Ok(out) if signal_of(&out.status).is_some() => {
             let sig = signal_of(&out.status).unwrap_or_default();
-            println!("python libraries: FAIL ({python} died of {} importing dlbridge)", signal_name(sig));
-            return 1;
+            return Err(cannot(format!("{python} died of {} importing dlbridge", signal_name(sig))));
         }
-        Ok(out) if !out.status.success() => {
-            println!("python libraries: skipped ({python} cannot import dlbridge: {})", last_line(&out.stderr));
-            return 0;
-        }
+        Ok(out) if !out.status.success() => return Err(cannot(format!("{python} cannot import dlbridge: {}", last_line(&out.stderr)))),
         Ok(_) => {}
     }
-    match Command::new(python).args(["-m", "dlbridge.testing"]).output() {
-        Err(e) => {
-            println!("python libraries: FAIL ({python}: {e})");
-            1
+    let mut cmd = Command::new(&python);
+    cmd.args(["-m", "dlbridge.testing"]);
+    for (flag, value) in [
+        ("--producer", &args.producer),
+        ("--read-only", &args.read_only),
+        ("--dtypes", &args.dtypes),
+        ("--consumer", &args.consumer),
+    ] {
+        if let Some(v) = value {
+            cmd.args([flag, v]);
         }
+    }
+    match cmd.output() {
+        Err(e) => Err(cannot(format!("{python}: {e}"))),
         Ok(out) => {
             print!("{}", String::from_utf8_lossy(&out.stdout));
-            if out.status.success() {
+            Ok(if out.status.success() {
                 0
             } else if let Some(sig) = signal_of(&out.status) {
                 println!("python libraries: FAIL ({python} -m dlbridge.testing died of {})", signal_name(sig));
@@ -128,7 +192,7 @@ fn python_conformance(python: &str) -> usize {
             } else {
                 println!("python libraries: FAIL ({python} -m dlbridge.testing exited with {}: {})", out.status, last_line(&out.stderr));
                 1
-            }
+            })
         }
     }
 }
@@ -164,7 +228,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo => dlbridge::demo::array_round_trip().map(|report| print!("{report}")),
         Command::List { plugins } => list(&plugins),
-        Command::Conformance => conformance(),
+        Command::Conformance(args) => conformance(&args),
         Command::Inspect { path } => dlbridge::registry_crate::Plugin::open(&path).map(|p| print!("{}", p.info())),
     };
     match result {

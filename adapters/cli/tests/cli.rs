@@ -55,17 +55,71 @@ fn inspect_reports_a_broken_plugin_and_fails() {
 
 #[test]
 fn conformance_prints_the_table_and_passes() {
-    let (ok, text, err) = dlbridge(&["conformance".as_ref()]);
+    let (ok, text, err) = dlbridge(&["conformance".as_ref(), "--rust-only".as_ref()]);
     assert!(ok, "{err}\n{text}");
     assert!(text.contains("dlbridge.Array (Rust)"), "{text}");
     assert!(text.contains("deleter_runs_exactly_once") && text.contains("pass"), "{text}");
     assert!(text.contains("1 adapters x 15 cases, 0 failures"), "{text}");
-    // The Python matrix runs when the interpreter on PATH has dlbridge (./dev.sh test), else it is a skip with its reason.
-    assert!(
-        text.contains("python libraries: skipped")
-            || (text.contains("producer.capsule_is_consumed_once") && text.contains(" rules, 0 failures")),
-        "{text}"
-    );
+    assert!(text.contains("python libraries: not run (--rust-only)"), "{text}");
+}
+
+/// The interpreter the CLI picks by default, and whether it has dlbridge.
+fn default_python() -> (String, bool) {
+    let python = std::env::var("DLBRIDGE_PYTHON").ok().or_else(|| {
+        let venv = std::env::var_os("VIRTUAL_ENV")?;
+        let p = std::path::Path::new(&venv).join("bin/python");
+        p.exists().then(|| p.to_string_lossy().into_owned())
+    });
+    let python = python.unwrap_or_else(|| "python3".into());
+    let has = Command::new(&python).args(["-c", "import dlbridge"]).output().is_ok_and(|o| o.status.success());
+    (python, has)
+}
+
+#[test]
+fn conformance_runs_the_python_matrix_or_fails_saying_why() {
+    let (ok, text, err) = dlbridge(&["conformance".as_ref()]);
+    match default_python() {
+        // ./dev.sh test: the virtual environment has dlbridge.
+        (_, true) => {
+            assert!(ok, "{err}\n{text}");
+            assert!(text.contains("producer.capsule_is_consumed_once") && text.contains(" rules, 0 failures"), "{text}");
+        }
+        // A plain `cargo test`: no dlbridge in Python is an error, never a silent skip.
+        (python, false) => {
+            assert!(!ok, "{text}");
+            assert!(err.contains("the Python checks could not run") && err.contains(&python) && err.contains("--rust-only"), "{err}");
+        }
+    }
+    let (ok, _, err) = dlbridge(&["conformance".as_ref(), "--python".as_ref(), "/nonexistent/python".as_ref()]);
+    assert!(!ok);
+    assert!(err.contains("the Python checks could not run: /nonexistent/python:"), "{err}");
+}
+
+#[test]
+fn conformance_checks_a_producer_of_your_own() {
+    let (python, has) = default_python();
+    if !has {
+        // Without dlbridge in Python the check cannot run; the test above asserts that error.
+        eprintln!("skipped: {python} cannot import dlbridge");
+        return;
+    }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/conformance");
+    let run = |factory: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_dlbridge"))
+            .args(["conformance", "--producer", factory, "--python", &python])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8(out.stdout).unwrap())
+    };
+    let (code, text) = run("boxed:make");
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("exports_are_zero_copy") && text.trim_end().ends_with("0 failures"), "{text}");
+    assert!(!text.contains("dlbridge.Array (Rust)"), "only the library asked about: {text}");
+    let (code, text) = run("boxed:make_careless");
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("stream_on_cpu_must_be_none                    fail: f32: stream=5 on a CPU tensor was accepted"), "{text}");
+    assert!(text.trim_end().ends_with("3 failures"), "{text}");
 }
 
 #[test]
