@@ -168,12 +168,9 @@ fn python_conformance(args: &ConformanceArgs) -> dlbridge::Result<usize> {
     }
     let mut cmd = Command::new(&python);
     cmd.args(["-m", "dlbridge.testing"]);
-    for (flag, value) in [
-        ("--producer", &args.producer),
-        ("--read-only", &args.read_only),
-        ("--dtypes", &args.dtypes),
-        ("--consumer", &args.consumer),
-    ] {
+    for (flag, value) in
+        [("--producer", &args.producer), ("--read-only", &args.read_only), ("--dtypes", &args.dtypes), ("--consumer", &args.consumer)]
+    {
         if let Some(v) = value {
             cmd.args([flag, v]);
         }

@@ -165,9 +165,10 @@ macro_rules! register_kernel {
 pub struct Registry {
     kernels: RwLock<BTreeMap<String, Arc<Kernel>>>,
     problems: Mutex<Vec<String>>,
-    /// Names that compiled-in registrations claim with different signatures,
-    /// options or the same device twice: none of them is registered, and a
-    /// lookup is an error naming every registration.
+    /// Names whose compiled-in registrations were rejected: claimed with
+    /// different signatures, options or the same device twice (none of them is
+    /// registered), or refused (a signature that does not parse, a dtype its
+    /// dispatch does not cover). A lookup is an error that says why.
     conflicts: Mutex<BTreeMap<String, String>>,
     plugins: Mutex<BTreeMap<std::path::PathBuf, PluginInfo>>,
 }
@@ -199,6 +200,8 @@ impl Registry {
         // Every registration of each name, for the conflicts' messages.
         let mut claims: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut conflicts: BTreeSet<String> = BTreeSet::new();
+        // Names whose only registrations were refused, with why.
+        let mut refused: BTreeMap<String, String> = BTreeMap::new();
         for e in entries {
             let mut def = e.def();
             if let Some(name) = e.implements() {
@@ -206,10 +209,12 @@ impl Registry {
                     continue;
                 }
                 let Some(k) = map.get(name) else {
-                    reg.note_problem(format!(
+                    let problem = format!(
                         "{}:{}: a {} implementation of `{name}`, but no registration declares `{name}` with its signature",
                         e.file, e.line, e.device
-                    ));
+                    );
+                    refused.entry(name.to_owned()).or_insert_with(|| problem.clone());
+                    reg.note_problem(problem);
                     continue;
                 };
                 (def.signature, def.opts) = (k.signature_text().to_owned(), k.opts());
@@ -227,16 +232,29 @@ impl Registry {
                     continue;
                 }
             }
+            let name =
+                sig.as_ref().map(|s| s.name.clone()).or_else(|| e.implements().map(str::to_owned)).or_else(|| name_in(&def.signature));
             let mut staging = Staging::new(&map);
             match staging.add(def) {
                 Ok(_) => {
                     let changes = staging.into_changes();
                     map.extend(changes);
                 }
-                Err(err) => reg.note_problem(format!("{}:{}: {err}", e.file, e.line)),
+                Err(err) => {
+                    let problem = format!("{}:{}: {err}", e.file, e.line);
+                    if let Some(name) = name {
+                        refused.entry(name).or_insert_with(|| problem.clone());
+                    }
+                    reg.note_problem(problem);
+                }
             }
         }
         let mut withdrawn = reg.conflicts.lock().unwrap_or_else(|p| p.into_inner());
+        for (name, problem) in refused {
+            if !map.contains_key(&name) && !conflicts.contains(&name) {
+                withdrawn.insert(name.clone(), format!("kernel `{name}` was not registered: {problem}"));
+            }
+        }
         for name in conflicts {
             map.remove(&name);
             let all = claims.remove(&name).unwrap_or_default();
@@ -256,7 +274,15 @@ impl Registry {
     /// The process-wide registry, built from the compiled-in kernels on first use.
     pub fn global() -> &'static Registry {
         static GLOBAL: OnceLock<Registry> = OnceLock::new();
-        GLOBAL.get_or_init(Registry::with_builtins)
+        GLOBAL.get_or_init(|| {
+            let reg = Registry::with_builtins();
+            // A registration this program made and the registry refused is said at
+            // once, not found later as a missing kernel.
+            for p in reg.problems() {
+                eprintln!("dlbridge: a kernel registration was rejected: {p}");
+            }
+            reg
+        })
     }
 
     /// Registers a kernel at run time. A name already registered is an error,
@@ -342,10 +368,19 @@ impl Registry {
         }
         let mut near: Vec<&str> = map.keys().map(|k| k.as_str()).filter(|k| k.contains(name) || name.contains(*k)).collect();
         near.truncate(5);
+        let rejected = self.problems.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let problems = match rejected {
+            0 => String::new(),
+            1 => "; Registry::problems() lists 1 rejected registration".to_owned(),
+            n => format!("; Registry::problems() lists {n} rejected registrations"),
+        };
         Err(Error::NotFound(if near.is_empty() {
-            format!("no kernel named `{name}` ({} kernels registered; `dlbridge list` shows them)", map.len())
+            format!(
+                "no kernel named `{name}` ({} kernels registered: `Registry::list()` shows them, `dlbridge list` the built-ins{problems})",
+                map.len()
+            )
         } else {
-            format!("no kernel named `{name}`; did you mean {}?", near.join(", "))
+            format!("no kernel named `{name}`; did you mean {}?{problems}", near.join(", "))
         }))
     }
 
@@ -406,4 +441,13 @@ impl Registry {
     pub(crate) fn note_problem(&self, p: String) {
         self.problems.lock().unwrap_or_else(|p| p.into_inner()).push(p);
     }
+}
+
+/// The kernel name a signature text starts with, if it starts with one (for
+/// a signature that does not parse).
+fn name_in(text: &str) -> Option<String> {
+    let head = text.trim_start();
+    let end = head.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(head.len());
+    let name = &head[..end];
+    (!name.is_empty() && !name.starts_with(|c: char| c.is_ascii_digit())).then(|| name.to_owned())
 }
