@@ -11,8 +11,6 @@
 
 use std::time::Instant;
 
-use dlbridge_registry::Registry;
-use dlbridge_tch::call;
 use tch::{Device, Kind, Tensor};
 
 fn time_ms(f: &mut impl FnMut()) -> f64 {
@@ -38,8 +36,8 @@ fn main() -> dlbridge_core::Result<()> {
     if let Some(n) = std::env::args().nth(1) {
         tch::set_num_threads(n.parse().expect("THREADS: a positive integer"));
     }
-    let reg = Registry::global();
-    let (matmul, add, gelu, softmax) = (reg.get("matmul")?, reg.get("add")?, reg.get("gelu")?, reg.get("softmax")?);
+    let kernel = dlbridge_tch::kernel;
+    let (matmul, add, gelu, softmax) = (kernel("matmul")?, kernel("add")?, kernel("gelu")?, kernel("softmax")?);
     tch::manual_seed(0);
     let opts = (Kind::Float, Device::Cpu);
     let (batch, d_in, hidden, d_out) = (256, 512, 1024, 10);
@@ -52,13 +50,13 @@ fn main() -> dlbridge_core::Result<()> {
     let reference = || (x.matmul(&w1) + &b1).gelu("none").matmul(&w2).g_add(&b2).softmax(-1, Kind::Float);
     let mixed = || -> dlbridge_core::Result<Tensor> {
         // layer 1: dlbridge matmul + dlbridge add (bias broadcast as a zero-stride tch view) + dlbridge gelu
-        let h = call(&matmul, &[&x, &w1], &[])?.remove(0);
-        let h = call(&add, &[&h, &b1.expand([batch, hidden], false)], &[])?.remove(0);
-        let h = call(&gelu, &[&h], &[])?.remove(0);
+        let h = matmul.call1((&x, &w1))?;
+        let h = add.call1((&h, &b1.expand([batch, hidden], false)))?;
+        let h = gelu.call1(&h)?;
         // layer 2: tch itself, mid-graph
         let logits = h.matmul(&w2) + &b2;
         // head: dlbridge softmax on the tch tensor
-        Ok(call(&softmax, &[&logits], &[])?.remove(0))
+        Ok(softmax.call1(&logits)?)
     };
 
     let want = reference();

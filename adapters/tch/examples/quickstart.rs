@@ -11,10 +11,14 @@ use tch::{Device, Kind, Tensor};
 fn main() -> dlbridge::Result<()> {
     let x = Tensor::randn([64, 32], (Kind::Float, Device::Cpu));
     let w = Tensor::randn([32, 16], (Kind::Float, Device::Cpu));
-    let (matmul, gelu) = (dlbridge::get_kernel("matmul")?, dlbridge::get_kernel("gelu")?);
-    let h = dlbridge_tch::call(&matmul, &[&x, &w], &[])?.remove(0); // a tch::Tensor, made by tch
-    let y = dlbridge_tch::call(&gelu, &[&h], &[])?.remove(0);
+    let (matmul, gelu) = (dlbridge_tch::kernel("matmul")?, dlbridge_tch::kernel("gelu")?);
+    let h = matmul.call1((&x, &w))?; // a tch::Tensor, made by tch
+    let y = gelu.call1(&h)?;
     assert!(y.allclose(&x.matmul(&w).gelu("none"), 1e-5, 1e-5, false));
+    // Tensors and scalars in one list, in signature order: axpy(alpha: f64, x, y: mut) is y += alpha * x.
+    let acc = y.copy();
+    dlbridge_tch::kernel("axpy")?.call0((2.0, &y.flatten(0, -1), &acc.flatten(0, -1)))?;
+    assert!(acc.allclose(&(&y * 3.0), 1e-6, 1e-6, false));
 
     let m = dlbridge_tch::to_dlpack(&y)?; // zero copy; y's storage lives until the deleter runs
     let back = dlbridge_tch::from_dlpack(m)?; // zero copy; the deleter runs when torch frees it

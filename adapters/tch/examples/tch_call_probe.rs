@@ -5,7 +5,8 @@
 //!
 //! MODE: `arrays` (`Kernel::call` on 3 one-element f32 Arrays), `tch`
 //! (`dlbridge_tch::call_into` on 3 one-element tch tensors), `tch_alloc`
-//! (`dlbridge_tch::call`, the output allocated by tch).
+//! (`dlbridge_tch::call`, the output allocated by tch), `tch_kernel` (the same
+//! through `dlbridge_tch::kernel("add")?.call1((&x, &y))`).
 #![forbid(unsafe_code)]
 
 use std::hint::black_box;
@@ -27,13 +28,15 @@ fn main() -> dlbridge_core::Result<()> {
     let ta = Tensor::ones([1], (Kind::Float, Device::Cpu));
     let tb = Tensor::ones([1], (Kind::Float, Device::Cpu));
     let tout = Tensor::zeros([1], (Kind::Float, Device::Cpu));
+    let tadd = dlbridge_tch::kernel("add")?;
     let start = std::time::Instant::now();
     for _ in 0..n {
         match mode.as_str() {
             "arrays" => add.call(&mut [Arg::Tensor(black_box(&a).view()), Arg::Tensor(black_box(&b).view())], &mut [out.view_mut()?])?,
             "tch" => dlbridge_tch::call_into(&add, &[black_box(&ta), black_box(&tb)], &[], &[&tout])?,
             "tch_alloc" => drop(dlbridge_tch::call(&add, &[black_box(&ta), black_box(&tb)], &[])?),
-            other => panic!("unknown mode {other}: arrays, tch or tch_alloc"),
+            "tch_kernel" => drop(tadd.call1((black_box(&ta), black_box(&tb)))?),
+            other => panic!("unknown mode {other}: arrays, tch, tch_alloc or tch_kernel"),
         }
     }
     println!("{mode}: {:.1} ns/call", start.elapsed().as_secs_f64() * 1e9 / n.max(1) as f64);

@@ -9,6 +9,11 @@
 //! | kernel arguments ([`call`], [`call_into`]) | yes | `at::toDLPackNonOwning`: borrowed views, no allocation; every tensor of a call lent in one shim call |
 //! | kernel outputs ([`call`]) | allocated by tch (`Tensor::empty`) on the inputs' device | |
 //!
+//! [`kernel`] makes a registry kernel a function of tch tensors:
+//! `dlbridge_tch::kernel("gelu")?.call1(&x)?` is a `tch::Tensor`, with tensors
+//! and scalars in one argument list (`.call1((&x, 0.5))`) and errors that `?`
+//! turns into `tch::TchError` or `dlbridge::Error`.
+//!
 //! Dtypes: every tch `Kind` DLPack expresses (f16, bf16, f32, f64, i8, u8,
 //! i16, i32, i64, bool, complex32/64/128, float8 kinds); quantized kinds are
 //! refused. Devices: CPU and CUDA device types (CUDA tensors need a CUDA build
@@ -26,8 +31,11 @@
 //! library directory is put on the rpath. Unsafe code lives in `raw`.
 #![deny(unsafe_code)]
 
+mod func;
 #[allow(unsafe_code)]
 mod raw;
+
+pub use func::{Arg, Args, KernelError, KernelResult, TchKernel, kernel};
 
 use dlbridge_core::{DType, Device, Error, Flags, ManagedTensor, Result, Slot, TensorView, TensorViewMut};
 use dlbridge_registry::binding::{Adapter, Allocator, Job, Operand};

@@ -97,6 +97,36 @@ fn every_kind_dlpack_expresses_round_trips() {
 }
 
 #[test]
+fn a_kernel_is_a_function_of_tch_tensors_with_scalars_in_the_same_list() {
+    dlbridge_cpu::link();
+    let x = Tensor::randn([8, 5], (Kind::Float, Device::Cpu));
+    let w = Tensor::randn([5, 3], (Kind::Float, Device::Cpu));
+    let gelu = dlbridge_tch::kernel("gelu").unwrap();
+    let y = gelu.call1(&x).unwrap();
+    assert!(y.allclose(&x.gelu("none"), 1e-6, 1e-6, false));
+    let h = dlbridge_tch::kernel("matmul").unwrap().call1((&x, &w)).unwrap();
+    assert!(h.allclose(&x.matmul(&w), 1e-5, 1e-5, false));
+    // axpy(alpha: f64, x: T[N], y: mut T[N]): a scalar first, an integer literal for it, y written in place.
+    let (v, acc) = (Tensor::ones([4], (Kind::Float, Device::Cpu)), Tensor::zeros([4], (Kind::Float, Device::Cpu)));
+    let acc_ptr = acc.data_ptr();
+    dlbridge_tch::kernel("axpy").unwrap().call0((3i64, &v, &acc)).unwrap();
+    assert_eq!(Vec::<f32>::try_from(&acc).unwrap(), [3.0; 4]);
+    assert_eq!(acc.data_ptr(), acc_ptr, "written in place");
+    // Mistakes name the kernel and the argument; `?` makes them tch errors too.
+    let axpy = dlbridge_tch::kernel("axpy").unwrap();
+    let e = axpy.call0((&v, &v, &acc)).unwrap_err().to_string();
+    assert!(e.contains("axpy: argument alpha: expected a f64 scalar, got a tensor of shape [4]"), "{e}");
+    let e = axpy.call0((2.0, &v)).unwrap_err().to_string();
+    assert!(e.contains("axpy takes 3 arguments (alpha, x, y), got 2"), "{e}");
+    let e = gelu.call0(&x).unwrap_err().to_string();
+    assert!(e.contains("gelu: call0 is for kernels without outputs; this one has 1"), "{e}");
+    let as_tch = || -> Result<Tensor, tch::TchError> { Ok(gelu.call1((&x, &x))?) };
+    assert!(matches!(as_tch(), Err(tch::TchError::Torch(m)) if m.contains("gelu takes 1 arguments (x), got 2")));
+    let e = dlbridge_tch::kernel("no_such_kernel").unwrap_err().to_string();
+    assert!(e.contains("no kernel named `no_such_kernel`"), "{e}");
+}
+
+#[test]
 fn kernels_run_on_tch_tensors_with_outputs_allocated_by_tch() {
     let reg = registry();
     let a = Tensor::randn([5, 7], (Kind::Float, Device::Cpu));
