@@ -8,10 +8,10 @@
 //!   (`support.rs` includes README.md and every page with such a block under
 //!   `cfg(doctest)`), so each block is a complete program
 //!   (`fn main() -> dlbridge::Result<()>`).
-//! - ```` ```rust,ignore ````: only with a comment on the line before it,
-//!   `<!-- runs in PATH: REASON -->`; every line of the block must appear, in
-//!   order, in PATH, a file that runs in `./dev.sh test` (the tch examples,
-//!   which need libtorch, run from the pages' console blocks).
+//! - ```` ```rust,ignore ```` and ```` ```toml ````: only with a comment on the
+//!   line before it, `<!-- runs in PATH: REASON -->`; every line of the block
+//!   must appear, in order, in PATH, a file that runs in `./dev.sh test` (the
+//!   tch examples, which need libtorch, run from the pages' console blocks).
 //! - ```` ```python ```` and ```` ```console ````: run by
 //!   `python/tests/test_docs.py` as a reader would run them, unless the line
 //!   before is `<!-- not run: REASON -->`; a ```` ```text ```` block after a
@@ -105,7 +105,7 @@ fn every_block_follows_the_conventions() {
             ("rust", Some(c)) => problems.push(format!("{at}: a ```rust block runs as a doctest; the comment `{c}` before it is wrong")),
             ("rust" | "console", None) | ("text", None | Some("output of the block above")) => {}
             ("sh", Some(c)) if not_run(c) => {}
-            ("rust,ignore", Some(c)) if c.starts_with("runs in ") => {
+            ("rust,ignore" | "toml", Some(c)) if c.starts_with("runs in ") => {
                 let Some((path, reason)) = c["runs in ".len()..].split_once(": ") else {
                     problems.push(format!("{at}: write `<!-- runs in PATH: REASON -->`"));
                     continue;

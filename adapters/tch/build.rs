@@ -51,4 +51,9 @@ fn main() {
     // CUDA libraries torch ships stay linked through libtorch itself.
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib.display());
     println!("cargo:rustc-env=DLBRIDGE_TCH_LIBTORCH={}", lib.display());
+    // A link argument reaches this package's own binaries only: a program that
+    // depends on it puts the directory on its rpath from its build script, where
+    // this line is `DEP_DLBRIDGE_TCH_SHIM_LIBTORCH_DIR` (and, through the facade's
+    // `tch` feature, `DEP_DLBRIDGE_LIBTORCH_DIR`).
+    println!("cargo:libtorch_dir={}", lib.display());
 }

@@ -12,8 +12,15 @@ pub use dlbridge_core::{
 
 pub use dlbridge_registry::binding;
 pub use dlbridge_registry::{
-    self as registry_crate, Arg, Kernel, KernelDef, KernelOpts, OutputSpec, Plugin, PluginInfo, Registry, Signature,
+    self as registry_crate, Arg, Call, Kernel, KernelDef, KernelFn, KernelOpts, OutputSpec, Plugin, PluginInfo, Registry, Scalar,
+    Signature, dtype_resolver, register_kernel,
 };
+
+/// PyTorch tensors in Rust: `tch::Tensor` <-> DLPack with zero copies, and
+/// registry kernels as functions of tch tensors (`dlbridge::tch::kernel`;
+/// feature `tch`, which needs torch==2.13.0: see the crate's docs).
+#[cfg(feature = "tch")]
+pub use dlbridge_tch as tch;
 
 /// CUDA: device arrays, the caching pool, NVRTC, the `cuda` kernels (feature `cuda`, on by default).
 #[cfg(feature = "cuda")]

@@ -1,0 +1,12 @@
+//! Passes on the libtorch directory dlbridge-tch linked (feature `tch`) to
+//! the build scripts of the packages that depend on this one, as
+//! `DEP_DLBRIDGE_LIBTORCH_DIR`: a program's `build.rs` puts it on its rpath
+//! (docs/rust.md), since a link argument reaches only its own package.
+#![forbid(unsafe_code)]
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=DEP_DLBRIDGE_TCH_SHIM_LIBTORCH_DIR");
+    if let Ok(dir) = std::env::var("DEP_DLBRIDGE_TCH_SHIM_LIBTORCH_DIR") {
+        println!("cargo:libtorch_dir={dir}");
+    }
+}
