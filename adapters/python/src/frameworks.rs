@@ -6,9 +6,9 @@
 //! registration first). The built-in frameworks sit in the same table as any
 //! other:
 //!
-//! * `numpy.ndarray`: `numpy.empty` ([`Maker::Numpy`]);
+//! * `numpy.ndarray`: `numpy.empty` (`Maker::Numpy`);
 //! * `torch.Tensor`: the allocator of torch's DLPack C exchange API
-//!   ([`Maker::Exchange`]; a type missing from the table whose exchange API
+//!   (`Maker::Exchange`; a type missing from the table whose exchange API
 //!   can allocate is served the same way);
 //! * `cupy.ndarray` and `jax.Array`: Python functions, registered by the
 //!   `dlbridge` package through `register_allocator` (see `dlbridge/_frameworks.py`);
@@ -20,7 +20,7 @@
 //! through weak references, so none is kept alive; any registration clears
 //! the cache).
 //!
-//! A registered maker is three optional functions ([`PyMaker`]): `allocate(shape,
+//! A registered maker is three optional functions (`PyMaker`): `allocate(shape,
 //! dtype, device)` returns a new writable row-major array (or None: the
 //! output is a `dlbridge.Array` on that device, as for a dtype the framework
 //! lacks); `finish(array)` turns what the kernel wrote into what the caller

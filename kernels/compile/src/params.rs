@@ -849,7 +849,7 @@ const EW: &str = "ElementwiseKernel";
 
 /// The input that gives the loop its shape when every declared input is raw
 /// (see [`ElementwiseSpec::sized_by_caller`]).
-pub const LOOP: &str = "_loop";
+pub(crate) const LOOP: &str = "_loop";
 const RK: &str = "ReductionKernel";
 
 /// Most raw inputs an elementwise kernel may have: each takes one `...`
@@ -955,7 +955,7 @@ impl ElementwiseSpec {
 
     /// Whether every input the user declared is raw, so the loop's shape is
     /// given by the caller (CuPy's `size=`): the signature then ends its
-    /// inputs with [`LOOP`]` : u8[*S]`, which takes an array of that shape.
+    /// inputs with `_loop: u8[*S]`, which takes an array of that shape.
     pub fn sized_by_caller(&self) -> bool {
         self.inputs.last().is_some_and(|p| p.name == LOOP)
     }
