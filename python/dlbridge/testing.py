@@ -209,6 +209,71 @@ def _checks(make: Callable[[tuple, str], Any], dtype: str, shape: tuple, make_re
 
 CHECKS = [c.__name__ for c in _checks(lambda s, d: None, "f32", (2, 3), None)]
 
+# Each producer rule: where it is written, and how to follow it.
+HEADER, ARRAY_API = "DLPack 1.3 header (dlpack.h)", "array API standard, __dlpack__"
+PRODUCER_RULES: dict[str, tuple[str, str]] = {
+    "dlpack_device_is_a_cpu_pair": (f"{ARRAY_API}_device__: returns (device_type, device_id), an enum and an int",
+                                    "return (1, 0) for host memory (kDLCPU), e.g. by passing on NumPy's __dlpack_device__()"),
+    "legacy_capsule_without_max_version": (f"{ARRAY_API}: without max_version, a legacy 'dltensor' capsule",
+                                           "called without max_version, export a DLManagedTensor in a capsule named 'dltensor'"),
+    "versioned_capsule_when_asked": (f"{ARRAY_API}: max_version=(1, 3) lets the producer return a 'dltensor_versioned' capsule",
+                                     "pass max_version on to the exporter (NumPy, torch and dlbridge take it)"),
+    "shape_dtype_and_strides_describe_the_tensor": (f"{HEADER}: DLTensor.shape, .dtype, .strides (in elements)",
+                                                    "export the array's own shape, dtype and strides"),
+    "exports_are_zero_copy": (f"{ARRAY_API}: copy=None shares memory whenever it can",
+                              "export the array's memory itself, not a copy of it"),
+    "copy_false_is_zero_copy": (f"{ARRAY_API}: copy=False never copies (BufferError where it would have to)",
+                                "pass copy on to the exporter, or refuse copy=False with BufferError where only a copy works"),
+    "copy_true_copies_and_sets_is_copied": (f"{ARRAY_API}: copy=True always copies; {HEADER}: DLPACK_FLAG_BITMASK_IS_COPIED",
+                                            "for copy=True export a new copy, in a versioned capsule with IS_COPIED set"),
+    "dl_device_cpu_is_accepted": (f"{ARRAY_API}: dl_device names the device the consumer wants the data on",
+                                  "accept dl_device=(1, 0) for host memory (pass it on to the exporter)"),
+    "unsupported_dl_device_is_a_buffer_error": (f"{ARRAY_API}: a dl_device the producer cannot export to raises BufferError",
+                                                "raise BufferError for any dl_device other than the array's own"),
+    "stream_on_cpu_must_be_none": (f"{ARRAY_API}: stream is None for CPU arrays",
+                                   "raise for a stream other than None on CPU data (pass stream on to the exporter)"),
+    "read_only_sets_the_flag": (f"{HEADER}: DLPACK_FLAG_BITMASK_READ_ONLY",
+                                "export read-only data in a versioned capsule with READ_ONLY set"),
+    "read_only_is_never_a_legacy_capsule": (f"{HEADER}: a legacy DLManagedTensor cannot say READ_ONLY",
+                                            "raise BufferError when read-only data is asked for without max_version"),
+    "capsule_is_consumed_once": (f"{ARRAY_API}: the consumer renames the capsule 'used_dltensor' and owns the tensor",
+                                 "return a new capsule on each call and let consumers rename it; never reuse one"),
+    "consumer_sees_the_producers_memory": (f"{HEADER}: the deleter keeps the memory alive until the consumer calls it",
+                                           "make the DLManagedTensor's deleter own a reference to the array's memory"),
+}
+
+# Rules a producer that ignores __dlpack__'s keywords breaks together: one cause.
+_KEYWORD_RULES = ("copy_true_copies_and_sets_is_copied", "unsupported_dl_device_is_a_buffer_error",
+                  "stream_on_cpu_must_be_none", "read_only_sets_the_flag", "copy_false_is_zero_copy")
+
+
+def root_causes(results: list[Result]) -> list[str]:
+    """Single causes that explain several failures of one producer's results,
+    each one sentence with its fix (the root cause first in a report)."""
+    by = {r.name: r for r in results}
+    broken = [n for n in _KEYWORD_RULES if n in by and by[n].status == "fail"]
+    legacy = "legacy capsule" in by.get("versioned_capsule_when_asked", Result("", "")).detail
+    if legacy and len(broken) >= 2:
+        return [
+            f"__dlpack__ ignores its keywords: it answers max_version=(1, 3) with a legacy capsule, and {len(broken)} rules "
+            f"that depend on max_version, copy, dl_device or stream fail ({', '.join(broken)}). Fix: pass **kwargs on to "
+            "the exporter (NumPy's, torch's) or implement the keywords of the array API's __dlpack__."
+        ]
+    return []
+
+
+def _fold(failures: list[str]) -> str:
+    """Per-dtype failures ``"f32: what"`` as one text: ``"what (f32, f64)"`` where
+    the dtypes saw the same thing."""
+    by_what: dict[str, list[str]] = {}
+    for f in failures:
+        dtype, sep, what = f.partition(": ")
+        if not sep or " " in dtype:
+            dtype, what = "", f
+        by_what.setdefault(what, []).append(dtype)
+    parts = [f"{what} ({', '.join(d for d in dtypes if d)})" if any(dtypes) else what for what, dtypes in by_what.items()]
+    return "; ".join(parts)
+
 
 def _summarize(name: str, outcomes: list[tuple[str, str]], known: dict[str, str]) -> Result:
     """One Result from per-dtype (or single) outcomes ``(status, detail)``."""
@@ -218,7 +283,7 @@ def _summarize(name: str, outcomes: list[tuple[str, str]], known: dict[str, str]
     if failures and name in known:
         return Result(name, "known failure", f"{known[name]} (saw: {failures[0]})")
     if failures:
-        return Result(name, "fail", "; ".join(failures))
+        return Result(name, "fail", _fold(failures))
     if skips and len(skips) == len(outcomes):
         return Result(name, "skip", skips[0])
     if name in known:
@@ -905,8 +970,14 @@ def _yours(args: Any) -> int:
     failures = 0
     for title, rs in results:
         print(title)
+        for cause in root_causes(rs) if title.startswith("producer") else []:
+            print(f"  root cause: {cause}")
         for r in rs:
             print(f"  {r}")
+            rule = PRODUCER_RULES.get(r.name) if title.startswith("producer") else None
+            if r.status == "fail" and rule:
+                print(f"      rule: {rule[0]}")
+                print(f"      fix:  {rule[1]}")
         failures += sum(r.status == "fail" for r in rs)
     print(f"\n{failures} failures")
     return failures

@@ -4,6 +4,9 @@ deliberately broken producers and consumers; then the consumer paths of dlbridge
 import array
 import importlib.util
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +16,8 @@ import torch
 import dlbridge
 import dlbridge.testing as dt
 from dlbridge import _capsules as caps
+
+from conftest import ROOT
 
 TORCH = {"f32": torch.float32, "f64": torch.float64, "i32": torch.int32, "i64": torch.int64, "u8": torch.uint8}
 def test_dlbridge_array_passes_every_producer_check():
@@ -252,3 +257,34 @@ def test_transposed_and_offset_views_keep_their_layout():
     a = dlbridge.from_dlpack(t)
     assert a.element_strides == tuple(t.stride()) and a.tolist() == t.tolist()
     assert a.data_ptr == t.data_ptr()
+
+
+def _testing(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "dlbridge.testing", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def test_every_producer_rule_says_where_it_is_written_and_how_to_follow_it():
+    assert set(dt.PRODUCER_RULES) == set(dt.CHECKS)
+    for name, (source, fix) in dt.PRODUCER_RULES.items():
+        assert source.startswith(("array API standard", "DLPack 1.3 header")), name
+        assert fix and fix[0].islower() and not fix.endswith("."), name
+
+
+def test_your_own_producer_from_the_command_line_with_a_report_that_teaches():
+    fixture = ROOT / "examples" / "conformance"
+    good = _testing("--producer", "boxed:make", "--read-only", "boxed:make_read_only", cwd=fixture)
+    assert good.returncode == 0, good.stdout + good.stderr
+    for rule in ("exports_are_zero_copy", "copy_false_is_zero_copy", "read_only_sets_the_flag", "read_only_is_never_a_legacy_capsule"):
+        assert re.search(rf"^  {rule} +pass", good.stdout, re.M), good.stdout  # run, never skipped
+    assert good.stdout.rstrip().endswith("0 failures")
+    bad = _testing("--producer", "boxed:make_careless", cwd=fixture)
+    assert bad.returncode == 3, bad.stdout + bad.stderr
+    lines = bad.stdout.splitlines()
+    assert lines[1].startswith("  root cause: __dlpack__ ignores its keywords"), bad.stdout
+    # One line per broken rule, the dtypes folded into it, then its source and its fix.
+    assert "  copy_true_copies_and_sets_is_copied           fail: copy=True returned the same memory (f32, f64, i32, i64, u8)" in lines
+    assert bad.stdout.count("      fix:  ") == 3 and bad.stdout.rstrip().endswith("3 failures")
+    usage = _testing("--help", cwd=ROOT)
+    assert usage.returncode == 0 and "--producer MODULE:FACTORY" in usage.stdout and "Exit status 3" in usage.stdout
+    wrong = _testing("--dtypes", "f32", cwd=ROOT)
+    assert wrong.returncode == 2 and "--read-only and --dtypes go with --producer" in wrong.stderr

@@ -103,6 +103,11 @@ trait PyAllocator<'py>: Allocator<PyFail> + Sized {
     }
 }
 
+/// An allocator's error, located at `kernel`'s output `output`.
+fn at_output(py: Python<'_>, e: PyFail, kernel: &str, output: &str) -> PyFail {
+    PyFail(locate(py, e.0, kernel, &Slot::Output(output.into())))
+}
+
 /// torch (and any producer whose exchange API can allocate): the producer's own allocator.
 struct Exchange<'py> {
     py: Python<'py>,
@@ -112,7 +117,7 @@ struct Exchange<'py> {
 impl Allocator<PyFail> for Exchange<'_> {
     type Tensor = ManagedTensor;
     fn locate(&mut self, e: PyFail, kernel: &str, output: &str) -> PyFail {
-        PyFail(locate(self.py, e.0, kernel, &Slot::Output(output.into())))
+        at_output(self.py, e, kernel, output)
     }
     fn allocate(&mut self, spec: &OutputSpec) -> Result<ManagedTensor, PyFail> {
         // torch's allocator may dispatch to Python (a TorchDispatchMode).
@@ -148,7 +153,7 @@ struct Numpy<'py> {
 impl<'py> Allocator<PyFail> for Numpy<'py> {
     type Tensor = Tensor<'py>;
     fn locate(&mut self, e: PyFail, kernel: &str, output: &str) -> PyFail {
-        PyFail(locate(self.py, e.0, kernel, &Slot::Output(output.into())))
+        at_output(self.py, e, kernel, output)
     }
     fn allocate(&mut self, spec: &OutputSpec) -> Result<Tensor<'py>, PyFail> {
         python_may_run();
@@ -184,7 +189,7 @@ struct Arrays<'py> {
 impl Allocator<PyFail> for Arrays<'_> {
     type Tensor = dlbridge_array::Array;
     fn locate(&mut self, e: PyFail, kernel: &str, output: &str) -> PyFail {
-        PyFail(locate(self.py, e.0, kernel, &Slot::Output(output.into())))
+        at_output(self.py, e, kernel, output)
     }
     fn allocate(&mut self, spec: &OutputSpec) -> Result<dlbridge_array::Array, PyFail> {
         DeviceArrays.allocate(spec)
@@ -217,7 +222,7 @@ impl Registered<'_> {
 impl<'py> Allocator<PyFail> for Registered<'py> {
     type Tensor = Tensor<'py>;
     fn locate(&mut self, e: PyFail, kernel: &str, output: &str) -> PyFail {
-        PyFail(locate(self.py, e.0, kernel, &Slot::Output(output.into())))
+        at_output(self.py, e, kernel, output)
     }
     fn allocate(&mut self, spec: &OutputSpec) -> Result<Tensor<'py>, PyFail> {
         python_may_run();
