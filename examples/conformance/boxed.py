@@ -1,7 +1,7 @@
 """A small array library to check with `dlbridge conformance --producer`: `Boxed`
 exports NumPy memory through `__dlpack__`, as a library wrapping another one would.
 
-    .venv/bin/python -m dlbridge.testing --producer boxed:make --read-only boxed:make_read_only
+    .venv/bin/python -m dlbridge.testing --producer boxed:make --read-only boxed:make_read_only --consumer boxed:from_dlpack
     (run in examples/conformance, so that `boxed` is importable)
 """
 
@@ -45,3 +45,13 @@ class Careless(Boxed):
 
 def make_careless(shape: tuple, dtype: str) -> Careless:
     return Careless(np.zeros(shape, NUMPY[dtype]))
+
+
+def from_dlpack(x) -> Boxed:
+    """A consumer: any DLPack producer's memory as a `Boxed`, zero copy (NumPy imports it)."""
+    return Boxed(np.from_dlpack(x))
+
+
+def from_dlpack_copying(x) -> Boxed:
+    """The same consumer with a bug: it copies (and the copy is writable)."""
+    return Boxed(np.array(np.from_dlpack(x)))

@@ -336,9 +336,24 @@ def check_producer(
 # ---- consumer checks -------------------------------------------------------------------
 
 
+_KNOWN_RESULTS = ("pyarrow", "array_api_strict", "torch", "numpy", "jax", "dlbridge")
+
+
+def _via_dlpack(r) -> Any:
+    """An imported array of a library the checks do not know, read back through
+    DLPack (``dlbridge.from_dlpack``, zero copy): its pointer, flags, shape and
+    values are what its own ``__dlpack__`` says. None for a known library, or
+    a result without ``__dlpack__``."""
+    if type(r).__module__.startswith(_KNOWN_RESULTS) or not hasattr(r, "__dlpack__"):
+        return None
+    return from_dlpack(r)
+
+
 def _values(r) -> Any:
     """The imported array's values as nested lists (or a scalar for 0-d)."""
     mod = type(r).__module__
+    if (a := _via_dlpack(r)) is not None:
+        return a.tolist()
     if mod.startswith("pyarrow"):
         return r.to_pylist() if hasattr(r, "to_pylist") else r.to_numpy().tolist()
     if hasattr(r, "_array") and mod.startswith("array_api_strict"):
@@ -351,6 +366,8 @@ def _values(r) -> Any:
 
 
 def _shape(r) -> tuple:
+    if (a := _via_dlpack(r)) is not None:
+        return tuple(a.shape)
     shape = getattr(r, "shape", None)
     if shape is None and type(r).__module__.startswith("pyarrow"):
         return (len(r),)
@@ -358,8 +375,10 @@ def _shape(r) -> tuple:
 
 
 def _data_ptr(r) -> int | None:
-    """Address of the imported array's first element, or None where the library hides it."""
+    """Address of the imported array's first element, or None where it cannot be read."""
     mod = type(r).__module__
+    if (a := _via_dlpack(r)) is not None:
+        return a.data_ptr
     if mod.startswith("torch"):
         return r.data_ptr()
     if mod.startswith("numpy"):
@@ -378,8 +397,11 @@ def _data_ptr(r) -> int | None:
 
 
 def _writable(r) -> bool | None:
-    """Whether writes through the imported array reach memory; None where unknown."""
+    """Whether writes through the imported array reach memory; None where unknown.
+    A library the checks do not know answers through its own __dlpack__ (READ_ONLY)."""
     mod = type(r).__module__
+    if (a := _via_dlpack(r)) is not None:
+        return not a.readonly
     if mod.startswith("torch"):
         return True  # torch has no read-only tensors
     if mod.startswith("numpy"):

@@ -284,6 +284,14 @@ def test_your_own_producer_from_the_command_line_with_a_report_that_teaches():
     # One line per broken rule, the dtypes folded into it, then its source and its fix.
     assert "  copy_true_copies_and_sets_is_copied           fail: copy=True returned the same memory (f32, f64, i32, i64, u8)" in lines
     assert bad.stdout.count("      fix:  ") == 3 and bad.stdout.rstrip().endswith("3 failures")
+    # A consumer whose results offer __dlpack__ only: zero copy and READ_ONLY are read back through DLPack.
+    ok = _testing("--consumer", "boxed:from_dlpack", cwd=fixture)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert re.search(r"^  imports_with_zero_copy +pass$", ok.stdout, re.M) and "honours_read_only                             pass" in ok.stdout
+    copying = _testing("--consumer", "boxed:from_dlpack_copying", cwd=fixture)
+    assert copying.returncode == 3, copying.stdout + copying.stderr
+    assert "imports_with_zero_copy                        fail: copied the data" in copying.stdout
+    assert "honours_read_only                             fail: imported a READ_ONLY tensor as a writable array" in copying.stdout
     usage = _testing("--help", cwd=ROOT)
     assert usage.returncode == 0 and "--producer MODULE:FACTORY" in usage.stdout and "Exit status 3" in usage.stdout
     wrong = _testing("--dtypes", "f32", cwd=ROOT)
