@@ -118,7 +118,10 @@ fn conformance_checks_a_producer_of_your_own() {
     assert!(!text.contains("dlbridge.Array (Rust)"), "only the library asked about: {text}");
     let (code, text) = run("boxed:make_careless");
     assert_eq!(code, Some(1), "{text}");
-    assert!(text.contains("stream_on_cpu_must_be_none                    fail: stream=5 on a CPU tensor was accepted (f32, f64, i32, i64, u8)"), "{text}");
+    assert!(
+        text.contains("stream_on_cpu_must_be_none                    fail: stream=5 on a CPU tensor was accepted (f32, f64, i32, i64, u8)"),
+        "{text}"
+    );
     assert!(text.trim_end().ends_with("3 failures"), "{text}");
     // The three failures share one cause, said first, and each says its rule and its fix.
     assert!(text.contains("root cause: __dlpack__ ignores its keywords"), "{text}");

@@ -139,3 +139,49 @@ pub fn call_into(kernel: &Kernel, args: &mut [ArrayArg<'_>], outs: &mut [&mut Ar
     let outs = outs.iter_mut().map(|o| ArrayArg::Mut(o));
     kernel.call_out(&mut Arrays, args.iter_mut().map(ArrayArg::reborrow), outs, &mut ArrayAllocator, std::ptr::null_mut()).map(drop)
 }
+
+/// Runs `kernel` once on the CPU, on small arrays its signature describes
+/// (every symbol and `...` group 2 long, fixed dims as written, each type
+/// variable its first dtype, zeros in every tensor; scalars `1.0`, `1`,
+/// `true`), with its outputs allocated: the kernel's own errors come back.
+/// A test that a kernel's body reads the parameters it declares by the names
+/// it declares (`ins.f64("alhpa")` for `alpha` is an error naming `alhpa`).
+/// Kernels that need more than the signature says (a reduction's kept dims)
+/// may refuse these shapes with their own error.
+pub fn try_kernel(kernel: &Kernel) -> Result<Vec<Array>> {
+    use dlbridge_registry::signature::{DTypeRef, Dim, ParamKind};
+    let sig = kernel.signature();
+    let shape_of = |dims: &[Dim]| -> Vec<i64> {
+        dims.iter()
+            .map(|d| match *d {
+                Dim::Fixed(n) => n,
+                Dim::Sym(_) | Dim::Rest(_) => 2,
+            })
+            .collect()
+    };
+    let mut arrays = Vec::new();
+    for p in &sig.params {
+        if let ParamKind::Tensor(t) = &p.kind {
+            let dtype = match t.dtype {
+                DTypeRef::Concrete(d) => d,
+                DTypeRef::Var(i) => sig.type_vars[i].allowed[0],
+            };
+            arrays
+                .push(Array::zeros(dtype, &shape_of(&t.dims)).map_err(|e| e.at(sig.name.clone(), crate::Slot::Argument(p.name.clone())))?);
+        }
+    }
+    let mut tensors = arrays.iter_mut();
+    let mut args: Vec<ArrayArg<'_>> = Vec::with_capacity(sig.params.len());
+    for p in &sig.params {
+        args.push(match &p.kind {
+            ParamKind::Scalar(ScalarKind::F64) => ArrayArg::Scalar(Scalar::F64(1.0)),
+            ParamKind::Scalar(ScalarKind::I64) => ArrayArg::Scalar(Scalar::I64(1)),
+            ParamKind::Scalar(ScalarKind::Bool) => ArrayArg::Scalar(Scalar::Bool(true)),
+            ParamKind::Tensor(t) => {
+                let a = tensors.next().ok_or_else(|| Error::Runtime(format!("{}: try_kernel lost a tensor", sig.name)))?;
+                if t.mutable { ArrayArg::Mut(a) } else { ArrayArg::In(a) }
+            }
+        });
+    }
+    call(kernel, &mut args)
+}

@@ -33,7 +33,7 @@ pub use dlbridge_compile as compile;
 pub mod arrays;
 pub mod demo;
 
-pub use arrays::{ArrayArg, call, call_into};
+pub use arrays::{ArrayArg, call, call_into, try_kernel};
 
 /// The process-wide kernel registry, with every built-in CPU kernel (and,
 /// with the `cuda` feature, their CUDA implementations).
