@@ -169,6 +169,35 @@ def _checks(make: Callable[[tuple, str], Any], dtype: str, shape: tuple, make_re
             raise _Fail(f"raised {type(e).__name__}, expected BufferError: {e}") from None
         raise _Fail(f"read-only data exported as a writable legacy capsule ({inspect_capsule(cap)['name']!r})")
 
+    def device_matches_the_capsule():
+        t = make(shape, dtype)
+        dev = tuple(int(x) for x in t.__dlpack_device__())
+        got = tuple(inspect_capsule(t.__dlpack__(max_version=(1, 3)))["device"])
+        _expect(dev == got, f"__dlpack_device__() says {dev}, the capsule says {got}")
+
+    def views_export_their_layout():
+        # A slice of a larger array: zero copy, its first element and strides are the base's;
+        # or a compact copy of it (JAX slices copy).
+        base_shape = (4, 6) if len(shape) == 2 else (6,)
+        base = make(base_shape, dtype)
+        try:
+            view = base[1:, ::2] if len(base_shape) == 2 else base[1::2]
+        except Exception as e:  # noqa: BLE001 - slicing is not part of DLPack
+            raise _Skip(f"the array does not take NumPy's basic slicing ({type(e).__name__})") from None
+        b = inspect_capsule(base.__dlpack__(max_version=(1, 3)))
+        v = inspect_capsule(view.__dlpack__(max_version=(1, 3)))
+        want_shape, shared = ([3, 3], [6, 2]) if len(base_shape) == 2 else ([3], [2])
+        _expect(v["shape"] == want_shape, f"a slice exported shape {v['shape']}, expected {want_shape}")
+        bits = "".join(c for c in dtype if c.isdigit())
+        item = max(1, int(bits) // 8) if bits else 1  # bool: one byte
+        first = b["data"] + (base_shape[-1] if len(base_shape) == 2 else 1) * item
+        if v["data"] == first:
+            _expect(v["strides"] == shared, f"a view of the slice exported strides {v['strides']}, expected {shared}")
+            return "a view"
+        _expect(v["strides"] == _row_major(tuple(want_shape)),
+                f"neither the base's memory nor a compact copy: data {v['data']:#x}, strides {v['strides']}")
+        return "a copy"
+
     def capsule_is_consumed_once():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -202,6 +231,8 @@ def _checks(make: Callable[[tuple, str], Any], dtype: str, shape: tuple, make_re
         stream_on_cpu_must_be_none,
         read_only_sets_the_flag,
         read_only_is_never_a_legacy_capsule,
+        device_matches_the_capsule,
+        views_export_their_layout,
         capsule_is_consumed_once,
         consumer_sees_the_producers_memory,
     ]
@@ -236,6 +267,10 @@ PRODUCER_RULES: dict[str, tuple[str, str]] = {
                                 "export read-only data in a versioned capsule with READ_ONLY set"),
     "read_only_is_never_a_legacy_capsule": (f"{HEADER}: a legacy DLManagedTensor cannot say READ_ONLY",
                                             "raise BufferError when read-only data is asked for without max_version"),
+    "device_matches_the_capsule": (f"{ARRAY_API}_device__ and {HEADER}: DLTensor.device describe one device",
+                                   "return from __dlpack_device__ the (device_type, device_id) the exported DLTensor holds"),
+    "views_export_their_layout": (f"{HEADER}: DLTensor.data + byte_offset is element 0, strides are in elements",
+                                  "export a view with its own first element (data, byte_offset) and strides, or a compact copy"),
     "capsule_is_consumed_once": (f"{ARRAY_API}: the consumer renames the capsule 'used_dltensor' and owns the tensor",
                                  "return a new capsule on each call and let consumers rename it; never reuse one"),
     "consumer_sees_the_producers_memory": (f"{HEADER}: the deleter keeps the memory alive until the consumer calls it",
