@@ -628,6 +628,46 @@ def _consumer_cases():
 
 CONSUMER_CHECKS = [c.__name__ for c in _consumer_cases()]
 
+# Each consumer rule: where it is written, and how to follow it.
+CONSUMER_RULES: dict[str, tuple[str, str]] = {
+    "asks_for_versioned_capsule": (f"{ARRAY_API}: a consumer passes max_version to get a 'dltensor_versioned' capsule",
+                                   "call __dlpack__(max_version=(1, 3)) (the highest version you read)"),
+    "imports_a_versioned_capsule": (f"{HEADER}: DLManagedTensorVersioned",
+                                    "read 'dltensor_versioned' capsules: version, flags, then the DLTensor"),
+    "imports_with_zero_copy": (f"{ARRAY_API}: from_dlpack shares the producer's memory (copy=None)",
+                               "wrap the DLTensor's data in place; keep the capsule's tensor until its deleter runs"),
+    "accepts_a_legacy_answer": (f"{ARRAY_API}: a producer may answer max_version with a legacy 'dltensor' capsule",
+                                "read a 'dltensor' capsule returned to a max_version request too"),
+    "falls_back_to_legacy_on_type_error": (f"{ARRAY_API}: producers written to older standards raise TypeError for max_version",
+                                           "on TypeError, call __dlpack__() again without max_version"),
+    "refuses_a_future_major_version": (f"{HEADER}: DLPACK_MAJOR_VERSION: a newer major version is another ABI",
+                                       "refuse (BufferError) a tensor whose version.major is above the one you read"),
+    "refuses_unknown_dtype_code": (f"{HEADER}: DLDataTypeCode",
+                                   "refuse a dtype code (or bits, lanes) you have no type for instead of guessing one"),
+    "refuses_unknown_device_type": (f"{HEADER}: DLDeviceType",
+                                    "refuse a device type you cannot reach instead of reading its memory as the host's"),
+    "refuses_a_used_capsule": (f"{ARRAY_API}: a consumed capsule is renamed 'used_dltensor' and never consumed again",
+                               "check the capsule's name before taking its pointer"),
+    "honours_read_only": (f"{HEADER}: DLPACK_FLAG_BITMASK_READ_ONLY",
+                          "make the imported array read-only when the flag is set (or refuse it)"),
+    "renames_the_capsule": (f"{ARRAY_API}: the consumer renames the capsule 'used_dltensor' / 'used_dltensor_versioned'",
+                            "rename the capsule when you take ownership of its tensor"),
+    "calls_the_deleter_once": (f"{HEADER}: DLManagedTensor.deleter: called once by the consumer when done",
+                               "call the deleter exactly once, when the last user of the memory is gone"),
+    "negative_strides_imported_or_refused": (f"{HEADER}: DLTensor.strides may be negative",
+                                             "follow negative strides, or refuse the tensor cleanly (never crash)"),
+    "zero_strides_imported_or_refused": (f"{HEADER}: DLTensor.strides may be zero (broadcast)",
+                                         "follow zero strides read-only, or refuse the tensor cleanly"),
+    "null_strides_read_as_row_major": (f"{HEADER}: strides NULL means compact row-major",
+                                       "read NULL strides as row-major strides"),
+    "applies_byte_offset": (f"{HEADER}: DLTensor.byte_offset: element 0 is at data + byte_offset",
+                            "add byte_offset to data before reading"),
+    "zero_dim_tensor": (f"{HEADER}: ndim = 0 is a scalar (shape and strides may be NULL)",
+                        "import ndim = 0 as a 0-d array"),
+    "size_zero_with_null_data": (f"{HEADER}: a tensor with no elements may have data = NULL",
+                                 "accept NULL data when a dim is 0"),
+}
+
 
 def _kwargs(call: dict) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in call.items() if v is not None) or ""
@@ -1031,7 +1071,7 @@ def _yours(args: Any) -> int:
             print(f"  root cause: {cause}")
         for r in rs:
             print(f"  {r}")
-            rule = PRODUCER_RULES.get(r.name) if title.startswith("producer") else None
+            rule = (PRODUCER_RULES if title.startswith("producer") else CONSUMER_RULES).get(r.name)
             if r.status == "fail" and rule:
                 print(f"      rule: {rule[0]}")
                 print(f"      fix:  {rule[1]}")

@@ -263,9 +263,10 @@ def _testing(*args, cwd):
     return subprocess.run([sys.executable, "-m", "dlbridge.testing", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
-def test_every_producer_rule_says_where_it_is_written_and_how_to_follow_it():
+def test_every_rule_says_where_it_is_written_and_how_to_follow_it():
     assert set(dt.PRODUCER_RULES) == set(dt.CHECKS)
-    for name, (source, fix) in dt.PRODUCER_RULES.items():
+    assert set(dt.CONSUMER_RULES) == set(dt.CONSUMER_CHECKS)
+    for name, (source, fix) in {**dt.PRODUCER_RULES, **dt.CONSUMER_RULES}.items():
         assert source.startswith(("array API standard", "DLPack 1.3 header")), name
         assert fix and fix[0].islower() and not fix.endswith("."), name
 
@@ -292,6 +293,7 @@ def test_your_own_producer_from_the_command_line_with_a_report_that_teaches():
     assert copying.returncode == 3, copying.stdout + copying.stderr
     assert "imports_with_zero_copy                        fail: copied the data" in copying.stdout
     assert "honours_read_only                             fail: imported a READ_ONLY tensor as a writable array" in copying.stdout
+    assert "      fix:  make the imported array read-only when the flag is set (or refuse it)" in copying.stdout
     usage = _testing("--help", cwd=ROOT)
     assert usage.returncode == 0 and "--producer MODULE:FACTORY" in usage.stdout and "Exit status 3" in usage.stdout
     wrong = _testing("--dtypes", "f32", cwd=ROOT)
