@@ -38,7 +38,7 @@ pub use dlbridge_core;
 pub use dlbridge_core::DType;
 pub use kernel::{Call, DynKernelFn, Impl, Inputs, Kernel, KernelDef, KernelFn, KernelOpts, Outputs};
 pub use plugin::{Plugin, PluginInfo, PluginKernel};
-pub use registry::{KernelEntry, Registry, StaticImpl};
+pub use registry::{KernelEntry, Registry, StaticImpl, signature_is_well_formed};
 pub use signature::{Scalar, Signature};
 
 #[doc(hidden)]

@@ -134,9 +134,22 @@ macro_rules! dtype_resolver {
 /// the kernel that a full registration declares: its signature and options
 /// are the declaration's, written once. Without a declaration the
 /// registration fails (and `Registry::problems` says so).
+///
+/// The signature's shape is checked when the program compiles
+/// ([`signature_is_well_formed`]): an unclosed bracket is a compile error,
+/// not a kernel missing at run time.
+///
+/// ```compile_fail
+/// fn f(_: &mut dlbridge_registry::Call<'_, '_>) -> dlbridge_core::Result<()> { Ok(()) }
+/// dlbridge_registry::register_kernel!("neg(x: f32[N) -> (y: f32[N])", generic f);
+/// ```
 #[macro_export]
 macro_rules! register_kernel {
     (@entry $sig:expr, $imp:expr $(, $key:ident = $val:expr)*) => {
+        const _: () = ::core::assert!(
+            $crate::signature_is_well_formed($sig),
+            "register_kernel!: the signature's name, brackets or arrow are malformed (see dlbridge_registry::signature_is_well_formed)"
+        );
         $crate::inventory::submit! {
             $crate::KernelEntry {
                 signature: $sig,
@@ -157,6 +170,68 @@ macro_rules! register_kernel {
     ($sig:expr, generic $f:expr $(, $key:ident = $val:expr)* $(,)?) => {
         $crate::register_kernel!(@entry $sig, $crate::StaticImpl::Generic($f) $(, $key = $val)*);
     };
+}
+
+/// What [`register_kernel!`] checks of a signature text while the program
+/// compiles: a name (letters, digits, `_`), then either nothing (an
+/// implementation of a declared kernel) or `(`...`)` with every `(`, `[` and
+/// `<` closed in order and, after the parameters, nothing or ` -> (`...`)`.
+/// The full check is [`Signature::parse`] at registration.
+pub const fn signature_is_well_formed(text: &str) -> bool {
+    let b = text.as_bytes();
+    let mut i = 0;
+    while i < b.len() && b[i] == b' ' {
+        i += 1;
+    }
+    let start = i;
+    while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+        i += 1;
+    }
+    if i == start || b[start].is_ascii_digit() {
+        return false;
+    }
+    if i == b.len() {
+        return true; // a bare name
+    }
+    // Brackets closed in order; `>` of `->` is not a bracket.
+    let mut stack = [0u8; 64];
+    let mut depth = 0;
+    let mut closed_params = 0; // top-level `(...)` groups seen
+    while i < b.len() {
+        let c = b[i];
+        match c {
+            b'(' | b'[' | b'<' => {
+                if depth == stack.len() {
+                    return false;
+                }
+                stack[depth] = c;
+                depth += 1;
+            }
+            b')' | b']' | b'>' => {
+                if c == b'>' && i > 0 && b[i - 1] == b'-' {
+                    if depth != 0 || closed_params != 1 {
+                        return false; // an arrow inside brackets, or before the parameters
+                    }
+                } else {
+                    let open = match c {
+                        b')' => b'(',
+                        b']' => b'[',
+                        _ => b'<',
+                    };
+                    if depth == 0 || stack[depth - 1] != open {
+                        return false;
+                    }
+                    depth -= 1;
+                    if depth == 0 && c == b')' {
+                        closed_params += 1;
+                    }
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    depth == 0 && (closed_params == 1 || closed_params == 2)
 }
 
 /// Kernels by name. `Send + Sync`: share it freely; lookups take a read lock,
@@ -450,4 +525,36 @@ fn name_in(text: &str) -> Option<String> {
     let end = head.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(head.len());
     let name = &head[..end];
     (!name.is_empty() && !name.starts_with(|c: char| c.is_ascii_digit())).then(|| name.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::signature_is_well_formed as ok;
+
+    #[test]
+    fn the_compile_time_check_catches_unclosed_and_misplaced_brackets() {
+        for good in [
+            "add<T: f32|f64>(a: T[...S], b: T[...S]) -> (out: T[...S])",
+            "matmul<T: f32|f64>(a: T[M, K], b: T[K, N]) -> (c: T[M, N])",
+            "axpy<T: f32>(alpha: f64, x: T[N], y: mut T[N])",
+            "c_dot(a: f64[N], b: f64[N]) -> (out: f64[])",
+            "add",
+            "nop()",
+        ] {
+            assert!(ok(good), "{good}");
+        }
+        for bad in [
+            "neg(x: f32[N) -> (y: f32[N])",
+            "neg(x: f32[N]) -> (y: f32[N]",
+            "neg<T: f32(x: T[N]) -> (y: T[N])",
+            "neg(x: f32[N]] -> (y: f32[N])",
+            "(x: f32[N])",
+            "9neg(x: f32[N])",
+            "neg -> (y: f32[N])",
+            "neg(x: f32[N]) (y: f32[N]) (z: f32[N])",
+            "",
+        ] {
+            assert!(!ok(bad), "{bad}");
+        }
+    }
 }

@@ -71,10 +71,11 @@ fn a_failed_register_changes_nothing() {
 }
 
 // Built-ins for the next test: `atomic_ok` on the CPU, a CUDA implementation of
-// it with a dtype its signature does not allow, and one whose signature does not parse.
+// it with a dtype its signature does not allow, and one whose signature does not parse
+// (an unknown dtype: an unclosed bracket would not compile).
 register_kernel!("atomic_ok<T: f32|f64>(x: T[N]) -> (y: T[N])", generic noop);
 register_kernel!("atomic_ok<T: f32|f64>(x: T[N]) -> (y: T[N])", dispatch { F32 => noop, F16 => noop }, device = DeviceType::CUDA);
-register_kernel!("atomic_bad(x: f32[N]", generic noop);
+register_kernel!("atomic_bad(x: f33[N])", generic noop);
 
 #[test]
 fn a_builtin_that_fails_to_register_is_a_problem_and_leaves_no_trace() {

@@ -14,8 +14,9 @@ fn negate<T: dlbridge_core::Element + std::ops::Neg<Output = T>>(call: &mut Call
 
 dlbridge_registry::dtype_resolver!(only_f32: f32);
 
-// A typo in the signature: `T[N` is never closed.
-register_kernel!("neg_typo<T: f32>(x: T[N) -> (y: T[N])", generic negate::<f32>);
+// A typo in the signature the compiler cannot see (an unclosed bracket it can:
+// register_kernel! refuses to compile that): no dtype is called `f33`.
+register_kernel!("neg_typo<T: f33>(x: T[N]) -> (y: T[N])", generic negate::<f32>);
 // A dtype the resolver lacks: the signature allows f64, `only_f32` cannot make it.
 register_kernel!("neg_uncovered<T: f32|f64>(x: T[N]) -> (y: T[N])", each only_f32!(negate));
 
