@@ -176,8 +176,8 @@ def _checks(make: Callable[[tuple, str], Any], dtype: str, shape: tuple, make_re
         _expect(dev == got, f"__dlpack_device__() says {dev}, the capsule says {got}")
 
     def views_export_their_layout():
-        # A slice of a larger array: zero copy, its first element and strides are the base's;
-        # or a compact copy of it (JAX slices copy).
+        # A slice (and a transpose) of a larger array: zero copy, its first element and
+        # strides are the base's; or a compact copy of it (JAX slices copy).
         base_shape = (4, 6) if len(shape) == 2 else (6,)
         base = make(base_shape, dtype)
         try:
@@ -193,10 +193,20 @@ def _checks(make: Callable[[tuple, str], Any], dtype: str, shape: tuple, make_re
         first = b["data"] + (base_shape[-1] if len(base_shape) == 2 else 1) * item
         if v["data"] == first:
             _expect(v["strides"] == shared, f"a view of the slice exported strides {v['strides']}, expected {shared}")
-            return "a view"
-        _expect(v["strides"] == _row_major(tuple(want_shape)),
-                f"neither the base's memory nor a compact copy: data {v['data']:#x}, strides {v['strides']}")
-        return "a copy"
+            kind = "a view"
+        else:
+            _expect(v["strides"] == _row_major(tuple(want_shape)),
+                    f"a slice is neither the base's memory nor a compact copy: data {v['data']:#x}, strides {v['strides']}")
+            kind = "a copy"
+        transposed = getattr(base, "T", None) if len(base_shape) == 2 else None
+        if transposed is not None and hasattr(transposed, "__dlpack__"):
+            t = inspect_capsule(transposed.__dlpack__(max_version=(1, 3)))
+            _expect(t["shape"] == [6, 4], f"a transpose exported shape {t['shape']}, expected [6, 4]")
+            if t["data"] == b["data"]:
+                _expect(t["strides"] == [1, 6], f"a transposed view exported strides {t['strides']}, expected [1, 6]")
+            else:
+                _expect(t["strides"] == [4, 1], f"a transpose is neither the base's memory nor a compact copy: strides {t['strides']}")
+        return kind
 
     def capsule_is_consumed_once():
         with warnings.catch_warnings():
