@@ -128,7 +128,7 @@ class TorchLib(Lib):
 
 
 class JaxLib(Lib):
-    name, immutable = "jax", True
+    name, immutable, out_type = "jax", True, jax.Array
     dtypes = ("f16", "bf16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "bool", "c64", "c128")
 
     def make(self, v, dtype):
@@ -188,6 +188,8 @@ def to_numpy(out) -> np.ndarray:
         return (out.float() if out.dtype == torch.bfloat16 else out).numpy()
     if isinstance(out, np.ndarray):
         return out
+    if isinstance(out, jax.Array):  # JAX's own output: the buffer the kernel filled (bf16 read as f32)
+        return np.asarray(out.astype(jnp.float32) if out.dtype == jnp.bfloat16 else out)
     assert isinstance(out, dlbridge.Array), type(out)
     if out.dtype == "bf16":
         return torch.from_dlpack(out).float().numpy()
