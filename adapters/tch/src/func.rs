@@ -17,7 +17,11 @@ use std::sync::Arc;
 use dlbridge_core::Error;
 use dlbridge_registry::signature::{ParamKind, ScalarKind};
 use dlbridge_registry::{Kernel, Registry, Scalar};
+use smallvec::SmallVec;
 use tch::Tensor;
+
+/// A call's arguments, inline up to 6 (no allocation for a call's list).
+pub type ArgList<'t> = SmallVec<[Arg<'t>; 6]>;
 
 /// One argument of a [`TchKernel`] call: a tensor or a scalar.
 #[derive(Debug, Clone, Copy)]
@@ -62,24 +66,24 @@ impl From<Scalar> for Arg<'_> {
 /// six tensors and scalars (`(&a, &b)`, `(2.0, &x, &y)`), or a slice of [`Arg`]s.
 pub trait Args<'t> {
     /// The arguments, in order.
-    fn args(self) -> Vec<Arg<'t>>;
+    fn args(self) -> ArgList<'t>;
 }
 
 impl<'t> Args<'t> for &'t Tensor {
-    fn args(self) -> Vec<Arg<'t>> {
-        vec![Arg::Tensor(self)]
+    fn args(self) -> ArgList<'t> {
+        smallvec::smallvec![Arg::Tensor(self)]
     }
 }
 
 impl<'t> Args<'t> for &[Arg<'t>] {
-    fn args(self) -> Vec<Arg<'t>> {
-        self.to_vec()
+    fn args(self) -> ArgList<'t> {
+        self.iter().copied().collect()
     }
 }
 
 impl<'t, const N: usize> Args<'t> for [Arg<'t>; N] {
-    fn args(self) -> Vec<Arg<'t>> {
-        self.to_vec()
+    fn args(self) -> ArgList<'t> {
+        self.into_iter().collect()
     }
 }
 
@@ -87,9 +91,9 @@ macro_rules! tuple_args {
     ($($name:ident),+) => {
         impl<'t, $($name: Into<Arg<'t>>),+> Args<'t> for ($($name,)+) {
             #[allow(non_snake_case)]
-            fn args(self) -> Vec<Arg<'t>> {
+            fn args(self) -> ArgList<'t> {
                 let ($($name,)+) = self;
-                vec![$($name.into()),+]
+                smallvec::smallvec![$($name.into()),+]
             }
         }
     };
@@ -168,7 +172,8 @@ impl TchKernel {
 
     /// Splits `args` into the tensors and the scalars [`crate::call`] takes,
     /// checking them against the signature (an error names the parameter).
-    fn split<'t>(&self, args: Vec<Arg<'t>>) -> KernelResult<(Vec<&'t Tensor>, Vec<Scalar>)> {
+    #[allow(clippy::type_complexity)]
+    fn split<'t>(&self, args: ArgList<'t>) -> KernelResult<(SmallVec<[&'t Tensor; 6]>, SmallVec<[Scalar; 4]>)> {
         let sig = self.kernel.signature();
         if args.len() != sig.params.len() {
             let names: Vec<&str> = sig.params.iter().map(|p| p.name.as_str()).collect();
@@ -181,7 +186,7 @@ impl TchKernel {
             ))
             .into());
         }
-        let (mut tensors, mut scalars) = (Vec::with_capacity(args.len()), Vec::new());
+        let (mut tensors, mut scalars) = (SmallVec::new(), SmallVec::new());
         for (p, a) in sig.params.iter().zip(args) {
             let wrong = |what: &str| Error::InvalidArgument(format!("{}: argument {}: expected {what}", sig.name, p.name));
             match (&p.kind, a) {

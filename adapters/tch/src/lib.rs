@@ -35,7 +35,7 @@ mod func;
 #[allow(unsafe_code)]
 mod raw;
 
-pub use func::{Arg, Args, KernelError, KernelResult, TchKernel, kernel};
+pub use func::{Arg, ArgList, Args, KernelError, KernelResult, TchKernel, kernel};
 
 use dlbridge_core::{DType, Device, Error, Flags, ManagedTensor, Result, Slot, TensorView, TensorViewMut};
 use dlbridge_registry::binding::{Adapter, Allocator, Job, Operand};
