@@ -398,15 +398,10 @@ fn dispatch<'py>(
         return finish(py, call, Arrays { py }, stream, release);
     };
     match maker {
-        Some(m) => match &**m {
-            Maker::Numpy => finish(py, call, Numpy { py }, stream, release),
-            Maker::Python(_) => finish(py, call, Registered { py, maker: m.clone() }, stream, release),
-            Maker::Exchange => match Exchange::claim(first) {
-                Some(a) => finish(py, call, a, stream, release),
-                None => finish(py, call, Arrays { py }, stream, release),
-            },
-        },
-        None => match Exchange::claim(first) {
+        Some(m) if matches!(**m, Maker::Numpy) => finish(py, call, Numpy { py }, stream, release),
+        Some(m) if matches!(**m, Maker::Python(_)) => finish(py, call, Registered { py, maker: m.clone() }, stream, release),
+        // torch, and any type whose exchange API can allocate; else dlbridge.Array.
+        _ => match Exchange::claim(first) {
             Some(a) => finish(py, call, a, stream, release),
             None => finish(py, call, Arrays { py }, stream, release),
         },
@@ -803,15 +798,9 @@ pub fn empty_like<'py>(like: &Bound<'py, PyAny>, shape: Vec<i64>, dtype: &str) -
         a.raw(py, t)
     }
     match crate::frameworks::lookup(like) {
-        Some(m) => match &*m {
-            Maker::Numpy => made(py, Numpy { py }, &spec),
-            Maker::Python(_) => made(py, Registered { py, maker: m.clone() }, &spec),
-            Maker::Exchange => match Exchange::claim(&first) {
-                Some(a) => made(py, a, &spec),
-                None => made(py, Arrays { py }, &spec),
-            },
-        },
-        None => match Exchange::claim(&first) {
+        Some(m) if matches!(*m, Maker::Numpy) => made(py, Numpy { py }, &spec),
+        Some(m) if matches!(*m, Maker::Python(_)) => made(py, Registered { py, maker: m }, &spec),
+        _ => match Exchange::claim(&first) {
             Some(a) => made(py, a, &spec),
             None => made(py, Arrays { py }, &spec),
         },
