@@ -32,6 +32,7 @@ from ._dlbridge import (
     zeros,
 )
 from ._compile import ElementwiseKernel, ReductionKernel
+from ._define import Definitions, define
 from ._inline import load_inline
 from ._frameworks import install as _install_frameworks
 from ._introspect import install as _install_introspection
@@ -45,6 +46,7 @@ _dlbridge._freeze_kernel_type()  # after the attributes above; see _dlbridge's v
 __all__ = [
     "Array",
     "DLDeviceType",
+    "Definitions",
     "ElementwiseKernel",
     "Kernel",
     "Param",
@@ -53,6 +55,7 @@ __all__ = [
     "arange",
     "asarray",
     "convert_func",
+    "define",
     "from_dlpack",
     "full",
     "get_kernel",

@@ -29,6 +29,7 @@ __all__ = [
     "_kernel_vectorcall",
     "_freeze_kernel_type",
     "reduction_kernel",
+    "tc_define",
     "compile_stats",
     "load_inline",
     "inspect_capsule",
@@ -290,6 +291,10 @@ def reduction_kernel(
     preamble: str = "",
 ) -> Kernel:
     """Registers a CuPy-style reduction kernel (see ``dlbridge.ReductionKernel``)."""
+def tc_define(lang: str) -> list[tuple[str, Kernel, Kernel | None, str]]:
+    """Checks and registers every ``def`` of a Tensor Comprehensions text (see
+    ``dlbridge.define``) with its derived backward; returns ``(def name, kernel,
+    backward kernel or None, why there is none)`` in order."""
 def load_inline(
     name: str,
     c_source: str | None,

@@ -42,7 +42,7 @@ import numpy as np
 
 import dlbridge
 
-from . import _backwards, _dlbridge
+from . import _backwards, _dlbridge, _tc_grad
 from ._backwards import Saved, as_grads
 from ._introspect import kernel_of
 
@@ -225,6 +225,8 @@ def as_op(kernel: Any, *, backward: Callable[..., Any] | None = None, vmap_metho
     rule = backward
     if rule is None and (entry := _backwards.builtin(k.name, k.signature)) is not None:
         rule = functools.partial(entry.rule, _JAX_OPS)
+    if rule is None:
+        rule = _tc_grad.rule(k, as_op)  # a dlbridge.define kernel's derived backward
     if rule is not None and muts:
         raise ValueError(f"as_op({k.name}): a backward for a kernel that writes its inputs (mut) is not supported")
     f = op if rule is None else _with_backward(k, op, rule)

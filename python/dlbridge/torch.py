@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import itertools
 import keyword
+import operator
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -47,7 +48,7 @@ import torch
 
 import dlbridge
 
-from . import _backwards, _compile
+from . import _backwards, _compile, _tc_grad
 from ._backwards import Saved, as_grads
 from ._introspect import kernel_of
 
@@ -232,12 +233,41 @@ class _Binder:
                 shape.extend(self.broadcast[d[1:]])
             elif d.startswith("."):
                 shape.extend(self.packs[d][0])
-            else:
+            elif d in self.dims:
                 shape.append(self.dims[d][0])
+            else:  # a dim expression of the inputs' sizes: `(H - KH + 1)`
+                shape.append(_eval_dim(d, {n: v[0] for n, v in self.dims.items()}))
         return shape
 
     def output_dtype(self, o: Any) -> torch.dtype:
         return _TORCH_DTYPES[o.dtype] if o.dtype in _TORCH_DTYPES else self.types[o.dtype][0]
+
+
+def _eval_dim(text: str, dims: dict[str, Any]) -> Any:
+    """A signature's dim expression (``+ - *``, ``/`` rounding down, ``min``,
+    ``max``, sizes by name) with the sizes ``dims`` gives, which may be symbolic."""
+    import ast
+
+    def ev(n: ast.AST) -> Any:
+        if isinstance(n, ast.Expression):
+            return ev(n.body)
+        if isinstance(n, ast.Constant) and isinstance(n.value, int):
+            return n.value
+        if isinstance(n, ast.Name):
+            return dims[n.id]
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
+            return -ev(n.operand)
+        if isinstance(n, ast.BinOp):
+            a, b = ev(n.left), ev(n.right)
+            ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.floordiv}
+            if type(n.op) in ops:
+                return ops[type(n.op)](a, b)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("min", "max") and len(n.args) == 2:
+            a, b = ev(n.args[0]), ev(n.args[1])
+            return (torch.sym_min if n.func.id == "min" else torch.sym_max)(a, b)
+        raise ValueError(f"not a dim expression: {text!r}")
+
+    return ev(ast.parse(text, mode="eval"))
 
 
 def _non_overlapping(shape: Sequence[Any], strides: Sequence[Any]) -> bool:
@@ -590,9 +620,10 @@ def _register_autograd(lib: Any, opname: str, state: _Op) -> None:
     def backward_(ctx: Any, *grads: Any) -> tuple[Any, ...]:
         keep, scalar_values, shapes, bw = ctx.dlbridge_saved
         if bw is None:
+            why = _tc_grad.why_not(k)
             raise RuntimeError(
                 f"{qualname} has no backward: give one with dlbridge.torch.as_op(kernel, backward=...), "
-                "or detach its inputs"
+                f"or detach its inputs{f' (none was derived: {why})' if why else ''}"
             )
         saved = Saved({**dict(zip(keep, ctx.saved_tensors)), **scalar_values}, shapes)
         needs = ctx.needs_input_grad[1:]
@@ -660,8 +691,12 @@ def builtin_backward(kernel: Any) -> Callable[..., Any] | None:
 
 
 def _builtin(kernel: Any) -> _Backward | None:
+    """A built-in's backward, or the one derived for a ``dlbridge.define`` kernel."""
     k = _kernel_of(kernel)
-    return _torch_backward(k.name) if _backwards.builtin(k.name, k.signature) else None
+    if _backwards.builtin(k.name, k.signature):
+        return _torch_backward(k.name)
+    derived = _tc_grad.rule(k, as_op)
+    return None if derived is None else _Backward(derived, [p.name for p in k.params])
 
 
 # ---------------------------------------------------------------------------

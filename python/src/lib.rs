@@ -350,6 +350,26 @@ fn elementwise_kernel(
     k.register(dlbridge::registry()).map(PyKernel::new).py_err()
 }
 
+/// `dlbridge.define`'s kernels: every `def` of `lang` checked and registered
+/// (under its own name where that is free or held by an earlier kernel from
+/// source, else `name_2`, ...), with its derived backward. Returns `(def
+/// name, kernel, backward kernel or None, why there is none)` in order.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn tc_define(py: Python<'_>, lang: &str) -> PyResult<Vec<(String, PyKernel, Option<PyKernel>, String)>> {
+    let defs = py.detach(|| dlbridge::compile::tc::define_in(dlbridge::registry(), lang)).py_err()?;
+    Ok(defs
+        .into_iter()
+        .map(|d| {
+            let (backward, why) = match d.backward {
+                Ok(b) => (Some(PyKernel::new(b)), String::new()),
+                Err(why) => (None, why),
+            };
+            (d.kernel.spec().def_name().to_owned(), PyKernel::new(d.registered), backward, why)
+        })
+        .collect())
+}
+
 /// Compiles a CuPy-style reduction kernel into a registered kernel (outputs
 /// as `mut` tensors; see `dlbridge.ReductionKernel`).
 #[pyfunction]
@@ -551,6 +571,7 @@ fn _dlbridge(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(full, m)?)?;
     m.add_function(wrap_pyfunction!(elementwise_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(reduction_kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(tc_define, m)?)?;
     m.add_function(wrap_pyfunction!(compile_stats, m)?)?;
     m.add_function(wrap_pyfunction!(_numpy_read_in_place, m)?)?;
     m.add_function(wrap_pyfunction!(_kernel_vectorcall, m)?)?;

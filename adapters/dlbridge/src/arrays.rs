@@ -155,7 +155,7 @@ pub fn try_kernel(kernel: &Kernel) -> Result<Vec<Array>> {
         dims.iter()
             .map(|d| match *d {
                 Dim::Fixed(n) => n,
-                Dim::Sym(_) | Dim::Rest(_) => 2,
+                Dim::Sym(_) | Dim::Rest(_) | Dim::Expr(_) => 2,
             })
             .collect()
     };

@@ -690,6 +690,7 @@ impl PyParam {
                         Dim::Fixed(n) => ParamDim::Fixed(n),
                         Dim::Sym(i) => ParamDim::Named(sig.symbols[i].clone()),
                         Dim::Rest(i) => ParamDim::Named(sig.fmt_rest(i)),
+                        Dim::Expr(i) => ParamDim::Named(sig.fmt_expr(i)),
                     })
                     .collect();
                 let text = format!("{}{dtype}{}", if t.mutable { "mut " } else { "" }, sig.fmt_dims(&t.dims));

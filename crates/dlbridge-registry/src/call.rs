@@ -258,6 +258,15 @@ impl Ctx<'_, '_> {
                     }
                     axis += 1;
                 }
+                Dim::Expr(e) => {
+                    // Outputs only (the parser refuses it in inputs): every
+                    // symbol is bound by now.
+                    let want = self.sig.exprs[e].eval(&|s| (b.sym_mask & (1 << s) != 0).then(|| b.syms[s]));
+                    if want != Some(shape[axis]) {
+                        return Err(Fail::Dim(axis));
+                    }
+                    axis += 1;
+                }
                 Dim::Rest(r) => {
                     let got = &shape[axis..axis + rest_len];
                     match b.rest(r, self.args) {
@@ -340,6 +349,15 @@ impl Ctx<'_, '_> {
                         shape[axis]
                     )),
                     Some(Dim::Fixed(n)) => Error::Mismatch(format!("dim {axis} must be {n} but got {}", shape[axis])),
+                    Some(Dim::Expr(e)) => {
+                        let want = self.sig.exprs[e].eval(&|s| (b.sym_mask & (1 << s) != 0).then(|| b.syms[s]));
+                        Error::Mismatch(format!(
+                            "dim {axis} must be {} = {} but got {}",
+                            self.sig.fmt_expr(e),
+                            want.map_or_else(|| "?".to_owned(), |v| v.to_string()),
+                            shape[axis]
+                        ))
+                    }
                     _ => Error::Mismatch(format!("dim {axis} does not match")),
                 }
             }
@@ -683,6 +701,41 @@ fn output_arity_error(sig: &Signature, got: usize) -> Error {
     count_error(sig, "outputs", &sig.outputs, got)
 }
 
+/// The value of output `name`'s dim expression `e`: an error naming the
+/// expression and the sizes it came from when it is negative or cannot be
+/// computed.
+#[cold]
+fn output_dim_error(sig: &Signature, b: &Solution, name: &str, e: usize, v: Option<i64>) -> Error {
+    let mut used: Vec<String> = Vec::new();
+    for (i, s) in sig.symbols.iter().enumerate() {
+        let mut syms = Vec::new();
+        sig.exprs[e].symbols(&mut syms);
+        if syms.contains(&i)
+            && let Some(v) = b.symbol(i)
+        {
+            used.push(format!("{s} = {v}"));
+        }
+    }
+    let what = match v {
+        Some(v) => format!("is {v}, below 0"),
+        None => "cannot be computed (a division by a non-positive value, or an overflow)".to_owned(),
+    };
+    Error::Mismatch(format!(
+        "{}: output {name}: dim {} {what} with {}: the inputs are too small for it",
+        sig.name,
+        sig.fmt_expr(e),
+        used.join(", ")
+    ))
+}
+
+#[inline]
+fn output_dim(sig: &Signature, b: &Solution, name: &str, e: usize) -> Result<i64> {
+    match sig.exprs[e].eval(&|s| b.symbol(s)) {
+        Some(v) if v >= 0 => Ok(v),
+        v => Err(output_dim_error(sig, b, name, e, v)),
+    }
+}
+
 /// Shapes, dtypes and devices of every output, from bound inputs alone
 /// (Tensor Comprehensions' prepareOutputs step). `follow_inputs`: outputs
 /// shaped like inputs take their memory order (see [`OutputSpec::order`]); a
@@ -702,6 +755,7 @@ pub fn output_specs(sig: &Signature, b: &Solution, args: &[Arg<'_>], follow_inpu
                 Dim::Fixed(n) => shape.push(n),
                 Dim::Sym(s) => shape.push(b.symbol(s).ok_or_else(|| unbound(sig, &sig.symbols[s]))?),
                 Dim::Rest(r) => shape.extend_from_slice(b.rest(r, args).ok_or_else(|| unbound(sig, &sig.rests[r]))?),
+                Dim::Expr(e) => shape.push(output_dim(sig, b, &p.name, e)?),
             }
         }
         let order = if follow_inputs && shape.len() > 1 { memory_order(sig, &t.dims, &shape, args) } else { SmallVec::new() };

@@ -7,7 +7,10 @@
 //! tvar      := NAME ':' DTYPE ( '|' DTYPE )*
 //! param     := NAME ':' ( SCALAR | tensor )        SCALAR := f64 | i64 | bool
 //! tensor    := 'mut'? ( DTYPE | TVAR ) '[' ( dim ( ',' dim )* )? ']'
-//! dim       := INT | NAME | '...' NAME
+//! dim       := INT | NAME | '...' NAME | '(' dexpr ')'
+//! dexpr     := dterm ( ('+' | '-') dterm )*
+//! dterm     := datom ( ('*' | '/') datom )*           ('/' divides rounding down, by a positive divisor)
+//! datom     := INT | NAME | '(' dexpr ')' | ('min' | 'max') '(' dexpr ',' dexpr ')'
 //! outputs   := NAME ':' ( DTYPE | TVAR ) '[' dims ']' ( ',' ... )*
 //! bcast     := '*' NAME                            (a tensor's only dim)
 //! ```
@@ -21,6 +24,10 @@
 //! must already have it (an in-place write never broadcasts). The kernel gets
 //! the inputs with their own shapes and broadcasts them itself (right-aligned;
 //! a missing dim or a dim of size 1 repeats).
+//! A dim may be an expression of dim symbols (`(H - KH + 1)`,
+//! `((H - 2) / 2 + 1)`): the caller's framework allocates an output with its
+//! value, and an input (whose expression may use only symbols the inputs
+//! before it bind) or an output passed in must have it.
 //! Parsing also type-checks: every type variable and every output dim must be
 //! bound by some input.
 //!
@@ -84,6 +91,83 @@ pub enum Dim {
     Sym(usize),
     /// `...NAME` group number `i`: any number of dims.
     Rest(usize),
+    /// Expression number `i` ([`Signature::exprs`]) of the inputs' dim
+    /// symbols (outputs only).
+    Expr(usize),
+}
+
+/// An output dim computed from the inputs' dim symbols.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum DimExpr {
+    /// A constant.
+    Int(i64),
+    /// Dim symbol number `i`.
+    Sym(usize),
+    /// `a + b`.
+    Add(Box<DimExpr>, Box<DimExpr>),
+    /// `a - b`.
+    Sub(Box<DimExpr>, Box<DimExpr>),
+    /// `a * b`.
+    Mul(Box<DimExpr>, Box<DimExpr>),
+    /// `a / b`, rounding down; `b` must be positive.
+    Div(Box<DimExpr>, Box<DimExpr>),
+    /// The smaller of the two.
+    Min(Box<DimExpr>, Box<DimExpr>),
+    /// The larger of the two.
+    Max(Box<DimExpr>, Box<DimExpr>),
+}
+
+impl DimExpr {
+    /// Its value with the dim symbols `sym` gives; `None` where a symbol is
+    /// unbound, a divisor is not positive or the arithmetic overflows.
+    pub fn eval(&self, sym: &dyn Fn(usize) -> Option<i64>) -> Option<i64> {
+        let two = |a: &DimExpr, b: &DimExpr| Some((a.eval(sym)?, b.eval(sym)?));
+        match self {
+            DimExpr::Int(n) => Some(*n),
+            DimExpr::Sym(i) => sym(*i),
+            DimExpr::Add(a, b) => two(a, b).and_then(|(a, b)| a.checked_add(b)),
+            DimExpr::Sub(a, b) => two(a, b).and_then(|(a, b)| a.checked_sub(b)),
+            DimExpr::Mul(a, b) => two(a, b).and_then(|(a, b)| a.checked_mul(b)),
+            DimExpr::Div(a, b) => two(a, b).and_then(|(a, b)| if b > 0 { Some(a.div_euclid(b)) } else { None }),
+            DimExpr::Min(a, b) => two(a, b).map(|(a, b)| a.min(b)),
+            DimExpr::Max(a, b) => two(a, b).map(|(a, b)| a.max(b)),
+        }
+    }
+
+    /// The text, with `names` for the symbols, parenthesised only where needed.
+    pub fn text(&self, names: &[String]) -> String {
+        self.fmt_prec(names, 0)
+    }
+
+    fn fmt_prec(&self, names: &[String], outer: u8) -> String {
+        let bin = |a: &DimExpr, op: &str, b: &DimExpr, prec: u8| {
+            let t = format!("{} {op} {}", a.fmt_prec(names, prec), b.fmt_prec(names, prec + 1));
+            if prec < outer { format!("({t})") } else { t }
+        };
+        match self {
+            DimExpr::Int(n) if *n < 0 => format!("(0 - {})", n.unsigned_abs()),
+            DimExpr::Int(n) => n.to_string(),
+            DimExpr::Sym(i) => names.get(*i).cloned().unwrap_or_else(|| format!("?{i}")),
+            DimExpr::Add(a, b) => bin(a, "+", b, 1),
+            DimExpr::Sub(a, b) => bin(a, "-", b, 1),
+            DimExpr::Mul(a, b) => bin(a, "*", b, 2),
+            DimExpr::Div(a, b) => bin(a, "/", b, 2),
+            DimExpr::Min(a, b) => format!("min({}, {})", a.fmt_prec(names, 0), b.fmt_prec(names, 0)),
+            DimExpr::Max(a, b) => format!("max({}, {})", a.fmt_prec(names, 0), b.fmt_prec(names, 0)),
+        }
+    }
+
+    /// Pushes the dim symbols it uses onto `out`.
+    pub fn symbols(&self, out: &mut Vec<usize>) {
+        match self {
+            DimExpr::Int(_) => {}
+            DimExpr::Sym(i) => out.push(*i),
+            DimExpr::Add(a, b) | DimExpr::Sub(a, b) | DimExpr::Mul(a, b) | DimExpr::Div(a, b) | DimExpr::Min(a, b) | DimExpr::Max(a, b) => {
+                a.symbols(out);
+                b.symbols(out);
+            }
+        }
+    }
 }
 
 /// A tensor parameter's type.
@@ -230,6 +314,8 @@ pub struct Signature {
     pub rests: Vec<String>,
     /// Which `...` groups are broadcast groups (written `*NAME`), indexed like `rests`.
     pub broadcast: Vec<bool>,
+    /// Output dims computed from the inputs' symbols, indexed by [`Dim::Expr`].
+    pub exprs: Vec<DimExpr>,
 }
 
 impl Signature {
@@ -263,9 +349,19 @@ impl Signature {
                 Dim::Fixed(n) => n.to_string(),
                 Dim::Sym(i) => self.symbols[i].clone(),
                 Dim::Rest(i) => self.fmt_rest(i),
+                Dim::Expr(i) => self.fmt_expr(i),
             })
             .collect();
         format!("[{}]", parts.join(", "))
+    }
+
+    /// Text of output dim expression `i`, in parentheses: `(H - KH + 1)`.
+    pub fn fmt_expr(&self, i: usize) -> String {
+        match self.exprs.get(i) {
+            Some(e @ (DimExpr::Min(..) | DimExpr::Max(..))) => e.text(&self.symbols),
+            Some(e) => format!("({})", e.text(&self.symbols)),
+            None => format!("?expr{i}"),
+        }
     }
 
     /// Text of `...` group `i`: `...NAME`, or `*NAME` for a broadcast group.
@@ -390,7 +486,7 @@ struct Parser<'s> {
     lex_error: Option<(usize, String)>,
 }
 
-const PUNCTS: [&str; 13] = ["...", "->", "<", ">", "(", ")", "[", "]", ",", ":", "|", "-", "*"];
+const PUNCTS: [&str; 15] = ["...", "->", "<", ">", "(", ")", "[", "]", ",", ":", "|", "-", "*", "+", "/"];
 
 impl<'s> Parser<'s> {
     fn new(text: &'s str) -> Parser<'s> {
@@ -486,6 +582,7 @@ impl<'s> Parser<'s> {
             symbols: Vec::new(),
             rests: Vec::new(),
             broadcast: Vec::new(),
+            exprs: Vec::new(),
         };
         if self.eat("<") {
             loop {
@@ -528,16 +625,31 @@ impl<'s> Parser<'s> {
         let mut tv_bound = vec![false; sig.type_vars.len()];
         if !self.eat(")") {
             loop {
+                let col = self.col();
                 let p = self.param(&mut sig, false)?;
                 if let Some(t) = p.tensor() {
                     if let DTypeRef::Var(i) = t.dtype {
                         tv_bound[i] = true;
                     }
+                    // An input's dim expression is checked, not bound: its
+                    // symbols must be bound by the inputs before it.
+                    for d in &t.dims {
+                        if let Dim::Expr(e) = *d {
+                            let mut used = Vec::new();
+                            sig.exprs[e].symbols(&mut used);
+                            if let Some(&s) = used.iter().find(|&&s| !input_syms.get(s).copied().unwrap_or(false)) {
+                                return Err(self.err(
+                                    col,
+                                    format!("`{}`: dim `{}` is used in an expression before an input binds it", p.name, sig.symbols[s]),
+                                ));
+                            }
+                        }
+                    }
                     for d in &t.dims {
                         match *d {
                             Dim::Sym(i) => set(&mut input_syms, i),
                             Dim::Rest(i) => set(&mut input_rests, i),
-                            Dim::Fixed(_) => {}
+                            Dim::Fixed(_) | Dim::Expr(_) => {}
                         }
                     }
                 }
@@ -568,6 +680,15 @@ impl<'s> Parser<'s> {
                         }
                         Dim::Rest(i) if !input_rests.get(i).copied().unwrap_or(false) => {
                             return Err(self.err(col, format!("output `{}`: `{}` is not bound by any input", p.name, sig.fmt_rest(i))));
+                        }
+                        Dim::Expr(i) => {
+                            let mut used = Vec::new();
+                            sig.exprs[i].symbols(&mut used);
+                            if let Some(&s) = used.iter().find(|&&s| !input_syms.get(s).copied().unwrap_or(false)) {
+                                return Err(
+                                    self.err(col, format!("output `{}`: dim `{}` is not bound by any input", p.name, sig.symbols[s]))
+                                );
+                            }
                         }
                         _ => {}
                     }
@@ -634,6 +755,21 @@ impl<'s> Parser<'s> {
                 if dims.len() == MAX_DIMS {
                     return Err(self.err(col, format!("more than {MAX_DIMS} dims")));
                 }
+                let is_expr = matches!(self.peek(), Tok::Punct("("))
+                    || (matches!(self.peek(), Tok::Ident(s) if s == "min" || s == "max")
+                        && matches!(self.toks.get(self.pos + 1), Some((Tok::Punct("("), _))));
+                if is_expr {
+                    if sig.exprs.len() == MAX_SYMBOLS {
+                        return Err(self.err(col, format!("more than {MAX_SYMBOLS} dim expressions")));
+                    }
+                    let e = self.dim_atom(sig, 0)?;
+                    sig.exprs.push(e);
+                    dims.push(Dim::Expr(sig.exprs.len() - 1));
+                    if !self.eat(",") {
+                        break;
+                    }
+                    continue;
+                }
                 let dim = match self.bump() {
                     (Tok::Int(n), _) => Dim::Fixed(n),
                     (Tok::Ident(s), _) => {
@@ -677,7 +813,66 @@ impl<'s> Parser<'s> {
     }
 }
 
+/// How deeply dim expressions may nest (they are foreign input).
+const MAX_EXPR_DEPTH: usize = 16;
+
 impl Parser<'_> {
+    fn dim_expr(&mut self, sig: &mut Signature, depth: usize) -> Result<DimExpr> {
+        let mut e = self.dim_term(sig, depth)?;
+        loop {
+            if self.eat("+") {
+                e = DimExpr::Add(Box::new(e), Box::new(self.dim_term(sig, depth)?));
+            } else if self.eat("-") {
+                e = DimExpr::Sub(Box::new(e), Box::new(self.dim_term(sig, depth)?));
+            } else {
+                return Ok(e);
+            }
+        }
+    }
+
+    fn dim_term(&mut self, sig: &mut Signature, depth: usize) -> Result<DimExpr> {
+        let mut e = self.dim_atom(sig, depth)?;
+        loop {
+            if self.eat("*") {
+                e = DimExpr::Mul(Box::new(e), Box::new(self.dim_atom(sig, depth)?));
+            } else if self.eat("/") {
+                e = DimExpr::Div(Box::new(e), Box::new(self.dim_atom(sig, depth)?));
+            } else {
+                return Ok(e);
+            }
+        }
+    }
+
+    fn dim_atom(&mut self, sig: &mut Signature, depth: usize) -> Result<DimExpr> {
+        let col = self.col();
+        if depth == MAX_EXPR_DEPTH {
+            return Err(self.err(col, format!("a dim expression nests more than {MAX_EXPR_DEPTH} deep")));
+        }
+        match self.bump() {
+            (Tok::Int(n), _) => Ok(DimExpr::Int(n)),
+            (Tok::Punct("("), _) => {
+                let e = self.dim_expr(sig, depth + 1)?;
+                self.expect(")", "to close the dim expression")?;
+                Ok(e)
+            }
+            (Tok::Ident(f), _) if (f == "min" || f == "max") && matches!(self.peek(), Tok::Punct("(")) => {
+                self.bump();
+                let a = self.dim_expr(sig, depth + 1)?;
+                self.expect(",", &format!("between `{f}`'s arguments"))?;
+                let b = self.dim_expr(sig, depth + 1)?;
+                self.expect(")", &format!("to close `{f}(`"))?;
+                Ok(if f == "min" { DimExpr::Min(Box::new(a), Box::new(b)) } else { DimExpr::Max(Box::new(a), Box::new(b)) })
+            }
+            (Tok::Ident(s), _) => {
+                if sig.rests.contains(&s) {
+                    return Err(self.err(col, format!("`{s}` is a `...{s}` group, not a single dim")));
+                }
+                Ok(DimExpr::Sym(index_of(&mut sig.symbols, &s, MAX_SYMBOLS).map_err(|m| self.err(col, m))?))
+            }
+            (other, _) => Err(self.err(col, format!("expected a dim symbol, integer or `(` in a dim expression, found {other}"))),
+        }
+    }
+
     /// The index of `...` group `name` (`*name` when `broadcast`), declared on
     /// first sight; a name is one kind of group throughout, and a signature
     /// has at most one broadcast group.

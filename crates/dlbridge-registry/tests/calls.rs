@@ -325,3 +325,26 @@ fn registry_and_kernels_are_send_and_sync() {
     check::<dlbridge_registry::Kernel>();
     check::<Arc<dlbridge_registry::Kernel>>();
 }
+
+#[test]
+fn dim_expressions_shape_outputs_and_check_given_ones() {
+    let reg = Registry::new();
+    let runs = counting(&reg, "valid<T: f32>(x: T[H], w: T[KH], g: T[(H - KH + 1)]) -> (y: T[(H - KH + 1)])", KernelOpts::DEFAULT);
+    let k = reg.get("valid").unwrap();
+    let (x, w, g) = (zeros(&[7]), zeros(&[3]), zeros(&[5]));
+    let specs = k.prepare_outputs(&[Arg::Tensor(x.view()), Arg::Tensor(w.view()), Arg::Tensor(g.view())]).unwrap();
+    assert_eq!(&specs[0].shape[..], &[5]);
+    // An input of the wrong computed size, and an output given with one.
+    let bad = zeros(&[4]);
+    let e = k.prepare_outputs(&[Arg::Tensor(x.view()), Arg::Tensor(w.view()), Arg::Tensor(bad.view())]).unwrap_err();
+    assert_eq!(e.to_string(), "valid: argument g: dim 0 must be (H - KH + 1) = 5 but got 4");
+    let mut y = zeros(&[6]);
+    let e = k.call(&mut [Arg::Tensor(x.view()), Arg::Tensor(w.view()), Arg::Tensor(g.view())], &mut [y.view_mut().unwrap()]).unwrap_err();
+    assert_eq!(e.to_string(), "valid: output y: dim 0 must be (H - KH + 1) = 5 but got 6");
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    // A kernel larger than the input: the output's size is named with the sizes it came from.
+    counting(&reg, "valid2<T: f32>(x: T[H], w: T[KH]) -> (y: T[(H - KH + 1)])", KernelOpts::DEFAULT);
+    let small = zeros(&[1]);
+    let e = reg.get("valid2").unwrap().prepare_outputs(&[Arg::Tensor(small.view()), Arg::Tensor(w.view())]).unwrap_err();
+    assert_eq!(e.to_string(), "valid2: output y: dim (H - KH + 1) is -1, below 0 with H = 1, KH = 3: the inputs are too small for it");
+}

@@ -173,3 +173,41 @@ fn a_short_signature_with_multibyte_text_puts_the_caret_under_the_character() {
     let (column, _) = err("f(x: f32[N]) → (y: f32[N])");
     assert_eq!(column, 14, "columns count characters");
 }
+
+#[test]
+fn dim_expressions_parse_print_back_and_evaluate() {
+    for text in [
+        "conv<T: f32>(x: T[N, H], w: T[KH]) -> (y: T[N, (H - KH + 1)])",
+        "pool(x: f32[H, W]) -> (y: f32[((H - 2) / 2 + 1), min(H, W)])",
+        "scale(x: f32[N], g: f32[(2 * N - 1)]) -> (y: f32[max(N, 3)])",
+    ] {
+        let sig = Signature::parse(text).unwrap();
+        assert_eq!(sig.to_string(), text);
+        assert_eq!(Signature::parse(&sig.to_string()).unwrap(), sig);
+    }
+    let sig = Signature::parse("pool(x: f32[H, W]) -> (y: f32[((H - 2) / 2 + 1), min(H, W)])").unwrap();
+    let out = sig.outputs[0].tensor().unwrap();
+    let value = |d: usize| match out.dims[d] {
+        Dim::Expr(e) => sig.exprs[e].eval(&|s| Some([7, 4][s])),
+        _ => None,
+    };
+    assert_eq!((value(0), value(1)), (Some(3), Some(4)));
+    // Rounding down, also below zero.
+    let sig = Signature::parse("f(x: f32[H]) -> (y: f32[((H - 2) / 2)])").unwrap();
+    let Dim::Expr(e) = sig.outputs[0].tensor().unwrap().dims[0] else { panic!() };
+    assert_eq!(sig.exprs[e].eval(&|_| Some(1)), Some(-1));
+    assert_eq!(sig.exprs[e].eval(&|_| None), None);
+}
+
+#[test]
+fn dim_expressions_use_only_symbols_bound_before() {
+    let (_, m) = err("f(x: f32[N]) -> (y: f32[(N + M)])");
+    assert!(m.contains("dim `M` is not bound"), "{m}");
+    let (_, m) = err("f(g: f32[(N - 1)], x: f32[N])");
+    assert!(m.contains("dim `N` is used in an expression before an input binds it"), "{m}");
+    let (_, m) = err("f(x: f32[N]) -> (y: f32[(N - ...)])");
+    assert!(m.contains("in a dim expression"), "{m}");
+    let deep = format!("f(x: f32[N]) -> (y: f32[{}N{}])", "(".repeat(40), ")".repeat(40));
+    let (_, m) = err(&deep);
+    assert!(m.contains("nests more than"), "{m}");
+}

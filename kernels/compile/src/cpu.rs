@@ -111,7 +111,7 @@ fn dl_type(d: DType) -> String {
 }
 
 /// The plugin table with one CPU kernel.
-fn plugin_table(src: &mut Src, name: &str, signature: &str, flags: &str, doc: &str) {
+pub(crate) fn plugin_table(src: &mut Src, name: &str, signature: &str, flags: &str, doc: &str) {
     src.line("");
     src.line("// ---- the plugin table ----");
     src.line("static const DLBridgeKernel dlbridge_kernels[] = {");
@@ -134,7 +134,7 @@ fn plugin_table(src: &mut Src, name: &str, signature: &str, flags: &str, doc: &s
 /// the host passes (inside the `try` the caller closes).
 /// The end of the entry point: success, or the exception as an error code
 /// and message; then the end of the anonymous namespace.
-fn entry_epilogue(src: &mut Src) {
+pub(crate) fn entry_epilogue(src: &mut Src) {
     src.line("    return DLBRIDGE_OK;");
     src.line("  } catch (...) {");
     src.line("    return dlbridge::detail::from_exception(kKernel, _err, _err_len);");
@@ -143,7 +143,7 @@ fn entry_epilogue(src: &mut Src) {
     src.line("}  // namespace");
 }
 
-fn entry_prologue(src: &mut Src, name: &str, all: &[&Param], bind: &[(char, DType)]) -> Result<()> {
+pub(crate) fn entry_prologue(src: &mut Src, name: &str, all: &[&Param], bind: &[(char, DType)]) -> Result<()> {
     let kernel_lit = c_string(name);
     src.line("int32_t dlbridge_entry(DLTensor* const* _t, int32_t _nt, const DLBridgeScalar* _s, int32_t _ns, void* _stream,");
     src.line("                       char* _err, size_t _err_len) {");

@@ -79,7 +79,7 @@ use crate::specialise::Specialisations;
 pub const GENERATED_FILE: &str = "dlbridge_generated.cu";
 
 /// The CUDA backend's head: the CUDA runtime.
-const CUDA: Backend = Backend {
+pub(crate) const CUDA: Backend = Backend {
     label: " (CUDA)",
     file: GENERATED_FILE,
     ctype: cuda_ctype,
@@ -117,7 +117,7 @@ pub struct CudaSource {
 }
 
 impl CudaSource {
-    fn new<S: Spec>(src: Src, entry: String, spec: &S, bind: &[(char, DType)]) -> CudaSource {
+    pub(crate) fn new<S: Spec>(src: Src, entry: String, spec: &S, bind: &[(char, DType)]) -> CudaSource {
         let user = spec.texts().into_iter().map(|(a, b)| (a.to_owned(), b.to_owned())).collect();
         CudaSource { text: src.text, entry, what: spec.what(bind), user }
     }
@@ -429,11 +429,11 @@ fn call_device(call: &mut Call<'_, '_>) -> Option<Device> {
 }
 
 /// One tensor of a call: pointer, shape, strides (elements), device.
-struct Operand<'c> {
-    ptr: u64,
-    shape: &'c [i64],
-    strides: &'c [i64],
-    device: Device,
+pub(crate) struct Operand<'c> {
+    pub(crate) ptr: u64,
+    pub(crate) shape: &'c [i64],
+    pub(crate) strides: &'c [i64],
+    pub(crate) device: Device,
 }
 
 fn operand<'c>(v: &'c TensorView<'_>) -> Operand<'c> {
@@ -441,7 +441,7 @@ fn operand<'c>(v: &'c TensorView<'_>) -> Operand<'c> {
 }
 
 /// Every tensor of the call in signature order (arguments, then outputs).
-fn operands<'c>(call: &'c mut Call<'_, '_>) -> Result<Vec<Operand<'c>>> {
+pub(crate) fn operands<'c>(call: &'c mut Call<'_, '_>) -> Result<Vec<Operand<'c>>> {
     let bug = call.layout_bug();
     let (args, outs) = call.split();
     let mut ops = Vec::with_capacity(args.len() + outs.len());
@@ -470,7 +470,7 @@ fn shape_text(s: &[i64]) -> String {
 }
 
 /// All operands on the one CUDA device of the function.
-fn check_devices(name: &str, names: &[&str], ops: &[Operand<'_>], f: &Function) -> Result<()> {
+pub(crate) fn check_devices(name: &str, names: &[&str], ops: &[Operand<'_>], f: &Function) -> Result<()> {
     for (o, n) in ops.iter().zip(names) {
         if o.device.kind != DeviceType::CUDA || o.device.id as usize != f.device().ordinal() {
             return Err(Error::UnsupportedDevice {
@@ -484,7 +484,7 @@ fn check_devices(name: &str, names: &[&str], ops: &[Operand<'_>], f: &Function) 
 
 /// The `DlbIndexer` of a shape without merging (for `_ind` and raw inputs):
 /// more than 8 dims fold the leading ones into the first.
-fn unmerged(shape: &[i64], strides: Option<&[i64]>) -> Indexer {
+pub(crate) fn unmerged(shape: &[i64], strides: Option<&[i64]>) -> Indexer {
     let mut ix = Indexer::default();
     let nd = shape.len();
     let lead = nd.saturating_sub(MAX_DIMS);

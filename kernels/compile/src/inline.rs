@@ -446,7 +446,7 @@ impl InlineLibrary {
                         let rest_at = t.rest_position();
                         for (pos, d) in t.dims.iter().enumerate() {
                             let (sname, group) = match *d {
-                                Dim::Fixed(_) => continue,
+                                Dim::Fixed(_) | Dim::Expr(_) => continue,
                                 Dim::Sym(i) => (sig.symbols[i].clone(), false),
                                 Dim::Rest(i) if sig.is_broadcast(i) => {
                                     return Err(value_error(format!(

@@ -39,6 +39,7 @@ mod params;
 mod reduction;
 mod source_kernel;
 mod specialise;
+pub mod tc;
 mod toolchain;
 
 /// The code generators one step at a time, for this crate's own tests: the
@@ -48,6 +49,7 @@ mod toolchain;
 pub mod internals {
     pub use crate::cpu::{elementwise_cpp, reduction_cpp};
     pub use crate::cuda::{CUDA_DTYPES, CudaSource, GENERATED_FILE as CUDA_GENERATED_FILE, elementwise_source, reduction_source};
+    pub use crate::tc::cuda_source as tc_cuda_source;
     pub use crate::toolchain::Compiler;
 }
 

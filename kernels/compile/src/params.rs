@@ -796,7 +796,7 @@ fn generics(vars: &[char]) -> String {
 
 /// The dtype text of a parameter: the variable's name, or with `bind` its
 /// bound dtype.
-fn dtype_text(ty: ParamType, bind: Option<&[(char, DType)]>) -> Result<String> {
+pub(crate) fn dtype_text(ty: ParamType, bind: Option<&[(char, DType)]>) -> Result<String> {
     match (ty, bind) {
         (ParamType::Concrete(d), _) => Ok(d.to_string()),
         (ParamType::Var(c), None) => Ok(c.to_string()),
@@ -809,7 +809,7 @@ fn dtype_text(ty: ParamType, bind: Option<&[(char, DType)]>) -> Result<String> {
 }
 
 /// Checks that `bind` binds exactly `vars`, each once.
-fn check_bind(kind: &str, name: &str, vars: &[char], bind: &[(char, DType)]) -> Result<()> {
+pub(crate) fn check_bind(kind: &str, name: &str, vars: &[char], bind: &[(char, DType)]) -> Result<()> {
     for (k, (c, _)) in bind.iter().enumerate() {
         if !vars.contains(c) {
             return Err(invalid(format!("{kind} `{name}`: binds `{c}`, which is not one of its type placeholders")));

@@ -40,6 +40,7 @@ pub mod elementwise;
 pub mod ffi;
 #[allow(unsafe_code)]
 mod matmul;
+pub use matmul::{GemmScalar, Layout, strided_gemm};
 pub mod num;
 pub mod reduce;
 #[allow(unsafe_code)]

@@ -1,0 +1,733 @@
+//! A parsed definition checked: names resolved, index expressions made
+//! affine, every index's range inferred as Tensor Comprehensions infers it,
+//! the outputs' shapes and types derived.
+//!
+//! # Ranges
+//! An index on the left of a statement is an output index; one only on the
+//! right is a reduction index. `where i in lo:hi` gives a range outright.
+//! The others are inferred in rounds: in each round, an index whose every
+//! other index in some access `A(..., a·i + rest, ...)` is known gets the
+//! largest range that keeps each such access within `A`'s size along that
+//! dim (`0 <= a·i + rest < D` for every value of `rest`); the ranges found in
+//! one round are intersected and become known for the next. An index still
+//! unknown when a round finds nothing is an error naming it and its accesses.
+//! An output's shape is the upper end of each of its indices' ranges (TC's
+//! prepareOutputs). Every access is also checked against its tensor's sizes
+//! when the kernel runs, so a range that the accesses do not bound (an
+//! index that reaches past a tensor through a `where`) is an error, never a
+//! read out of bounds.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use dlbridge_core::{DType, Result};
+
+use super::parse::{Bin, Def, DimDecl, ElemType, Expr, Op, Pos, Un, error_at};
+use super::size::{Lin, Size};
+
+/// The scalar functions a definition may call, with their arity.
+pub const BUILTINS: &[(&str, usize)] = &[
+    ("exp", 1),
+    ("expm1", 1),
+    ("log", 1),
+    ("log1p", 1),
+    ("log2", 1),
+    ("log10", 1),
+    ("sqrt", 1),
+    ("rsqrt", 1),
+    ("cbrt", 1),
+    ("tanh", 1),
+    ("sinh", 1),
+    ("cosh", 1),
+    ("tan", 1),
+    ("sin", 1),
+    ("cos", 1),
+    ("asin", 1),
+    ("acos", 1),
+    ("atan", 1),
+    ("erf", 1),
+    ("erfc", 1),
+    ("fabs", 1),
+    ("floor", 1),
+    ("ceil", 1),
+    ("round", 1),
+    ("trunc", 1),
+    ("sigmoid", 1),
+    ("atan2", 2),
+    ("pow", 2),
+    ("fmax", 2),
+    ("fmin", 2),
+    ("fmod", 2),
+    ("max", 2),
+    ("min", 2),
+];
+
+/// A tensor a statement reads or writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TensorRef {
+    Param(usize),
+    Output(usize),
+}
+
+/// An index expression: `Σ a·index + (affine in the size symbols)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Affine {
+    pub vars: BTreeMap<String, i64>,
+    pub konst: Lin,
+}
+
+/// One access `A(e0, e1, ...)`.
+#[derive(Debug, Clone)]
+pub struct Access {
+    pub tensor: TensorRef,
+    pub index: Vec<Affine>,
+    /// `A(i, kk)`, for messages.
+    pub text: String,
+}
+
+/// A checked statement.
+#[derive(Debug, Clone)]
+pub struct Statement {
+    pub out: usize,
+    /// Output indices, in the left side's order.
+    pub lhs: Vec<String>,
+    /// Reduction indices, in order of first use.
+    pub reduced: Vec<String>,
+    /// `[lo, hi)` of every index.
+    pub ranges: BTreeMap<String, (Size, Size)>,
+    pub op: Op,
+    pub init: bool,
+    pub rhs: Expr,
+    /// Every access on the right, and the left one.
+    pub accesses: Vec<Access>,
+    pub text: String,
+    /// A derived gradient's scatter: the written element's index (affine in
+    /// the indices, which all loop in `reduced`); each iteration adds `rhs`
+    /// there, one after the other.
+    pub scatter: Option<Vec<Affine>>,
+}
+
+/// An output's element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutType {
+    /// The definition's floating type (`T`, or `f32` without float inputs).
+    Float,
+    Fixed(DType),
+}
+
+/// A checked output.
+#[derive(Debug, Clone)]
+pub struct Output {
+    pub name: String,
+    pub ty: OutType,
+    pub dims: Vec<Size>,
+}
+
+/// A checked parameter.
+#[derive(Debug, Clone)]
+pub struct Param {
+    pub name: String,
+    pub ty: ElemType,
+    /// Its sizes: a symbol or number where the text declares it (a derived
+    /// gradient's parameter may have a computed size, like its output's).
+    pub dims: Vec<Size>,
+}
+
+/// A checked definition.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    pub name: String,
+    pub params: Vec<Param>,
+    pub outputs: Vec<Output>,
+    pub stmts: Vec<Statement>,
+    /// Size symbols in order of first appearance, each with where it is
+    /// read from (parameter, dim).
+    pub symbols: Vec<(String, usize, usize)>,
+    /// Whether a parameter has the floating type (then `T` is a type variable).
+    pub has_float: bool,
+    pub text: String,
+}
+
+impl Checked {
+    pub fn tensor_name(&self, t: TensorRef) -> &str {
+        match t {
+            TensorRef::Param(i) => &self.params[i].name,
+            TensorRef::Output(i) => &self.outputs[i].name,
+        }
+    }
+    /// The size of tensor `t` along dim `d`.
+    pub fn dim(&self, t: TensorRef, d: usize) -> Size {
+        match t {
+            TensorRef::Param(i) => self.params[i].dims[d].clone(),
+            TensorRef::Output(i) => self.outputs[i].dims[d].clone(),
+        }
+    }
+    pub fn rank(&self, t: TensorRef) -> usize {
+        match t {
+            TensorRef::Param(i) => self.params[i].dims.len(),
+            TensorRef::Output(i) => self.outputs[i].dims.len(),
+        }
+    }
+    pub fn is_float(&self, t: TensorRef) -> bool {
+        match t {
+            TensorRef::Param(i) => self.params[i].ty == ElemType::Float,
+            TensorRef::Output(i) => self.outputs[i].ty == OutType::Float,
+        }
+    }
+}
+
+fn decl_size(d: &DimDecl) -> Size {
+    match d {
+        DimDecl::Sym(s, _) => Size::sym(s),
+        DimDecl::Int(n) => Size::c(*n),
+    }
+}
+
+/// What a name in a statement is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Name {
+    Index,
+    Size,
+    Tensor(TensorRef),
+}
+
+struct Ctx<'d> {
+    def: &'d Def,
+    text: &'d str,
+    params: Vec<Param>,
+    outputs: Vec<Option<Output>>,
+    symbols: Vec<(String, usize, usize)>,
+}
+
+impl Ctx<'_> {
+    fn err(&self, pos: Pos, message: impl std::fmt::Display) -> dlbridge_core::Error {
+        error_at(self.text, pos, format!("def {}: {message}", self.def.name))
+    }
+    fn is_symbol(&self, n: &str) -> bool {
+        self.symbols.iter().any(|(s, ..)| s == n)
+    }
+    fn tensor(&self, n: &str) -> Option<TensorRef> {
+        if let Some(i) = self.params.iter().position(|p| p.name == n) {
+            return Some(TensorRef::Param(i));
+        }
+        self.def.outputs.iter().position(|o| o.name == n).map(TensorRef::Output)
+    }
+    fn rank(&self, t: TensorRef) -> Option<usize> {
+        match t {
+            TensorRef::Param(i) => Some(self.params[i].dims.len()),
+            TensorRef::Output(i) => self.outputs[i].as_ref().map(|o| o.dims.len()),
+        }
+    }
+    fn dim(&self, t: TensorRef, d: usize) -> Size {
+        match t {
+            TensorRef::Param(i) => self.params[i].dims[d].clone(),
+            TensorRef::Output(i) => self.outputs[i].as_ref().map_or(Size::c(0), |o| o.dims[d].clone()),
+        }
+    }
+    fn classify(&self, n: &str) -> Name {
+        if let Some(t) = self.tensor(n) {
+            return Name::Tensor(t);
+        }
+        if self.is_symbol(n) { Name::Size } else { Name::Index }
+    }
+}
+
+/// Checks one parsed definition.
+pub fn check(def: &Def, text: &str) -> Result<Checked> {
+    let mut cx = Ctx { def, text, params: Vec::new(), outputs: vec![None; def.outputs.len()], symbols: Vec::new() };
+    let mut seen: BTreeSet<&str> = BTreeSet::new();
+    for (pi, p) in def.params.iter().enumerate() {
+        if !seen.insert(&p.name) {
+            return Err(cx.err(p.pos, format!("parameter `{}` is declared twice", p.name)));
+        }
+        for (d, dim) in p.dims.iter().enumerate() {
+            match dim {
+                DimDecl::Sym(s, _) if !cx.is_symbol(s) => cx.symbols.push((s.clone(), pi, d)),
+                DimDecl::Int(n) if *n < 0 => return Err(cx.err(p.pos, format!("parameter `{}` has a negative size", p.name))),
+                _ => {}
+            }
+        }
+        cx.params.push(Param { name: p.name.clone(), ty: p.ty, dims: p.dims.iter().map(decl_size).collect() });
+    }
+    for o in &def.outputs {
+        if !seen.insert(&o.name) {
+            return Err(cx.err(o.pos, format!("`{}` is both a parameter and an output, or an output twice", o.name)));
+        }
+        if cx.is_symbol(&o.name) {
+            return Err(cx.err(o.pos, format!("output `{}` has the name of a size symbol", o.name)));
+        }
+        if let Some(d) = &o.decl {
+            for dim in &d.dims {
+                if let DimDecl::Sym(s, p) = dim
+                    && !cx.is_symbol(s)
+                {
+                    return Err(cx.err(*p, format!("output `{}`: size `{s}` is not a size of any parameter", o.name)));
+                }
+            }
+        }
+    }
+    if def.stmts.is_empty() {
+        return Err(cx.err(def.pos, "the definition has no statements"));
+    }
+    let mut stmts = Vec::new();
+    for s in &def.stmts {
+        stmts.push(check_stmt(&mut cx, s)?);
+    }
+    let mut outputs = Vec::new();
+    for (o, decl) in cx.outputs.iter().zip(&def.outputs) {
+        match o {
+            Some(o) => outputs.push(o.clone()),
+            None => return Err(cx.err(decl.pos, format!("output `{}` is never written", decl.name))),
+        }
+    }
+    let has_float = cx.params.iter().any(|p| p.ty == ElemType::Float);
+    Ok(Checked { name: def.name.clone(), params: cx.params, outputs, stmts, symbols: cx.symbols, has_float, text: def.text.clone() })
+}
+
+/// The names of `e` by kind, in order of first appearance.
+fn walk<'e>(e: &'e Expr, f: &mut dyn FnMut(&'e Expr)) {
+    f(e);
+    match e {
+        Expr::Num { .. } | Expr::Name(..) => {}
+        Expr::Call(_, args, _) => args.iter().for_each(|a| walk(a, f)),
+        Expr::Unary(_, a) => walk(a, f),
+        Expr::Binary(_, a, b) => {
+            walk(a, f);
+            walk(b, f);
+        }
+        Expr::Select(c, a, b) => {
+            walk(c, f);
+            walk(a, f);
+            walk(b, f);
+        }
+    }
+}
+
+/// `e` as an affine index expression.
+fn affine(cx: &Ctx<'_>, e: &Expr, pos: Pos, access: &str) -> Result<Affine> {
+    let not_affine = || {
+        cx.err(
+            pos,
+            format!("in `{access}`: the index `{}` is not affine in the indices (sums of indices times integers, plus sizes)", e.text()),
+        )
+    };
+    Ok(match e {
+        Expr::Num { value, int: true } => Affine { vars: BTreeMap::new(), konst: Lin::constant(*value as i64) },
+        Expr::Name(n, p) => match cx.classify(n) {
+            Name::Index => Affine { vars: BTreeMap::from([(n.clone(), 1)]), konst: Lin::default() },
+            Name::Size => Affine { vars: BTreeMap::new(), konst: Lin::symbol(n) },
+            Name::Tensor(_) => return Err(cx.err(*p, format!("in `{access}`: a tensor (`{n}`) cannot be an index"))),
+        },
+        Expr::Unary(Un::Neg, a) => scale(&affine(cx, a, pos, access)?, -1),
+        Expr::Binary(op @ (Bin::Add | Bin::Sub), a, b) => {
+            let (a, b) = (affine(cx, a, pos, access)?, affine(cx, b, pos, access)?);
+            let b = if *op == Bin::Sub { scale(&b, -1) } else { b };
+            let mut vars = a.vars;
+            for (v, k) in b.vars {
+                *vars.entry(v).or_insert(0) += k;
+            }
+            vars.retain(|_, k| *k != 0);
+            Affine { vars, konst: a.konst.add(&b.konst) }
+        }
+        Expr::Binary(Bin::Mul, a, b) => {
+            let (a, b) = (affine(cx, a, pos, access)?, affine(cx, b, pos, access)?);
+            match (a.vars.is_empty().then(|| a.konst.as_const()).flatten(), b.vars.is_empty().then(|| b.konst.as_const()).flatten()) {
+                (Some(k), _) => scale(&b, k),
+                (_, Some(k)) => scale(&a, k),
+                _ => return Err(not_affine()),
+            }
+        }
+        _ => return Err(not_affine()),
+    })
+}
+
+fn scale(a: &Affine, k: i64) -> Affine {
+    let vars = if k == 0 { BTreeMap::new() } else { a.vars.iter().map(|(v, c)| (v.clone(), c * k)).collect() };
+    Affine { vars, konst: a.konst.scale(k) }
+}
+
+/// `e` as a size (a `where` bound): integers and size symbols with `+ - * /`.
+fn size_of(cx: &Ctx<'_>, e: &Expr, pos: Pos) -> Result<Size> {
+    let bad = || cx.err(pos, format!("the bound `{}` is not a size (integers and size symbols with + - * /)", e.text()));
+    Ok(match e {
+        Expr::Num { value, int: true } => Size::c(*value as i64),
+        Expr::Name(n, _) if cx.is_symbol(n) => Size::sym(n),
+        Expr::Unary(Un::Neg, a) => size_of(cx, a, pos)?.scale(-1),
+        Expr::Binary(Bin::Add, a, b) => size_of(cx, a, pos)?.add(&size_of(cx, b, pos)?),
+        Expr::Binary(Bin::Sub, a, b) => size_of(cx, a, pos)?.sub(&size_of(cx, b, pos)?),
+        Expr::Binary(Bin::Mul, a, b) => {
+            let (a, b) = (size_of(cx, a, pos)?, size_of(cx, b, pos)?);
+            match (a.as_const(), b.as_const()) {
+                (Some(k), _) => b.scale(k),
+                (_, Some(k)) => a.scale(k),
+                _ => return Err(bad()),
+            }
+        }
+        Expr::Binary(Bin::Div, a, b) => match size_of(cx, b, pos)?.as_const() {
+            Some(k) if k > 0 => size_of(cx, a, pos)?.div_floor(k),
+            _ => return Err(bad()),
+        },
+        _ => return Err(bad()),
+    })
+}
+
+fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
+    let out = match cx.tensor(&s.lhs) {
+        Some(TensorRef::Output(i)) => i,
+        Some(TensorRef::Param(_)) => {
+            return Err(cx.err(s.pos, format!("`{}` is a parameter: a statement writes an output (parameters are read-only)", s.lhs)));
+        }
+        None => {
+            let outs: Vec<&str> = cx.def.outputs.iter().map(|o| o.name.as_str()).collect();
+            return Err(cx.err(s.pos, format!("`{}` is not an output of this definition (its outputs: {})", s.lhs, outs.join(", "))));
+        }
+    };
+    // The left side's indices.
+    let mut lhs: Vec<String> = Vec::new();
+    for (v, p) in &s.index {
+        if cx.is_symbol(v) || cx.tensor(v).is_some() {
+            return Err(cx.err(*p, format!("`{v}` on the left of a statement must be an index, not a size or a tensor")));
+        }
+        if lhs.contains(v) {
+            return Err(cx.err(*p, format!("index `{v}` appears twice on the left")));
+        }
+        lhs.push(v.clone());
+    }
+    if let Some(r) = cx.rank(TensorRef::Output(out))
+        && r != lhs.len()
+    {
+        return Err(cx.err(s.pos, format!("`{}` has {r} dims, but this statement writes it with {} indices", s.lhs, lhs.len())));
+    }
+    // Names on the right.
+    let mut reduced: Vec<String> = Vec::new();
+    let mut accesses = Vec::new();
+    let mut problem: Option<dlbridge_core::Error> = None;
+    walk(&s.rhs, &mut |e| {
+        if problem.is_some() {
+            return;
+        }
+        match e {
+            Expr::Name(n, p) => match cx.classify(n) {
+                Name::Index => {
+                    if !lhs.contains(n) && !reduced.contains(n) {
+                        reduced.push(n.clone());
+                    }
+                }
+                Name::Size => {}
+                Name::Tensor(t) => match cx.rank(t) {
+                    None => problem = Some(cx.err(*p, format!("`{n}` is read before any statement writes it"))),
+                    Some(0) => {}
+                    Some(r) => problem = Some(cx.err(*p, format!("`{n}` has {r} dims: write `{n}(...)` with {r} indices"))),
+                },
+            },
+            Expr::Call(f, args, p) => match cx.tensor(f) {
+                Some(t) => match cx.rank(t) {
+                    None => problem = Some(cx.err(*p, format!("`{f}` is read before any statement writes it"))),
+                    Some(r) if r != args.len() => {
+                        problem = Some(cx.err(*p, format!("`{f}` has {r} dims but is read with {} indices", args.len())));
+                    }
+                    Some(_) => {
+                        let text = e.text();
+                        let mut index = Vec::new();
+                        for a in args {
+                            match affine(cx, a, *p, &text) {
+                                Ok(x) => index.push(x),
+                                Err(err) => {
+                                    problem = Some(err);
+                                    return;
+                                }
+                            }
+                        }
+                        accesses.push(Access { tensor: t, index, text });
+                    }
+                },
+                None => match BUILTINS.iter().find(|(b, _)| b == f) {
+                    Some((_, n)) if *n != args.len() => {
+                        problem =
+                            Some(cx.err(*p, format!("`{f}` takes {n} argument{}, not {}", if *n == 1 { "" } else { "s" }, args.len())));
+                    }
+                    Some(_) => {}
+                    None => {
+                        let names: Vec<&str> = BUILTINS.iter().map(|(b, _)| *b).collect();
+                        problem =
+                            Some(cx.err(*p, format!("`{f}` is neither a tensor of this definition nor a builtin ({})", names.join(", "))));
+                    }
+                },
+            },
+            _ => {}
+        }
+    });
+    if let Some(e) = problem {
+        return Err(e);
+    }
+    // Indices inside accesses' index expressions were collected above
+    // (walk visits the arguments); index names used as values too.
+    if s.op == Op::Assign && !reduced.is_empty() {
+        return Err(cx.err(
+            s.pos,
+            format!(
+                "`{}` appears only on the right of `=`: an index only on the right is reduced, which needs a reduction (`+=!`, `*=!`, `max=!`, `min=!`)",
+                reduced[0]
+            ),
+        ));
+    }
+    if !s.init && s.op != Op::Assign && cx.outputs[out].is_none() {
+        return Err(cx.err(
+            s.pos,
+            format!(
+                "`{}` is the first statement writing `{}`, whose start value is unset: write `{}` (start from the reduction's identity) or assign `{}` first",
+                s.text,
+                s.lhs,
+                s.op.text(true),
+                s.lhs
+            ),
+        ));
+    }
+    // The left access, when the output's shape is known already.
+    let lhs_text = format!("{}({})", s.lhs, lhs.join(", "));
+    let lhs_access = Access {
+        tensor: TensorRef::Output(out),
+        index: lhs.iter().map(|v| Affine { vars: BTreeMap::from([(v.clone(), 1)]), konst: Lin::default() }).collect(),
+        text: lhs_text,
+    };
+    let mut constraining = accesses.clone();
+    let shaped = cx.outputs[out].is_some();
+    if shaped {
+        constraining.push(lhs_access.clone());
+    } else if let Some(decl) = cx.def.outputs[out].decl.as_ref().filter(|d| !d.dims.is_empty()) {
+        if decl.dims.len() != lhs.len() {
+            return Err(
+                cx.err(s.pos, format!("`{}` is declared with {} dims but written with {} indices", s.lhs, decl.dims.len(), lhs.len()))
+            );
+        }
+        cx.outputs[out] = Some(Output {
+            name: s.lhs.clone(),
+            ty: OutType::Float,
+            dims: decl
+                .dims
+                .iter()
+                .map(|d| match d {
+                    DimDecl::Sym(n, _) => Size::sym(n),
+                    DimDecl::Int(n) => Size::c(*n),
+                })
+                .collect(),
+        });
+        constraining.push(lhs_access.clone());
+    }
+    // Ranges: `where` first, then rounds of inference.
+    let all_vars: Vec<String> = lhs.iter().chain(&reduced).cloned().collect();
+    let mut ranges: BTreeMap<String, (Size, Size)> = BTreeMap::new();
+    for w in &s.wheres {
+        if !all_vars.contains(&w.var) {
+            return Err(cx.err(w.pos, format!("`where {} in ...`: `{}` is not an index of this statement", w.var, w.var)));
+        }
+        if ranges.contains_key(&w.var) {
+            return Err(cx.err(w.pos, format!("index `{}` has two `where` ranges", w.var)));
+        }
+        ranges.insert(w.var.clone(), (size_of(cx, &w.lo, w.pos)?, size_of(cx, &w.hi, w.pos)?));
+    }
+    loop {
+        let unknown: Vec<&String> = all_vars.iter().filter(|v| !ranges.contains_key(*v)).collect();
+        if unknown.is_empty() {
+            break;
+        }
+        let mut found: BTreeMap<String, (Size, Size)> = BTreeMap::new();
+        for v in &unknown {
+            for a in &constraining {
+                for (d, ix) in a.index.iter().enumerate() {
+                    let Some(&k) = ix.vars.get(*v) else { continue };
+                    if ix.vars.keys().any(|o| o != *v && !ranges.contains_key(o)) {
+                        continue;
+                    }
+                    // rest = Σ other terms + konst: its smallest and largest values.
+                    let (mut rmin, mut rmax) = (Size::Lin(ix.konst.clone()), Size::Lin(ix.konst.clone()));
+                    for (o, c) in ix.vars.iter().filter(|(o, _)| o != v) {
+                        let (lo, hi) = &ranges[o];
+                        let last = hi.add_c(-1);
+                        let (small, large) = if *c > 0 { (lo.scale(*c), last.scale(*c)) } else { (last.scale(*c), lo.scale(*c)) };
+                        rmin = rmin.add(&small);
+                        rmax = rmax.add(&large);
+                    }
+                    let size = cx.dim(a.tensor, d);
+                    // 0 <= k·v + rest <= size - 1 for every rest.
+                    let (lo, hi) = if k > 0 {
+                        (rmin.scale(-1).div_ceil(k), size.add_c(-1).sub(&rmax).div_floor(k).add_c(1))
+                    } else {
+                        let m = -k;
+                        (rmax.sub(&size).add_c(1).div_ceil(m), rmin.div_floor(m).add_c(1))
+                    };
+                    let e = found.entry((*v).clone()).or_insert_with(|| (lo.clone(), hi.clone()));
+                    *e = (e.0.smax(&lo), e.1.smin(&hi));
+                }
+            }
+        }
+        if found.is_empty() {
+            let v = unknown[0];
+            let uses: Vec<&str> =
+                constraining.iter().filter(|a| a.index.iter().any(|ix| ix.vars.contains_key(v))).map(|a| a.text.as_str()).collect();
+            let why = if uses.is_empty() {
+                format!("it is used in no tensor access; give it a range with `where {v} in lo:hi`")
+            } else {
+                format!(
+                    "every access it is in ({}) has another index whose range is unknown; give one a range with `where {v} in lo:hi`",
+                    uses.join(", ")
+                )
+            };
+            return Err(cx.err(s.pos, format!("in `{}`: the range of index `{v}` cannot be inferred: {why}", s.text)));
+        }
+        ranges.extend(found);
+    }
+    // The output's shape and type, on its first statement.
+    if cx.outputs[out].is_none() || !shaped {
+        let mut dims = Vec::new();
+        for v in &lhs {
+            let (lo, hi) = &ranges[v];
+            if lo.as_const().is_some_and(|c| c < 0) {
+                return Err(cx.err(
+                    s.pos,
+                    format!("in `{}`: index `{v}` may be negative (its range starts at {})", s.text, lo.text(&|n| n.to_owned())),
+                ));
+            }
+            dims.push(hi.clone());
+        }
+        let declared = cx.def.outputs[out].decl.as_ref().map(|d| d.ty);
+        let ty = match declared {
+            Some(ElemType::Float) => OutType::Float,
+            Some(ElemType::Fixed(d)) => OutType::Fixed(d),
+            None => match type_of(cx, &s.rhs) {
+                Ty::Float => OutType::Float,
+                Ty::Fixed(d) | Ty::Weak(d) => OutType::Fixed(d),
+            },
+        };
+        let dims = cx.outputs[out].as_ref().map_or(dims, |o| o.dims.clone());
+        cx.outputs[out] = Some(Output { name: s.lhs.clone(), ty, dims });
+    }
+    accesses.push(lhs_access);
+    Ok(Statement { out, lhs, reduced, ranges, op: s.op, init: s.init, rhs: s.rhs.clone(), accesses, text: s.text.clone(), scatter: None })
+}
+
+/// An expression's type, for an output's: floating, a fixed integer type,
+/// or an integer that any other type wins over (literals, indices).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ty {
+    Float,
+    Fixed(DType),
+    Weak(DType),
+}
+
+fn join(a: Ty, b: Ty) -> Ty {
+    match (a, b) {
+        (Ty::Float, _) | (_, Ty::Float) => Ty::Float,
+        (Ty::Fixed(x), Ty::Fixed(y)) => Ty::Fixed(if y.bits() > x.bits() { y } else { x }),
+        (Ty::Fixed(x), Ty::Weak(_)) | (Ty::Weak(_), Ty::Fixed(x)) => Ty::Fixed(x),
+        (Ty::Weak(x), Ty::Weak(_)) => Ty::Weak(x),
+    }
+}
+
+fn type_of(cx: &Ctx<'_>, e: &Expr) -> Ty {
+    let tensor_ty = |t: TensorRef| match t {
+        TensorRef::Param(i) => match cx.params[i].ty {
+            ElemType::Float => Ty::Float,
+            ElemType::Fixed(d) => Ty::Fixed(d),
+        },
+        TensorRef::Output(i) => match cx.outputs[i].as_ref().map(|o| o.ty) {
+            Some(OutType::Fixed(d)) => Ty::Fixed(d),
+            _ => Ty::Float,
+        },
+    };
+    match e {
+        Expr::Num { int: true, .. } => Ty::Weak(DType::I64),
+        Expr::Num { .. } => Ty::Float,
+        Expr::Name(n, _) => match cx.classify(n) {
+            Name::Tensor(t) => tensor_ty(t),
+            _ => Ty::Weak(DType::I64),
+        },
+        Expr::Call(f, args, _) => match cx.tensor(f) {
+            Some(t) => tensor_ty(t),
+            None if f == "max" || f == "min" => args.iter().map(|a| type_of(cx, a)).fold(Ty::Weak(DType::I64), join),
+            None => Ty::Float,
+        },
+        Expr::Unary(Un::Neg, a) => type_of(cx, a),
+        Expr::Unary(Un::Not, _) => Ty::Fixed(DType::BOOL),
+        Expr::Binary(op, a, b) => {
+            if op.is_comparison() {
+                Ty::Fixed(DType::BOOL)
+            } else {
+                join(type_of(cx, a), type_of(cx, b))
+            }
+        }
+        Expr::Select(_, a, b) => join(type_of(cx, a), type_of(cx, b)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tc::parse::parse;
+
+    fn checked(text: &str) -> Checked {
+        let d = parse(text).unwrap();
+        check(&d[0], text).unwrap()
+    }
+    fn dims(c: &Checked, o: usize) -> Vec<String> {
+        c.outputs[o].dims.iter().map(|d| d.text(&|n| n.to_owned())).collect()
+    }
+
+    #[test]
+    fn matmul_ranges_and_output_shape() {
+        let c = checked("def matmul(float(M,N) A, float(N,K) B) -> (output) { output(i, j) +=! A(i, kk) * B(kk, j) }");
+        assert_eq!(c.stmts[0].lhs, vec!["i", "j"]);
+        assert_eq!(c.stmts[0].reduced, vec!["kk"]);
+        assert_eq!(dims(&c, 0), vec!["M", "K"]);
+        assert_eq!(c.outputs[0].ty, OutType::Float);
+    }
+
+    #[test]
+    fn convolution_and_pooling_shapes_follow_tc() {
+        let c = checked(
+            "def conv(float(N,C,H,W) I, float(M,C,KH,KW) W1) -> (O) { O(n, m, h, w) +=! I(n, c, h + kh, w + kw) * W1(m, c, kh, kw) }",
+        );
+        assert_eq!(dims(&c, 0), vec!["N", "M", "H - KH + 1", "W - KW + 1"]);
+        let c = checked(
+            "def avgpool(float(B, C, H, W) input) -> (output) {\n output(b, c, h, w) +=! input(b, c, h * 2 + r_kh, w * 2 + r_kw) / 4.0 where r_kh in 0:2, r_kw in 0:2\n}",
+        );
+        assert_eq!(dims(&c, 0), vec!["B", "C", "(H - 2) / 2 + 1", "(W - 2) / 2 + 1"]);
+    }
+
+    #[test]
+    fn an_index_without_a_range_is_named_with_its_accesses() {
+        let text = "def f(float(N) A) -> (O) { O(i) +=! A(i + j + k) }";
+        let e = check(&parse(text).unwrap()[0], text).unwrap_err().to_string();
+        assert!(e.contains("the range of index `i` cannot be inferred"), "{e}");
+        assert!(e.contains("A(i + j + k)"), "{e}");
+        let text = "def f(float(N) A) -> (O) { O(i) = 1.0 }";
+        let e = check(&parse(text).unwrap()[0], text).unwrap_err().to_string();
+        assert!(e.contains("is used in no tensor access"), "{e}");
+    }
+
+    #[test]
+    fn misuse_is_named() {
+        for (text, want) in [
+            ("def f(float(N) A) -> (O) { O(i) = A(i, i) }", "`A` has 1 dims but is read with 2"),
+            ("def f(float(N) A) -> (O) { O(i) = foo(A(i)) }", "`foo` is neither a tensor"),
+            ("def f(float(N) A) -> (O) { O(i) = A(i * i) }", "is not affine"),
+            ("def f(float(N) A) -> (O) { A(i) = A(i) }", "is a parameter"),
+            ("def f(float(N) A) -> (O) { O(i) = A(j) }", "appears only on the right of `=`"),
+            ("def f(float(N) A) -> (O, P) { O(i) = A(i) }", "output `P` is never written"),
+            ("def f(float(N) A) -> (O) { O(i) = P(i) }", "neither a tensor"),
+            ("def f(float(N) A) -> (O, P) { O(i) = P(i)\n P(i) = A(i) }", "`P` is read before any statement writes it"),
+        ] {
+            let e = check(&parse(text).unwrap()[0], text).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn softmax_with_intermediate_outputs() {
+        let c = checked(
+            "def softmax(float(N, D) I) -> (O, maxVal, expDistance, expSum) {\n  maxVal(n) max=! I(n, d)\n  expDistance(n, d) = exp(I(n, d) - maxVal(n))\n  expSum(n) +=! expDistance(n, d)\n  O(n, d) = expDistance(n, d) / expSum(n)\n}",
+        );
+        assert_eq!(dims(&c, 0), vec!["N", "D"]);
+        assert_eq!(dims(&c, 1), vec!["N"]);
+        assert_eq!(c.stmts.len(), 4);
+    }
+}

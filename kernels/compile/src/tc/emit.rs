@@ -1,0 +1,459 @@
+//! C++ (and CUDA C) from a checked definition.
+//!
+//! Each statement becomes a loop nest: its output indices outside, split
+//! into chunks over dlbridge's threads (CPU) or one GPU thread per output
+//! element (CUDA); its reduction indices inside, accumulating into a local
+//! (f32 for f16/bf16 tensors) that the compiler vectorises (`omp simd`
+//! reduction) over the innermost one. A `!` statement starts from the
+//! reduction's identity, the others from the output's value. Tensors are read
+//! and written through their strides, so views need no copy. Before a
+//! statement runs, every access it makes is checked against the tensor's
+//! sizes over the index ranges of this call (a few integer operations): a
+//! range that reaches past a tensor is an error, never a read out of bounds.
+//!
+//! User names are prefixed (`v_` indices, `s_` sizes, `t_` tensors), so no
+//! name of the definition can clash with C++ or the runtime.
+
+use super::check::{Affine, Checked, Name, Statement, TensorRef};
+use super::parse::{Bin, Expr, Op, Un};
+use super::size::Size;
+use crate::codegen::{Src, c_string};
+
+/// How a backend spells things.
+pub(crate) struct Flavour {
+    /// Before helper functions (`inline`, `__device__ __forceinline__`).
+    pub(crate) qualifier: &'static str,
+    pub(crate) cuda: bool,
+}
+
+pub(crate) const CPU: Flavour = Flavour { qualifier: "inline", cuda: false };
+pub(crate) const CUDA: Flavour = Flavour { qualifier: "__device__ __forceinline__", cuda: true };
+
+/// Helpers every definition's code uses: floor division and min/max of
+/// sizes, identities, the out-of-bounds error, `sigmoid`.
+pub(crate) fn helpers(src: &mut Src, f: &Flavour, acc: &str) {
+    let q = f.qualifier;
+    src.line(&format!("typedef {acc} dlbridge_tc_acc;"));
+    src.line(&format!("{q} int64_t dlbridge_tc_fdiv(int64_t a, int64_t b) {{ return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }}"));
+    src.line(&format!("{q} int64_t dlbridge_tc_min(int64_t a, int64_t b) {{ return a < b ? a : b; }}"));
+    src.line(&format!("{q} int64_t dlbridge_tc_max(int64_t a, int64_t b) {{ return a > b ? a : b; }}"));
+    if f.cuda {
+        // NVRTC has no <limits>.
+        src.line("#ifndef INT64_C");
+        src.line("#define INT64_C(c) c##LL");
+        src.line("#endif");
+        src.line("#define DLBRIDGE_TC_SIMD(op, acc)");
+        src.line("template <typename A> __device__ __forceinline__ A dlbridge_tc_lowest();");
+        src.line("template <typename A> __device__ __forceinline__ A dlbridge_tc_highest();");
+        for (ty, lo, hi) in [
+            ("float", "-CUDART_INF_F", "CUDART_INF_F"),
+            ("double", "-CUDART_INF", "CUDART_INF"),
+            ("bool", "false", "true"),
+            ("int8_t", "-128", "127"),
+            ("int16_t", "-32768", "32767"),
+            ("int32_t", "(-2147483647 - 1)", "2147483647"),
+            ("int64_t", "(-9223372036854775807LL - 1)", "9223372036854775807LL"),
+            ("uint8_t", "0", "255"),
+            ("uint16_t", "0", "65535"),
+            ("uint32_t", "0u", "4294967295u"),
+            ("uint64_t", "0ull", "18446744073709551615ull"),
+        ] {
+            src.line(&format!("template <> __device__ __forceinline__ {ty} dlbridge_tc_lowest<{ty}>() {{ return {lo}; }}"));
+            src.line(&format!("template <> __device__ __forceinline__ {ty} dlbridge_tc_highest<{ty}>() {{ return {hi}; }}"));
+        }
+    } else {
+        src.line("template <typename A>");
+        src.line(&format!("{q} A dlbridge_tc_lowest() {{ return std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity() : std::numeric_limits<A>::lowest(); }}"));
+        src.line("template <typename A>");
+        src.line(&format!("{q} A dlbridge_tc_highest() {{ return std::numeric_limits<A>::has_infinity ? std::numeric_limits<A>::infinity() : std::numeric_limits<A>::max(); }}"));
+    }
+    src.line("template <typename A>");
+    src.line(&format!("{q} A dlbridge_tc_sigmoid(A x) {{ return A(1) / (A(1) + exp(-x)); }}"));
+}
+
+/// Everything a statement's code refers to, by name.
+pub(crate) struct Names<'c> {
+    pub(crate) c: &'c Checked,
+}
+
+impl Names<'_> {
+    pub(crate) fn tensor(&self, t: TensorRef) -> String {
+        format!("t_{}", self.c.tensor_name(t))
+    }
+    pub(crate) fn stride(&self, t: TensorRef, d: usize) -> String {
+        format!("st_{}_{d}", self.c.tensor_name(t))
+    }
+    pub(crate) fn shape(&self, t: TensorRef, d: usize) -> String {
+        format!("sh_{}_{d}", self.c.tensor_name(t))
+    }
+    fn classify(&self, n: &str) -> Name {
+        if let Some(i) = self.c.params.iter().position(|p| p.name == n) {
+            return Name::Tensor(TensorRef::Param(i));
+        }
+        if let Some(i) = self.c.outputs.iter().position(|o| o.name == n) {
+            return Name::Tensor(TensorRef::Output(i));
+        }
+        if self.c.symbols.iter().any(|(s, ..)| s == n) { Name::Size } else { Name::Index }
+    }
+
+    /// The element offset of an access.
+    pub(crate) fn offset(&self, t: TensorRef, index: &[Affine]) -> String {
+        if index.is_empty() {
+            return "0".to_owned();
+        }
+        let parts: Vec<String> = index.iter().enumerate().map(|(d, a)| format!("({}) * {}", affine_cpp(a), self.stride(t, d))).collect();
+        parts.join(" + ")
+    }
+
+    /// A read of tensor `t` at `index`, in the compute type when floating.
+    fn load(&self, t: TensorRef, index: &[Affine]) -> String {
+        let at = format!("{}[{}]", self.tensor(t), self.offset(t, index));
+        if self.c.is_float(t) { format!("static_cast<dlbridge_tc_acc>({at})") } else { at }
+    }
+
+    /// The expression as C++.
+    pub(crate) fn expr(&self, e: &Expr) -> String {
+        match e {
+            Expr::Num { value, int: true } => format!("INT64_C({})", *value as i64),
+            Expr::Num { value, .. } => format!("static_cast<dlbridge_tc_acc>({value:?})"),
+            Expr::Name(n, _) => match self.classify(n) {
+                Name::Index => format!("v_{n}"),
+                Name::Size => format!("s_{n}"),
+                Name::Tensor(t) => self.load(t, &[]),
+            },
+            Expr::Call(f, args, _) => match self.classify(f) {
+                Name::Tensor(t) => {
+                    let index: Vec<Affine> = args.iter().map(|a| to_affine(self, a)).collect();
+                    self.load(t, &index)
+                }
+                _ => {
+                    let a: Vec<String> = args.iter().map(|a| self.expr(a)).collect();
+                    let f = if f == "sigmoid" { "dlbridge_tc_sigmoid" } else { f.as_str() };
+                    format!("{f}({})", a.join(", "))
+                }
+            },
+            Expr::Unary(Un::Neg, a) => format!("(-{})", self.expr(a)),
+            Expr::Unary(Un::Not, a) => format!("(!{})", self.expr(a)),
+            Expr::Binary(op, a, b) => format!("({} {} {})", self.expr(a), op_text(*op), self.expr(b)),
+            Expr::Select(c, a, b) => format!("({} ? {} : {})", self.expr(c), self.expr(a), self.expr(b)),
+        }
+    }
+}
+
+fn op_text(op: Bin) -> &'static str {
+    op.text()
+}
+
+/// An index expression the checker accepted, again as an [`Affine`] (the
+/// checker's form, rebuilt here from the text it came from).
+fn to_affine(n: &Names<'_>, e: &Expr) -> Affine {
+    use super::size::Lin;
+    use std::collections::BTreeMap;
+    match e {
+        Expr::Num { value, .. } => Affine { vars: BTreeMap::new(), konst: Lin::constant(*value as i64) },
+        Expr::Name(v, _) => match n.classify(v) {
+            Name::Size => Affine { vars: BTreeMap::new(), konst: Lin::symbol(v) },
+            _ => Affine { vars: BTreeMap::from([(v.clone(), 1)]), konst: Lin::default() },
+        },
+        Expr::Unary(Un::Neg, a) => scale(&to_affine(n, a), -1),
+        Expr::Binary(op @ (Bin::Add | Bin::Sub), a, b) => {
+            let (a, b) = (to_affine(n, a), to_affine(n, b));
+            let b = if *op == Bin::Sub { scale(&b, -1) } else { b };
+            let mut vars = a.vars;
+            for (v, k) in b.vars {
+                *vars.entry(v).or_insert(0) += k;
+            }
+            vars.retain(|_, k| *k != 0);
+            Affine { vars, konst: a.konst.add(&b.konst) }
+        }
+        Expr::Binary(Bin::Mul, a, b) => {
+            let (a, b) = (to_affine(n, a), to_affine(n, b));
+            match a.vars.is_empty().then(|| a.konst.as_const()).flatten() {
+                Some(k) => scale(&b, k),
+                None => scale(&a, b.konst.as_const().unwrap_or(0)),
+            }
+        }
+        _ => Affine { vars: BTreeMap::new(), konst: Lin::default() },
+    }
+}
+
+fn scale(a: &Affine, k: i64) -> Affine {
+    Affine { vars: a.vars.iter().map(|(v, c)| (v.clone(), c * k)).filter(|(_, c)| *c != 0).collect(), konst: a.konst.scale(k) }
+}
+
+/// An affine index as C++.
+pub(crate) fn affine_cpp(a: &Affine) -> String {
+    let mut parts: Vec<String> = a.vars.iter().map(|(v, k)| if *k == 1 { format!("v_{v}") } else { format!("{k} * v_{v}") }).collect();
+    let k = Size::Lin(a.konst.clone()).cpp(&|s| format!("s_{s}"));
+    if k != "0" || parts.is_empty() {
+        parts.push(k);
+    }
+    parts.join(" + ")
+}
+
+/// The smallest and largest value of `a` over the ranges `lo_<v>`/`hi_<v>`.
+fn affine_bounds(a: &Affine) -> (String, String) {
+    let k = Size::Lin(a.konst.clone()).cpp(&|s| format!("s_{s}"));
+    let (mut mn, mut mx) = (vec![k.clone()], vec![k]);
+    for (v, c) in &a.vars {
+        let (lo, last) = (format!("lo_{v}"), format!("(hi_{v} - 1)"));
+        let (small, large) = if *c > 0 { (lo, last) } else { (last, lo) };
+        mn.push(format!("{c} * {small}"));
+        mx.push(format!("{c} * {large}"));
+    }
+    (mn.join(" + "), mx.join(" + "))
+}
+
+/// The reduction's C++: its identity and how a value joins the accumulator.
+fn reduction(op: Op, acc_ty: &str) -> (String, &'static str) {
+    match op {
+        Op::Add | Op::Assign => (format!("{acc_ty}(0)"), "+"),
+        Op::Mul => (format!("{acc_ty}(1)"), "*"),
+        Op::Max => (format!("dlbridge_tc_lowest<{acc_ty}>()"), "max"),
+        Op::Min => (format!("dlbridge_tc_highest<{acc_ty}>()"), "min"),
+    }
+}
+
+fn combine(op: Op, acc: &str, value: &str) -> String {
+    match op {
+        Op::Add | Op::Assign => format!("{acc} + {value}"),
+        Op::Mul => format!("{acc} * {value}"),
+        Op::Max => format!("max({acc}, {value})"),
+        Op::Min => format!("min({acc}, {value})"),
+    }
+}
+
+/// The type a statement accumulates in.
+fn acc_type(n: &Names<'_>, s: &Statement, ctypes: &[String]) -> String {
+    let out = TensorRef::Output(s.out);
+    if n.c.is_float(out) { "dlbridge_tc_acc".to_owned() } else { ctypes[n.c.params.len() + s.out].clone() }
+}
+
+/// The ranges of a statement's indices (`lo_v`, `hi_v`) and the checks of
+/// its accesses, as C++ lines, inside the statement's block; `live_out`
+/// says whether every output index range is non-empty, `live_all` whether
+/// every range is.
+pub(crate) fn statement_prologue(src: &mut Src, n: &Names<'_>, s: &Statement) {
+    range_lines(src, s, "    ");
+    let live = |vars: &mut dyn Iterator<Item = &String>| {
+        let parts: Vec<String> = vars.map(|v| format!("hi_{v} > lo_{v}")).collect();
+        if parts.is_empty() { "true".to_owned() } else { parts.join(" && ") }
+    };
+    src.line(&format!("    const bool live_out = {};", live(&mut s.lhs.iter())));
+    src.line(&format!("    const bool live_all = live_out && {};", live(&mut s.reduced.iter())));
+    let stmt_lit = c_string(&s.text);
+    for (ai, a) in s.accesses.iter().enumerate() {
+        let is_lhs = ai + 1 == s.accesses.len() && s.scatter.is_none();
+        let live = if is_lhs { "live_out" } else { "live_all" };
+        for (d, ix) in a.index.iter().enumerate() {
+            let (mn, mx) = affine_bounds(ix);
+            src.line(&format!(
+                "    if ({live}) dlbridge_tc_check(kKernel, {stmt_lit}, {}, {d}, {mn}, {mx}, {});",
+                c_string(&a.text),
+                n.shape(a.tensor, d)
+            ));
+        }
+    }
+}
+
+/// `lo_v` and `hi_v` of every index of a statement.
+pub(crate) fn range_lines(src: &mut Src, s: &Statement, indent: &str) {
+    for v in s.lhs.iter().chain(&s.reduced) {
+        let (lo, hi) = &s.ranges[v];
+        let sym = |x: &str| format!("s_{x}");
+        src.line(&format!("{indent}const int64_t lo_{v} = {}, hi_{v} = {};", lo.cpp(&sym), hi.cpp(&sym)));
+        src.line(&format!("{indent}(void)lo_{v}; (void)hi_{v};"));
+    }
+}
+
+/// The body of one output element: the accumulation over the reduction
+/// indices (innermost last) and the store.
+pub(crate) fn element(src: &mut Src, n: &Names<'_>, s: &Statement, ctypes: &[String], indent: &str) {
+    let out = TensorRef::Output(s.out);
+    let out_ct = &ctypes[n.c.params.len() + s.out];
+    let lhs_index: Vec<Affine> =
+        s.lhs.iter().map(|v| Affine { vars: std::collections::BTreeMap::from([(v.clone(), 1)]), konst: Default::default() }).collect();
+    let value = n.expr(&s.rhs);
+    if let Some(index) = &s.scatter {
+        // A gradient's scatter: every iteration adds to the element it names.
+        let place = format!("{}[{}]", n.tensor(out), n.offset(out, index));
+        let acc_ty = acc_type(n, s, ctypes);
+        let mut ind = indent.to_owned();
+        for v in &s.reduced {
+            src.line(&format!("{ind}for (int64_t v_{v} = lo_{v}; v_{v} < hi_{v}; ++v_{v}) {{"));
+            ind.push_str("  ");
+        }
+        src.line(&format!("{ind}{place} = static_cast<{out_ct}>(static_cast<{acc_ty}>({place}) + static_cast<{acc_ty}>({value}));"));
+        for _ in &s.reduced {
+            ind.truncate(ind.len() - 2);
+            src.line(&format!("{ind}}}"));
+        }
+        return;
+    }
+    let place = format!("{}[{}]", n.tensor(out), n.offset(out, &lhs_index));
+    if s.op == Op::Assign {
+        src.line(&format!("{indent}{place} = static_cast<{out_ct}>({value});"));
+        return;
+    }
+    let acc_ty = acc_type(n, s, ctypes);
+    let (identity, red) = reduction(s.op, &acc_ty);
+    let start = if s.init { identity } else { format!("static_cast<{acc_ty}>({place})") };
+    src.line(&format!("{indent}{acc_ty} acc = {start};"));
+    let mut ind = indent.to_owned();
+    for (i, v) in s.reduced.iter().enumerate() {
+        if i + 1 == s.reduced.len() && (red == "+" || red == "*" || red == "max" || red == "min") {
+            src.line(&format!("{ind}DLBRIDGE_TC_SIMD({red}, acc)"));
+        }
+        src.line(&format!("{ind}for (int64_t v_{v} = lo_{v}; v_{v} < hi_{v}; ++v_{v}) {{"));
+        ind.push_str("  ");
+    }
+    src.line(&format!("{ind}acc = {};", combine(s.op, "acc", &format!("static_cast<{acc_ty}>({value})"))));
+    for _ in &s.reduced {
+        ind.truncate(ind.len() - 2);
+        src.line(&format!("{ind}}}"));
+    }
+    src.line(&format!("{indent}{place} = static_cast<{out_ct}>(acc);"));
+}
+
+/// Reads every tensor's data pointer, shape and strides (elements; row-major
+/// when the tensor has none) and every size symbol, at the top of the entry.
+pub(crate) fn tensor_locals(src: &mut Src, n: &Names<'_>, ctypes: &[String], indent: &str) {
+    let c = n.c;
+    let n_params = c.params.len();
+    for (t, ct) in ctypes.iter().enumerate() {
+        let r = if t < n_params { TensorRef::Param(t) } else { TensorRef::Output(t - n_params) };
+        let rank = c.rank(r);
+        let qual = if t < n_params { "const " } else { "" };
+        src.line(&format!("{indent}{qual}{ct}* const {} = static_cast<{qual}{ct}*>(base_of(_t[{t}]));", n.tensor(r)));
+        if rank > 0 {
+            src.line(&format!("{indent}int64_t st_{}[{rank}];", c.tensor_name(r)));
+            src.line(&format!("{indent}dlbridge_tc_strides(_t[{t}], st_{});", c.tensor_name(r)));
+        }
+        for d in 0..rank {
+            src.line(&format!("{indent}const int64_t {} = st_{}[{d}];", n.stride(r, d), c.tensor_name(r)));
+            src.line(&format!("{indent}const int64_t {} = _t[{t}]->shape[{d}];", n.shape(r, d)));
+            src.line(&format!("{indent}(void){}; (void){};", n.stride(r, d), n.shape(r, d)));
+        }
+    }
+    for (s, p, d) in &c.symbols {
+        src.line(&format!("{indent}const int64_t s_{s} = _t[{p}]->shape[{d}];"));
+        src.line(&format!("{indent}(void)s_{s};"));
+    }
+}
+
+/// The CPU code of every statement, in order, inside the entry point.
+pub(crate) fn cpu_statements(src: &mut Src, c: &Checked, ctypes: &[String]) {
+    let n = Names { c };
+    let zero = zero_before(c);
+    for (k, s) in c.stmts.iter().enumerate() {
+        src.line(&format!("    // statement {}: {}", k + 1, s.text.replace('\n', " ")));
+        src.line("    {");
+        statement_prologue(src, &n, s);
+        let out = TensorRef::Output(s.out);
+        // An output whose first statement leaves some elements unwritten
+        // (an index range not starting at 0) is zero there.
+        if zero[k] {
+            zero_fill(src, &n, out);
+        }
+        src.line("    if (live_out) {");
+        let lhs = &s.lhs;
+        let ext = |v: &String| format!("(hi_{v} - lo_{v})");
+        let work: Vec<String> = s.reduced.iter().map(ext).collect();
+        let work = if work.is_empty() { "1".to_owned() } else { work.join(" * ") };
+        if lhs.is_empty() {
+            src.line("      const bool dlbridge_tc_live = live_all; (void)dlbridge_tc_live;");
+            element(src, &n, s, ctypes, "      ");
+        } else {
+            // Chunks over the outer output indices; the last one is a loop of its own.
+            let (outer, inner) = if lhs.len() == 1 { (&lhs[..], None) } else { (&lhs[..lhs.len() - 1], lhs.last()) };
+            let count: Vec<String> = outer.iter().map(ext).collect();
+            src.line(&format!("      const ptrdiff_t n_outer = {};", count.join(" * ")));
+            let inner_ext = inner.map_or("1".to_owned(), ext);
+            src.line(&format!("      const ptrdiff_t cost = {inner_ext} * {work};"));
+            src.line("      parallel_chunks(n_outer, chunks_for(n_outer, cost), [&](int, ptrdiff_t b, ptrdiff_t e) {");
+            src.line("        for (ptrdiff_t q = b; q < e; ++q) {");
+            src.line("          ptrdiff_t r = q;");
+            for v in outer.iter().rev() {
+                src.line(&format!("          const int64_t v_{v} = lo_{v} + r % (hi_{v} - lo_{v});"));
+                src.line(&format!("          r /= (hi_{v} - lo_{v});"));
+            }
+            src.line("          (void)r;");
+            match inner {
+                Some(v) => {
+                    src.line(&format!("          for (int64_t v_{v} = lo_{v}; v_{v} < hi_{v}; ++v_{v}) {{"));
+                    element(src, &n, s, ctypes, "            ");
+                    src.line("          }");
+                }
+                None => element(src, &n, s, ctypes, "          "),
+            }
+            src.line("        }");
+            src.line("      });");
+        }
+        src.line("    }");
+        src.line("    }");
+    }
+}
+
+/// Per statement: whether its output is zeroed first (its first statement
+/// leaves some elements unwritten: an index range that may not start at 0).
+pub(crate) fn zero_before(c: &Checked) -> Vec<bool> {
+    let mut written = vec![false; c.outputs.len()];
+    c.stmts
+        .iter()
+        .map(|s| {
+            let z = !written[s.out] && s.lhs.iter().any(|v| s.ranges[v].0.as_const() != Some(0));
+            written[s.out] = true;
+            z
+        })
+        .collect()
+}
+
+fn zero_fill(src: &mut Src, n: &Names<'_>, out: TensorRef) {
+    let rank = n.c.rank(out);
+    let mut ind = "    ".to_owned();
+    src.line(&format!("{ind}{{"));
+    for d in 0..rank {
+        src.line(&format!("{ind}  for (int64_t z{d} = 0; z{d} < {}; ++z{d}) {{", n.shape(out, d)));
+        ind.push_str("  ");
+    }
+    let off: Vec<String> = (0..rank).map(|d| format!("z{d} * {}", n.stride(out, d))).collect();
+    let off = if off.is_empty() { "0".to_owned() } else { off.join(" + ") };
+    let elem = format!("{}[{off}]", n.tensor(out));
+    src.line(&format!("{ind}  {elem} = decltype(+{elem})(0);"));
+    for _ in 0..rank {
+        src.line(&format!("{ind}}}"));
+        ind.truncate(ind.len() - 2);
+    }
+    src.line(&format!("{ind}}}"));
+}
+
+/// The check every access makes before its statement runs.
+pub(crate) const CHECK_CPP: &str = r#"[[noreturn]] inline void dlbridge_tc_oob(const char* kernel, const char* stmt, const char* access, int d, int64_t at, int64_t size) {
+  char buf[768];
+  (void)kernel;  // the host names the kernel
+  std::snprintf(buf, sizeof buf, "in `%s`: %s reaches index %lld along dim %d, which has size %lld (a `where` range reaches past the tensor)",
+                stmt, access, static_cast<long long>(at), d, static_cast<long long>(size));
+  throw std::runtime_error(buf);
+}
+inline void dlbridge_tc_check(const char* kernel, const char* stmt, const char* access, int d, int64_t lo, int64_t hi, int64_t size) {
+  if (lo < 0) dlbridge_tc_oob(kernel, stmt, access, d, lo, size);
+  if (hi >= size) dlbridge_tc_oob(kernel, stmt, access, d, hi, size);
+}
+inline void dlbridge_tc_strides(const DLTensor* t, int64_t* s) {
+  if (t->strides != nullptr) {
+    for (int d = 0; d < t->ndim; ++d) s[d] = t->strides[d];
+    return;
+  }
+  int64_t acc = 1;
+  for (int d = t->ndim - 1; d >= 0; --d) {
+    s[d] = acc;
+    acc *= t->shape[d];
+  }
+}
+#if defined(_OPENMP) || defined(DLBRIDGE_LIBMVEC)
+#define DLBRIDGE_TC_PRAGMA(x) _Pragma(#x)
+#define DLBRIDGE_TC_SIMD(op, acc) DLBRIDGE_TC_PRAGMA(omp simd reduction(op : acc))
+#else
+#define DLBRIDGE_TC_SIMD(op, acc)
+#endif
+"#;
