@@ -51,7 +51,8 @@ for line in sys.stdin:
     VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin build --release --quiet -o "$out/wheels"
     .venv/bin/python -m pip download --quiet --only-binary :all: --python-version 3.11 -d "$out/wheels" pytest
     mkdir -p "$out/python-tests"
-    for f in conftest.py "${PY_TESTS[@]}"; do cp "python/tests/$f" "$out/python-tests/"; done
+    # test_define.py: the TC examples test_compile_cuda.py runs on the GPU.
+    for f in conftest.py test_define.py "${PY_TESTS[@]}"; do cp "python/tests/$f" "$out/python-tests/"; done
     cp python/bench/bench_cuda.py python/bench/bench_cupy.py python/bench/bench_jax.py "$out/python-tests/"
     cp "$here/gpu-check.sh" "$out/"
     ls "$out/bin" "$out/wheels"

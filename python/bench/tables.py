@@ -51,6 +51,7 @@ BENCHES = [
     Bench("kernels", f"{PY} kernels/cpu/benches/compare.py 1", f"{PY} kernels/cpu/benches/compare.py 1 relu --quick"),
     Bench("kernels-2", f"{PY} kernels/cpu/benches/compare.py 2 add", f"{PY} kernels/cpu/benches/compare.py 2 add --quick"),
     Bench("compile", f"{PY} python/bench/bench_compile.py", f"{PY} python/bench/bench_compile.py --quick"),
+    Bench("tc", f"{PY} python/bench/bench_tc.py", f"{PY} python/bench/bench_tc.py --quick"),
     Bench("mlp", f"{TCH_ENV} cargo run -q --release -p dlbridge-tch --example mlp -- 1",
           f"{TCH_ENV} cargo run -q -p dlbridge-tch --example mlp -- 1"),
     Bench("mlp-2", f"{TCH_ENV} cargo run -q --release -p dlbridge-tch --example mlp -- 2",

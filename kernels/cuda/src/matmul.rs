@@ -40,6 +40,90 @@ fn matmul(call: &mut Call<'_, '_>) -> Result<()> {
     dev.with_cublas(|h| h.gemm(double, &g, ptrs, cp, stream))
 }
 
+/// How [`strided_gemm`] addresses one operand: element strides from the
+/// view's first element per batch dim, and (row, column) strides.
+#[derive(Debug, Clone, Copy)]
+pub struct Layout<'a> {
+    /// One stride per batch dim (0 where the operand is broadcast over it).
+    pub batch: &'a [i64],
+    /// (between rows, between columns).
+    pub matrix: (i64, i64),
+}
+
+/// Whether every element `l` addresses over `batch` and a `rows x cols`
+/// matrix lies within `v`'s memory.
+fn covers(v: &dlbridge_core::TensorView<'_>, batch: &[i64], l: &Layout<'_>, rows: i64, cols: i64, what: &str) -> Result<()> {
+    let (mut lo, mut hi) = (0i128, 0i128);
+    for (extent, stride) in batch.iter().zip(l.batch).map(|(e, s)| (*e, *s)).chain([(rows, l.matrix.0), (cols, l.matrix.1)]) {
+        let reach = i128::from(extent - 1) * i128::from(stride);
+        if reach < 0 { lo += reach } else { hi += reach }
+    }
+    let size = v.dtype().itemsize().unwrap_or(1) as i128;
+    let e = v.extent();
+    if lo * size < e.byte_lo as i128 || (hi + 1) * size > e.byte_hi as i128 {
+        return Err(Error::Runtime(format!("{what}: the strides given reach past the tensor's memory")));
+    }
+    Ok(())
+}
+
+/// `c[β] = a[β] · b[β]` through cuBLAS (f32 or f64, every operand on the same
+/// CUDA device), one GEMM per batch multi-index β over `batch`, on `stream`,
+/// each operand addressed through its [`Layout`]. Every address the layouts
+/// can form is checked to lie within its view first; `c` must not overlap
+/// `a` or `b`. `Ok(false)`, nothing launched, when cuBLAS cannot read a
+/// layout (no unit stride; see [`plan`]).
+#[allow(clippy::too_many_arguments)]
+pub fn strided_gemm(
+    batch: &[i64],
+    (m, n, k): (i64, i64, i64),
+    a: &dlbridge_core::TensorView<'_>,
+    la: Layout<'_>,
+    b: &dlbridge_core::TensorView<'_>,
+    lb: Layout<'_>,
+    c: &mut dlbridge_core::TensorViewMut<'_>,
+    lc: Layout<'_>,
+    stream: *mut std::ffi::c_void,
+) -> Result<bool> {
+    let double = match (a.dtype(), b.dtype(), c.dtype()) {
+        (DType::F32, DType::F32, DType::F32) => false,
+        (DType::F64, DType::F64, DType::F64) => true,
+        _ => return Err(Error::InvalidArgument("strided_gemm on CUDA: the operands must all be f32 or all f64".into())),
+    };
+    let device = c.device();
+    if device.kind != DeviceType::CUDA || a.device() != device || b.device() != device {
+        return Err(Error::InvalidArgument("strided_gemm on CUDA: the operands must be on one CUDA device".into()));
+    }
+    if [la.batch.len(), lb.batch.len(), lc.batch.len()] != [batch.len(); 3] || batch.iter().any(|e| *e < 0) || m < 0 || n < 0 || k < 1 {
+        return Err(Error::InvalidArgument("strided_gemm on CUDA: the layouts do not match the sizes".into()));
+    }
+    if m == 0 || n == 0 || batch.contains(&0) {
+        return Ok(true);
+    }
+    covers(a, batch, &la, m, k, "strided_gemm: a")?;
+    covers(b, batch, &lb, k, n, "strided_gemm: b")?;
+    covers(c.as_view(), batch, &lc, m, n, "strided_gemm: c")?;
+    let Ok(g) = plan(m, n, k, [la.matrix.0, la.matrix.1], [lb.matrix.0, lb.matrix.1], [lc.matrix.0, lc.matrix.1]) else { return Ok(false) };
+    let ordinal = usize::try_from(device.id).map_err(|_| Error::InvalidArgument(format!("cuda device id {}", device.id)))?;
+    let dev = CudaDevice::get(ordinal)?;
+    let size: i64 = if double { 8 } else { 4 };
+    let (pa, pb, pc) = (a.data_ptr() as usize as u64, b.data_ptr() as usize as u64, c.data_ptr_mut() as usize as u64);
+    let total: i64 = batch.iter().product();
+    let mut index = vec![0i64; batch.len()];
+    for _ in 0..total {
+        let off = |l: &Layout<'_>| index.iter().zip(l.batch).map(|(i, s)| i * s).sum::<i64>() * size;
+        let ptrs = [pa.wrapping_add_signed(off(&la)), pb.wrapping_add_signed(off(&lb))];
+        dev.with_cublas(|h| h.gemm(double, &g, ptrs, pc.wrapping_add_signed(off(&lc)), stream))?;
+        for d in (0..index.len()).rev() {
+            index[d] += 1;
+            if index[d] < batch[d] {
+                break;
+            }
+            index[d] = 0;
+        }
+    }
+    Ok(true)
+}
+
 // The CUDA implementation of the CPU kernel `matmul` (kernels/cpu declares it).
 register_kernel!("matmul", dispatch { F32 => matmul, F64 => matmul }, device = DeviceType::CUDA, doc = "c = a @ b (cuBLAS)");
 

@@ -1,6 +1,8 @@
 //! A definition that is one contraction of two tensors — `O(...) +=! X(...) *
 //! Y(...)` with plain indices (matmul, batch matmul, tensordot, a fully
-//! connected layer) — runs as GEMMs (the `gemm` crate, as the built-in
+//! connected layer), or with one operand read through affine indices (a
+//! convolution's `I(n, c, h + kh, w + kw)`, gathered first into a dense
+//! tensor indexed by its indices: im2col) — runs as GEMMs (the `gemm` crate, as the built-in
 //! `matmul`): its indices split into batch (in O, X and Y), M (O and X), N
 //! (O and Y) and K (X and Y) groups; each of M, N, K is merged into one
 //! dim per operand when the operand's strides allow (row-major within the
@@ -11,9 +13,10 @@
 
 use std::sync::{Arc, Mutex};
 
+use dlbridge_array::Array;
 use dlbridge_core::{DType, Error, Result};
 use dlbridge_cpu::{GemmScalar, Layout, strided_gemm};
-use dlbridge_registry::{Call, DynKernelFn};
+use dlbridge_registry::{Arg, Call, DynKernelFn, Kernel, Registry};
 
 use super::TcSpec;
 use super::check::{Checked, TensorRef};
@@ -23,9 +26,9 @@ use super::size::Size;
 /// The roles of a contraction's indices.
 #[derive(Debug, Clone)]
 pub(crate) struct Contraction {
-    out: String,
-    x: String,
-    y: String,
+    pub(crate) out: String,
+    pub(crate) x: String,
+    pub(crate) y: String,
     /// Each operand's indices, dim by dim.
     x_vars: Vec<String>,
     y_vars: Vec<String>,
@@ -34,6 +37,17 @@ pub(crate) struct Contraction {
     m: Vec<String>,
     n: Vec<String>,
     k: Vec<String>,
+    /// The definition that gathers the operand read with affine indices
+    /// (`I(n, c, h + kh, w + kw)`) into a dense tensor indexed by its indices
+    /// (`x_vars` or `y_vars`), and which operand it is.
+    gather: Option<(Side, String)>,
+}
+
+/// An operand of the contraction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    X,
+    Y,
 }
 
 fn plain_vars(args: &[Expr], symbols: &[String]) -> Option<Vec<String>> {
@@ -50,6 +64,78 @@ fn plain_vars(args: &[Expr], symbols: &[String]) -> Option<Vec<String>> {
     (seen.len() == vars.len()).then_some(vars)
 }
 
+/// The index names an expression uses (sizes too; the caller drops them).
+fn index_names(e: &Expr, out: &mut Vec<String>) {
+    match e {
+        Expr::Name(n, _) => out.push(n.clone()),
+        Expr::Unary(_, a) => index_names(a, out),
+        Expr::Binary(_, a, b) => {
+            index_names(a, out);
+            index_names(b, out);
+        }
+        _ => {}
+    }
+}
+
+/// TC's name of a parameter's type.
+fn type_name(ty: ElemType) -> &'static str {
+    match ty {
+        ElemType::Float => "float",
+        ElemType::Fixed(d) => match d {
+            DType::I8 => "int8",
+            DType::I16 => "int16",
+            DType::I32 => "int32",
+            DType::I64 => "int64",
+            DType::U8 => "uint8",
+            DType::U16 => "uint16",
+            DType::U32 => "uint32",
+            DType::U64 => "uint64",
+            _ => "bool",
+        },
+    }
+}
+
+/// The definition that gathers `tensor(args)` into `G(vars)` over the
+/// statement's ranges (each from 0); `None` where a range does not start at
+/// 0 or its bound is not expressible in a `where` clause.
+fn gather_text(
+    c: &Checked,
+    tensor: &str,
+    args: &[Expr],
+    vars: &[String],
+    ranges: &std::collections::BTreeMap<String, (Size, Size)>,
+) -> Option<String> {
+    let name = |s: &str| s.to_owned();
+    let params: Vec<String> = c
+        .params
+        .iter()
+        .map(|p| {
+            let dims: Vec<String> = p.dims.iter().map(|d| d.text(&name)).collect();
+            if dims.is_empty() {
+                format!("{} {}", type_name(p.ty), p.name)
+            } else {
+                format!("{}({}) {}", type_name(p.ty), dims.join(", "), p.name)
+            }
+        })
+        .collect();
+    let mut wheres = Vec::new();
+    for v in vars {
+        let (lo, hi) = ranges.get(v)?;
+        if *lo != Size::c(0) || hi.text(&name).contains("min(") || hi.text(&name).contains("max(") {
+            return None;
+        }
+        wheres.push(format!("{v} in 0:{}", hi.text(&name)));
+    }
+    let index: Vec<String> = args.iter().map(Expr::text).collect();
+    Some(format!(
+        "def gather({}) -> (dlbridge_gathered) {{\n  dlbridge_gathered({}) = {tensor}({}) where {}\n}}",
+        params.join(", "),
+        vars.join(", "),
+        index.join(", "),
+        wheres.join(", ")
+    ))
+}
+
 impl Contraction {
     /// The contraction `c` is, if it is one.
     pub(crate) fn of(c: &Checked) -> Option<Contraction> {
@@ -62,11 +148,32 @@ impl Contraction {
         let (Expr::Call(x, xa, _), Expr::Call(y, ya, _)) = (&**a, &**b) else { return None };
         let param = |n: &str| c.params.iter().position(|p| p.name == n && p.ty == ElemType::Float);
         let (px, py) = (param(x)?, param(y)?);
-        let (x_vars, y_vars) = (plain_vars(xa, &symbols)?, plain_vars(ya, &symbols)?);
+        let (xp, yp) = (plain_vars(xa, &symbols), plain_vars(ya, &symbols));
+        let gathered = match (&xp, &yp) {
+            (Some(_), Some(_)) => None,
+            (None, Some(_)) => Some(Side::X),
+            (Some(_), None) => Some(Side::Y),
+            (None, None) => return None,
+        };
+        // The indices each access uses (all of them, for an affine one).
+        let uses = |args: &[Expr]| -> Vec<String> {
+            let mut out: Vec<String> = Vec::new();
+            for a in args {
+                let mut names = Vec::new();
+                index_names(a, &mut names);
+                for n in names {
+                    if !symbols.contains(&n) && !out.contains(&n) {
+                        out.push(n);
+                    }
+                }
+            }
+            out
+        };
+        let (x_used, y_used) = (xp.clone().unwrap_or_else(|| uses(xa)), yp.clone().unwrap_or_else(|| uses(ya)));
         let out_vars = s.lhs.clone();
         let (mut batch, mut m, mut n, mut k) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for v in s.lhs.iter().chain(&s.reduced) {
-            let (o, ix, iy) = (out_vars.contains(v), x_vars.contains(v), y_vars.contains(v));
+            let (o, ix, iy) = (out_vars.contains(v), x_used.contains(v), y_used.contains(v));
             match (o, ix, iy) {
                 (true, true, true) => batch.push(v.clone()),
                 (true, true, false) => m.push(v.clone()),
@@ -80,12 +187,59 @@ impl Contraction {
         let full = |t: TensorRef, vars: &[String]| {
             vars.iter().enumerate().all(|(d, v)| s.ranges.get(v).is_some_and(|(lo, hi)| *lo == Size::c(0) && *hi == c.dim(t, d)))
         };
-        if !full(TensorRef::Param(px), &x_vars) || !full(TensorRef::Param(py), &y_vars) || !full(TensorRef::Output(s.out), &out_vars) {
+        if xp.as_ref().is_some_and(|v| !full(TensorRef::Param(px), v))
+            || yp.as_ref().is_some_and(|v| !full(TensorRef::Param(py), v))
+            || !full(TensorRef::Output(s.out), &out_vars)
+        {
             return None;
         }
-        // K in X's order.
-        k.sort_by_key(|v| x_vars.iter().position(|x| x == v));
-        Some(Contraction { out: c.outputs[s.out].name.clone(), x: x.clone(), y: y.clone(), x_vars, y_vars, out_vars, batch, m, n, k })
+        // K in the plain operand's order (X's when both are plain); a gathered
+        // operand is laid out [batch, K, M or N] to match.
+        let order_of = |vars: &[String], v: &String| vars.iter().position(|x| x == v);
+        match (&xp, &yp) {
+            (Some(xv), _) => k.sort_by_key(|v| order_of(xv, v)),
+            (None, Some(yv)) => k.sort_by_key(|v| order_of(yv, v)),
+            (None, None) => return None,
+        }
+        // A gathered operand's layout: batch, its free indices that come
+        // before the other operand's in the output (a convolution's `n`,
+        // looped over as a batch: one image's block stays together), the
+        // reduced ones, then the rest of its free ones.
+        let gathered_layout = |side: Side| -> Vec<String> {
+            let (free, other) = if side == Side::X { (&m, &n) } else { (&n, &m) };
+            let first_other = other.iter().filter_map(|v| out_vars.iter().position(|o| o == v)).min().unwrap_or(usize::MAX);
+            let before = |v: &&String| out_vars.iter().position(|o| o == *v).is_some_and(|p| p < first_other);
+            let lead: Vec<String> = free.iter().filter(before).cloned().collect();
+            let tail: Vec<String> = free.iter().filter(|v| !before(v)).cloned().collect();
+            batch.iter().chain(&lead).chain(&k).chain(&tail).cloned().collect()
+        };
+        let gather = gathered.map(|side| -> Option<(Side, String)> {
+            let (tensor, args) = if side == Side::X { (x, xa) } else { (y, ya) };
+            Some((side, gather_text(c, tensor, args, &gathered_layout(side), &s.ranges)?))
+        });
+        let gather = match gather {
+            Some(Some(g)) => Some(g),
+            Some(None) => return None,
+            None => None,
+        };
+        let layout = |side: Side, plain: Option<Vec<String>>| match plain {
+            Some(v) => v,
+            None => gathered_layout(side),
+        };
+        let (x_vars, y_vars) = (layout(Side::X, xp), layout(Side::Y, yp));
+        Some(Contraction {
+            out: c.outputs[s.out].name.clone(),
+            x: x.clone(),
+            y: y.clone(),
+            x_vars,
+            y_vars,
+            out_vars,
+            batch,
+            m,
+            n,
+            k,
+            gather,
+        })
     }
 }
 
@@ -113,64 +267,157 @@ fn merged(group: &[String], vars: &[String], shape: &[i64], strides: &[i64]) -> 
 }
 
 impl Contraction {
-    /// Runs the call as GEMMs; `Ok(false)` when its layouts do not merge.
-    fn run<T: dlbridge_core::Element + GemmScalar>(&self, call: &mut Call<'_, '_>) -> Result<bool> {
+    /// Runs the call as GEMMs (after gathering an operand read with affine
+    /// indices); `Ok(false)` when its layouts do not merge.
+    fn run<T: dlbridge_core::Element + GemmScalar>(
+        &self,
+        call: &mut Call<'_, '_>,
+        gather: Option<&Kernel>,
+        params: &[String],
+        scratch: &Mutex<Option<Array>>,
+    ) -> Result<bool> {
         let (ins, mut outs) = call.io();
-        let (x, y) = (ins.tensor(&self.x)?, ins.tensor(&self.y)?);
+        let mut gathered = None;
+        if let Some(g) = gather {
+            let mut args: Vec<Arg<'_>> = params.iter().map(|p| ins.tensor(p).map(|v| Arg::Tensor(v.clone()))).collect::<Result<_>>()?;
+            let spec = g.prepare_outputs(&args)?;
+            // The last call's buffer when it fits (the gather writes all of it),
+            // else a new one; a concurrent call makes its own.
+            let kept = scratch.lock().ok().and_then(|mut s| s.take());
+            let mut dense = match kept {
+                Some(a) if a.shape() == &spec[0].shape[..] && a.dtype() == spec[0].dtype => a,
+                _ => Array::zeros(spec[0].dtype, &spec[0].shape)?,
+            };
+            g.call(&mut args, &mut [dense.view_mut()?])?;
+            gathered = Some(dense);
+        }
+        let side = self.gather.as_ref().map(|(s, _)| *s);
+        let gx = gathered.as_ref().filter(|_| side == Some(Side::X)).map(Array::view);
+        let gy = gathered.as_ref().filter(|_| side == Some(Side::Y)).map(Array::view);
+        let x = match &gx {
+            Some(v) => v,
+            None => ins.tensor(&self.x)?,
+        };
+        let y = match &gy {
+            Some(v) => v,
+            None => ins.tensor(&self.y)?,
+        };
         let o = outs.take(&self.out)?;
-        let (o_shape, o_strides) = (o.shape().to_vec(), o.strides().to_vec());
-        let group = |g: &[String]| -> Option<[(i64, i64); 3]> {
-            Some([
-                merged(g, &self.x_vars, x.shape(), x.strides()).unwrap_or((1, 0)),
-                merged(g, &self.y_vars, y.shape(), y.strides()).unwrap_or((1, 0)),
-                merged(g, &self.out_vars, &o_shape, &o_strides).unwrap_or((1, 0)),
-            ])
-        };
-        // Each group must merge in every operand it indexes.
-        let ok = |g: &[String], vars: &[String], shape: &[i64], strides: &[i64]| {
-            !g.iter().all(|v| vars.contains(v)) || merged(g, vars, shape, strides).is_some()
-        };
-        for g in [&self.m, &self.n, &self.k] {
-            if !ok(g, &self.x_vars, x.shape(), x.strides())
-                || !ok(g, &self.y_vars, y.shape(), y.strides())
-                || !ok(g, &self.out_vars, &o_shape, &o_strides)
-            {
-                return Ok(false);
-            }
+        let Some(p) = self.plan((x.shape(), x.strides()), (y.shape(), y.strides()), (o.shape(), o.strides())) else { return Ok(false) };
+        let la = Layout { batch: &p.batch_strides[0], rows: p.a.0, cols: p.a.1 };
+        let lb = Layout { batch: &p.batch_strides[1], rows: p.b.0, cols: p.b.1 };
+        let lc = Layout { batch: &p.batch_strides[2], rows: p.c.0, cols: p.c.1 };
+        let dims = (p.m as usize, p.n as usize, p.k as usize);
+        strided_gemm::<T>(&p.batch, dims, x, la, y, lb, o, lc)?;
+        if let (Some(dense), Ok(mut slot)) = (gathered, scratch.lock()) {
+            *slot = Some(dense);
         }
-        let (Some(gm), Some(gn), Some(gk)) = (group(&self.m), group(&self.n), group(&self.k)) else { return Ok(false) };
-        let (m, n, k) = (gm[2].0, gn[2].0, gk[0].0);
-        if k == 0 {
-            return Ok(false); // the loops write the identity
-        }
-        let stride_of = |vars: &[String], strides: &[i64], v: &String| vars.iter().position(|x| x == v).map_or(0, |d| strides[d]);
-        let batch: Vec<i64> = self.batch.iter().map(|v| o_shape[self.out_vars.iter().position(|x| x == v).unwrap_or(0)]).collect();
-        let bx: Vec<i64> = self.batch.iter().map(|v| stride_of(&self.x_vars, x.strides(), v)).collect();
-        let by: Vec<i64> = self.batch.iter().map(|v| stride_of(&self.y_vars, y.strides(), v)).collect();
-        let bo: Vec<i64> = self.batch.iter().map(|v| stride_of(&self.out_vars, &o_strides, v)).collect();
-        let dims = (m as usize, n as usize, k as usize);
-        let la = Layout { batch: &bx, rows: gm[0].1, cols: gk[0].1 };
-        let lb = Layout { batch: &by, rows: gk[1].1, cols: gn[1].1 };
-        let lc = Layout { batch: &bo, rows: gm[2].1, cols: gn[2].1 };
-        strided_gemm::<T>(&batch, dims, x, la, y, lb, o, lc)?;
         Ok(true)
     }
+
+    /// The GEMMs of operands with these (shape, strides): `None` when a group
+    /// does not merge in an operand it indexes, or the contraction is empty.
+    pub(crate) fn plan(&self, x: (&[i64], &[i64]), y: (&[i64], &[i64]), o: (&[i64], &[i64])) -> Option<GemmPlan> {
+        // A free group that does not merge gives up its outermost index to
+        // the batch (a loop), until it merges or has one left.
+        let (mut batch, mut m, mut n) = (self.batch.clone(), self.m.clone(), self.n.clone());
+        loop {
+            match self.try_plan(&batch, &m, &n, x, y, o) {
+                Ok(p) => return p,
+                Err(0) if m.len() > 1 => batch.push(m.remove(0)),
+                Err(1) if n.len() > 1 => batch.push(n.remove(0)),
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// The plan with these groups; `Err(g)` when group `g` (0 M, 1 N, 2 K)
+    /// does not merge in an operand it indexes.
+    #[allow(clippy::type_complexity)]
+    fn try_plan(
+        &self,
+        batch_vars: &[String],
+        m_vars: &[String],
+        n_vars: &[String],
+        x: (&[i64], &[i64]),
+        y: (&[i64], &[i64]),
+        o: (&[i64], &[i64]),
+    ) -> std::result::Result<Option<GemmPlan>, usize> {
+        let ops = [(&self.x_vars, x), (&self.y_vars, y), (&self.out_vars, o)];
+        let mut groups = [[(1i64, 0i64); 3]; 3];
+        for (gi, g) in [m_vars, n_vars, &self.k].into_iter().enumerate() {
+            for (oi, (vars, (shape, strides))) in ops.iter().enumerate() {
+                if g.iter().all(|v| vars.contains(v)) {
+                    groups[gi][oi] = merged(g, vars, shape, strides).ok_or(gi)?;
+                }
+            }
+        }
+        let [gm, gn, gk] = groups;
+        let (m, n, k) = (gm[2].0, gn[2].0, gk[0].0);
+        if k == 0 {
+            return Ok(None); // the loops write the identity
+        }
+        let stride_of = |vars: &[String], strides: &[i64], v: &String| vars.iter().position(|x| x == v).map_or(0, |d| strides[d]);
+        let extent = |v: &String| match self.out_vars.iter().position(|x| x == v) {
+            Some(d) => o.0[d],
+            None => self.x_vars.iter().position(|x| x == v).map_or(1, |d| x.0[d]),
+        };
+        let batch: Vec<i64> = batch_vars.iter().map(extent).collect();
+        let batch_strides = [
+            batch_vars.iter().map(|v| stride_of(&self.x_vars, x.1, v)).collect(),
+            batch_vars.iter().map(|v| stride_of(&self.y_vars, y.1, v)).collect(),
+            batch_vars.iter().map(|v| stride_of(&self.out_vars, o.1, v)).collect(),
+        ];
+        Ok(Some(GemmPlan { batch, batch_strides, m, n, k, a: (gm[0].1, gk[0].1), b: (gk[1].1, gn[1].1), c: (gm[2].1, gn[2].1) }))
+    }
+
+    /// Whether an operand is gathered first (then the GPU runs the loops).
+    pub(crate) fn gathers(&self) -> bool {
+        self.gather.is_some()
+    }
+}
+
+/// The GEMMs of one call: `c[β] = a[β] · b[β]` for every batch index β.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GemmPlan {
+    /// Batch extents, and each operand's (a, b, c) strides over them.
+    pub(crate) batch: Vec<i64>,
+    pub(crate) batch_strides: [Vec<i64>; 3],
+    pub(crate) m: i64,
+    pub(crate) n: i64,
+    pub(crate) k: i64,
+    /// (row stride, column stride) of a (m x k), b (k x n) and c (m x n).
+    pub(crate) a: (i64, i64),
+    pub(crate) b: (i64, i64),
+    pub(crate) c: (i64, i64),
 }
 
 /// The GEMM kernel of a contraction for `bind` (the generated loops where a
 /// call's layouts do not merge), `None` for any other definition or dtype.
 pub(crate) fn cpu_kernel(spec: &TcSpec, bind: &[(char, DType)]) -> Result<Option<DynKernelFn>> {
-    let Some(plan) = Contraction::of(&spec.checked) else { return Ok(None) };
+    let Some(plan) = spec.contraction.clone() else { return Ok(None) };
     let dtype = bind.iter().find(|(v, _)| *v == 'T').map(|(_, d)| *d);
     if !matches!(dtype, Some(DType::F32 | DType::F64)) {
         return Ok(None);
     }
+    // The gather is a definition of its own, in a registry of its own.
+    let gather = match &plan.gather {
+        Some((_, text)) => {
+            let registry = Registry::new();
+            let mut defs = super::define_named(text, &|_| format!("{}_gather", spec.name))?;
+            Some((defs.remove(0).register(&registry)?, registry))
+        }
+        None => None,
+    };
+    let params: Vec<String> = spec.checked.params.iter().map(|p| p.name.clone()).collect();
     let loops: Arc<Mutex<Option<DynKernelFn>>> = Arc::default();
+    let scratch: Mutex<Option<Array>> = Mutex::new(None);
     let (spec, bind) = (spec.clone(), bind.to_vec());
     Ok(Some(Arc::new(move |call: &mut Call<'_, '_>| -> Result<()> {
+        let g = gather.as_ref().map(|(k, _)| &**k);
         let done = match dtype {
-            Some(DType::F64) => plan.run::<f64>(call)?,
-            _ => plan.run::<f32>(call)?,
+            Some(DType::F64) => plan.run::<f64>(call, g, &params, &scratch)?,
+            _ => plan.run::<f32>(call, g, &params, &scratch)?,
         };
         if done {
             return Ok(());
@@ -196,6 +443,25 @@ mod tests {
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn a_convolution_gathers_its_input_and_loops_over_images() {
+        let text =
+            "def conv(float(N,C,H,W) I, float(M,C,KH,KW) W1) -> (O) { O(n, m, h, w) +=! I(n, c, h + kh, w + kw) * W1(m, c, kh, kw) }";
+        let c = crate::tc::check::check(&crate::tc::parse::parse(text).unwrap()[0], text).unwrap();
+        let k = Contraction::of(&c).unwrap();
+        let (side, gather) = k.gather.clone().unwrap();
+        assert_eq!(side, Side::X);
+        assert!(gather.contains("dlbridge_gathered(n, c, kh, kw, h, w) = I(n, c, h + kh, w + kw)"), "{gather}");
+        // N=2, C=3, OH=4, OW=5, KH=KW=3, M=6: the gathered [2, 3, 3, 3, 4, 5], W1 [6, 3, 3, 3], O [2, 6, 4, 5].
+        let g = ([2, 3, 3, 3, 4, 5], [540, 180, 60, 20, 5, 1]);
+        let w = ([6, 3, 3, 3], [27, 9, 3, 1]);
+        let o = ([2, 6, 4, 5], [120, 20, 5, 1]);
+        let p = k.plan((&g.0, &g.1), (&w.0, &w.1), (&o.0, &o.1)).unwrap();
+        assert_eq!((p.batch.clone(), p.m, p.n, p.k), (vec![2], 20, 6, 27));
+        assert_eq!(p.batch_strides, [vec![540], vec![0], vec![120]]);
+        assert_eq!((p.a, p.b, p.c), ((1, 20), (1, 27), (1, 20)));
     }
 
     #[test]

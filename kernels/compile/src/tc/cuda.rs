@@ -13,6 +13,7 @@ use dlbridge_cuda::launch;
 use dlbridge_registry::Call;
 
 use super::check::{Checked, TensorRef};
+use super::contraction::Contraction;
 use super::emit::{self, Names};
 use super::{TcSpec, acc_ctype};
 use crate::codegen::{Head, head};
@@ -104,6 +105,13 @@ impl Launcher for TcSpec {
 
 fn run(spec: &TcSpec, f: &Function, call: &mut Call<'_, '_>) -> Result<()> {
     let c = &spec.checked;
+    if let Some(plan) = &spec.contraction
+        && !plan.gathers()
+        && matches!(call.dtype(0), Some(DType::F32 | DType::F64))
+        && cublas(spec, plan, f, call)?
+    {
+        return Ok(());
+    }
     let stream = call.stream();
     let (inputs, outputs) = spec.params();
     let names: Vec<&str> = inputs.iter().chain(outputs).map(|p| p.name.as_str()).collect();
@@ -136,6 +144,27 @@ fn run(spec: &TcSpec, f: &Function, call: &mut Call<'_, '_>) -> Result<()> {
         f.launch(cfg, stream, &args)?;
     }
     Ok(())
+}
+
+/// A contraction through cuBLAS (as the built-in `matmul` on CUDA), one
+/// GEMM per batch element on the call's stream; `Ok(false)` when the
+/// operands' layouts do not merge or cuBLAS cannot read them (then the
+/// generated loops run).
+fn cublas(spec: &TcSpec, plan: &Contraction, f: &Function, call: &mut Call<'_, '_>) -> Result<bool> {
+    let stream = call.stream();
+    {
+        let (inputs, outputs) = spec.params();
+        let names: Vec<&str> = inputs.iter().chain(outputs).map(|p| p.name.as_str()).collect();
+        let ops = operands(call)?;
+        check_devices(&spec.name, &names, &ops, f)?;
+    }
+    let (ins, mut outs) = call.io();
+    let (x, y) = (ins.tensor(&plan.x)?, ins.tensor(&plan.y)?);
+    let o = outs.take(&plan.out)?;
+    let Some(p) = plan.plan((x.shape(), x.strides()), (y.shape(), y.strides()), (o.shape(), o.strides())) else { return Ok(false) };
+    let layout = |k: usize, matrix: (i64, i64)| dlbridge_cuda::matmul::Layout { batch: &p.batch_strides[k], matrix };
+    let (la, lb, lc) = (layout(0, p.a), layout(1, p.b), layout(2, p.c));
+    dlbridge_cuda::matmul::strided_gemm(&p.batch, (p.m, p.n, p.k), x, la, y, lb, o, lc, stream)
 }
 
 /// What one call runs: the size symbols' values and, in order, each launch

@@ -59,6 +59,8 @@ pub struct TcSpec {
     name: String,
     inputs: Vec<CParam>,
     outputs: Vec<CParam>,
+    /// The GEMMs it is, when it is one contraction of two tensors.
+    contraction: Option<Arc<contraction::Contraction>>,
 }
 
 /// A definition compiled on first use, one specialisation per dtype.
@@ -113,7 +115,8 @@ impl TcSpec {
                 CParam { name: o.name.clone(), ty: param_type(hf, float, fixed), raw: true, mutable: false }
             })
             .collect();
-        TcSpec { checked: Arc::new(checked), name, inputs, outputs }
+        let contraction = contraction::Contraction::of(&checked).map(Arc::new);
+        TcSpec { checked: Arc::new(checked), name, inputs, outputs, contraction }
     }
 
     fn dims_text(&self, dims: &[size::Size]) -> String {
