@@ -237,3 +237,13 @@ def test_a_definition_is_a_torch_operator_under_compile():
     x, w, b = torch.randn(4, 6), torch.randn(5, 6), torch.randn(5)
     compiled = torch.compile(lambda x, w, b: op(x, w, b) * 2, backend="eager", fullgraph=True)
     torch.testing.assert_close(compiled(x, w, b), torch.relu(torch.nn.functional.linear(x, w, b)) * 2)
+
+
+def test_a_definition_on_jax_arrays_returns_jax_arrays():
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    x = jnp.arange(12, dtype=jnp.float32).reshape(3, 4) / 5
+    o = DEFS.softmax(x)[0]
+    assert isinstance(o, jax.Array)
+    np.testing.assert_allclose(np.asarray(o), np.asarray(jax.nn.softmax(x, axis=-1)), rtol=1e-6)

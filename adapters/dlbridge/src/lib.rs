@@ -26,7 +26,8 @@ pub use dlbridge_tch as tch;
 #[cfg(feature = "cuda")]
 pub use dlbridge_cuda as cuda;
 
-/// Kernels from source at run time: CuPy's `ElementwiseKernel` (feature `compile`, on by default).
+/// Kernels from source at run time: CuPy's `ElementwiseKernel` and `ReductionKernel`,
+/// `load_inline`, Tensor Comprehensions' `define` (`compile::tc`) (feature `compile`, on by default).
 #[cfg(feature = "compile")]
 pub use dlbridge_compile as compile;
 

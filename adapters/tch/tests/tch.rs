@@ -354,3 +354,23 @@ fn a_cpu_and_a_cuda_tch_tensor_are_refused() {
     let e = call(&reg.get("add").unwrap(), &[&a, &b], &[]).unwrap_err().to_string();
     assert!(e.contains("cpu") && e.contains("cuda"), "{e}");
 }
+
+#[test]
+fn a_tensor_comprehension_is_a_function_of_tch_tensors() {
+    let defs = dlbridge::compile::tc::define_in(
+        dlbridge::registry(),
+        "def tch_fcrelu(float(B,M) I, float(N,M) W1, float(N) B1) -> (O1) {\n  O1(b, n) +=! I(b, m) * W1(n, m)\n  O1(b, n) = O1(b, n) + B1(n)\n  O1(b, n) = fmax(O1(b, n), 0)\n}",
+    )
+    .unwrap();
+    let name = defs[0].registered.name().to_owned();
+    let fc = dlbridge_tch::kernel(&name).unwrap();
+    let (x, w, b) = (
+        Tensor::randn([4, 6], (Kind::Float, Device::Cpu)),
+        Tensor::randn([5, 6], (Kind::Float, Device::Cpu)),
+        Tensor::randn([5], (Kind::Float, Device::Cpu)),
+    );
+    let y = fc.call1((&x, &w, &b)).unwrap();
+    let want = x.matmul(&w.tr()).g_add(&b).relu();
+    assert_eq!(y.size(), vec![4, 5]);
+    assert!(y.allclose(&want, 1e-5, 1e-5, false));
+}
