@@ -81,12 +81,12 @@ class DLManagedTensorVersioned(ctypes.Structure):
     ]
 
 
-_capsule_new = ctypes.pythonapi.PyCapsule_New
-_capsule_new.restype = ctypes.py_object
-_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-_capsule_name = ctypes.pythonapi.PyCapsule_GetName
-_capsule_name.restype = ctypes.c_char_p
-_capsule_name.argtypes = [ctypes.py_object]
+# Prototypes of our own: `ctypes.pythonapi.PyCapsule_New` is one object shared by every
+# module of the process, and others (tvm_ffi, for one) set its argtypes to theirs.
+_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
+    ("PyCapsule_New", ctypes.pythonapi)
+)
+_capsule_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", ctypes.pythonapi))
 
 _names: dict[bytes, Any] = {}  # a capsule keeps a pointer to its name: these live forever
 _lock = threading.Lock()

@@ -195,6 +195,9 @@ class _Binder:
         for d, n in fixed:
             if isinstance(d, int):
                 _check_eq(n, d, lambda d=d, n=n: f"{self.kernel.name}: argument {p.name}: dim expected {d} but got {n}")
+            elif not d.isidentifier():  # a dim expression of the sizes bound before: `(H - KH + 1)`
+                want = _eval_dim(d, {k: v[0] for k, v in self.dims.items()})
+                _check_eq(n, want, lambda d=d, n=n, want=want: f"{self.kernel.name}: argument {p.name}: dim {d} = {want} but got {n}")
             elif d in self.dims:
                 want, by = self.dims[d]
                 _check_eq(

@@ -153,3 +153,20 @@ def test_from_dlpack_copy_false_asks_the_producer_and_refuses_a_copy():
     p.release()
     copier.release()
     old.release()
+
+
+def test_hand_built_capsules_survive_another_module_retyping_ctypes_pythonapi():
+    import ctypes
+
+    from dlbridge import _capsules
+
+    f = ctypes.pythonapi.PyCapsule_New
+    saved = f.argtypes
+    f.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]  # what tvm_ffi sets
+    try:
+        from dlbridge.testing import _f32
+
+        p = _capsules.Producer(_f32([1, 2, 3], shape=[3]))
+        assert dlbridge.from_dlpack(p).tolist() == [1.0, 2.0, 3.0]
+    finally:
+        f.argtypes = saved

@@ -163,3 +163,99 @@ __device__ __forceinline__ A dlb_block_reduce(A v, Op op, A identity, A* scratch
     v = (lane < nwarps) ? scratch[lane] : identity;
     return dlb_warp_reduce(v, op);
 }
+
+// ---------------------------------------------------------------------------
+// Row traversal for the last-dim kernels: which threads share a row (a warp,
+// or the whole block), and the row's elements read 16 bytes at a time where
+// the row is contiguous and 16-byte aligned (ld.global.v4), element by
+// element otherwise.
+// ---------------------------------------------------------------------------
+struct DlbRowGroup {
+    unsigned tid;       // this thread's index among the row's threads
+    unsigned n;         // threads per row: 32 (a warp) or blockDim.x
+    long long first;    // the first row of this group
+    long long step;     // rows between this group's rows
+    bool warp;          // a warp per row: reductions are warp shuffles only
+};
+
+__device__ __forceinline__ DlbRowGroup dlb_row_group(int warp_rows) {
+    DlbRowGroup g;
+    if (warp_rows) {
+        g.tid = threadIdx.x & 31u;
+        g.n = 32u;
+        g.first = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+        g.step = ((long long)gridDim.x * blockDim.x) >> 5;
+        g.warp = true;
+    } else {
+        g.tid = threadIdx.x;
+        g.n = blockDim.x;
+        g.first = blockIdx.x;
+        g.step = gridDim.x;
+        g.warp = false;
+    }
+    return g;
+}
+
+// The group's reduction: every thread of the group gets the result. A block
+// reduction synchronises the block (every thread must call it); a warp
+// reduction only the warp.
+template <typename A, typename Op>
+__device__ __forceinline__ A dlb_group_reduce(const DlbRowGroup& g, A v, Op op, A identity, A* scratch) {
+    return g.warp ? dlb_warp_reduce(v, op) : dlb_block_reduce(v, op, identity, scratch);
+}
+
+template <typename T>
+__device__ __forceinline__ bool dlb_aligned16(const T* p) {
+    return (((unsigned long long)p) & 15ull) == 0;
+}
+
+// f(c, value) for every element c of a row of `cols` elements `cs` apart,
+// each thread of the group its share: 16-byte chunks (threads take chunks
+// round robin, so a warp reads consecutive 16-byte pieces) when contiguous
+// and aligned, then the tail one by one.
+template <typename E, typename F>
+__device__ __forceinline__ void dlb_row_each(const DlbRowGroup& g, const typename E::storage* xr, long long cs,
+                                             long long cols, F f) {
+    typedef typename E::storage S;
+    constexpr int V = 16 / (int)sizeof(S);
+    if (cs == 1 && dlb_aligned16(xr)) {
+        const long long chunks = cols / V;
+        for (long long q = g.tid; q < chunks; q += g.n) {
+            // One 16-byte load, unpacked through memcpy (no type punning:
+            // registers either way once compiled).
+            const uint4 raw = reinterpret_cast<const uint4*>(xr)[q];
+            S e[V];
+            memcpy(e, &raw, sizeof raw);
+#pragma unroll
+            for (int j = 0; j < V; ++j) f(q * V + j, E::load(e[j]));
+        }
+        for (long long c = chunks * V + g.tid; c < cols; c += g.n) f(c, E::load(xr[c]));
+    } else {
+        for (long long c = g.tid; c < cols; c += g.n) f(c, E::load(xr[c * cs]));
+    }
+}
+
+// y[c] = h(x[c]) over a row, 16 bytes at a time when both rows are
+// contiguous and aligned.
+template <typename E, typename H>
+__device__ __forceinline__ void dlb_row_map(const DlbRowGroup& g, const typename E::storage* xr, long long xcs,
+                                            typename E::storage* yr, long long ycs, long long cols, H h) {
+    typedef typename E::storage S;
+    constexpr int V = 16 / (int)sizeof(S);
+    if (xcs == 1 && ycs == 1 && dlb_aligned16(xr) && dlb_aligned16(yr)) {
+        const long long chunks = cols / V;
+        for (long long q = g.tid; q < chunks; q += g.n) {
+            const uint4 raw = reinterpret_cast<const uint4*>(xr)[q];
+            S e[V], o[V];
+            memcpy(e, &raw, sizeof raw);
+#pragma unroll
+            for (int j = 0; j < V; ++j) o[j] = E::store(h(E::load(e[j])));
+            uint4 out;
+            memcpy(&out, o, sizeof out);
+            reinterpret_cast<uint4*>(yr)[q] = out;
+        }
+        for (long long c = chunks * V + g.tid; c < cols; c += g.n) yr[c] = E::store(h(E::load(xr[c])));
+    } else {
+        for (long long c = g.tid; c < cols; c += g.n) yr[c * ycs] = E::store(h(E::load(xr[c * xcs])));
+    }
+}

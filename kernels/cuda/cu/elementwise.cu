@@ -8,7 +8,8 @@
 // T = float / double / unsigned short (f16 bits) / unsigned short (bf16 bits).
 // All indexers carry the OUTPUT's logical shape and the operand's own element
 // strides (broadcast dims have stride 0). contiguous == 1: every operand is
-// dense row-major with the same layout, offset(i) == i.
+// dense row-major with the same layout, offset(i) == i; then, when every
+// pointer is 16-byte aligned, each thread reads and writes 16 bytes at a time.
 // Any grid / block size works (grid-stride loop), no shared memory.
 // In-place use (out aliasing an input with the same layout) is allowed, so no
 // __restrict__.
@@ -46,13 +47,42 @@ __device__ __forceinline__ void dlb_grid_stride(long long n, F f) {
     }
 }
 
+// Runs `f(q)` for every 16-byte chunk q < chunks this thread owns, then
+// `g(i)` for the elements from chunks * V on (the tail): contiguous operands
+// whose pointers are all 16-byte aligned are read and written 16 bytes a
+// thread (ld.global.v4 / st.global.v4).
+template <typename F, typename G>
+__device__ __forceinline__ void dlb_chunked(long long n, int V, F f, G g) {
+    const long long chunks = n / V;
+    dlb_grid_stride(chunks, f);
+    const long long tail = chunks * V;
+    dlb_grid_stride(n - tail, [&](long long i) { g(tail + i); });
+}
+
 template <typename E, typename Op>
 __device__ __forceinline__ void dlb_binary(const typename E::storage* a, const DlbIndexer& ia,
                                            const typename E::storage* b, const DlbIndexer& ib,
                                            typename E::storage* out, const DlbIndexer& io,
                                            long long n, int contiguous) {
     Op op;
-    if (contiguous) {
+    typedef typename E::storage S;
+    constexpr int V = 16 / (int)sizeof(S);
+    if (contiguous && dlb_aligned16(a) && dlb_aligned16(b) && dlb_aligned16(out)) {
+        dlb_chunked(
+            n, V,
+            [&](long long q) {
+                const uint4 ra = reinterpret_cast<const uint4*>(a)[q], rb = reinterpret_cast<const uint4*>(b)[q];
+                S ea[V], eb[V], eo[V];
+                memcpy(ea, &ra, sizeof ra);
+                memcpy(eb, &rb, sizeof rb);
+#pragma unroll
+                for (int j = 0; j < V; ++j) eo[j] = E::store(op(E::load(ea[j]), E::load(eb[j])));
+                uint4 ro;
+                memcpy(&ro, eo, sizeof ro);
+                reinterpret_cast<uint4*>(out)[q] = ro;
+            },
+            [&](long long i) { out[i] = E::store(op(E::load(a[i]), E::load(b[i]))); });
+    } else if (contiguous) {
         dlb_grid_stride(n, [&](long long i) { out[i] = E::store(op(E::load(a[i]), E::load(b[i]))); });
     } else {
         dlb_grid_stride(n, [&](long long i) {
@@ -66,7 +96,23 @@ __device__ __forceinline__ void dlb_unary(const typename E::storage* x, const Dl
                                           typename E::storage* out, const DlbIndexer& io,
                                           long long n, int contiguous) {
     Op op;
-    if (contiguous) {
+    typedef typename E::storage S;
+    constexpr int V = 16 / (int)sizeof(S);
+    if (contiguous && dlb_aligned16(x) && dlb_aligned16(out)) {
+        dlb_chunked(
+            n, V,
+            [&](long long q) {
+                const uint4 rx = reinterpret_cast<const uint4*>(x)[q];
+                S ex[V], eo[V];
+                memcpy(ex, &rx, sizeof rx);
+#pragma unroll
+                for (int j = 0; j < V; ++j) eo[j] = E::store(op(E::load(ex[j])));
+                uint4 ro;
+                memcpy(&ro, eo, sizeof ro);
+                reinterpret_cast<uint4*>(out)[q] = ro;
+            },
+            [&](long long i) { out[i] = E::store(op(E::load(x[i]))); });
+    } else if (contiguous) {
         dlb_grid_stride(n, [&](long long i) { out[i] = E::store(op(E::load(x[i]))); });
     } else {
         dlb_grid_stride(n, [&](long long i) { out[dlb_offset(io, i)] = E::store(op(E::load(x[dlb_offset(ix, i)]))); });

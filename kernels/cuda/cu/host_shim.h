@@ -14,6 +14,7 @@
 #define __forceinline__ inline
 #define __shared__ static
 struct dim3 { unsigned x = 1, y = 1, z = 1; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
 thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
 inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }

@@ -180,11 +180,12 @@ struct RefGelu { static double ref(double x) { return 0.5 * x * (1 + erf(x / sqr
 template <class E, class K>
 static void test_rows(const char* name, K kern, bool softmax) {
     typedef typename E::storage S;
-    for (int t = 0; t < 60; ++t) {
+    for (int t = 0; t < 80; ++t) {
         auto bshape = rshape(3, 4); long long rows = numel(bshape);
-        long long cols = std::vector<long long>{0, 1, 2, 31, 33, 100, 1000, 3000}[rnd(0, 7)];
+        long long cols = std::vector<long long>{0, 1, 2, 7, 31, 33, 64, 100, 1000, 1024, 3000}[rnd(0, 10)];
         // x: batch view arbitrary, column stride arbitrary nonzero, placed in a big buffer
-        long long xcs = rnd(-3, 3); if (xcs == 0) xcs = 1;
+        // Half the cases contiguous rows (the 16-byte path where a row is aligned).
+        long long xcs = rnd(0, 1) ? 1 : rnd(-3, 3); if (xcs == 0) xcs = 1;
         View xb = any_view(bshape);
         for (auto& s : xb.strides) s *= std::max<long long>(cols, 1) * 3 + 1;  // keep rows mostly apart (overlap is fine for x)
         long long mn = 0, mx = 0;
@@ -204,13 +205,15 @@ static void test_rows(const char* name, K kern, bool softmax) {
             long long r0 = xbase + ref_off(bshape, xb.strides, 0);
             for (long long c = 0; c < cols; ++c) x[r0 + c * xcs] = fromd<E>(-INFINITY);
         }
-        unsigned grid = (unsigned)rnd(1, 4), block = 32u << rnd(0, 5);
+        // A warp per row (several rows a block) or a block per row.
+        int warp_rows = (int)rnd(0, 1);
+        unsigned grid = (unsigned)rnd(1, 4), block = warp_rows ? 32u * (unsigned)rnd(1, 4) : 32u << rnd(0, 5);
         if (softmax)
-            launch(grid, block, [&] { ((void(*)(const S*, DlbIndexer, long long, S*, DlbIndexer, long long, long long, long long))kern)(
-                x.data() + xbase, mk(bshape, xb.strides), xcs, y.data() + yv.base, mk(bshape, ybst), ycs, rows, cols); });
+            launch(grid, block, [&] { ((void(*)(const S*, DlbIndexer, long long, S*, DlbIndexer, long long, long long, long long, int))kern)(
+                x.data() + xbase, mk(bshape, xb.strides), xcs, y.data() + yv.base, mk(bshape, ybst), ycs, rows, cols, warp_rows); });
         else
-            launch(grid, block, [&] { ((void(*)(const S*, DlbIndexer, long long, S*, DlbIndexer, long long, long long))kern)(
-                x.data() + xbase, mk(bshape, xb.strides), xcs, y.data() + yv.base, mk(bshape, ybst), rows, cols); });
+            launch(grid, block, [&] { ((void(*)(const S*, DlbIndexer, long long, S*, DlbIndexer, long long, long long, int))kern)(
+                x.data() + xbase, mk(bshape, xb.strides), xcs, y.data() + yv.base, mk(bshape, ybst), rows, cols, warp_rows); });
         double tol = sizeof(S) == 2 ? 1e-2 : (sizeof(S) == 4 ? 1e-5 : 1e-12);
         for (long long r = 0; r < rows; ++r) {
             long long xo = xbase + ref_off(bshape, xb.strides, r);
@@ -221,7 +224,7 @@ static void test_rows(const char* name, K kern, bool softmax) {
                 double s = 0; for (double v : xv) s += exp(v - m);
                 for (long long c = 0; c < cols; ++c) {
                     double w = exp(xv[c] - m) / s, g = tod<E>(y[yo + c * ycs]);
-                    CHECK((std::isnan(w) && std::isnan(g)) || fabs(w - g) <= tol * (fabs(w) + 1e-3), "%s r=%lld c=%lld cols=%lld block=%u got %g want %g", name, r, c, cols, block, g, w);
+                    CHECK((std::isnan(w) && std::isnan(g)) || fabs(w - g) <= tol * (fabs(w) + 1e-3), "%s r=%lld c=%lld cols=%lld block=%u warp_rows=%d xcs=%lld ycs=%lld got %g want %g", name, r, c, cols, block, warp_rows, xcs, ycs, g, w);
                 }
             } else {
                 double s = 0, sa = 0; for (double v : xv) { s += v; sa += fabs(v); }

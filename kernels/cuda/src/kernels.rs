@@ -132,10 +132,11 @@ fn softmax(call: &mut Call<'_, '_>) -> Result<()> {
     let (dev, f) = function("softmax", dtype, out.device().id)?;
     let (mut xrows, mut xcol) = rows_of(shape, x.strides())?;
     let (mut yrows, mut ycol) = rows_of(out.shape(), out.strides())?;
-    let cfg = launch::rows(rows as u64, cols as u64, dev.sm_count());
+    let plan = launch::rows(rows as u64, cols as u64, dev.sm_count());
+    let mut warp_rows = i32::from(plan.is_some_and(|p| p.warp_rows));
     let (mut xp, mut yp) = (ptr_of(x), out.data_ptr_mut() as usize as u64);
-    let mut params = params![xp, xrows, xcol, yp, yrows, ycol, rows, cols];
-    run(&f, cfg, stream, &mut params, name)
+    let mut params = params![xp, xrows, xcol, yp, yrows, ycol, rows, cols, warp_rows];
+    run(&f, plan.map(|p| p.launch), stream, &mut params, name)
 }
 
 fn sum(call: &mut Call<'_, '_>) -> Result<()> {
@@ -148,10 +149,11 @@ fn sum(call: &mut Call<'_, '_>) -> Result<()> {
     let (dev, f) = function("sum", dtype, out.device().id)?;
     let (mut xrows, mut xcol) = rows_of(shape, x.strides())?;
     let mut yrows = Indexer::new(out.shape(), out.strides())?;
-    let cfg = launch::rows(rows as u64, cols as u64, dev.sm_count());
+    let plan = launch::rows(rows as u64, cols as u64, dev.sm_count());
+    let mut warp_rows = i32::from(plan.is_some_and(|p| p.warp_rows));
     let (mut xp, mut yp) = (ptr_of(x), out.data_ptr_mut() as usize as u64);
-    let mut params = params![xp, xrows, xcol, yp, yrows, rows, cols];
-    run(&f, cfg, stream, &mut params, name)
+    let mut params = params![xp, xrows, xcol, yp, yrows, rows, cols, warp_rows];
+    run(&f, plan.map(|p| p.launch), stream, &mut params, name)
 }
 
 /// The elementwise kernels: one function each, named as its `.cu` kernel.

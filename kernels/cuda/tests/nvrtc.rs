@@ -28,6 +28,36 @@ fn every_builtin_source_compiles_to_ptx_with_all_its_entry_points() {
     assert_eq!(SOURCES.iter().map(|s| s.entry_points().len()).sum::<usize>(), 24);
 }
 
+/// The PTX of one entry point (from `.entry NAME(` to the next `.entry`).
+fn entry_ptx<'p>(ptx: &'p str, entry: &str) -> &'p str {
+    let start = ptx.find(&format!(".entry {entry}(")).unwrap_or_else(|| panic!("no {entry}"));
+    let rest = &ptx[start + 1..];
+    &ptx[start..start + 1 + rest.find(".entry").unwrap_or(rest.len())]
+}
+
+#[test]
+fn the_row_and_elementwise_kernels_use_128_bit_loads_on_contiguous_memory() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let cache = PtxCache::new(None);
+    for name in ["softmax", "sum", "add"] {
+        let src = builtins::source_of(name).unwrap();
+        let ptx = src.ptx(&cache, "--gpu-architecture=compute_90").unwrap();
+        for entry in src.entry_points() {
+            let body = entry_ptx(&ptx, &entry);
+            let ops: std::collections::BTreeSet<&str> =
+                body.split_whitespace().filter(|w| w.starts_with("ld.") || w.starts_with("st.")).collect();
+            // 128 bits: four 32-bit lanes or two 64-bit ones.
+            let wide = |o: &&&str| o.contains(".v4.") && o.ends_with("32") || o.contains(".v2.") && o.ends_with("64");
+            assert!(ops.iter().filter(|o| o.starts_with("ld.global")).any(|o| wide(&o)), "{entry} has no 128-bit load: {ops:?}");
+            if name != "sum" {
+                assert!(ops.iter().filter(|o| o.starts_with("st.global")).any(|o| wide(&o)), "{entry} has no 128-bit store: {ops:?}");
+            }
+        }
+    }
+}
+
 #[test]
 fn a_compile_error_carries_nvrtcs_log() {
     if !nvrtc_or_skip() {
