@@ -5,35 +5,10 @@
 use dlbridge_array::Array;
 use dlbridge_compile::tc;
 use dlbridge_core::DType;
-use dlbridge_registry::{Arg, Kernel, Registry};
+use dlbridge_registry::{Arg, Registry};
 
-/// Calls `kernel` on `inputs`, outputs allocated from its signature.
-fn run(kernel: &Kernel, inputs: &[&Array]) -> dlbridge_core::Result<Vec<Array>> {
-    let mut args: Vec<Arg<'_>> = inputs.iter().map(|a| Arg::Tensor(a.view())).collect();
-    let specs = kernel.prepare_outputs(&args)?;
-    let mut outs: Vec<Array> = specs.iter().map(|s| Array::zeros(s.dtype, &s.shape).unwrap()).collect();
-    {
-        let mut views: Vec<_> = outs.iter_mut().map(|a| a.view_mut().unwrap()).collect();
-        kernel.call(&mut args, &mut views)?;
-    }
-    Ok(outs)
-}
-
-fn seq(n: usize, scale: f64) -> Vec<f64> {
-    (0..n).map(|i| ((i * 37 % 101) as f64 - 50.0) * scale).collect()
-}
-
-fn close(got: &[f64], want: &[f64], tol: f64) {
-    assert_eq!(got.len(), want.len());
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() <= tol * (1.0 + w.abs()), "element {i}: got {g}, want {w}");
-    }
-}
-
-fn define_one(reg: &Registry, lang: &str) -> (tc::TcKernel, std::sync::Arc<Kernel>) {
-    let d = tc::define_in(reg, lang).unwrap().remove(0);
-    (d.kernel, d.registered)
-}
+mod common;
+use common::{close, define_one, run, seq};
 
 const MATMUL: &str = "def matmul(float(M,N) A, float(N,K) B) -> (output) {\n  output(i, j) +=! A(i, kk) * B(kk, j)\n}";
 

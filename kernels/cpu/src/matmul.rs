@@ -27,51 +27,9 @@ fn matmul<T: Element + GemmScalar>(call: &mut Call<'_, '_>) -> Result<()> {
         c.iter_mut::<T>()?.for_each(|v| *v = T::ZERO);
         return Ok(());
     }
-    // Typed checks (dtype, host memory, alignment) before any raw pointer use.
-    a.check_typed::<T>("matmul")?;
-    b.check_typed::<T>("matmul")?;
-    c.check_typed::<T>("matmul")?;
-    let (a_rs, a_cs) = (a.strides()[0] as isize, a.strides()[1] as isize);
-    let (b_rs, b_cs) = (b.strides()[0] as isize, b.strides()[1] as isize);
-    let (c_rs, c_cs) = (c.strides()[0] as isize, c.strides()[1] as isize);
-    let mut run = |parallelism| {
-        // SAFETY: see the module invariants: shapes match the signature, every address
-        // base + i*rs + j*cs for in-range i, j lies in validated host memory of the
-        // right dtype, c is writable, exclusive and disjoint from a and b. T is f32 or
-        // f64 (GemmScalar is only implemented for those), which gemm supports.
-        unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                c.data_ptr_mut().cast::<T>(),
-                c_cs,
-                c_rs,
-                false,
-                a.data_ptr().cast::<T>(),
-                a_cs,
-                a_rs,
-                b.data_ptr().cast::<T>(),
-                b_cs,
-                b_rs,
-                T::ZERO,
-                T::ONE,
-                false,
-                false,
-                false,
-                parallelism,
-            )
-        }
-    };
-    // Saturating: broadcast (zero-stride) inputs can make m * n * k exceed usize.
-    // Parallel: on the pool of the call's thread budget (crate::threads).
-    match crate::threads::pool_for_call() {
-        Some(pool) if m.saturating_mul(n).saturating_mul(k) >= PAR_FLOPS => {
-            pool.install(|| run(gemm::Parallelism::Rayon(pool.current_num_threads())))
-        }
-        _ => run(gemm::Parallelism::None),
-    }
-    Ok(())
+    let layout = |v: &TensorView<'_>| Layout { batch: &[], rows: v.strides()[0], cols: v.strides()[1] };
+    let (la, lb, lc) = (layout(a), layout(b), layout(c.as_view()));
+    strided_gemm::<T>(&[], (m, n, k), a, la, b, lb, c, lc)
 }
 
 /// How [`strided_gemm`] addresses one operand: element strides from the

@@ -302,47 +302,67 @@ fn walk<'e>(e: &'e Expr, f: &mut dyn FnMut(&'e Expr)) {
     }
 }
 
-/// `e` as an affine index expression.
-fn affine(cx: &Ctx<'_>, e: &Expr, pos: Pos, access: &str) -> Result<Affine> {
-    let not_affine = || {
-        cx.err(
-            pos,
-            format!("in `{access}`: the index `{}` is not affine in the indices (sums of indices times integers, plus sizes)", e.text()),
-        )
-    };
+/// Why an expression is not an affine index.
+pub(crate) enum NotAffine {
+    /// It reads tensor `name`.
+    Tensor(String, Pos),
+    /// A product of indices, a division, a call, ...
+    Other,
+}
+
+impl Affine {
+    fn scaled(&self, k: i64) -> Affine {
+        let vars = if k == 0 { BTreeMap::new() } else { self.vars.iter().map(|(v, c)| (v.clone(), c * k)).collect() };
+        Affine { vars, konst: self.konst.scale(k) }
+    }
+    fn plus(self, o: Affine) -> Affine {
+        let mut vars = self.vars;
+        for (v, k) in o.vars {
+            *vars.entry(v).or_insert(0) += k;
+        }
+        vars.retain(|_, k| *k != 0);
+        Affine { vars, konst: self.konst.add(&o.konst) }
+    }
+    /// Its constant value, when it uses no index and no size.
+    fn constant(&self) -> Option<i64> {
+        if self.vars.is_empty() { self.konst.as_const() } else { None }
+    }
+}
+
+/// `e` as an affine index expression, each name classified by `classify`:
+/// sums of indices times integers, plus sizes.
+pub(crate) fn affine_of(e: &Expr, classify: &dyn Fn(&str) -> Name) -> std::result::Result<Affine, NotAffine> {
     Ok(match e {
         Expr::Num { value, int: true } => Affine { vars: BTreeMap::new(), konst: Lin::constant(*value as i64) },
-        Expr::Name(n, p) => match cx.classify(n) {
+        Expr::Name(n, p) => match classify(n) {
             Name::Index => Affine { vars: BTreeMap::from([(n.clone(), 1)]), konst: Lin::default() },
             Name::Size => Affine { vars: BTreeMap::new(), konst: Lin::symbol(n) },
-            Name::Tensor(_) => return Err(cx.err(*p, format!("in `{access}`: a tensor (`{n}`) cannot be an index"))),
+            Name::Tensor(_) => return Err(NotAffine::Tensor(n.clone(), *p)),
         },
-        Expr::Unary(Un::Neg, a) => scale(&affine(cx, a, pos, access)?, -1),
-        Expr::Binary(op @ (Bin::Add | Bin::Sub), a, b) => {
-            let (a, b) = (affine(cx, a, pos, access)?, affine(cx, b, pos, access)?);
-            let b = if *op == Bin::Sub { scale(&b, -1) } else { b };
-            let mut vars = a.vars;
-            for (v, k) in b.vars {
-                *vars.entry(v).or_insert(0) += k;
-            }
-            vars.retain(|_, k| *k != 0);
-            Affine { vars, konst: a.konst.add(&b.konst) }
-        }
+        Expr::Unary(Un::Neg, a) => affine_of(a, classify)?.scaled(-1),
+        Expr::Binary(Bin::Add, a, b) => affine_of(a, classify)?.plus(affine_of(b, classify)?),
+        Expr::Binary(Bin::Sub, a, b) => affine_of(a, classify)?.plus(affine_of(b, classify)?.scaled(-1)),
         Expr::Binary(Bin::Mul, a, b) => {
-            let (a, b) = (affine(cx, a, pos, access)?, affine(cx, b, pos, access)?);
-            match (a.vars.is_empty().then(|| a.konst.as_const()).flatten(), b.vars.is_empty().then(|| b.konst.as_const()).flatten()) {
-                (Some(k), _) => scale(&b, k),
-                (_, Some(k)) => scale(&a, k),
-                _ => return Err(not_affine()),
+            let (a, b) = (affine_of(a, classify)?, affine_of(b, classify)?);
+            match (a.constant(), b.constant()) {
+                (Some(k), _) => b.scaled(k),
+                (_, Some(k)) => a.scaled(k),
+                _ => return Err(NotAffine::Other),
             }
         }
-        _ => return Err(not_affine()),
+        _ => return Err(NotAffine::Other),
     })
 }
 
-fn scale(a: &Affine, k: i64) -> Affine {
-    let vars = if k == 0 { BTreeMap::new() } else { a.vars.iter().map(|(v, c)| (v.clone(), c * k)).collect() };
-    Affine { vars, konst: a.konst.scale(k) }
+/// `e` as an affine index expression, or an error naming the access.
+fn affine(cx: &Ctx<'_>, e: &Expr, pos: Pos, access: &str) -> Result<Affine> {
+    affine_of(e, &|n| cx.classify(n)).map_err(|why| match why {
+        NotAffine::Tensor(n, p) => cx.err(p, format!("in `{access}`: a tensor (`{n}`) cannot be an index")),
+        NotAffine::Other => cx.err(
+            pos,
+            format!("in `{access}`: the index `{}` is not affine in the indices (sums of indices times integers, plus sizes)", e.text()),
+        ),
+    })
 }
 
 /// `e` as a size (a `where` bound): integers and size symbols with `+ - * /`.

@@ -144,41 +144,9 @@ fn op_text(op: Bin) -> &'static str {
     op.text()
 }
 
-/// An index expression the checker accepted, again as an [`Affine`] (the
-/// checker's form, rebuilt here from the text it came from).
+/// An index expression the checker accepted, again as an [`Affine`].
 fn to_affine(n: &Names<'_>, e: &Expr) -> Affine {
-    use super::size::Lin;
-    use std::collections::BTreeMap;
-    match e {
-        Expr::Num { value, .. } => Affine { vars: BTreeMap::new(), konst: Lin::constant(*value as i64) },
-        Expr::Name(v, _) => match n.classify(v) {
-            Name::Size => Affine { vars: BTreeMap::new(), konst: Lin::symbol(v) },
-            _ => Affine { vars: BTreeMap::from([(v.clone(), 1)]), konst: Lin::default() },
-        },
-        Expr::Unary(Un::Neg, a) => scale(&to_affine(n, a), -1),
-        Expr::Binary(op @ (Bin::Add | Bin::Sub), a, b) => {
-            let (a, b) = (to_affine(n, a), to_affine(n, b));
-            let b = if *op == Bin::Sub { scale(&b, -1) } else { b };
-            let mut vars = a.vars;
-            for (v, k) in b.vars {
-                *vars.entry(v).or_insert(0) += k;
-            }
-            vars.retain(|_, k| *k != 0);
-            Affine { vars, konst: a.konst.add(&b.konst) }
-        }
-        Expr::Binary(Bin::Mul, a, b) => {
-            let (a, b) = (to_affine(n, a), to_affine(n, b));
-            match a.vars.is_empty().then(|| a.konst.as_const()).flatten() {
-                Some(k) => scale(&b, k),
-                None => scale(&a, b.konst.as_const().unwrap_or(0)),
-            }
-        }
-        _ => Affine { vars: BTreeMap::new(), konst: Lin::default() },
-    }
-}
-
-fn scale(a: &Affine, k: i64) -> Affine {
-    Affine { vars: a.vars.iter().map(|(v, c)| (v.clone(), c * k)).filter(|(_, c)| *c != 0).collect(), konst: a.konst.scale(k) }
+    super::check::affine_of(e, &|x| n.classify(x)).unwrap_or(Affine { vars: Default::default(), konst: Default::default() })
 }
 
 /// An affine index as C++.
@@ -386,15 +354,7 @@ pub(crate) fn cpu_statements(src: &mut Src, c: &Checked, ctypes: &[String]) {
             let count: Vec<String> = outer.iter().map(ext).collect();
             src.line(&format!("      const ptrdiff_t n_outer = {};", count.join(" * ")));
             let inner_ext = inner.map_or("1".to_owned(), ext);
-            src.line(&format!("      const ptrdiff_t cost = {inner_ext} * {work};"));
-            src.line("      parallel_chunks(n_outer, chunks_for(n_outer, cost), [&](int, ptrdiff_t b, ptrdiff_t e) {");
-            src.line("        for (ptrdiff_t q = b; q < e; ++q) {");
-            src.line("          ptrdiff_t r = q;");
-            for v in outer.iter().rev() {
-                src.line(&format!("          const int64_t v_{v} = lo_{v} + r % (hi_{v} - lo_{v});"));
-                src.line(&format!("          r /= (hi_{v} - lo_{v});"));
-            }
-            src.line("          (void)r;");
+            parallel_outer(src, outer, &format!("{inner_ext} * {work}"));
             match inner {
                 Some(v) if row_mode(c, s) => {
                     unit_stride_versions(src, &n, std::slice::from_ref(s), v, &mut |src| row(src, &n, s, ctypes, v))
@@ -508,15 +468,7 @@ fn fused(src: &mut Src, n: &Names<'_>, group: &[Statement], k: usize, ctypes: &[
     let count: Vec<String> = outer.iter().map(ext).collect();
     src.line(&format!("      const ptrdiff_t n_outer = {};", count.join(" * ")));
     let inner_ext = inner.map_or("1".to_owned(), ext);
-    src.line(&format!("      const ptrdiff_t cost = {inner_ext} * {};", group.len()));
-    src.line("      parallel_chunks(n_outer, chunks_for(n_outer, cost), [&](int, ptrdiff_t b, ptrdiff_t e) {");
-    src.line("        for (ptrdiff_t q = b; q < e; ++q) {");
-    src.line("          ptrdiff_t r = q;");
-    for v in outer.iter().rev() {
-        src.line(&format!("          const int64_t v_{v} = lo_{v} + r % (hi_{v} - lo_{v});"));
-        src.line(&format!("          r /= (hi_{v} - lo_{v});"));
-    }
-    src.line("          (void)r;");
+    parallel_outer(src, outer, &format!("{inner_ext} * {}", group.len()));
     match inner {
         Some(v) => unit_stride_versions(src, n, group, v, &mut |src| {
             src.line("          DLBRIDGE_TC_SIMD_PLAIN");
@@ -605,6 +557,22 @@ fn row(src: &mut Src, n: &Names<'_>, s: &Statement, ctypes: &[String], v: &str) 
     }
     src.line(&format!("            for (int64_t v_{v} = w0; v_{v} < w1; ++v_{v}) {place} = static_cast<{out_ct}>(acc[v_{v} - w0]);"));
     src.line("          }");
+}
+
+/// Opens the parallel loop over the outer output indices `outer` (chunks of
+/// their flattened range on dlbridge's threads, each element's indices
+/// decoded from its flat index), `cost` the work per element; the caller
+/// closes it with `}` and `});`.
+fn parallel_outer(src: &mut Src, outer: &[String], cost: &str) {
+    src.line(&format!("      const ptrdiff_t cost = {cost};"));
+    src.line("      parallel_chunks(n_outer, chunks_for(n_outer, cost), [&](int, ptrdiff_t b, ptrdiff_t e) {");
+    src.line("        for (ptrdiff_t q = b; q < e; ++q) {");
+    src.line("          ptrdiff_t r = q;");
+    for v in outer.iter().rev() {
+        src.line(&format!("          const int64_t v_{v} = lo_{v} + r % (hi_{v} - lo_{v});"));
+        src.line(&format!("          r /= (hi_{v} - lo_{v});"));
+    }
+    src.line("          (void)r;");
 }
 
 /// Per statement: whether its output is zeroed first (its first statement

@@ -217,37 +217,8 @@ fn rename(e: &Expr, map: &dyn Fn(&str) -> Option<String>) -> Expr {
 
 /// An index expression (affine in indices and sizes) as an [`Affine`].
 fn affine_of(e: &Expr, symbols: &BTreeSet<String>) -> Affine {
-    let scale = |a: Affine, k: i64| Affine {
-        vars: a.vars.into_iter().map(|(v, c)| (v, c * k)).filter(|(_, c)| *c != 0).collect(),
-        konst: a.konst.scale(k),
-    };
-    match e {
-        Expr::Num { value, .. } => Affine { vars: BTreeMap::new(), konst: Lin::constant(*value as i64) },
-        Expr::Name(n, _) if symbols.contains(n) => Affine { vars: BTreeMap::new(), konst: Lin::symbol(n) },
-        Expr::Name(n, _) => Affine { vars: BTreeMap::from([(n.clone(), 1)]), konst: Lin::default() },
-        Expr::Unary(Un::Neg, a) => scale(affine_of(a, symbols), -1),
-        Expr::Binary(op @ (Bin::Add | Bin::Sub), a, b) => {
-            let (a, b) = (affine_of(a, symbols), affine_of(b, symbols));
-            let b = if *op == Bin::Sub { scale(b, -1) } else { b };
-            let mut vars = a.vars;
-            for (v, k) in b.vars {
-                *vars.entry(v).or_insert(0) += k;
-            }
-            vars.retain(|_, k| *k != 0);
-            Affine { vars, konst: a.konst.add(&b.konst) }
-        }
-        Expr::Binary(Bin::Mul, a, b) => {
-            let (a, b) = (affine_of(a, symbols), affine_of(b, symbols));
-            match a.vars.is_empty().then(|| a.konst.as_const()).flatten() {
-                Some(k) => scale(b, k),
-                None => {
-                    let k = b.konst.as_const().unwrap_or(0);
-                    scale(a, k)
-                }
-            }
-        }
-        _ => Affine { vars: BTreeMap::new(), konst: Lin::default() },
-    }
+    let classify = |n: &str| if symbols.contains(n) { super::check::Name::Size } else { super::check::Name::Index };
+    super::check::affine_of(e, &classify).unwrap_or(Affine { vars: BTreeMap::new(), konst: Lin::default() })
 }
 
 fn plain(v: &str) -> Affine {
