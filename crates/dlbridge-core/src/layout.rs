@@ -376,6 +376,50 @@ impl Iterator for Offsets {
 
 impl ExactSizeIterator for Offsets {}
 
+/// How a batched-matrix kernel (a GEMM per batch index) addresses one
+/// operand: element strides from a view's first element, one per batch dim
+/// (0 where the operand is broadcast over it), then between rows and columns.
+#[derive(Debug, Clone, Copy)]
+pub struct MatrixLayout<'a> {
+    /// One stride per batch dim.
+    pub batch: &'a [i64],
+    /// Between rows.
+    pub rows: i64,
+    /// Between columns.
+    pub cols: i64,
+}
+
+impl MatrixLayout<'_> {
+    /// The element offset of batch index `index` (one entry per batch dim).
+    pub fn batch_offset(&self, index: &[i64]) -> i64 {
+        index.iter().zip(self.batch).map(|(i, s)| i * s).sum()
+    }
+
+    /// Checks that every element this layout addresses, over the batch
+    /// extents `batch` and a `rows x cols` matrix, lies within `view`'s memory
+    /// (what a kernel that forms its own addresses checks before it runs).
+    /// Nothing is addressed when an extent is 0.
+    pub fn check_within(&self, view: &crate::TensorView<'_>, batch: &[i64], rows: i64, cols: i64, what: &str) -> Result<()> {
+        if batch.len() != self.batch.len() || batch.iter().chain([&rows, &cols]).any(|e| *e < 0) {
+            return Err(Error::InvalidArgument(format!("{what}: the layout does not match the sizes")));
+        }
+        if batch.contains(&0) || rows == 0 || cols == 0 {
+            return Ok(());
+        }
+        let (mut lo, mut hi) = (0i128, 0i128);
+        for (extent, stride) in batch.iter().copied().zip(self.batch.iter().copied()).chain([(rows, self.rows), (cols, self.cols)]) {
+            let reach = i128::from(extent - 1) * i128::from(stride);
+            if reach < 0 { lo += reach } else { hi += reach }
+        }
+        let size = view.dtype().itemsize().unwrap_or(1) as i128;
+        let e = view.extent();
+        if lo * size < e.byte_lo as i128 || (hi + 1) * size > e.byte_hi as i128 {
+            return Err(Error::Runtime(format!("{what}: the strides given reach past the tensor's memory")));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -435,5 +479,22 @@ mod tests {
                 None => prop_assert_eq!(check_layout(&shape, strides, dtype, data, byte_offset, padded).ok(), general.ok()),
             }
         }
+    }
+
+    #[test]
+    fn a_matrix_layout_is_checked_against_the_views_memory() {
+        let data = [0f32; 12];
+        let v = crate::TensorView::from_slice(&data, &[3, 4]).unwrap();
+        let rows = MatrixLayout { batch: &[], rows: 4, cols: 1 };
+        assert!(rows.check_within(&v, &[], 3, 4, "a").is_ok());
+        // Transposed: 4 x 3 through strides (1, 4) reaches the same 12 elements.
+        assert!(MatrixLayout { batch: &[], rows: 1, cols: 4 }.check_within(&v, &[], 4, 3, "t").is_ok());
+        // One row too many, a batch stepping past the end, a negative stride from element 0.
+        assert!(rows.check_within(&v, &[], 4, 4, "a").unwrap_err().to_string().contains("a: the strides given reach past"));
+        assert!(MatrixLayout { batch: &[6], rows: 4, cols: 1 }.check_within(&v, &[2], 2, 4, "b").is_err());
+        assert!(MatrixLayout { batch: &[], rows: -4, cols: 1 }.check_within(&v, &[], 2, 4, "n").is_err());
+        // Nothing addressed: always fine; a layout of the wrong batch rank: refused.
+        assert!(MatrixLayout { batch: &[1000], rows: 4, cols: 1 }.check_within(&v, &[0], 3, 4, "e").is_ok());
+        assert!(rows.check_within(&v, &[1], 3, 4, "r").is_err());
     }
 }

@@ -32,34 +32,8 @@ fn matmul<T: Element + GemmScalar>(call: &mut Call<'_, '_>) -> Result<()> {
     strided_gemm::<T>(&[], (m, n, k), a, la, b, lb, c, lc)
 }
 
-/// How [`strided_gemm`] addresses one operand: element strides from the
-/// view's first element, per batch dim and for the matrix's rows and columns.
-#[derive(Debug, Clone, Copy)]
-pub struct Layout<'a> {
-    /// One stride per batch dim (0 where the operand is broadcast over it).
-    pub batch: &'a [i64],
-    /// Between rows.
-    pub rows: i64,
-    /// Between columns.
-    pub cols: i64,
-}
-
-/// Whether every element `layout` addresses, for the batch extents `batch`
-/// and a `rows x cols` matrix, lies in `view`'s memory.
-fn covers(view: &TensorView<'_>, batch: &[i64], layout: &Layout<'_>, rows: usize, cols: usize, what: &str) -> Result<()> {
-    let (mut lo, mut hi) = (0i128, 0i128);
-    let dims = batch.iter().zip(layout.batch).map(|(e, s)| (*e as i128, *s as i128));
-    for (extent, stride) in dims.chain([(rows as i128, layout.rows as i128), (cols as i128, layout.cols as i128)]) {
-        let reach = (extent - 1) * stride;
-        if reach < 0 { lo += reach } else { hi += reach }
-    }
-    let size = view.dtype().itemsize().unwrap_or(1) as i128;
-    let e = view.extent();
-    if lo * size < e.byte_lo as i128 || (hi + 1) * size > e.byte_hi as i128 {
-        return Err(Error::Runtime(format!("{what}: the strides given reach past the tensor's memory")));
-    }
-    Ok(())
-}
+/// How [`strided_gemm`] addresses one operand.
+pub use dlbridge_core::layout::MatrixLayout as Layout;
 
 /// `c[β, i, j] = Σ_l a[β, i, l] · b[β, l, j]` for every batch multi-index `β`
 /// over `batch`: one GEMM (gemm crate, multi-threaded within the call's
@@ -82,18 +56,16 @@ pub fn strided_gemm<T: Element + GemmScalar>(
     a.check_typed::<T>("strided_gemm")?;
     b.check_typed::<T>("strided_gemm")?;
     c.check_typed::<T>("strided_gemm")?;
-    if [la.batch.len(), lb.batch.len(), lc.batch.len()] != [batch.len(); 3] || batch.iter().any(|e| *e < 0) {
-        return Err(Error::InvalidArgument("strided_gemm: a batch layout does not match the batch extents".into()));
-    }
+    let (mi, ni, ki) = (m as i64, n as i64, k as i64);
+    lc.check_within(c.as_view(), batch, mi, ni, "strided_gemm: c")?;
+    la.check_within(a, batch, mi, ki, "strided_gemm: a")?;
+    lb.check_within(b, batch, ki, ni, "strided_gemm: b")?;
     if m == 0 || n == 0 || batch.contains(&0) {
         return Ok(());
     }
-    covers(c.as_view(), batch, &lc, m, n, "strided_gemm: c")?;
     if k == 0 {
         return Err(Error::InvalidArgument("strided_gemm: an empty contraction (k = 0)".into()));
     }
-    covers(a, batch, &la, m, k, "strided_gemm: a")?;
-    covers(b, batch, &lb, k, n, "strided_gemm: b")?;
     let total: i64 = batch.iter().product();
     let par = m.saturating_mul(n).saturating_mul(k) >= PAR_FLOPS;
     let pool = crate::threads::pool_for_call();
@@ -101,7 +73,7 @@ pub fn strided_gemm<T: Element + GemmScalar>(
     let (pa, pb, pc) = (a.data_ptr() as usize, b.data_ptr() as usize, c.data_ptr_mut() as usize);
     let mut index = vec![0i64; batch.len()];
     for _ in 0..total {
-        let off = |l: &Layout<'_>| index.iter().zip(l.batch).map(|(i, s)| i * s).sum::<i64>() as isize;
+        let off = |l: &Layout<'_>| l.batch_offset(&index) as isize;
         let (oa, ob, oc) = (off(&la), off(&lb), off(&lc));
         let run = |parallelism| {
             // SAFETY: `covers` checked that every element address base + batch

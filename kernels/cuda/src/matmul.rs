@@ -40,31 +40,8 @@ fn matmul(call: &mut Call<'_, '_>) -> Result<()> {
     dev.with_cublas(|h| h.gemm(double, &g, ptrs, cp, stream))
 }
 
-/// How [`strided_gemm`] addresses one operand: element strides from the
-/// view's first element per batch dim, and (row, column) strides.
-#[derive(Debug, Clone, Copy)]
-pub struct Layout<'a> {
-    /// One stride per batch dim (0 where the operand is broadcast over it).
-    pub batch: &'a [i64],
-    /// (between rows, between columns).
-    pub matrix: (i64, i64),
-}
-
-/// Whether every element `l` addresses over `batch` and a `rows x cols`
-/// matrix lies within `v`'s memory.
-fn covers(v: &dlbridge_core::TensorView<'_>, batch: &[i64], l: &Layout<'_>, rows: i64, cols: i64, what: &str) -> Result<()> {
-    let (mut lo, mut hi) = (0i128, 0i128);
-    for (extent, stride) in batch.iter().zip(l.batch).map(|(e, s)| (*e, *s)).chain([(rows, l.matrix.0), (cols, l.matrix.1)]) {
-        let reach = i128::from(extent - 1) * i128::from(stride);
-        if reach < 0 { lo += reach } else { hi += reach }
-    }
-    let size = v.dtype().itemsize().unwrap_or(1) as i128;
-    let e = v.extent();
-    if lo * size < e.byte_lo as i128 || (hi + 1) * size > e.byte_hi as i128 {
-        return Err(Error::Runtime(format!("{what}: the strides given reach past the tensor's memory")));
-    }
-    Ok(())
-}
+/// How [`strided_gemm`] addresses one operand.
+pub use dlbridge_core::layout::MatrixLayout as Layout;
 
 /// `c[β] = a[β] · b[β]` through cuBLAS (f32 or f64, every operand on the same
 /// CUDA device), one GEMM per batch multi-index β over `batch`, on `stream`,
@@ -93,16 +70,16 @@ pub fn strided_gemm(
     if device.kind != DeviceType::CUDA || a.device() != device || b.device() != device {
         return Err(Error::InvalidArgument("strided_gemm on CUDA: the operands must be on one CUDA device".into()));
     }
-    if [la.batch.len(), lb.batch.len(), lc.batch.len()] != [batch.len(); 3] || batch.iter().any(|e| *e < 0) || m < 0 || n < 0 || k < 1 {
-        return Err(Error::InvalidArgument("strided_gemm on CUDA: the layouts do not match the sizes".into()));
+    if k < 1 {
+        return Err(Error::InvalidArgument("strided_gemm on CUDA: an empty contraction (k = 0)".into()));
     }
+    la.check_within(a, batch, m, k, "strided_gemm: a")?;
+    lb.check_within(b, batch, k, n, "strided_gemm: b")?;
+    lc.check_within(c.as_view(), batch, m, n, "strided_gemm: c")?;
     if m == 0 || n == 0 || batch.contains(&0) {
         return Ok(true);
     }
-    covers(a, batch, &la, m, k, "strided_gemm: a")?;
-    covers(b, batch, &lb, k, n, "strided_gemm: b")?;
-    covers(c.as_view(), batch, &lc, m, n, "strided_gemm: c")?;
-    let Ok(g) = plan(m, n, k, [la.matrix.0, la.matrix.1], [lb.matrix.0, lb.matrix.1], [lc.matrix.0, lc.matrix.1]) else { return Ok(false) };
+    let Ok(g) = plan(m, n, k, [la.rows, la.cols], [lb.rows, lb.cols], [lc.rows, lc.cols]) else { return Ok(false) };
     let ordinal = usize::try_from(device.id).map_err(|_| Error::InvalidArgument(format!("cuda device id {}", device.id)))?;
     let dev = CudaDevice::get(ordinal)?;
     let size: i64 = if double { 8 } else { 4 };
@@ -110,7 +87,7 @@ pub fn strided_gemm(
     let total: i64 = batch.iter().product();
     let mut index = vec![0i64; batch.len()];
     for _ in 0..total {
-        let off = |l: &Layout<'_>| index.iter().zip(l.batch).map(|(i, s)| i * s).sum::<i64>() * size;
+        let off = |l: &Layout<'_>| l.batch_offset(&index) * size;
         let ptrs = [pa.wrapping_add_signed(off(&la)), pb.wrapping_add_signed(off(&lb))];
         dev.with_cublas(|h| h.gemm(double, &g, ptrs, pc.wrapping_add_signed(off(&lc)), stream))?;
         for d in (0..index.len()).rev() {

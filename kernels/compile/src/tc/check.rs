@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use dlbridge_core::{DType, Result};
 
 use super::parse::{Bin, Def, DimDecl, ElemType, Expr, Op, Pos, Un, error_at};
-use super::size::{Lin, Size};
+use super::size::{self, Lin, Size};
 
 /// The scalar functions a definition may call, with their arity.
 pub const BUILTINS: &[(&str, usize)] = &[
@@ -312,13 +312,14 @@ pub(crate) enum NotAffine {
 
 impl Affine {
     fn scaled(&self, k: i64) -> Affine {
-        let vars = if k == 0 { BTreeMap::new() } else { self.vars.iter().map(|(v, c)| (v.clone(), c * k)).collect() };
+        let vars = if k == 0 { BTreeMap::new() } else { self.vars.iter().map(|(v, c)| (v.clone(), c.saturating_mul(k))).collect() };
         Affine { vars, konst: self.konst.scale(k) }
     }
     fn plus(self, o: Affine) -> Affine {
         let mut vars = self.vars;
         for (v, k) in o.vars {
-            *vars.entry(v).or_insert(0) += k;
+            let c = vars.entry(v).or_insert(0);
+            *c = c.saturating_add(k);
         }
         vars.retain(|_, k| *k != 0);
         Affine { vars, konst: self.konst.add(&o.konst) }
@@ -479,6 +480,17 @@ fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
     if let Some(e) = problem {
         return Err(e);
     }
+    // Numbers the generated code computes with stay small (no overflow there).
+    if !accesses.iter().all(|a| a.index.iter().all(|ix| ix.konst.small() && ix.vars.values().all(|k| k.abs() <= size::MAX_COEFFICIENT))) {
+        return Err(cx.err(
+            s.pos,
+            format!(
+                "in `{}`: the index arithmetic uses numbers beyond {} (coefficients, offsets or ranges)",
+                s.text,
+                size::MAX_COEFFICIENT
+            ),
+        ));
+    }
     // Indices inside accesses' index expressions were collected above
     // (walk visits the arguments); index names used as values too.
     if s.op == Op::Assign && !reduced.is_empty() {
@@ -595,6 +607,16 @@ fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
             return Err(cx.err(s.pos, format!("in `{}`: the range of index `{v}` cannot be inferred: {why}", s.text)));
         }
         ranges.extend(found);
+    }
+    if !ranges.values().all(|(lo, hi)| lo.small() && hi.small()) {
+        return Err(cx.err(
+            s.pos,
+            format!(
+                "in `{}`: the index arithmetic uses numbers beyond {} (coefficients, offsets or ranges)",
+                s.text,
+                size::MAX_COEFFICIENT
+            ),
+        ));
     }
     // The output's shape and type, on its first statement.
     if cx.outputs[out].is_none() || !shaped {
@@ -735,6 +757,7 @@ mod tests {
             ("def f(float(N) A) -> (O, P) { O(i) = A(i) }", "output `P` is never written"),
             ("def f(float(N) A) -> (O) { O(i) = P(i) }", "neither a tensor"),
             ("def f(float(N) A) -> (O, P) { O(i) = P(i)\n P(i) = A(i) }", "`P` is read before any statement writes it"),
+            ("def f(float(N) A) -> (O) { O(i) = A(i * 4000000 * 4000000 * 4000000 * 4000000 - i * 7) }", "beyond 1048576"),
         ] {
             let e = check(&parse(text).unwrap()[0], text).unwrap_err().to_string();
             assert!(e.contains(want), "{text}: {e}");

@@ -162,7 +162,7 @@ fn cublas(spec: &TcSpec, plan: &Contraction, f: &Function, call: &mut Call<'_, '
     let (x, y) = (ins.tensor(&plan.x)?, ins.tensor(&plan.y)?);
     let o = outs.take(&plan.out)?;
     let Some(p) = plan.plan((x.shape(), x.strides()), (y.shape(), y.strides()), (o.shape(), o.strides())) else { return Ok(false) };
-    let layout = |k: usize, matrix: (i64, i64)| dlbridge_cuda::matmul::Layout { batch: &p.batch_strides[k], matrix };
+    let layout = |k: usize, (rows, cols): (i64, i64)| dlbridge_cuda::matmul::Layout { batch: &p.batch_strides[k], rows, cols };
     let (la, lb, lc) = (layout(0, p.a), layout(1, p.b), layout(2, p.c));
     dlbridge_cuda::matmul::strided_gemm(&p.batch, (p.m, p.n, p.k), x, la, y, lb, o, lc, stream)
 }

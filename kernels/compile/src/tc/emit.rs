@@ -356,9 +356,7 @@ pub(crate) fn cpu_statements(src: &mut Src, c: &Checked, ctypes: &[String]) {
             let inner_ext = inner.map_or("1".to_owned(), ext);
             parallel_outer(src, outer, &format!("{inner_ext} * {work}"));
             match inner {
-                Some(v) if row_mode(c, s) => {
-                    unit_stride_versions(src, &n, std::slice::from_ref(s), v, &mut |src| row(src, &n, s, ctypes, v))
-                }
+                Some(v) if row_mode(s) => unit_stride_versions(src, &n, std::slice::from_ref(s), v, &mut |src| row(src, &n, s, ctypes, v)),
                 Some(v) => {
                     let simd = simd_ok(s);
                     unit_stride_versions(src, &n, std::slice::from_ref(s), v, &mut |src| {
@@ -499,12 +497,11 @@ const ROW_TILE: usize = 128;
 /// output index is at least as often the last index of the accesses (the
 /// contiguous one, in row-major tensors) as the last reduction index is.
 /// A convolution's `w` and a matmul's `j` are; a row sum's reduced `d` is.
-fn row_mode(c: &Checked, s: &Statement) -> bool {
+fn row_mode(s: &Statement) -> bool {
     let (Some(v), Some(r)) = (s.lhs.last(), s.reduced.last()) else { return false };
     if s.op == Op::Assign || s.scatter.is_some() || s.lhs.len() < 2 {
         return false;
     }
-    let _ = c;
     let last_has = |var: &String| s.accesses.iter().filter(|a| a.index.last().is_some_and(|ix| ix.vars.get(var) == Some(&1))).count();
     last_has(v) >= last_has(r)
 }

@@ -81,40 +81,28 @@ impl TcSpec {
     }
 }
 
-fn param_type(has_float: bool, float: bool, fixed: Option<DType>) -> ParamType {
-    match (float, fixed) {
-        (true, _) if has_float => ParamType::Var('T'),
-        (true, _) => ParamType::Concrete(DType::F32),
-        (false, Some(d)) => ParamType::Concrete(d),
-        (false, None) => ParamType::Concrete(DType::F32),
+/// A parameter's type: a fixed dtype, or (`None`) the floating type: `T`,
+/// or f32 in a definition without floating parameters.
+fn param_type(has_float: bool, fixed: Option<DType>) -> ParamType {
+    match fixed {
+        Some(d) => ParamType::Concrete(d),
+        None if has_float => ParamType::Var('T'),
+        None => ParamType::Concrete(DType::F32),
     }
 }
 
 impl TcSpec {
     fn new(checked: Checked, name: String) -> TcSpec {
-        let hf = checked.has_float;
-        let inputs = checked
-            .params
-            .iter()
-            .map(|p| {
-                let (float, fixed) = match p.ty {
-                    ElemType::Float => (true, None),
-                    ElemType::Fixed(d) => (false, Some(d)),
-                };
-                CParam { name: p.name.clone(), ty: param_type(hf, float, fixed), raw: true, mutable: false }
-            })
-            .collect();
-        let outputs = checked
-            .outputs
-            .iter()
-            .map(|o| {
-                let (float, fixed) = match o.ty {
-                    OutType::Float => (true, None),
-                    OutType::Fixed(d) => (false, Some(d)),
-                };
-                CParam { name: o.name.clone(), ty: param_type(hf, float, fixed), raw: true, mutable: false }
-            })
-            .collect();
+        let param = |name: &str, fixed: Option<DType>| CParam {
+            name: name.to_owned(),
+            ty: param_type(checked.has_float, fixed),
+            raw: true,
+            mutable: false,
+        };
+        let fixed_in = |t: ElemType| if let ElemType::Fixed(d) = t { Some(d) } else { None };
+        let fixed_out = |t: OutType| if let OutType::Fixed(d) = t { Some(d) } else { None };
+        let inputs = checked.params.iter().map(|p| param(&p.name, fixed_in(p.ty))).collect();
+        let outputs = checked.outputs.iter().map(|o| param(&o.name, fixed_out(o.ty))).collect();
         let contraction = contraction::Contraction::of(&checked).map(Arc::new);
         TcSpec { checked: Arc::new(checked), name, inputs, outputs, contraction }
     }

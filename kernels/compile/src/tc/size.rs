@@ -6,6 +6,11 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+/// The largest coefficient or constant a definition's index arithmetic may
+/// use (the checker refuses others): sizes times these stay far inside
+/// `i64` in the generated code. Arithmetic here saturates, never wraps.
+pub const MAX_COEFFICIENT: i64 = 1 << 20;
+
 /// `c + Σ coeff·symbol`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct Lin {
@@ -23,20 +28,25 @@ impl Lin {
     pub fn as_const(&self) -> Option<i64> {
         self.terms.is_empty().then_some(self.c)
     }
+    /// Whether every coefficient and the constant are within [`MAX_COEFFICIENT`].
+    pub fn small(&self) -> bool {
+        self.c.abs() <= MAX_COEFFICIENT && self.terms.values().all(|k| k.abs() <= MAX_COEFFICIENT)
+    }
     pub fn add(&self, o: &Lin) -> Lin {
         let mut r = self.clone();
         for (s, k) in &o.terms {
-            *r.terms.entry(s.clone()).or_insert(0) += k;
+            let t = r.terms.entry(s.clone()).or_insert(0);
+            *t = t.saturating_add(*k);
         }
         r.terms.retain(|_, k| *k != 0);
-        r.c += o.c;
+        r.c = r.c.saturating_add(o.c);
         r
     }
     pub fn scale(&self, k: i64) -> Lin {
         if k == 0 {
             return Lin::constant(0);
         }
-        Lin { terms: self.terms.iter().map(|(s, v)| (s.clone(), v * k)).collect(), c: self.c * k }
+        Lin { terms: self.terms.iter().map(|(s, v)| (s.clone(), v.saturating_mul(k))).collect(), c: self.c.saturating_mul(k) }
     }
 }
 
@@ -86,7 +96,7 @@ impl Size {
             Size::Lin(a) => Size::Lin(a.scale(k)),
             _ if k == 1 => self.clone(),
             _ if k == 0 => Size::c(0),
-            Size::Scale(a, j) => a.scale(k * j),
+            Size::Scale(a, j) => a.scale(k.saturating_mul(*j)),
             Size::Add(a, b) => a.scale(k).add(&b.scale(k)),
             a => Size::Scale(Box::new(a.clone()), k),
         }
@@ -130,6 +140,15 @@ impl Size {
             Some(d) if d >= 0 => self.clone(),
             Some(_) => o.clone(),
             None => Size::Max(Box::new(self.clone()), Box::new(o.clone())),
+        }
+    }
+
+    /// Whether every number in it is within [`MAX_COEFFICIENT`].
+    pub fn small(&self) -> bool {
+        match self {
+            Size::Lin(l) => l.small(),
+            Size::Add(a, b) | Size::Min(a, b) | Size::Max(a, b) => a.small() && b.small(),
+            Size::Scale(a, k) | Size::Div(a, k) => k.abs() <= MAX_COEFFICIENT && a.small(),
         }
     }
 
