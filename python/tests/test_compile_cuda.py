@@ -162,6 +162,34 @@ def test_reductions_over_other_axes_keepdims_and_without_identity():
     assert "no identity" in str(e.value)
 
 
+@pytest.mark.parametrize(
+    "shape, axis",
+    [
+        ((4096, 300), 1),  # a warp per output
+        ((300, 5000), 1),  # a block per output
+        ((3, 1 << 20), 1),  # few long rows: split with a second pass
+        ((1 << 20, 64), 0),  # a column reduction: outputs along the lanes, split
+        ((100_000, 8), 1),  # short reductions: a thread per output
+        ((2048, 2048), 0),  # a leading axis of a square matrix
+        ((1 << 22,), None),  # to a scalar
+        ((64, 128, 96), (0, 2)),  # several axes
+    ],
+)
+def test_reductions_match_torch_in_every_launch_layout(shape, axis):
+    # Each shape takes another launch layout (see dlbridge-compile's reduction_launch).
+    x = _cuda(*shape, seed=3)
+    total = dlbridge.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "sum_layouts_cuda", reduce_type="float64")
+    biggest = dlbridge.ReductionKernel("T x", "T y", "x", "max(a, b)", "y = a", None, "max_layouts_cuda")
+    dims = tuple(range(x.dim())) if axis is None else axis
+    torch.testing.assert_close(total(x, axis=axis), x.double().sum(dim=dims).float(), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(biggest(x, axis=axis), x.amax(dim=dims), rtol=0, atol=0)
+    # The same on a transposed view (the other memory order for the same reduction).
+    if x.dim() == 2 and axis is not None:
+        xt = x.t().contiguous().t()
+        torch.testing.assert_close(total(xt, axis=axis), x.double().sum(dim=axis).float(), rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(biggest(xt, axis=axis), x.amax(dim=axis), rtol=0, atol=0)
+
+
 def test_a_mean_with_a_reduce_type():
     mean = dlbridge.ReductionKernel(
         "T x", "T y", "x", "a + b", "y = a / _J", "0", "mean_cuda", reduce_type="float64"

@@ -39,7 +39,7 @@ def test_status_says_whether_cuda_is_usable_and_why_not():
 
 
 def test_builtin_kernels_list_their_cuda_implementations():
-    for name in ["add", "mul", "relu", "gelu", "softmax", "sum", "matmul"]:
+    for name in ["add", "mul", "relu", "gelu", "softmax", "sum", "mean", "sum_all", "mean_all", "matmul"]:
         assert dlbridge.get_kernel(name).devices == ["cpu", "cuda"], name
     assert dlbridge.get_kernel("sub").devices == ["cpu"]
     assert "[cpu, cuda]" in repr(dlbridge.get_kernel("add"))
@@ -99,6 +99,43 @@ def test_builtin_cuda_kernels_match_torch(dtype):
         got = dlbridge.get_kernel(name)(*args)
         assert isinstance(got, torch.Tensor) and got.device == x.device and got.dtype == dt, name
         torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol * (300 if name == "sum" else 1), msg=name)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_row_reductions_match_torch_at_every_row_length_and_layout(dtype):
+    # Every launch shape: a warp a row (<= 1024), a block a row, long rows in
+    # few rows split into pieces with a second pass, and sums of everything.
+    dt = getattr(torch, dtype)
+    g = torch.Generator(device="cuda").manual_seed(1)
+    tol = {"float32": 2e-5, "float64": 1e-12, "bfloat16": 2e-2}[dtype]
+    k = {n: dlbridge.get_kernel(n) for n in ["softmax", "sum", "mean", "sum_all", "mean_all"]}
+    for rows, cols in [(4099, 1), (777, 33), (64, 1024), (300, 1025), (50, 4096), (3, 9000), (4, 262_144), (1, 1 << 22)]:
+        x = (torch.randn(rows, cols, device="cuda", generator=g) * 3).to(dt)
+        layouts = {"contiguous": x, "offset by one": torch.randn(rows, cols + 1, device="cuda", generator=g).to(dt)[:, 1:]}
+        if rows > 1:
+            layouts["transposed"] = x.t().contiguous().t()
+        for layout, v in layouts.items():
+            r = v.double()
+            what = f"{rows}x{cols} {layout}"
+            torch.testing.assert_close(k["softmax"](v).double(), torch.softmax(r, -1), rtol=tol, atol=tol, msg=what)
+            scale = r.abs().sum(-1, keepdim=True).clamp(min=1)
+            torch.testing.assert_close(k["sum"](v).double() / scale[:, 0], r.sum(-1) / scale[:, 0], rtol=tol, atol=tol, msg=what)
+            torch.testing.assert_close(k["mean"](v).double(), r.mean(-1), rtol=tol, atol=tol * 10, msg=what)
+            total = r.abs().sum().clamp(min=1)
+            torch.testing.assert_close(k["sum_all"](v).double() / total, r.sum() / total, rtol=tol, atol=tol, msg=what)
+            torch.testing.assert_close(k["mean_all"](v).double(), r.mean(), rtol=tol, atol=tol * 10, msg=what)
+    # Special values: -inf rows give NaN as in torch, a NaN poisons only its row; empty dims.
+    x = torch.randn(8, 20000, device="cuda").to(dt)
+    x[0] = float("-inf")
+    x[1, 123] = float("nan")
+    x[2, :100] = float("-inf")
+    got, want = k["softmax"](x).double(), torch.softmax(x.double(), -1)
+    assert got[0].isnan().all() and got[1].isnan().all() and not got[2:].isnan().any()
+    torch.testing.assert_close(got[2:], want[2:], rtol=tol, atol=tol)
+    empty = torch.empty(5, 0, device="cuda", dtype=dt)
+    assert (k["sum"](empty) == 0).all() and k["mean"](empty).isnan().all()
+    assert k["sum_all"](empty).item() == 0 and k["mean_all"](empty).isnan().item()
 
 
 @needs_gpu

@@ -40,10 +40,19 @@
 //! directly; otherwise each element's offsets are computed from `i`. One
 //! grid-stride loop, 256 threads a block, enough blocks to fill the device.
 //! Reductions: the reduced axes are the inputs' last dims (as on the CPU);
-//! one block per output element (grid-stride over the outputs), each thread
-//! folding the reduced elements `j ≡ threadIdx.x (mod blockDim.x)`, then a
-//! shared-memory tree; the block size (a power of two from 32 to 512) and
-//! so the order of the operations depend only on the shapes: a launch is
+//! the launch follows the shapes and the layout ([`reduction_launch`]): a
+//! warp per output for up to 1024 reduced elements, a block (up to 512
+//! threads) beyond; when adjacent outputs are closer in memory than adjacent
+//! reduced elements (a reduction along a leading axis), or the reductions are
+//! short, the outputs go along a warp's lanes and the reduced elements along
+//! the block's warps, so that loads stay coalesced; when the outputs are too
+//! few to fill the device (a reduction to a scalar), each output's elements
+//! are cut into pieces whose partial results a second kernel combines (a
+//! scratch buffer from the device's pool, ordered on the call's stream; not
+//! for a `reduce_type` spelled as C++ rather than a dtype, whose size the
+//! host does not know). Each thread folds its share, then warp shuffles and
+//! shared memory combine the shares; the order of the operations depends
+//! only on the shapes, the layout and the device's SM count: a launch is
 //! deterministic.
 //!
 //! # Differences from the CPU backend
@@ -93,7 +102,7 @@ pub const CUDA_DTYPES: &[DType] = CPU_DTYPES.split_at(CPU_DTYPES.len() - 2).0; /
 /// NVRTC options of every generated source (the architecture comes first, per device).
 pub const OPTIONS: &[&str] = &["--std=c++17", "-default-device"];
 
-/// Threads a block of a reduction, at most (the shared-memory tree holds one value per thread).
+/// Threads a block of a reduction, at most (shared memory holds one partial value per thread).
 pub const MAX_REDUCTION_BLOCK: u32 = 512;
 
 /// The CUDA C type of one element (`f32` → `float`, `f16` → `float16`);
@@ -270,10 +279,14 @@ pub fn elementwise_source(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Res
 ///
 /// The function `dlbridge_<name>` takes, per input, its element-0 pointer,
 /// the `DlbIndexer` of its kept dims (over the outputs' shape) and of its
-/// reduced dims; per output, its pointer and `DlbIndexer`; then `long long`
-/// outputs `M`, `long long` reduced count `J`, `int` "every input's reduced
-/// dims contiguous". Launched with one block (a power of two of threads,
-/// 32..=[`MAX_REDUCTION_BLOCK`]) per output element, grid-stride.
+/// reduced dims; per output, its pointer and `DlbIndexer`; then a pointer to
+/// the partial results of split reductions, `long long` outputs `M`, `long
+/// long` reduced count `J`, `int` "every input's reduced dims contiguous",
+/// `int` layout, `long long` splits, `long long` chunk (see
+/// [`reduction_launch`]). With more than one split it writes each piece's
+/// partial result, and `dlbridge_<name>_finish` (the partial results, then
+/// the outputs as above, `M`, `J`, splits; a warp per output) combines each
+/// output's pieces and runs `post_map_expr`.
 pub fn reduction_source(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<CudaSource> {
     let Head { mut src, ctypes, .. } = head(&CUDA, spec, bind, "the reduction")?;
     let (name, n_in, n_out) = (&spec.name, spec.inputs.len(), spec.outputs.len());
@@ -286,69 +299,169 @@ pub fn reduction_source(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<
         params.push(format!("const {ct}* _p{t}, const DlbIndexer& _k{t}, const DlbIndexer& _r{t}"));
         args.push(format!("_p{t}, _k{t}, _r{t}"));
     }
+    let mut out_params = Vec::new();
+    let mut out_args = Vec::new();
     for m in 0..n_out {
         let t = n_in + m;
-        params.push(format!("{}* _p{t}, const DlbIndexer& _k{t}", ctypes[t]));
-        args.push(format!("_p{t}, _k{t}"));
+        out_params.push(format!("{}* _p{t}, const DlbIndexer& _k{t}", ctypes[t]));
+        out_args.push(format!("_p{t}, _k{t}"));
     }
+    params.extend(out_params.iter().cloned());
+    args.extend(out_args.iter().cloned());
+    // A value being reduced, and whether there is one yet (always, with an identity).
     src.line(&format!("constexpr unsigned dlbridge_kMaxBlock = {MAX_REDUCTION_BLOCK};"));
-    src.line("template <bool dlbridge_kContig>");
-    src.line(&format!("__device__ __forceinline__ void dlbridge_run({}, long long _M, long long _J) {{", params.join(", ")));
-    src.line("  __shared__ __align__(16) unsigned char _sbuf[dlbridge_kMaxBlock * sizeof(_type_reduce)];");
-    src.line("  _type_reduce* const _s = reinterpret_cast<_type_reduce*>(_sbuf);");
-    // Without an identity a value may be missing: `_has` and `_sh` say which are there.
-    let pick =
-        |src: &mut Src, with: &[&str], without: &[&str]| (if has_identity { with } else { without }).iter().for_each(|l| src.line(l));
-    pick(&mut src, &[], &["  __shared__ bool _sh[dlbridge_kMaxBlock];"]);
-    src.line("  const unsigned _t = threadIdx.x;");
-    src.line("  for (long long _o = blockIdx.x; _o < _M; _o += gridDim.x) {");
-    for (t, ct) in ctypes.iter().enumerate().take(n_in) {
-        src.line(&format!("    const {ct}* const _b{t} = _p{t} + dlbridge_offset(_k{t}, _o);"));
+    src.line("struct dlbridge_Acc {");
+    src.line("  _type_reduce v;");
+    src.line("  bool has;");
+    src.line("};");
+    src.line("__device__ __forceinline__ dlbridge_Acc dlbridge_none() {");
+    src.line("  dlbridge_Acc a;");
+    if has_identity {
+        src.line("  a.v = dlbridge_identity();");
+        src.line("  a.has = true;");
+    } else {
+        src.line("  a.has = false;");
     }
-    pick(&mut src, &["    _type_reduce _acc = dlbridge_identity();"], &["    _type_reduce _acc;", "    bool _has = false;"]);
-    src.line("    for (long long _j = _t; _j < _J; _j += blockDim.x) {");
-    let margs: Vec<String> = (0..n_in).map(|t| format!("_b{t}[dlbridge_kContig ? _j : dlbridge_offset(_r{t}, _j)]")).collect();
-    src.line(&format!("      const _type_reduce _v = dlbridge_map({}, _o, _j, _J, _M);", margs.join(", ")));
-    pick(
-        &mut src,
-        &["      _acc = dlbridge_reduce(_acc, _v);"],
-        &["      _acc = _has ? dlbridge_reduce(_acc, _v) : _v;", "      _has = true;"],
-    );
-    src.line("    }");
-    src.line("    _s[_t] = _acc;");
-    pick(&mut src, &[], &["    _sh[_t] = _has;"]);
-    src.line("    __syncthreads();");
-    src.line("    for (unsigned _w = blockDim.x / 2; _w > 0; _w >>= 1) {");
-    src.line("      if (_t < _w) {");
-    pick(
-        &mut src,
-        &["        _s[_t] = dlbridge_reduce(_s[_t], _s[_t + _w]);"],
-        &[
-            "        if (_sh[_t + _w]) {",
-            "          _s[_t] = _sh[_t] ? dlbridge_reduce(_s[_t], _s[_t + _w]) : _s[_t + _w];",
-            "          _sh[_t] = true;",
-            "        }",
-        ],
-    );
-    src.line("      }");
-    src.line("      __syncthreads();");
-    src.line("    }");
-    src.line("    if (_t == 0) {");
+    src.line("  return a;");
+    src.line("}");
+    src.line("__device__ __forceinline__ void dlbridge_fold(dlbridge_Acc& a, const _type_reduce& v) {");
+    if has_identity {
+        src.line("  a.v = dlbridge_reduce(a.v, v);");
+    } else {
+        src.line("  a.v = a.has ? dlbridge_reduce(a.v, v) : v;");
+        src.line("  a.has = true;");
+    }
+    src.line("}");
+    src.line("__device__ __forceinline__ dlbridge_Acc dlbridge_merge(const dlbridge_Acc& a, const dlbridge_Acc& b) {");
+    if !has_identity {
+        src.line("  if (!b.has) return a;");
+        src.line("  if (!a.has) return b;");
+    }
+    src.line("  dlbridge_Acc r;");
+    src.line("  r.v = dlbridge_reduce(a.v, b.v);");
+    src.line("  r.has = true;");
+    src.line("  return r;");
+    src.line("}");
+    // Warp shuffles of any reduce type, 32 bits at a time; the lower lane's value goes first.
+    src.line("__device__ __forceinline__ dlbridge_Acc dlbridge_warp_reduce(dlbridge_Acc a) {");
+    src.line("  constexpr int W = (sizeof(dlbridge_Acc) + 3) / 4;");
+    src.line("#pragma unroll");
+    src.line("  for (int o = 16; o > 0; o >>= 1) {");
+    src.line("    unsigned w[W];");
+    src.line("    memcpy(w, &a, sizeof a);");
+    src.line("#pragma unroll");
+    src.line("    for (int k = 0; k < W; ++k) w[k] = __shfl_xor_sync(0xffffffffu, w[k], o);");
+    src.line("    dlbridge_Acc b;");
+    src.line("    memcpy(&b, w, sizeof b);");
+    src.line("    a = (threadIdx.x & o) ? dlbridge_merge(b, a) : dlbridge_merge(a, b);");
+    src.line("  }");
+    src.line("  return a;");
+    src.line("}");
+    src.line("// The block's value in every thread (every thread must call it; `s` holds 32 values).");
+    src.line("__device__ __forceinline__ dlbridge_Acc dlbridge_block_reduce(dlbridge_Acc a, dlbridge_Acc* s) {");
+    src.line("  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31u) >> 5;");
+    src.line("  a = dlbridge_warp_reduce(a);");
+    src.line("  __syncthreads();");
+    src.line("  if (lane == 0) s[warp] = a;");
+    src.line("  __syncthreads();");
+    src.line("  a = lane < nwarps ? s[lane] : dlbridge_none();");
+    src.line("  return dlbridge_warp_reduce(a);");
+    src.line("}");
+    src.line("");
     let outs: Vec<String> = (0..n_out).map(|m| format!("_p{0}[dlbridge_offset(_k{0}, _o)]", n_in + m)).collect();
-    src.line(&format!("      dlbridge_post_map(_s[0], {}, _o, _J, _M);", outs.join(", ")));
+    src.line("// Output _o's value of piece _q: its result, or its partial result when the reduction is split.");
+    src.line(&format!(
+        "__device__ __forceinline__ void dlbridge_emit(const dlbridge_Acc& _a, {}, dlbridge_Acc* _partial, long long _o, long long _q, long long _splits, long long _M, long long _J) {{",
+        out_params.join(", ")
+    ));
+    src.line("  if (_splits > 1) {");
+    src.line("    _partial[_o * _splits + _q] = _a;");
+    src.line("    return;");
+    src.line("  }");
+    src.line(&format!("  dlbridge_post_map(_a.v, {}, _o, _J, _M);", outs.join(", ")));
+    src.line("}");
+    src.line("");
+    let bases = |src: &mut Src, indent: &str| {
+        for (t, ct) in ctypes.iter().enumerate().take(n_in) {
+            src.line(&format!("{indent}const {ct}* const _b{t} = _p{t} + dlbridge_offset(_k{t}, _o);"));
+        }
+    };
+    let margs: Vec<String> = (0..n_in).map(|t| format!("_b{t}[dlbridge_kContig ? _j : dlbridge_offset(_r{t}, _j)]")).collect();
+    let map_call = format!("dlbridge_fold(_acc, dlbridge_map({}, _o, _j, _J, _M));", margs.join(", "));
+    src.line("template <bool dlbridge_kContig>");
+    src.line(&format!(
+        "__device__ __forceinline__ void dlbridge_run({}, dlbridge_Acc* _partial, long long _M, long long _J, int _layout, long long _splits, long long _chunk) {{",
+        params.join(", ")
+    ));
+    src.line("  __shared__ __align__(16) unsigned char _sbuf[dlbridge_kMaxBlock * sizeof(dlbridge_Acc)];");
+    src.line("  dlbridge_Acc* const _s = reinterpret_cast<dlbridge_Acc*>(_sbuf);");
+    src.line("  if (_layout == 2) {");
+    src.line("    // Outputs along the lanes (adjacent outputs adjacent in memory), the reduced elements along the warps.");
+    src.line("    const unsigned _tx = threadIdx.x & 31u, _ty = threadIdx.x >> 5, _by = blockDim.x >> 5;");
+    src.line("    const long long _units = (_M + 31) / 32 * _splits;");
+    src.line("    for (long long _u = blockIdx.x; _u < _units; _u += gridDim.x) {");
+    src.line("      const long long _ob = _u / _splits, _q = _u - _ob * _splits, _o = _ob * 32 + _tx;");
+    src.line("      const long long _j1 = min(_J, (_q + 1) * _chunk);");
+    src.line("      dlbridge_Acc _acc = dlbridge_none();");
+    src.line("      if (_o < _M) {");
+    bases(&mut src, "        ");
+    src.line("        for (long long _j = _q * _chunk + _ty; _j < _j1; _j += _by) {");
+    src.line(&format!("          {map_call}"));
+    src.line("        }");
+    src.line("      }");
+    src.line("      __syncthreads();  // the previous unit is done with _s");
+    src.line("      _s[threadIdx.x] = _acc;");
+    src.line("      __syncthreads();");
+    src.line("      for (unsigned _w = _by / 2; _w > 0; _w >>= 1) {");
+    src.line("        if (_ty < _w) _s[threadIdx.x] = dlbridge_merge(_s[threadIdx.x], _s[threadIdx.x + 32 * _w]);");
+    src.line("        __syncthreads();");
+    src.line("      }");
+    src.line(&format!(
+        "      if (_ty == 0 && _o < _M) dlbridge_emit(_s[_tx], {}, _partial, _o, _q, _splits, _M, _J);",
+        out_args.join(", ")
+    ));
     src.line("    }");
-    src.line("    __syncthreads();");
+    src.line("    return;");
+    src.line("  }");
+    src.line("  // A warp (layout 0) or the block (layout 1) per piece of an output, the reduced elements along its threads.");
+    src.line("  const DlbRowGroup _g = dlb_row_group(_layout == 0);");
+    src.line("  const long long _units = _M * _splits;");
+    src.line("  for (long long _u = _g.first; _u < _units; _u += _g.step) {");
+    src.line("    const long long _o = _u / _splits, _q = _u - _o * _splits;");
+    src.line("    const long long _j1 = min(_J, (_q + 1) * _chunk);");
+    bases(&mut src, "    ");
+    src.line("    dlbridge_Acc _acc = dlbridge_none();");
+    src.line("    for (long long _j = _q * _chunk + _g.tid; _j < _j1; _j += _g.n) {");
+    src.line(&format!("      {map_call}"));
+    src.line("    }");
+    src.line("    _acc = _g.warp ? dlbridge_warp_reduce(_acc) : dlbridge_block_reduce(_acc, _s);");
+    src.line(&format!("    if (_g.tid == 0) dlbridge_emit(_acc, {}, _partial, _o, _q, _splits, _M, _J);", out_args.join(", ")));
     src.line("  }");
     src.line("}");
     src.line("");
     let entry = format!("dlbridge_{name}");
-    let kparams: Vec<String> = params.iter().map(|p| p.replace("const DlbIndexer&", "DlbIndexer")).collect();
+    let by_value = |v: &[String]| -> Vec<String> { v.iter().map(|p| p.replace("const DlbIndexer&", "DlbIndexer")).collect() };
     src.line(&format!(
-        "extern \"C\" __global__ void __launch_bounds__({MAX_REDUCTION_BLOCK}) {entry}({}, long long _M, long long _J, int _contig) {{",
-        kparams.join(", ")
+        "extern \"C\" __global__ void __launch_bounds__({MAX_REDUCTION_BLOCK}) {entry}({}, dlbridge_Acc* _partial, long long _M, long long _J, int _contig, int _layout, long long _splits, long long _chunk) {{",
+        by_value(&params).join(", ")
     ));
-    src.line(&format!("  if (_contig) dlbridge_run<true>({}, _M, _J);", args.join(", ")));
-    src.line(&format!("  else dlbridge_run<false>({}, _M, _J);", args.join(", ")));
+    let tail = "_partial, _M, _J, _layout, _splits, _chunk";
+    src.line(&format!("  if (_contig) dlbridge_run<true>({}, {tail});", args.join(", ")));
+    src.line(&format!("  else dlbridge_run<false>({}, {tail});", args.join(", ")));
+    src.line("}");
+    src.line("");
+    src.line("// The second pass of a split reduction: a warp per output combines its pieces, in order.");
+    src.line(&format!(
+        "extern \"C\" __global__ void __launch_bounds__({MAX_REDUCTION_BLOCK}) {entry}_finish(const dlbridge_Acc* _partial, {}, long long _M, long long _J, long long _splits) {{",
+        by_value(&out_params).join(", ")
+    ));
+    src.line("  const DlbRowGroup _g = dlb_row_group(1);");
+    src.line("  for (long long _o = _g.first; _o < _M; _o += _g.step) {");
+    src.line("    dlbridge_Acc _acc = dlbridge_none();");
+    src.line("    for (long long _q = _g.tid; _q < _splits; _q += 32) _acc = dlbridge_merge(_acc, _partial[_o * _splits + _q]);");
+    src.line("    _acc = dlbridge_warp_reduce(_acc);");
+    src.line(&format!("    if (_g.tid == 0) dlbridge_post_map(_acc.v, {}, _o, _J, _M);", outs.join(", ")));
+    src.line("  }");
     src.line("}");
     Ok(CudaSource::new(src, entry, spec, bind))
 }
@@ -364,16 +477,20 @@ pub(crate) type CudaSpecialisations = Specialisations<(Vec<DType>, usize)>;
 pub(crate) trait Launcher: Send + Sync {
     /// The CUDA C of the specialisation for `bind`.
     fn source(&self, bind: &[(char, DType)]) -> Result<CudaSource>;
-    /// Launches a compiled specialisation on the call's tensors.
-    fn run(&self, f: &Function, call: &mut Call<'_, '_>) -> Result<()>;
+    /// The functions a call may launch, the source's entry point first.
+    fn entries(&self, entry: &str) -> Vec<String> {
+        vec![entry.to_owned()]
+    }
+    /// Launches a compiled specialisation (its [`Launcher::entries`]) on the call's tensors.
+    fn run(&self, f: &[Function], call: &mut Call<'_, '_>) -> Result<()>;
 }
 
 impl Launcher for ElementwiseSpec {
     fn source(&self, bind: &[(char, DType)]) -> Result<CudaSource> {
         elementwise_source(self, bind)
     }
-    fn run(&self, f: &Function, call: &mut Call<'_, '_>) -> Result<()> {
-        run_elementwise(self, f, call)
+    fn run(&self, f: &[Function], call: &mut Call<'_, '_>) -> Result<()> {
+        run_elementwise(self, &f[0], call)
     }
 }
 
@@ -381,7 +498,10 @@ impl Launcher for ReductionSpec {
     fn source(&self, bind: &[(char, DType)]) -> Result<CudaSource> {
         reduction_source(self, bind)
     }
-    fn run(&self, f: &Function, call: &mut Call<'_, '_>) -> Result<()> {
+    fn entries(&self, entry: &str) -> Vec<String> {
+        vec![entry.to_owned(), format!("{entry}_finish")]
+    }
+    fn run(&self, f: &[Function], call: &mut Call<'_, '_>) -> Result<()> {
         run_reduction(self, f, call)
     }
 }
@@ -414,9 +534,14 @@ pub(crate) fn cuda_impl(
             let bind: Vec<(char, DType)> = vars.iter().copied().zip(key.0.iter().copied()).collect();
             let source = launcher.source(&bind)?;
             let dev = CudaDevice::get(ordinal)?;
-            let function = source.program().function(&dev, &source.entry).map_err(|e| source.explain(e))?;
+            let program = source.program();
+            let functions = launcher
+                .entries(&source.entry)
+                .iter()
+                .map(|e| program.function(&dev, e).map_err(|e| source.explain(e)))
+                .collect::<Result<Vec<Function>>>()?;
             let launcher = launcher.clone();
-            Ok(Arc::new(move |call: &mut Call<'_, '_>| launcher.run(&function, call)) as DynKernelFn)
+            Ok(Arc::new(move |call: &mut Call<'_, '_>| launcher.run(&functions, call)) as DynKernelFn)
         })?;
         f(call)
     }))
@@ -587,13 +712,76 @@ fn run_elementwise(spec: &ElementwiseSpec, f: &Function, call: &mut Call<'_, '_>
     f.launch(cfg, stream, &args)
 }
 
-/// The block of a reduction over `j` elements: a power of two, 32..=512.
-pub fn reduction_block(j: u64) -> u32 {
-    j.clamp(32, u64::from(MAX_REDUCTION_BLOCK)).next_power_of_two().min(u64::from(MAX_REDUCTION_BLOCK)) as u32
+/// How a reduction of `M` outputs over `J` elements each is laid out (the
+/// generated kernel's `_layout`, `_splits`, `_chunk`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReductionLaunch {
+    /// Blocks and threads.
+    pub launch: Launch,
+    /// 0: a warp per output (or piece), 1: a block per output (or piece),
+    /// 2: outputs along a warp's lanes, the reduced elements along the
+    /// block's warps (when adjacent outputs are adjacent in memory, or the
+    /// reductions are short).
+    pub layout: i32,
+    /// Pieces each output's elements are cut into (more than 1: partial
+    /// results, then `dlbridge_<name>_finish`).
+    pub splits: u64,
+    /// Elements a piece.
+    pub chunk: u64,
 }
 
-fn run_reduction(spec: &ReductionSpec, f: &Function, call: &mut Call<'_, '_>) -> Result<()> {
+/// Reductions of at most this many elements put their outputs along the
+/// lanes (a thread each) whatever the layout.
+pub const SHORT_REDUCTION: u64 = 16;
+
+/// The layout of a reduction of `m` outputs over `j` elements on a device with
+/// `sms` multiprocessors: `outputs_inner` when adjacent outputs are closer in
+/// memory than adjacent reduced elements; `splittable` when partial results
+/// may be kept (the reduce type's size is known). Like the built-in row
+/// reductions: a warp per output for up to 1024 elements, else a block
+/// (32..=[`MAX_REDUCTION_BLOCK`] threads); outputs along the lanes for
+/// `outputs_inner` or short reductions (with 1 to 16 warps over the
+/// elements, as many as fill the device); and when the outputs are too few to
+/// fill the device, each one's elements split into pieces that do.
+pub fn reduction_launch(m: u64, j: u64, outputs_inner: bool, splittable: bool, sms: u32) -> Option<ReductionLaunch> {
+    if m == 0 {
+        return None;
+    }
+    let sms64 = u64::from(sms.max(1));
+    let fill = sms64 * u64::from(launch::BLOCKS_PER_SM);
+    if outputs_inner || (j <= SHORT_REDUCTION && m > 1) {
+        let blocks_m = m.div_ceil(32);
+        let resident_threads = sms64 * launch::THREADS_PER_SM;
+        let warps = if j <= SHORT_REDUCTION { 1 } else { resident_threads.div_ceil(blocks_m * 32).next_power_of_two().clamp(1, 16) };
+        let block = 32 * warps;
+        let resident_blocks = sms64 * (launch::THREADS_PER_SM / block).max(1);
+        let mut splits = 1;
+        if splittable && blocks_m < resident_blocks {
+            // Pieces of at least 64 elements a thread.
+            splits = resident_blocks.div_ceil(blocks_m).min(j.div_ceil(warps * 64)).max(1);
+        }
+        let chunk = j.div_ceil(splits).max(1);
+        let splits = j.div_ceil(chunk).max(1);
+        let grid = (blocks_m * splits).min(fill).min(launch::MAX_GRID_X) as u32;
+        return Some(ReductionLaunch { launch: Launch { grid, block: block as u32, shared: 0 }, layout: 2, splits, chunk });
+    }
+    let mut rows = launch::rows_within(m, j, sms, MAX_REDUCTION_BLOCK)?;
+    if !splittable && rows.splits > 1 {
+        let block = launch::rows_within(m.max(sms64 * launch::THREADS_PER_SM), j, sms, MAX_REDUCTION_BLOCK)?.launch.block;
+        let grid = m.min(fill).min(launch::MAX_GRID_X) as u32;
+        rows = launch::RowLaunch { launch: Launch { grid, block, shared: 0 }, warp_rows: false, splits: 1, chunk: j };
+    }
+    let layout = if rows.warp_rows { 0 } else { 1 };
+    Some(ReductionLaunch { launch: rows.launch, layout, splits: rows.splits, chunk: rows.chunk.max(1) })
+}
+
+/// Bytes a partial result of a reduce type that is a dtype takes at most
+/// (`struct { T v; bool has; }` for an 8-byte `T`).
+const PARTIAL_BYTES: usize = 16;
+
+fn run_reduction(spec: &ReductionSpec, fs: &[Function], call: &mut Call<'_, '_>) -> Result<()> {
     let (name, stream, n_in) = (spec.name.as_str(), call.stream(), spec.inputs.len());
+    let f = &fs[0];
     let (all, names, ops) = checked_operands(spec, f, call)?;
     let x = &ops[0];
     for k in 1..n_in {
@@ -630,8 +818,11 @@ fn run_reduction(spec: &ReductionSpec, f: &Function, call: &mut Call<'_, '_>) ->
             "{name}: the reduction is over zero elements and the kernel has no identity to start from"
         )));
     }
-    let mut args = Vec::with_capacity(3 * all.len() + 3);
+    let mut args = Vec::with_capacity(3 * all.len() + 7);
+    let mut out_args = Vec::with_capacity(2 * spec.outputs.len());
     let mut contiguous = true;
+    // Whether adjacent outputs are closer in memory than adjacent reduced elements (the first input's layout).
+    let mut outputs_inner = false;
     for (t, o) in ops.iter().enumerate() {
         let ctx = |e: Error| e.context(format!("{name}: `{}`", names[t]));
         let k = Indexer::new(kept, &o.strides[..ny]).map_err(ctx)?;
@@ -639,14 +830,51 @@ fn run_reduction(spec: &ReductionSpec, f: &Function, call: &mut Call<'_, '_>) ->
         if t < n_in {
             let r = Indexer::new(red, &o.strides[ny..]).map_err(ctx)?;
             contiguous &= r.is_contiguous();
+            if t == 0 && k.ndim > 0 && r.ndim > 0 {
+                let inner = |ix: &Indexer| ix.strides[ix.ndim as usize - 1].unsigned_abs();
+                outputs_inner = inner(&k) < inner(&r);
+            }
             args.push(LaunchArg::Indexer(r));
+        } else {
+            out_args.extend([LaunchArg::Ptr(o.ptr), LaunchArg::Indexer(k)]);
         }
     }
-    args.extend([LaunchArg::I64(m_count), LaunchArg::I64(j_count), LaunchArg::I32(i32::from(contiguous))]);
-    let fill = u64::from(f.device().sm_count()) * u64::from(launch::BLOCKS_PER_SM);
-    let grid = (m_count as u64).min(fill).min(launch::MAX_GRID_X) as u32;
-    let cfg = Launch { grid, block: reduction_block(j_count as u64), shared: 0 };
-    f.launch(cfg, stream, &args)
+    // Partial results need their size: known when the reduce type is a dtype.
+    let splittable = spec.reduce_type.as_deref().is_none_or(|t| crate::params::numpy_dtype(t.trim()).is_some());
+    let dev = f.device();
+    let Some(plan) = reduction_launch(m_count as u64, j_count as u64, outputs_inner, splittable, dev.sm_count()) else {
+        return Ok(());
+    };
+    let workspace = if plan.splits > 1 {
+        let bytes = (m_count as usize).checked_mul(plan.splits as usize).and_then(|n| n.checked_mul(PARTIAL_BYTES));
+        let bytes = bytes.ok_or_else(|| Error::Overflow { what: format!("{name}: the partial results of {m_count} outputs") })?;
+        Some(dev.workspace(bytes, stream)?)
+    } else {
+        None
+    };
+    let partial = workspace.as_ref().map_or(0, |w| w.ptr());
+    args.extend([
+        LaunchArg::Ptr(partial),
+        LaunchArg::I64(m_count),
+        LaunchArg::I64(j_count),
+        LaunchArg::I32(i32::from(contiguous)),
+        LaunchArg::I32(plan.layout),
+        LaunchArg::I64(plan.splits as i64),
+        LaunchArg::I64(plan.chunk as i64),
+    ]);
+    f.launch(plan.launch, stream, &args)?;
+    if plan.splits > 1 {
+        let finish = fs.get(1).ok_or_else(|| Error::Runtime(format!("{name}: the finishing kernel is missing")))?;
+        let mut fargs = Vec::with_capacity(out_args.len() + 4);
+        fargs.push(LaunchArg::Ptr(partial));
+        fargs.extend(out_args);
+        fargs.extend([LaunchArg::I64(m_count), LaunchArg::I64(j_count), LaunchArg::I64(plan.splits as i64)]);
+        let warps_per_block = u64::from(launch::WARP_ROWS_BLOCK / 32);
+        let fill = u64::from(dev.sm_count()) * u64::from(launch::BLOCKS_PER_SM);
+        let grid = (m_count as u64).div_ceil(warps_per_block).min(fill).min(launch::MAX_GRID_X) as u32;
+        finish.launch(Launch { grid, block: launch::WARP_ROWS_BLOCK, shared: 0 }, stream, &fargs)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -654,12 +882,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reduction_blocks_are_powers_of_two_up_to_512() {
-        assert_eq!(reduction_block(0), 32);
-        assert_eq!(reduction_block(1), 32);
-        assert_eq!(reduction_block(33), 64);
-        assert_eq!(reduction_block(512), 512);
-        assert_eq!(reduction_block(1 << 40), 512);
+    fn reductions_are_laid_out_by_length_memory_order_and_output_count() {
+        let l = |m, j, inner| reduction_launch(m, j, inner, true, 132).unwrap();
+        assert_eq!(reduction_launch(0, 10, false, true, 132), None);
+        // Rows along the reduced elements: a warp each up to 1024, a block beyond.
+        let r = l(4096, 1000, false);
+        assert_eq!((r.layout, r.splits, r.launch.block), (0, 1, 256));
+        let r = l(4096, 4096, false);
+        assert_eq!((r.layout, r.splits, r.launch.block), (1, 1, 512));
+        // Few long rows, and a reduction to a scalar: split into pieces that fill the device.
+        let r = l(1, 1 << 24, false);
+        assert_eq!((r.layout, r.launch.block), (1, 512));
+        assert!(r.splits >= 132 && r.chunk * r.splits >= 1 << 24 && r.chunk * (r.splits - 1) < 1 << 24, "{r:?}");
+        // Without a known partial size: never split.
+        let r = reduction_launch(1, 1 << 24, false, false, 132).unwrap();
+        assert_eq!((r.layout, r.splits, r.chunk, r.launch.grid), (1, 1, 1 << 24, 1));
+        // Adjacent outputs adjacent in memory (a column sum): outputs along the lanes.
+        let r = l(1 << 20, 64, true);
+        assert_eq!((r.layout, r.splits, r.launch.block), (2, 1, 32));
+        let r = l(64, 1 << 20, true);
+        assert_eq!((r.layout, r.launch.block), (2, 512));
+        assert!(r.splits > 100 && r.chunk * r.splits >= 1 << 20, "{r:?}");
+        // Short reductions: a thread per output whatever the layout.
+        let r = l(1 << 20, 4, false);
+        assert_eq!((r.layout, r.splits, r.chunk, r.launch.block), (2, 1, 4, 32));
+        // Zero elements (with an identity): one piece of nothing per output.
+        let r = l(10, 0, false);
+        assert_eq!((r.splits, r.chunk), (1, 1));
+        for (m, j, inner) in [(3u64, 1u64 << 40, true), (7, 100_003, false), (1 << 40, 3, false), (5, 1 << 30, true)] {
+            let r = l(m, j, inner);
+            assert!(r.chunk * r.splits >= j && r.chunk * (r.splits - 1) < j.max(1), "{m}x{j}: {r:?}");
+            assert!(r.launch.block.is_power_of_two() && r.launch.block <= MAX_REDUCTION_BLOCK && r.launch.grid >= 1);
+        }
     }
 
     #[test]

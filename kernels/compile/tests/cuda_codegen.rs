@@ -152,7 +152,11 @@ fn the_generated_source_uses_the_indexer_grid_stride_loops_and_line_directives()
     }
     let red = ReductionSpec::new(&Reduction::new("T x", "T y", "x", "a + b", "y = a", None, "s")).unwrap();
     let t = reduction_source(&red, &[('T', DType::F32)]).unwrap().text;
-    assert!(t.contains("__shared__ bool _sh[dlbridge_kMaxBlock];") && !t.contains("dlbridge_identity"), "no identity: flags");
+    assert!(
+        t.contains("  a.has = false;") && t.contains("  if (!b.has) return a;") && !t.contains("dlbridge_identity"),
+        "no identity: flags"
+    );
+    assert!(t.contains("void __launch_bounds__(512) dlbridge_s_finish("), "the second pass of a split reduction");
 }
 
 #[test]

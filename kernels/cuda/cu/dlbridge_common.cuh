@@ -259,3 +259,105 @@ __device__ __forceinline__ void dlb_row_map(const DlbRowGroup& g, const typename
         for (long long c = g.tid; c < cols; c += g.n) yr[c * ycs] = E::store(h(E::load(xr[c * xcs])));
     }
 }
+
+// ---------------------------------------------------------------------------
+// Online softmax statistics: (m, s) stands for sum_i exp(x_i - m) over the
+// elements seen, m their maximum. One pass gives both, and partial results
+// (per thread, per warp, per piece of a split row) merge in any grouping.
+// -inf elements add nothing (an all -inf row keeps m = -inf, and its
+// exp(x - m) is NaN, as torch gives); a NaN element makes m NaN, which every
+// merge keeps, so the whole row becomes NaN, as torch gives.
+// ---------------------------------------------------------------------------
+template <typename A>
+struct DlbMaxSum {
+    A m, s;
+};
+
+template <typename A>
+__device__ __forceinline__ DlbMaxSum<A> dlb_ms_init() {
+    return DlbMaxSum<A>{dlb_neg_inf<A>(), A(0)};
+}
+
+// Adds one element.
+template <typename A>
+__device__ __forceinline__ void dlb_ms_add(DlbMaxSum<A>& t, A v) {
+    if (v > t.m) {
+        // exp(v - v): 1, or NaN for v = +inf (as exp(inf - inf) is in torch's sum).
+        t.s = t.s * dlb_exp(t.m - v) + ((v - v) + A(1));  // m = -inf: exp(-inf) = 0
+        t.m = v;
+    } else if (v != v) {
+        t.m = v;  // NaN poisons the row
+    } else if (t.m != dlb_neg_inf<A>()) {
+        t.s += dlb_exp(v - t.m);  // NaN m stays NaN through s
+    }
+}
+
+// Merges two partial statistics.
+template <typename A>
+__device__ __forceinline__ DlbMaxSum<A> dlb_ms_merge(DlbMaxSum<A> a, DlbMaxSum<A> b) {
+    if (a.m != a.m) return a;
+    if (b.m != b.m) return b;
+    const A m = dlb_max(a.m, b.m);
+    if (m == dlb_neg_inf<A>()) return DlbMaxSum<A>{m, a.s + b.s};
+    return DlbMaxSum<A>{m, a.s * dlb_exp(a.m - m) + b.s * dlb_exp(b.m - m)};
+}
+
+template <typename A>
+__device__ __forceinline__ DlbMaxSum<A> dlb_ms_warp_reduce(DlbMaxSum<A> t) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        DlbMaxSum<A> u;
+        u.m = __shfl_xor_sync(0xffffffffu, t.m, o);
+        u.s = __shfl_xor_sync(0xffffffffu, t.s, o);
+        // Both lanes of a pair merge in the same order, so every lane ends with the same value.
+        t = (threadIdx.x & o) ? dlb_ms_merge(u, t) : dlb_ms_merge(t, u);
+    }
+    return t;
+}
+
+// The group's merged statistics, in every thread of the group (a block
+// reduction synchronises the block: every thread must call it).
+template <typename A>
+__device__ __forceinline__ DlbMaxSum<A> dlb_ms_group_reduce(const DlbRowGroup& g, DlbMaxSum<A> t, A* scratch_m,
+                                                           A* scratch_s) {
+    t = dlb_ms_warp_reduce(t);
+    if (g.warp) return t;
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned warp = threadIdx.x >> 5;
+    const unsigned nwarps = (blockDim.x + 31u) >> 5;
+    __syncthreads();
+    if (lane == 0) {
+        scratch_m[warp] = t.m;
+        scratch_s[warp] = t.s;
+    }
+    __syncthreads();
+    t = lane < nwarps ? DlbMaxSum<A>{scratch_m[lane], scratch_s[lane]} : dlb_ms_init<A>();
+    return dlb_ms_warp_reduce(t);
+}
+
+// ---------------------------------------------------------------------------
+// Split rows: a long row in few rows is cut into `splits` pieces of `chunk`
+// columns (a multiple of 8, so a piece of a 16-byte aligned contiguous row
+// starts 16-byte aligned), one group each; a first pass writes each piece's
+// partial result to a workspace, a second pass combines a row's pieces.
+// Unit u is piece u % splits of row u / splits.
+// ---------------------------------------------------------------------------
+struct DlbPiece {
+    long long row;    // the row
+    long long first;  // its first column
+    long long cols;   // its columns (0 past the row's end)
+};
+
+__device__ __forceinline__ DlbPiece dlb_piece(long long u, long long splits, long long chunk, long long cols) {
+    DlbPiece p;
+    p.row = u / splits;
+    p.first = (u - p.row * splits) * chunk;
+    const long long left = cols - p.first;
+    p.cols = left < 0 ? 0 : (left < chunk ? left : chunk);
+    return p;
+}
+
+// The acc-typed traits (what a workspace of partial results holds).
+template <typename A> struct DlbAccOf;
+template <> struct DlbAccOf<float> { typedef DlbF32 traits; };
+template <> struct DlbAccOf<double> { typedef DlbF64 traits; };

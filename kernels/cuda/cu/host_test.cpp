@@ -177,12 +177,25 @@ static void test_unary(const char* name, K kern) {
 struct RefRelu { static double ref(double x) { return std::isnan(x) ? x : (x > 0 ? x : 0); } };
 struct RefGelu { static double ref(double x) { return 0.5 * x * (1 + erf(x / sqrt(2.0))); } };
 
-template <class E, class K>
-static void test_rows(const char* name, K kern, bool softmax) {
-    typedef typename E::storage S;
-    for (int t = 0; t < 80; ++t) {
+// The last-dim kernels of one dtype: plain (a warp or a block a row), and
+// split rows (partial + finish, random pieces); sum with a random scale (mean).
+template <class E> struct RowKernels {
+    typedef typename E::storage S; typedef typename E::acc A;
+    void (*softmax)(const S*, DlbIndexer, long long, S*, DlbIndexer, long long, long long, long long, int);
+    void (*softmax_partial)(const S*, DlbIndexer, long long, A*, long long, long long, long long, long long, int);
+    void (*softmax_finish)(const S*, DlbIndexer, long long, S*, DlbIndexer, long long, const A*, long long, long long, long long, long long, int);
+    void (*sum)(const S*, DlbIndexer, long long, S*, DlbIndexer, long long, long long, int, double);
+    void (*sum_partial)(const S*, DlbIndexer, long long, A*, long long, long long, long long, long long, int);
+    void (*sum_finish)(const A*, S*, DlbIndexer, long long, long long, int, double);
+};
+
+template <class E>
+static void test_rows(const char* name, RowKernels<E> k, bool softmax) {
+    typedef typename E::storage S; typedef typename E::acc A;
+    int split_cases = 0;
+    for (int t = 0; t < 100; ++t) {
         auto bshape = rshape(3, 4); long long rows = numel(bshape);
-        long long cols = std::vector<long long>{0, 1, 2, 7, 31, 33, 64, 100, 1000, 1024, 3000}[rnd(0, 10)];
+        long long cols = std::vector<long long>{0, 1, 2, 7, 31, 33, 64, 100, 1000, 1024, 3000, 5000}[rnd(0, 11)];
         // x: batch view arbitrary, column stride arbitrary nonzero, placed in a big buffer
         // Half the cases contiguous rows (the 16-byte path where a row is aligned).
         long long xcs = rnd(0, 1) ? 1 : rnd(-3, 3); if (xcs == 0) xcs = 1;
@@ -200,42 +213,70 @@ static void test_rows(const char* name, K kern, bool softmax) {
         std::vector<S> x(xspan), y(std::max<long long>(yv.span, 1), fromd<E>(-777));
         std::normal_distribution<double> nd(0, 3);
         for (auto& v : x) v = fromd<E>(nd(rng));
-        int special = (int)rnd(0, 4);
+        int special = (int)rnd(0, 6);
         if (special == 0 && cols > 0 && rows > 0) {  // whole row 0 = -inf
             long long r0 = xbase + ref_off(bshape, xb.strides, 0);
             for (long long c = 0; c < cols; ++c) x[r0 + c * xcs] = fromd<E>(-INFINITY);
         }
-        // A warp per row (several rows a block) or a block per row.
+        if (special == 1 && cols > 1 && rows > 0) {  // some -inf, a NaN or a +inf in the last row
+            long long rl = xbase + ref_off(bshape, xb.strides, rows - 1);
+            x[rl] = fromd<E>(-INFINITY);
+            x[rl + rnd(1, cols - 1) * xcs] = fromd<E>(rnd(0, 1) ? NAN : INFINITY);
+        }
+        // A warp per row (several rows a block) or a block per row; or split rows.
         int warp_rows = (int)rnd(0, 1);
-        unsigned grid = (unsigned)rnd(1, 4), block = warp_rows ? 32u * (unsigned)rnd(1, 4) : 32u << rnd(0, 5);
-        if (softmax)
-            launch(grid, block, [&] { ((void(*)(const S*, DlbIndexer, long long, S*, DlbIndexer, long long, long long, long long, int))kern)(
-                x.data() + xbase, mk(bshape, xb.strides), xcs, y.data() + yv.base, mk(bshape, ybst), ycs, rows, cols, warp_rows); });
-        else
-            launch(grid, block, [&] { ((void(*)(const S*, DlbIndexer, long long, S*, DlbIndexer, long long, long long, int))kern)(
-                x.data() + xbase, mk(bshape, xb.strides), xcs, y.data() + yv.base, mk(bshape, ybst), rows, cols, warp_rows); });
+        unsigned grid = (unsigned)rnd(1, 4), block = warp_rows ? 32u * (unsigned)rnd(1, 4) : 32u << std::vector<int>{0, 1, 2, 3, 5}[rnd(0, 4)];
+        bool split = rnd(0, 2) == 0;
+        long long chunk = 8 * rnd(1, 40), splits = std::max<long long>(1, (cols + chunk - 1) / chunk);
+        double scale = softmax ? 1.0 : (rnd(0, 1) ? 1.0 : 1.0 / std::max<long long>(cols, 1));
+        DlbIndexer xi = mk(bshape, xb.strides), yi = mk(bshape, ybst);
+        const S* xp = x.data() + xbase; S* yp = y.data() + yv.base;
+        if (split) {
+            ++split_cases;
+            std::vector<A> part((size_t)std::max<long long>(1, rows * splits * 2), A(-555));
+            int warp2 = (int)rnd(0, 1);
+            unsigned grid2 = (unsigned)rnd(1, 3), block2 = warp2 ? 32u * (unsigned)rnd(1, 4) : 32u << rnd(0, 3);
+            if (softmax) {
+                launch(grid, block, [&] { k.softmax_partial(xp, xi, xcs, part.data(), rows, cols, splits, chunk, warp_rows); });
+                launch(grid2, block2, [&] { k.softmax_finish(xp, xi, xcs, yp, yi, ycs, part.data(), rows, cols, splits, chunk, warp2); });
+            } else {
+                launch(grid, block, [&] { k.sum_partial(xp, xi, xcs, part.data(), rows, cols, splits, chunk, warp_rows); });
+                launch(grid2, block2, [&] { k.sum_finish(part.data(), yp, yi, rows, splits, warp2, scale); });
+            }
+        } else if (softmax) {
+            launch(grid, block, [&] { k.softmax(xp, xi, xcs, yp, yi, ycs, rows, cols, warp_rows); });
+        } else {
+            launch(grid, block, [&] { k.sum(xp, xi, xcs, yp, yi, rows, cols, warp_rows, scale); });
+        }
         double tol = sizeof(S) == 2 ? 1e-2 : (sizeof(S) == 4 ? 1e-5 : 1e-12);
         for (long long r = 0; r < rows; ++r) {
             long long xo = xbase + ref_off(bshape, xb.strides, r);
             long long yo = yv.base + ref_off(bshape, ybst, r);
             std::vector<double> xv(cols); for (long long c = 0; c < cols; ++c) xv[c] = tod<E>(x[xo + c * xcs]);
             if (softmax) {
-                double m = -INFINITY; for (double v : xv) m = std::max(m, v);
+                double m = -INFINITY; bool nan = false;
+                for (double v : xv) { m = std::max(m, v); nan |= std::isnan(v); }
                 double s = 0; for (double v : xv) s += exp(v - m);
                 for (long long c = 0; c < cols; ++c) {
-                    double w = exp(xv[c] - m) / s, g = tod<E>(y[yo + c * ycs]);
-                    CHECK((std::isnan(w) && std::isnan(g)) || fabs(w - g) <= tol * (fabs(w) + 1e-3), "%s r=%lld c=%lld cols=%lld block=%u warp_rows=%d xcs=%lld ycs=%lld got %g want %g", name, r, c, cols, block, warp_rows, xcs, ycs, g, w);
+                    double w = nan ? NAN : exp(xv[c] - m) / s, g = tod<E>(y[yo + c * ycs]);
+                    CHECK((std::isnan(w) && std::isnan(g)) || fabs(w - g) <= tol * (fabs(w) + 1e-3), "%s r=%lld c=%lld cols=%lld block=%u warp_rows=%d split=%d xcs=%lld ycs=%lld got %g want %g", name, r, c, cols, block, warp_rows, (int)split, xcs, ycs, g, w);
                 }
             } else {
                 double s = 0, sa = 0; for (double v : xv) { s += v; sa += fabs(v); }
+                s *= scale;
+                sa *= scale;
                 double g = tod<E>(y[yo]);
-                CHECK(g == s || fabs(s - g) <= tol * (sa + fabs(s) + 1e-30) || (cols == 0 && g == 0), "%s r=%lld cols=%lld block=%u got %g want %g", name, r, cols, block, g, s);
+                CHECK(g == s || (std::isnan(s) && std::isnan(g)) || fabs(s - g) <= tol * (sa + fabs(s) + 1e-30) || (cols == 0 && g == 0), "%s r=%lld cols=%lld block=%u split=%d got %g want %g", name, r, cols, block, (int)split, g, s);
                 if (cols == 0) CHECK(g == 0 && !std::signbit(g), "%s empty", name);
             }
         }
     }
+    CHECK(split_cases > 10, "%s: %d split cases", name, split_cases);
     printf("%s ok\n", name);
 }
+
+#define ROW_KERNELS(T, E) RowKernels<E>{dlbridge_softmax_##T, dlbridge_softmax_partial_##T, dlbridge_softmax_finish_##T, \
+    dlbridge_sum_##T, dlbridge_sum_partial_##T, dlbridge_sum_finish_##T}
 
 int main(int argc, char** argv) {
     test_offset();
@@ -255,14 +296,14 @@ int main(int argc, char** argv) {
     test_unary<DlbF64, RefGelu>("gelu_f64", dlbridge_gelu_f64);
     test_unary<DlbF16, RefGelu>("gelu_f16", dlbridge_gelu_f16);
     test_unary<DlbBF16, RefGelu>("gelu_bf16", dlbridge_gelu_bf16);
-    test_rows<DlbF32>("softmax_f32", (void*)dlbridge_softmax_f32, true);
-    test_rows<DlbF64>("softmax_f64", (void*)dlbridge_softmax_f64, true);
-    test_rows<DlbF16>("softmax_f16", (void*)dlbridge_softmax_f16, true);
-    test_rows<DlbBF16>("softmax_bf16", (void*)dlbridge_softmax_bf16, true);
-    test_rows<DlbF32>("sum_f32", (void*)dlbridge_sum_f32, false);
-    test_rows<DlbF64>("sum_f64", (void*)dlbridge_sum_f64, false);
-    test_rows<DlbF16>("sum_f16", (void*)dlbridge_sum_f16, false);
-    test_rows<DlbBF16>("sum_bf16", (void*)dlbridge_sum_bf16, false);
+    test_rows<DlbF32>("softmax_f32", ROW_KERNELS(f32, DlbF32), true);
+    test_rows<DlbF64>("softmax_f64", ROW_KERNELS(f64, DlbF64), true);
+    test_rows<DlbF16>("softmax_f16", ROW_KERNELS(f16, DlbF16), true);
+    test_rows<DlbBF16>("softmax_bf16", ROW_KERNELS(bf16, DlbBF16), true);
+    test_rows<DlbF32>("sum_f32", ROW_KERNELS(f32, DlbF32), false);
+    test_rows<DlbF64>("sum_f64", ROW_KERNELS(f64, DlbF64), false);
+    test_rows<DlbF16>("sum_f16", ROW_KERNELS(f16, DlbF16), false);
+    test_rows<DlbBF16>("sum_bf16", ROW_KERNELS(bf16, DlbBF16), false);
     if (argc > 1) test_bf16();
     printf(fails ? "FAILURES: %d\n" : "all host tests passed\n", fails);
     return fails != 0;

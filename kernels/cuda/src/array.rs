@@ -211,6 +211,15 @@ impl CudaDevice {
         self.stream_waits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
+    /// Pool memory for a kernel's intermediate results, ordered on `stream`
+    /// (a launch's stream handle; NULL is the legacy default stream): when
+    /// dropped it goes back to the pool's cache for that stream, so the next
+    /// user there queues after the work queued with it, and nothing waits.
+    pub fn workspace(&self, bytes: usize, stream: *mut std::ffi::c_void) -> Result<Block<DriverAlloc>> {
+        let s = stream as usize as u64;
+        self.pool.malloc(bytes, if s == 0 { stream::LEGACY } else { s })
+    }
+
     /// How many times [`CudaDevice::stream_wait`] queued an event wait.
     pub fn stream_waits(&self) -> u64 {
         self.stream_waits.load(std::sync::atomic::Ordering::Relaxed)

@@ -28,8 +28,8 @@ pub const DTYPES: [&str; 4] = ["f32", "f64", "f16", "bf16"];
 /// Every built-in source.
 pub const SOURCES: [Source; 3] = [
     Source { name: "elementwise.cu", ops: &["add", "mul", "relu", "gelu"], text: include_str!("../cu/elementwise.cu") },
-    Source { name: "softmax.cu", ops: &["softmax"], text: include_str!("../cu/softmax.cu") },
-    Source { name: "sum.cu", ops: &["sum"], text: include_str!("../cu/sum.cu") },
+    Source { name: "softmax.cu", ops: &["softmax", "softmax_partial", "softmax_finish"], text: include_str!("../cu/softmax.cu") },
+    Source { name: "sum.cu", ops: &["sum", "sum_partial", "sum_finish"], text: include_str!("../cu/sum.cu") },
 ];
 
 impl Source {
@@ -77,8 +77,17 @@ mod tests {
         }
         assert_eq!(source_of("gelu").unwrap().name, "elementwise.cu");
         assert_eq!(
-            source_of("sum").unwrap().entry_points(),
+            source_of("sum").unwrap().entry_points()[..4],
             ["dlbridge_sum_f32", "dlbridge_sum_f64", "dlbridge_sum_f16", "dlbridge_sum_bf16"]
+        );
+        assert_eq!(
+            source_of("softmax_partial").unwrap().entry_points()[4..8],
+            [
+                "dlbridge_softmax_partial_f32",
+                "dlbridge_softmax_partial_f64",
+                "dlbridge_softmax_partial_f16",
+                "dlbridge_softmax_partial_bf16"
+            ]
         );
         assert!(source_of("matmul").is_none());
     }

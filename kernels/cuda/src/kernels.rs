@@ -1,5 +1,7 @@
 //! The built-in CUDA kernels as registry implementations for `cuda` tensors:
-//! add, mul, relu, gelu (any layouts), softmax and sum over the last dim;
+//! add, mul, relu, gelu (any layouts); softmax, sum and mean over the last
+//! dim; sum and mean of every element (long rows in few rows, and a sum of
+//! everything, in two passes through a workspace from the device's pool);
 //! f32, f64, f16 and bf16 (the signatures are the CPU kernels', so a call
 //! picks the implementation by its tensors' device; i32/i64 on CUDA is a type
 //! error naming what each device covers).
@@ -122,6 +124,16 @@ fn last_dim<'c, 'a>(name: &str, ins: &[&'c TensorView<'a>]) -> Result<(&'c Tenso
     Ok((x, shape[..shape.len() - 1].iter().product::<i64>(), cols))
 }
 
+/// Bytes of one partial result of `dtype` (its accumulator: f64 for f64, else f32).
+fn acc_bytes(dtype: DType) -> usize {
+    if dtype == DType::F64 { 8 } else { 4 }
+}
+
+/// The accumulator dtype of `dtype`'s kernels (what a workspace holds).
+fn acc_dtype(dtype: DType) -> DType {
+    if dtype == DType::F64 { DType::F64 } else { DType::F32 }
+}
+
 fn softmax(call: &mut Call<'_, '_>) -> Result<()> {
     let Parts { dtype, stream, name, ins, out } = parts(call)?;
     let (x, mut rows, mut cols) = last_dim(name, &ins)?;
@@ -132,28 +144,144 @@ fn softmax(call: &mut Call<'_, '_>) -> Result<()> {
     let (dev, f) = function("softmax", dtype, out.device().id)?;
     let (mut xrows, mut xcol) = rows_of(shape, x.strides())?;
     let (mut yrows, mut ycol) = rows_of(out.shape(), out.strides())?;
-    let plan = launch::rows(rows as u64, cols as u64, dev.sm_count());
-    let mut warp_rows = i32::from(plan.is_some_and(|p| p.warp_rows));
+    let Some(plan) = launch::rows(rows as u64, cols as u64, dev.sm_count()) else { return Ok(()) };
+    let mut warp_rows = i32::from(plan.warp_rows);
     let (mut xp, mut yp) = (ptr_of(x), out.data_ptr_mut() as usize as u64);
-    let mut params = params![xp, xrows, xcol, yp, yrows, ycol, rows, cols, warp_rows];
-    run(&f, plan.map(|p| p.launch), stream, &mut params, name)
+    if plan.splits == 1 {
+        let mut params = params![xp, xrows, xcol, yp, yrows, ycol, rows, cols, warp_rows];
+        return run(&f, Some(plan.launch), stream, &mut params, name);
+    }
+    // Split rows: (max, sum) per piece, then every piece merges its row's and writes.
+    let (mut splits, mut chunk) = (plan.splits as i64, plan.chunk as i64);
+    let ws = dev.workspace(rows as usize * plan.splits as usize * 2 * acc_bytes(dtype), stream)?;
+    let mut wp = ws.ptr();
+    let (_, partial) = function("softmax_partial", dtype, out.device().id)?;
+    let mut params = params![xp, xrows, xcol, wp, rows, cols, splits, chunk, warp_rows];
+    run(&partial, Some(plan.launch), stream, &mut params, name)?;
+    let (_, finish) = function("softmax_finish", dtype, out.device().id)?;
+    let mut params = params![xp, xrows, xcol, yp, yrows, ycol, wp, rows, cols, splits, chunk, warp_rows];
+    run(&finish, Some(plan.launch), stream, &mut params, name)
+}
+
+/// `y[r] = scale * sum(partial[r * count .. (r + 1) * count])` for `rows`
+/// rows of acc-typed partial results at device address `wp`; a single long
+/// row is first cut down by a split pass of its own.
+#[allow(clippy::too_many_arguments)]
+fn finish_sum(
+    dev: &CudaDevice,
+    dtype: DType,
+    stream: *mut c_void,
+    name: &str,
+    wp: u64,
+    rows: i64,
+    count: i64,
+    y: u64,
+    yrows: Indexer,
+    scale: f64,
+) -> Result<()> {
+    let device = dev.ordinal() as i32;
+    let Some(plan) = launch::rows(rows as u64, count as u64, dev.sm_count()) else { return Ok(()) };
+    let (mut wp, mut rows, mut count, mut y, mut yrows, mut scale) = (wp, rows, count, y, yrows, scale);
+    let ws;
+    if plan.splits > 1 {
+        // Partial sums of the partial sums (the accumulator's own kernel), then their sum.
+        let (_, partial) = function("sum_partial", acc_dtype(dtype), device)?;
+        ws = dev.workspace(rows as usize * plan.splits as usize * acc_bytes(dtype), stream)?;
+        let (mut xrows, mut xcol, mut cols) = (Indexer::new(&[rows], &[count])?, 1i64, count);
+        let (mut out, mut splits, mut chunk, mut warp_rows) = (ws.ptr(), plan.splits as i64, plan.chunk as i64, i32::from(plan.warp_rows));
+        let mut params = params![wp, xrows, xcol, out, rows, cols, splits, chunk, warp_rows];
+        run(&partial, Some(plan.launch), stream, &mut params, name)?;
+        (wp, count) = (ws.ptr(), plan.splits as i64);
+    }
+    let plan = launch::rows(rows as u64, count as u64, dev.sm_count()).map(|p| (p.launch, p.warp_rows));
+    let Some((cfg, warp)) = plan else { return Ok(()) };
+    let mut warp_rows = i32::from(warp);
+    let (_, finish) = function("sum_finish", dtype, device)?;
+    let mut params = params![wp, y, yrows, rows, count, warp_rows, scale];
+    run(&finish, Some(cfg), stream, &mut params, name)
+}
+
+/// What a sum-like kernel reduces, and how its result is scaled.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SumOf {
+    /// The last dim of each row: sum (`mean = false`) or mean.
+    LastDim { mean: bool },
+    /// Every element, to a 0-d output: sum or mean.
+    All { mean: bool },
+}
+
+fn sum_like(call: &mut Call<'_, '_>, what: SumOf) -> Result<()> {
+    let Parts { dtype, stream, name, ins, out } = parts(call)?;
+    let &[x] = ins.as_slice() else { return Err(Error::InvalidArgument(format!("{name}: one input expected"))) };
+    let device = out.device().id;
+    let (dev, f) = function("sum", dtype, device)?;
+    let mut yp = out.data_ptr_mut() as usize as u64;
+    let mut yrows = Indexer::new(out.shape(), out.strides())?;
+    // Rows and columns: the last dim for a last-dim sum; for a sum of every
+    // element, the input's dims merged where contiguous, the last one as columns.
+    let (mut xrows, mut xcol, mut rows, mut cols, numel) = match what {
+        SumOf::LastDim { .. } => {
+            let (_, rows, cols) = last_dim(name, &ins)?;
+            let (xrows, xcol) = rows_of(x.shape(), x.strides())?;
+            (xrows, xcol, rows, cols, cols)
+        }
+        SumOf::All { .. } => {
+            let merged = Indexer::new(x.shape(), x.strides())?;
+            let nd = merged.ndim as usize;
+            let (shape, strides) = (&merged.shape[..nd], &merged.strides[..nd]);
+            let numel: i64 = x.shape().iter().product();
+            match nd {
+                0 if numel == 0 => (Indexer::default(), 1, 0, 0, 0),
+                0 => (Indexer::default(), 1, 1, 1, 1),
+                _ => {
+                    let (xrows, xcol) = rows_of(shape, strides)?;
+                    (xrows, xcol, shape[..nd - 1].iter().product(), shape[nd - 1], numel)
+                }
+            }
+        }
+    };
+    let mean = matches!(what, SumOf::LastDim { mean: true } | SumOf::All { mean: true });
+    let mut scale = if mean { 1.0 / numel as f64 } else { 1.0 };
+    let all = matches!(what, SumOf::All { .. });
+    if all && rows == 0 {
+        // Nothing to add: 0 (NaN for a mean), written by the finishing pass.
+        return finish_sum(&dev, dtype, stream, name, 0, 1, 0, yp, yrows, scale);
+    }
+    let Some(plan) = launch::rows(rows as u64, cols as u64, dev.sm_count()) else { return Ok(()) };
+    let mut warp_rows = i32::from(plan.warp_rows);
+    let mut xp = ptr_of(x);
+    if plan.splits == 1 && !(all && rows > 1) {
+        let mut params = params![xp, xrows, xcol, yp, yrows, rows, cols, warp_rows, scale];
+        return run(&f, Some(plan.launch), stream, &mut params, name);
+    }
+    // Partial sums per piece (per row for a sum of every element), then their sums.
+    let (mut splits, mut chunk) = (plan.splits as i64, plan.chunk as i64);
+    let ws = dev.workspace(rows as usize * plan.splits as usize * acc_bytes(dtype), stream)?;
+    let mut wp = ws.ptr();
+    let (_, partial) = function("sum_partial", dtype, device)?;
+    let mut params = params![xp, xrows, xcol, wp, rows, cols, splits, chunk, warp_rows];
+    run(&partial, Some(plan.launch), stream, &mut params, name)?;
+    if all {
+        finish_sum(&dev, dtype, stream, name, wp, 1, rows * splits, yp, yrows, scale)
+    } else {
+        finish_sum(&dev, dtype, stream, name, wp, rows, splits, yp, yrows, scale)
+    }
 }
 
 fn sum(call: &mut Call<'_, '_>) -> Result<()> {
-    let Parts { dtype, stream, name, ins, out } = parts(call)?;
-    let (x, mut rows, mut cols) = last_dim(name, &ins)?;
-    let shape = x.shape();
-    if rows == 0 {
-        return Ok(());
-    }
-    let (dev, f) = function("sum", dtype, out.device().id)?;
-    let (mut xrows, mut xcol) = rows_of(shape, x.strides())?;
-    let mut yrows = Indexer::new(out.shape(), out.strides())?;
-    let plan = launch::rows(rows as u64, cols as u64, dev.sm_count());
-    let mut warp_rows = i32::from(plan.is_some_and(|p| p.warp_rows));
-    let (mut xp, mut yp) = (ptr_of(x), out.data_ptr_mut() as usize as u64);
-    let mut params = params![xp, xrows, xcol, yp, yrows, rows, cols, warp_rows];
-    run(&f, plan.map(|p| p.launch), stream, &mut params, name)
+    sum_like(call, SumOf::LastDim { mean: false })
+}
+
+fn mean(call: &mut Call<'_, '_>) -> Result<()> {
+    sum_like(call, SumOf::LastDim { mean: true })
+}
+
+fn sum_all(call: &mut Call<'_, '_>) -> Result<()> {
+    sum_like(call, SumOf::All { mean: false })
+}
+
+fn mean_all(call: &mut Call<'_, '_>) -> Result<()> {
+    sum_like(call, SumOf::All { mean: true })
 }
 
 /// The elementwise kernels: one function each, named as its `.cu` kernel.
@@ -174,3 +302,6 @@ register_kernel!("relu", dispatch { F32 => relu, F64 => relu, F16 => relu, BF16 
 register_kernel!("gelu", dispatch { F32 => gelu, F64 => gelu, F16 => gelu, BF16 => gelu }, device = DeviceType::CUDA, doc = "x * Phi(x) with the exact erf");
 register_kernel!("softmax", dispatch { F32 => softmax, F64 => softmax, F16 => softmax, BF16 => softmax }, device = DeviceType::CUDA, doc = "softmax over the last dim");
 register_kernel!("sum", dispatch { F32 => sum, F64 => sum, F16 => sum, BF16 => sum }, device = DeviceType::CUDA, doc = "sum over the last dim");
+register_kernel!("mean", dispatch { F32 => mean, F64 => mean, F16 => mean, BF16 => mean }, device = DeviceType::CUDA, doc = "mean over the last dim (NaN for an empty dim)");
+register_kernel!("sum_all", dispatch { F32 => sum_all, F64 => sum_all, F16 => sum_all, BF16 => sum_all }, device = DeviceType::CUDA, doc = "sum of every element, as a 0-d tensor");
+register_kernel!("mean_all", dispatch { F32 => mean_all, F64 => mean_all, F16 => mean_all, BF16 => mean_all }, device = DeviceType::CUDA, doc = "mean of every element, as a 0-d tensor");

@@ -3,8 +3,9 @@
 //! Elementwise kernels use grid-stride loops: [`ELEMENTWISE_BLOCK`] threads a
 //! block and enough blocks to fill the device ([`BLOCKS_PER_SM`] per
 //! multiprocessor) or cover the elements, whichever is fewer. Last-dim
-//! reductions (softmax, sum) run a warp per row for short rows and a block per
-//! row for longer ones ([`rows`]), grid-stride over rows.
+//! reductions (softmax, sum, mean) run a warp per row for short rows, a block
+//! per row for longer ones, and split long rows that are too few to fill the
+//! device into pieces with a second pass ([`rows`]), grid-stride over rows.
 
 /// Threads per block of an elementwise kernel.
 pub const ELEMENTWISE_BLOCK: u32 = 256;
@@ -44,33 +45,77 @@ pub const WARP_ROWS_BLOCK: u32 = 256;
 /// Elements a thread of a block-per-row reduction aims to read (two 16-byte loads of f32).
 pub const ROW_ELEMS_PER_THREAD: u64 = 8;
 
+/// Threads a multiprocessor holds at once (every architecture NVRTC targets
+/// since Volta holds at least 2048 but Turing's 1024; a split aims to fill this many).
+pub const THREADS_PER_SM: u64 = 2048;
+/// Pieces of a split row are multiples of this many elements (a piece of a
+/// 16-byte aligned contiguous row starts 16-byte aligned for any element size).
+pub const PIECE_ALIGN: u64 = 8;
+
 /// The launch of a last-dim reduction (softmax, sum) and its layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowLaunch {
     /// Blocks and threads.
     pub launch: Launch,
-    /// A warp per row (`warp_rows = 1` in the kernel), else a block per row.
+    /// A warp per row (or piece) (`warp_rows = 1` in the kernel), else a block.
     pub warp_rows: bool,
+    /// Pieces a row is cut into: 1, one pass; more, a first pass over
+    /// `rows * splits` pieces of [`RowLaunch::chunk`] columns writing partial
+    /// results, then a second pass combining each row's.
+    pub splits: u64,
+    /// Columns a piece (the whole row when `splits` is 1).
+    pub chunk: u64,
+}
+
+/// Threads a block for rows (or pieces) of `cols` elements: about
+/// [`ROW_ELEMS_PER_THREAD`] each, a power of two from 128 to 1024.
+fn row_block(cols: u64, max_block: u32) -> u32 {
+    let max = u64::from(max_block.clamp(32, 1024));
+    cols.div_ceil(ROW_ELEMS_PER_THREAD).clamp(128.min(max), max).next_power_of_two().min(max) as u32
 }
 
 /// The launch of a last-dim reduction over `rows` rows of `cols` elements:
 /// short rows (up to [`WARP_ROW_MAX_COLS`]) a warp each, [`WARP_ROWS_BLOCK`]
 /// threads a block; longer rows a block each, sized so that each thread reads
-/// about [`ROW_ELEMS_PER_THREAD`] elements (a power of two from 128 to 1024).
-/// Grid-stride over rows either way, at most enough blocks to fill the device.
+/// about [`ROW_ELEMS_PER_THREAD`] elements (a power of two from 128 to 1024);
+/// long rows in too few rows to fill the device with a block each are split
+/// into pieces (a multiple of [`PIECE_ALIGN`] columns, at least a full
+/// block's worth) so that the pieces fill it. Grid-stride over rows (pieces)
+/// either way, at most enough blocks to fill the device.
 pub fn rows(rows: u64, cols: u64, sms: u32) -> Option<RowLaunch> {
+    rows_within(rows, cols, sms, 1024)
+}
+
+/// [`rows`] with blocks of at most `max_block` threads (a power of two from
+/// 32 to 1024), for kernels whose shared memory or registers allow no more.
+pub fn rows_within(rows: u64, cols: u64, sms: u32, max_block: u32) -> Option<RowLaunch> {
     if rows == 0 {
         return None;
     }
-    let fill = u64::from(sms.max(1)) * u64::from(BLOCKS_PER_SM);
+    let sms = u64::from(sms.max(1));
+    let fill = sms * u64::from(BLOCKS_PER_SM);
     if cols <= WARP_ROW_MAX_COLS {
         let per_block = u64::from(WARP_ROWS_BLOCK / 32);
         let grid = rows.div_ceil(per_block).min(fill).min(MAX_GRID_X) as u32;
-        return Some(RowLaunch { launch: Launch { grid, block: WARP_ROWS_BLOCK, shared: 0 }, warp_rows: true });
+        let launch = Launch { grid, block: WARP_ROWS_BLOCK, shared: 0 };
+        return Some(RowLaunch { launch, warp_rows: true, splits: 1, chunk: cols });
     }
-    let block = cols.div_ceil(ROW_ELEMS_PER_THREAD).clamp(128, 1024).next_power_of_two().min(1024) as u32;
+    let block = row_block(cols, max_block);
+    let resident = sms * (THREADS_PER_SM / u64::from(block)).max(1);
+    if rows < resident {
+        // Pieces: enough to fill the device, none smaller than a largest block's share.
+        let min_piece = u64::from(max_block.clamp(32, 1024)) * ROW_ELEMS_PER_THREAD;
+        let wanted = resident.div_ceil(rows).min(cols.div_ceil(min_piece));
+        if wanted > 1 {
+            let chunk = cols.div_ceil(wanted).next_multiple_of(PIECE_ALIGN);
+            let splits = cols.div_ceil(chunk);
+            let block = row_block(chunk, max_block);
+            let grid = (rows * splits).min(fill).min(MAX_GRID_X) as u32;
+            return Some(RowLaunch { launch: Launch { grid, block, shared: 0 }, warp_rows: false, splits, chunk });
+        }
+    }
     let grid = rows.min(fill).min(MAX_GRID_X) as u32;
-    Some(RowLaunch { launch: Launch { grid, block, shared: 0 }, warp_rows: false })
+    Some(RowLaunch { launch: Launch { grid, block, shared: 0 }, warp_rows: false, splits: 1, chunk: cols })
 }
 
 #[cfg(test)]
@@ -107,8 +152,37 @@ mod tests {
         assert_eq!(l.launch.block, 256);
         assert_eq!(rows(4096, 4096, 132).unwrap().launch.block, 512);
         assert_eq!(rows(1024, 8192, 132).unwrap().launch.block, 1024);
-        assert_eq!(rows(64, 262_144, 132).unwrap().launch, Launch { grid: 64, block: 1024, shared: 0 });
         assert_eq!(rows(4096, 1 << 20, 80).unwrap().launch.grid, 2560);
+    }
+
+    #[test]
+    fn long_rows_in_few_rows_are_split_into_pieces_that_fill_the_device() {
+        // 64 rows of 262144 on 132 SMs: 264 resident 1024-thread blocks; 5 pieces a row.
+        let l = rows(64, 262_144, 132).unwrap();
+        assert_eq!((l.splits, l.chunk, l.launch.block, l.launch.grid), (5, 52_432, 1024, 320));
+        assert_eq!(l.chunk % PIECE_ALIGN, 0);
+        assert!(l.chunk * l.splits >= 262_144 && l.chunk * (l.splits - 1) < 262_144);
+        // One row of 16M (a reduction to a scalar): a piece per resident block.
+        let l = rows(1, 1 << 24, 132).unwrap();
+        assert_eq!((l.splits, l.launch.block), (264, 1024));
+        assert!(l.chunk * l.splits >= 1 << 24 && l.chunk * (l.splits - 1) < 1 << 24);
+        // Rows that fill the device on their own are not split.
+        for (r, c) in [(4096u64, 4096u64), (1024, 8192), (8192, 2048)] {
+            let l = rows(r, c, 132).unwrap();
+            assert_eq!((l.splits, l.chunk), (1, c), "{r}x{c}");
+        }
+        // Pieces never smaller than 8192 elements: a 9000-element row stays whole or splits in two.
+        let l = rows(1, 9000, 132).unwrap();
+        assert_eq!((l.splits, l.chunk), (2, 4504));
+        assert_eq!(rows(1, 8192, 132).unwrap().splits, 1);
+        assert_eq!(rows(1, 2000, 132).unwrap().splits, 1);
+        // Whatever the sizes, pieces cover the row exactly once and stay aligned.
+        for (r, c, sms) in [(3u64, 1u64 << 30, 1u32), (7, 100_003, 132), (1, 1 << 40, 132), (200, 65_537, 16)] {
+            let l = rows(r, c, sms).unwrap();
+            assert!(l.chunk.is_multiple_of(PIECE_ALIGN) || l.splits == 1, "{r}x{c}");
+            assert!(l.chunk * l.splits >= c && l.chunk * (l.splits - 1) < c, "{r}x{c}: {l:?}");
+            assert!(l.launch.grid >= 1 && u64::from(l.launch.grid) <= MAX_GRID_X);
+        }
         for c in [1025u64, 2000, 5000, 1 << 20] {
             let b = rows(1, c, 1).unwrap().launch.block;
             assert!(b.is_power_of_two() && (128..=1024).contains(&b), "{c} -> {b}");

@@ -30,7 +30,7 @@ fn fake_cuda(shape: &[i64], dtype: (u8, u8)) -> ManagedTensor {
 #[test]
 fn every_builtin_cuda_kernel_is_registered_beside_its_cpu_kernel() {
     let reg = linked();
-    for name in ["add", "mul", "relu", "gelu", "softmax", "sum", "matmul"] {
+    for name in ["add", "mul", "relu", "gelu", "softmax", "sum", "mean", "sum_all", "mean_all", "matmul"] {
         let k = reg.get(name).unwrap();
         let devices: Vec<DeviceType> = k.devices().collect();
         assert!(devices.contains(&DeviceType::CPU) && devices.contains(&DeviceType::CUDA), "{name}: {devices:?}");

@@ -98,8 +98,8 @@ impl Launcher for TcSpec {
     fn source(&self, bind: &[(char, DType)]) -> Result<CudaSource> {
         source(self, bind)
     }
-    fn run(&self, f: &Function, call: &mut Call<'_, '_>) -> Result<()> {
-        run(self, f, call)
+    fn run(&self, f: &[Function], call: &mut Call<'_, '_>) -> Result<()> {
+        run(self, &f[0], call)
     }
 }
 

@@ -1,0 +1,122 @@
+//! Generated CUDA reductions run on the CPU: the source `reduction_source`
+//! makes is compiled by the host C++ compiler against the CUDA emulation the
+//! built-in kernels are tested with (kernels/cuda/cu/host_shim.h: a thread per
+//! CUDA thread, barriers for `__syncthreads` and the warp shuffles), and run
+//! in every layout (a warp, a block, or the lanes per output), split into
+//! pieces with the finishing pass or not, on row- and column-major inputs,
+//! against double-precision references. Needs a C++20 compiler (`c++`);
+//! without one it prints `skipped: <reason>`.
+
+use std::path::Path;
+use std::process::Command;
+
+use dlbridge_compile::internals::reduction_source;
+use dlbridge_compile::{Reduction, ReductionSpec};
+use dlbridge_core::DType;
+
+/// Runs a reduction `dlbridge_<name>(x) -> y` of one input and one output
+/// (element type `t`) through random layouts and launches, against `reference`
+/// (a C++ expression over `std::vector<double> v`, the reduced elements in
+/// order), within `tol` (relative).
+fn harness(name: &str, t: &str, reference: &str, tol: f64) -> String {
+    format!(
+        r#"
+#include <random>
+#include <vector>
+static std::mt19937_64 rng(7);
+static long long rnd(long long lo, long long hi) {{ return std::uniform_int_distribution<long long>(lo, hi)(rng); }}
+static DlbIndexer ix1(long long n, long long s) {{
+    DlbIndexer ix; memset(&ix, 0x5a, sizeof ix);
+    ix.ndim = 1; ix.shape[0] = n; ix.strides[0] = s; return ix;
+}}
+int main() {{
+    int fails = 0, cases = 0, split_cases = 0;
+    for (int c = 0; c < 150; ++c) {{
+        long long M = std::vector<long long>{{1, 2, 5, 31, 33, 70}}[rnd(0, 5)];
+        long long J = std::vector<long long>{{1, 3, 16, 17, 100, 1000, 2500}}[rnd(0, 6)];
+        bool m_inner = rnd(0, 1);  // x stored [J][M] (a column reduction) or [M][J]
+        std::vector<{t}> x(M * J);
+        std::normal_distribution<double> nd(0, 2);
+        for (auto& v : x) v = ({t})nd(rng);
+        long long sm = m_inner ? 1 : J, sj = m_inner ? M : 1;
+        int layout = (int)rnd(0, 2);
+        long long splits = rnd(0, 2) ? 1 : rnd(2, 6);
+        long long chunk = (J + splits - 1) / splits; splits = (J + chunk - 1) / chunk;
+        unsigned block = layout == 0 ? 32u * (unsigned)rnd(1, 4) : layout == 1 ? 32u << rnd(0, 4) : 32u << rnd(0, 4);
+        unsigned grid = (unsigned)rnd(1, 4);
+        std::vector<{t}> y(M, ({t})-777);
+        std::vector<dlbridge_Acc> partial(M * splits);
+        DlbIndexer k0 = ix1(M, sm), r0 = ix1(J, sj), k1 = ix1(M, 1);
+        launch(grid, block, [&] {{
+            dlbridge_{name}(x.data(), k0, r0, y.data(), k1, partial.data(), M, J, sj == 1 ? 1 : 0, layout, splits, chunk);
+        }});
+        if (splits > 1) {{
+            ++split_cases;
+            launch((unsigned)rnd(1, 3), 32u * (unsigned)rnd(1, 4), [&] {{
+                dlbridge_{name}_finish(partial.data(), y.data(), k1, M, J, splits);
+            }});
+        }}
+        ++cases;
+        for (long long m = 0; m < M; ++m) {{
+            std::vector<double> v(J);
+            for (long long j = 0; j < J; ++j) v[j] = (double)x[m * sm + j * sj];
+            double want = ({reference}), got = (double)y[m];
+            if (!(fabs(got - want) <= {tol} * (fabs(want) + 1e-30))) {{
+                if (fails++ < 10) printf("FAIL M=%lld J=%lld m=%lld layout=%d splits=%lld block=%u m_inner=%d got %.17g want %.17g\n",
+                                         M, J, m, layout, splits, block, (int)m_inner, got, want);
+            }}
+        }}
+    }}
+    printf("%d cases, %d split, %d failures\n", cases, split_cases, fails);
+    if (split_cases < 20) return 2;
+    return fails != 0;
+}}
+"#
+    )
+}
+
+fn run_on_host(spec: &ReductionSpec, bind: &[(char, DType)], t: &str, reference: &str, tol: f64) {
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    if Command::new(&cxx).arg("--version").output().is_err() {
+        eprintln!("skipped: no C++ compiler ({cxx})");
+        return;
+    }
+    let src = reduction_source(spec, bind).unwrap();
+    let name = src.entry.strip_prefix("dlbridge_").unwrap();
+    // The emulation's own types stand in for NVRTC's; CUDA's launch attributes mean nothing on the host.
+    let prelude = "#include \"host_shim.h\"\n#include <cstdint>\n#include <cstddef>\n#include <algorithm>\n\
+                   #define DLBRIDGE_COMPILE_NVRTC_STDINT_CUH_\n#define __launch_bounds__(n)\n#define __align__(n) __attribute__((aligned(n)))\n\
+                   using std::min; using std::max; using std::sqrt;\n";
+    let text = format!("{prelude}{}\n{}", src.text, harness(name, t, reference, tol));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let cpp = dir.join(format!("reduce_{name}.cpp"));
+    let exe = dir.join(format!("reduce_{name}"));
+    std::fs::write(&cpp, &text).unwrap();
+    let shim = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cuda/cu");
+    let built =
+        Command::new(&cxx).args(["-std=c++20", "-O1", "-pthread", "-w", "-I"]).arg(&shim).arg("-o").arg(&exe).arg(&cpp).output().unwrap();
+    assert!(built.status.success(), "{cxx} failed on {}:\n{}", cpp.display(), String::from_utf8_lossy(&built.stderr));
+    let out = Command::new(&exe).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains(" 0 failures"), "{}:\n{stdout}", src.entry);
+    eprintln!("{}: {}", src.entry, stdout.trim());
+}
+
+#[test]
+fn an_l2_norm_with_an_identity_and_a_wider_reduce_type_in_every_layout() {
+    let spec = ReductionSpec::new(&Reduction {
+        reduce_type: Some("float64"),
+        ..Reduction::new("T x", "T y", "x * x", "a + b", "y = sqrt(a)", Some("0"), "l2_host")
+    })
+    .unwrap();
+    let reference = "[&] { double s = 0; for (double e : v) s += e * e; return sqrt(s); }()";
+    run_on_host(&spec, &[('T', DType::F32)], "float", reference, 1e-6);
+}
+
+#[test]
+fn a_maximum_without_an_identity_in_every_layout() {
+    // No identity: pieces and lanes without elements must not take part.
+    let spec = ReductionSpec::new(&Reduction::new("T x", "T y", "x", "max(a, b)", "y = a", None, "max_host")).unwrap();
+    let reference = "[&] { double s = v[0]; for (double e : v) s = e > s ? e : s; return s; }()";
+    run_on_host(&spec, &[('T', DType::F64)], "double", reference, 0.0);
+}
