@@ -33,12 +33,26 @@ _NUMPY_NAMES: dict[str, str] = _dlbridge.dtype_names()  # {"f32": "float32", ...
 _FROM_NUMPY = {v: k for k, v in _NUMPY_NAMES.items()}
 
 
+# Types seen to be arrays (exporters of __dlpack__ that are not NumPy scalars): a call's
+# arguments are checked with one set lookup each.
+_ARRAY_TYPES: set[type] = set()
+
+
 def _is_scalar(x: Any) -> bool:
     """A Python or NumPy scalar (not an array of any framework)."""
+    t = type(x)
+    if t in _ARRAY_TYPES:
+        return False
+    if t is float or t is int or t is bool:
+        return True
     if isinstance(x, (bool, numbers.Number)):
-        return not hasattr(x, "__dlpack__") or type(x).__module__ == "numpy"
-    # NumPy scalars that are not Numbers (np.bool_), but not 0-d arrays.
-    return type(x).__module__ == "numpy" and type(x).__name__ != "ndarray" and getattr(x, "shape", None) == ()
+        scalar = not hasattr(x, "__dlpack__") or t.__module__ == "numpy"
+    else:
+        # NumPy scalars that are not Numbers (np.bool_), but not 0-d arrays.
+        scalar = t.__module__ == "numpy" and t.__name__ != "ndarray" and getattr(x, "shape", None) == ()
+    if not scalar and hasattr(t, "__dlpack__"):
+        _ARRAY_TYPES.add(t)
+    return scalar
 
 
 def _framework(x: Any) -> str:
@@ -198,6 +212,21 @@ class ElementwiseKernel(_SourceKernel):
         self._scalar_ok = [any(str(d).startswith("*") for d in (p.dims or ())) for p in self._params]
 
     def __call__(self, *args: Any, size: int | None = None, block_size: int | None = None, out: Any = None) -> Any:
+        nin = self.nin
+        if size is None and out is None and not self._sized:
+            for a in args:
+                if type(a) not in _ARRAY_TYPES:
+                    break
+            else:
+                # Arrays only (no scalars to convert, no loop size): straight to the kernel.
+                n = len(args)
+                if n == self.nargs and self.nout:
+                    if self._outputs_given:
+                        self.kernel(*args)
+                        return self._result(args[nin:])
+                    return self._result(self.kernel(*args[:nin], out=args[nin:]))
+                if n == nin and not self._outputs_given:
+                    return self._result(self.kernel(*args))
         if size is not None and not self._sized:
             raise TypeError(f"{self.name}: size= is for kernels whose inputs are all raw; this one has non-raw inputs")
         if len(args) not in (self.nin, self.nargs):
@@ -211,10 +240,11 @@ class ElementwiseKernel(_SourceKernel):
             raise TypeError(f"{self.name}: outputs given both positionally and with out=")
         if out is not None:
             outs = list(out) if isinstance(out, (tuple, list)) else [out]
-        like = next((a for a in ins if not _is_scalar(a)), None)
+        scalars = [_is_scalar(a) for a in ins]
+        like = next((a for a, sc in zip(ins, scalars) if not sc), None)
         made = False
-        if any(_is_scalar(a) for a in ins):
-            first_is_scalar = _is_scalar(ins[0])
+        if True in scalars:
+            first_is_scalar = scalars[0]
             ins = self._scalars_to_arrays(ins, outs)
             if first_is_scalar and not outs and like is not None:
                 # The outputs are made by the first array argument's framework, not
@@ -237,6 +267,10 @@ class ElementwiseKernel(_SourceKernel):
         if made:
             handed = tuple(_dlbridge._hand_over(like, o) for o in outs)
             result = handed[0] if len(handed) == 1 else handed
+        return self._result(result)
+
+    def _result(self, result: Any) -> Any:
+        """The call's return value from the kernel's outputs, as CuPy returns them."""
         if self.no_return:
             return None
         if self.nout == 1 and isinstance(result, (tuple, list)):
@@ -376,6 +410,8 @@ class ReductionKernel(_SourceKernel):
         self._outs = [p for p in params if p.mutable]
         self._ins = [p for p in params if not p.mutable]
         self.nin, self.nout = len(self._ins), len(self._outs)
+        # Axis plans by (input shape, axis, keepdims), at most 64.
+        self._plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
     def __call__(self, *args: Any, out: Any = None, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Any:
         if len(args) not in (self.nin, self.nin + self.nout):
@@ -386,14 +422,49 @@ class ReductionKernel(_SourceKernel):
                 raise TypeError(f"{self.name}: outputs given both positionally and with out=")
             outs = list(out) if isinstance(out, (tuple, list)) else [out]
         # The framework of the first array argument makes the outputs.
-        like = next((a for a in ins if not _is_scalar(a)), None)
-        if any(_is_scalar(a) for a in ins):  # 0-d arrays, which broadcast (as in ElementwiseKernel)
+        scalars = [_is_scalar(a) for a in ins]
+        like = next((a for a, sc in zip(ins, scalars) if not sc), None)
+        if True in scalars:  # 0-d arrays, which broadcast (as in ElementwiseKernel)
             ins = _scalars_to_arrays(self.name, self._ins, [True] * self.nin, ins, outs)
         made: list[int] = []
-        shapes = [tuple(int(n) for n in a.shape) for a in ins]
-        shape = _broadcast_shapes(self.name, [p.name for p in self._ins], shapes)
+        shapes = [tuple(a.shape) for a in ins]
+        shape = shapes[0]
         if any(s != shape for s in shapes):  # inputs broadcast, as in CuPy
+            shape = _broadcast_shapes(self.name, [p.name for p in self._ins], [tuple(int(n) for n in s) for s in shapes])
             ins = [a if s == shape else _broadcast_to(a, shape) for a, s in zip(ins, shapes)]
+        key = (shape, tuple(axis) if isinstance(axis, list) else axis, keepdims)
+        try:
+            plan = self._plans.get(key)
+        except TypeError:  # unhashable (a malformed axis, symbolic sizes): planned every call
+            key, plan = None, None
+        if plan is None:
+            plan = self._plan(shape, axis, keepdims)
+            if key is not None and len(self._plans) < 64:
+                self._plans[key] = plan
+        perm, out_shape, keep_shape, index = plan
+        if perm is not None:
+            ins = [_permuted(a, perm) for a in ins]
+        if not outs:
+            bound: dict[str, str] = {}
+            for p, a in zip(self._ins, ins, strict=True):
+                if p.dtypes != (p.dtype,):
+                    bound.setdefault(p.dtype, _dtype_of(a))
+            for p in self._outs:
+                dtype = p.dtype if p.dtypes == (p.dtype,) else bound[p.dtype]
+                outs.append(_dlbridge._empty_like(like, keep_shape if keepdims else out_shape, dtype))
+                made.append(len(outs) - 1)
+        ndim = len(shape)
+        targets = [o[index] if len(o.shape) == ndim and ndim != len(out_shape) else o for o in outs]
+        self.kernel(*ins, *targets)
+        # Made here in the input's framework: handed over as its calls' outputs are (JAX's zero-copy import).
+        for i in made:
+            outs[i] = _dlbridge._hand_over(like, outs[i])
+        return outs[0] if self.nout == 1 else tuple(outs)
+
+    def _plan(self, shape: tuple[int, ...], axis: Any, keepdims: bool) -> tuple[Any, ...]:
+        """For inputs of ``shape`` and this ``axis``: the permutation that moves the reduced
+        axes last (None when they are), the output's shape without and with ``keepdims``,
+        and the index that views a ``keepdims`` output without its reduced dims."""
         ndim = len(shape)
         if axis is None:
             axes = list(range(ndim))
@@ -413,25 +484,9 @@ class ReductionKernel(_SourceKernel):
             axes.sort()
         kept = [d for d in range(ndim) if d not in axes]
         perm = kept + axes
-        if perm != list(range(ndim)):
-            ins = [_permuted(a, perm) for a in ins]
-        out_shape = tuple(shape[d] for d in kept)
-        keep_shape = tuple(1 if d in axes else shape[d] for d in range(ndim))
-        if not outs:
-            bound: dict[str, str] = {}
-            for p, a in zip(self._ins, ins, strict=True):
-                if p.dtypes != (p.dtype,):
-                    bound.setdefault(p.dtype, _dtype_of(a))
-            for p in self._outs:
-                dtype = p.dtype if p.dtypes == (p.dtype,) else bound[p.dtype]
-                outs.append(_dlbridge._empty_like(like, keep_shape if keepdims else out_shape, dtype))
-                made.append(len(outs) - 1)
+        out_shape = tuple(int(shape[d]) for d in kept)
+        keep_shape = tuple(1 if d in axes else int(shape[d]) for d in range(ndim))
         # A keepdims output is written through a view without the reduced dims.
         # (The trailing Ellipsis keeps an all-integer index a 0-d view, not a NumPy scalar.)
         index = tuple(0 if d in axes else slice(None) for d in range(ndim)) + (Ellipsis,)
-        targets = [o[index] if len(o.shape) == ndim and ndim != len(out_shape) else o for o in outs]
-        self.kernel(*ins, *targets)
-        # Made here in the input's framework: handed over as its calls' outputs are (JAX's zero-copy import).
-        for i in made:
-            outs[i] = _dlbridge._hand_over(like, outs[i])
-        return outs[0] if self.nout == 1 else tuple(outs)
+        return (None if perm == list(range(ndim)) else perm), out_shape, keep_shape, index

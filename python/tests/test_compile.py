@@ -492,3 +492,22 @@ def test_a_float_scalar_for_an_integer_parameter_is_refused_and_a_too_large_one_
     fixed = dlbridge.ElementwiseKernel("uint8 x, uint8 y", "uint8 z", "z = x + y", "scalar_checked_u8")
     with pytest.raises(OverflowError, match="scalar_checked_u8: argument y: the scalar -1 is out of range for u8 \\(0 to 255\\)"):
         fixed(np.zeros(2, np.uint8), -1)
+
+
+def test_reduction_calls_alternating_axes_shapes_and_keepdims_each_get_their_own_layout():
+    # Every (shape, axis, keepdims) has its own plan; repeated calls must not reuse another's.
+    l2 = dlbridge.ReductionKernel("T x", "T y", "x * x", "a + b", "y = sqrt(a)", "0", "l2_alternating")
+    rng = np.random.default_rng(5)
+    arrays = [rng.random((3, 4, 5)), rng.random((5, 4, 3)), rng.random((2, 3, 4, 5))]
+    for _ in range(2):
+        for x in arrays:
+            for axis in (0, 1, 2, (0, 2), [2, 0], None, -1, (1,)):
+                for keep in (False, True):
+                    want = np.sqrt((x * x).sum(axis=tuple(axis) if isinstance(axis, list) else axis, keepdims=keep))
+                    got = l2(x, axis=axis, keepdims=keep)
+                    assert got.shape == want.shape, (x.shape, axis, keep)
+                    np.testing.assert_allclose(got, want, rtol=1e-12)
+    with pytest.raises(TypeError, match="axis must be an int or a tuple of ints"):
+        l2(arrays[0], axis=[[0]])
+    with pytest.raises(ValueError, match="out of bounds"):
+        l2(arrays[0], axis=3)

@@ -73,7 +73,7 @@ fn a_parameter_named_n_does_not_bound_the_loop() {
     for (params, op) in [("T x, int32 n", "y = x * n"), ("T x, raw T n", "y = x + n[0]")] {
         let src = elementwise_source(&ew(params, "T y", op, "param_n"), &[('T', DType::F32)]).unwrap();
         let text = &src.text;
-        assert!(text.contains("threadIdx.x; i < _size;"), "{text}");
+        assert!(text.contains("i < _size; i += _stride") && text.contains("_q < _nv; _q += _stride"), "{text}");
         assert!(!text.contains("const ptrdiff_t n = _size;"), "the parameter is the only `n`: {text}");
         if nvrtc_or_skip() {
             compiles(&src);
@@ -136,7 +136,8 @@ fn the_generated_source_uses_the_indexer_grid_stride_loops_and_line_directives()
     assert_eq!(src.entry, "dlbridge_add_reverse");
     assert!(t.contains("struct DlbIndexer"), "the shared indexer");
     assert!(t.contains("typedef int32_t T;"));
-    assert!(t.contains("i += static_cast<ptrdiff_t>(gridDim.x) * blockDim.x"), "grid-stride");
+    assert!(t.contains("const ptrdiff_t _stride = static_cast<ptrdiff_t>(gridDim.x) * blockDim.x;"), "grid-stride");
+    assert!(t.contains("i < _size; i += _stride"), "grid-stride");
     assert!(t.contains("dlbridge_kContig ? i : dlbridge_offset(_x0, i)"), "contiguous fast path");
     assert!(t.contains("const dlbridge::Raw<const T> y(_p1, _x1, _n1, _c1);"));
     assert!(t.contains("#line 1 \"operation\"\nz = x + y[_ind.size() - i - 1]\n; } while (0);\n"));
@@ -254,4 +255,19 @@ fn the_program_name_and_options_are_what_the_cache_keys_on() {
     let p: Program = src.program();
     assert_eq!(p.options_for(ARCHS[0]), [ARCHS[0], "--std=c++17", "-default-device"]);
     assert_eq!(p.source(), src.text);
+}
+
+#[test]
+fn a_contiguous_elementwise_kernel_reads_its_inputs_16_bytes_at_a_time() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let spec = ew("T x, T y, T b", "T z", "z = x * y + b", "fma_vector");
+    // Four elements a load: 16 bytes of f32, two 16-byte loads of f64, 8 bytes of f16 and bf16.
+    for (d, wide) in [(DType::F32, ".v4.f32"), (DType::F64, ".v2.f64"), (DType::F16, ".v4.u16"), (DType::BF16, ".v4.u16")] {
+        let ptx = elementwise_source(&spec, &[('T', d)]).unwrap().ptx(ARCHS[1]).unwrap();
+        let loads: std::collections::BTreeSet<&str> = ptx.split_whitespace().filter(|w| w.starts_with("ld.global")).collect();
+        assert!(loads.iter().any(|l| l.contains(wide)), "{d}: no vector load among {loads:?}");
+        assert!(!ptx.contains(".local"), "{d}: the register copies spilled to local memory");
+    }
 }

@@ -120,3 +120,67 @@ fn a_maximum_without_an_identity_in_every_layout() {
     let reference = "[&] { double s = v[0]; for (double e : v) s = e > s ? e : s; return s; }()";
     run_on_host(&spec, &[('T', DType::F64)], "double", reference, 0.0);
 }
+
+#[test]
+fn a_contiguous_elementwise_kernel_takes_four_elements_a_thread_where_its_inputs_are_aligned() {
+    use dlbridge_compile::ElementwiseSpec;
+    use dlbridge_compile::internals::elementwise_source;
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    if Command::new(&cxx).arg("--version").output().is_err() {
+        eprintln!("skipped: no C++ compiler ({cxx})");
+        return;
+    }
+    // `i` and a `continue` must mean the same in the vector loop as in the element loop.
+    let spec = ElementwiseSpec::new("T x, T y, T b", "T z", "if (i % 7 == 3) { z = -1; continue; } z = x * y + b + (T)(i % 3)", "fma_host", "", "", "")
+        .unwrap();
+    let src = elementwise_source(&spec, &[('T', DType::F32)]).unwrap();
+    let harness = r#"
+#include <random>
+#include <vector>
+static std::mt19937_64 rng(9);
+static long long rnd(long long lo, long long hi) { return std::uniform_int_distribution<long long>(lo, hi)(rng); }
+static DlbIndexer ix1(long long n) { DlbIndexer ix; memset(&ix, 0, sizeof ix); ix.ndim = n > 1; ix.shape[0] = n; ix.strides[0] = 1; return ix; }
+int main() {
+    int fails = 0, vec_cases = 0;
+    for (int c = 0; c < 200; ++c) {
+        long long n = rnd(0, 3) ? rnd(0, 40) : rnd(100, 3000);
+        // Inputs at 0..3 elements past a 16-byte boundary: only all-aligned inputs take the vector loop.
+        long long off[3]; for (auto& o : off) o = rnd(0, 1) ? 0 : rnd(0, 3);
+        std::vector<float> buf[3];
+        const float* in[3];
+        for (int k = 0; k < 3; ++k) {
+            buf[k].resize(n + 8);
+            for (auto& v : buf[k]) v = (float)rnd(-50, 50) / 4;
+            float* base = (float*)(((unsigned long long)buf[k].data() + 15) & ~15ull);
+            in[k] = base + off[k];
+        }
+        std::vector<float> z(n + 1, -777);
+        bool aligned = true; for (auto* p : in) aligned &= ((unsigned long long)p % 16) == 0;
+        int vec = aligned && n >= 4;
+        vec_cases += vec;
+        unsigned grid = (unsigned)rnd(1, 3), block = 32u * (unsigned)rnd(1, 4);
+        DlbIndexer ix = ix1(n), shape; memset(&shape, 0, sizeof shape); shape.ndim = 1; shape.shape[0] = n;
+        launch(grid, block, [&] { dlbridge_fma_host(in[0], ix, in[1], ix, in[2], ix, z.data(), ix, shape, n, 1, vec); });
+        for (long long i = 0; i < n; ++i) {
+            float want = i % 7 == 3 ? -1.0f : in[0][i] * in[1][i] + in[2][i] + (float)(i % 3);
+            if (z[i] != want && fails++ < 10) printf("FAIL n=%lld i=%lld vec=%d got %g want %g\n", n, i, vec, z[i], want);
+        }
+        if (z[n] != -777 && fails++ < 10) printf("FAIL n=%lld: wrote past the end\n", n);
+    }
+    printf("%d vector cases, %d failures\n", vec_cases, fails);
+    return fails != 0 || vec_cases < 20;
+}
+"#;
+    let prelude = "#include \"host_shim.h\"\n#include <cstdint>\n#include <cstddef>\n#include <algorithm>\n\
+                   #define DLBRIDGE_COMPILE_NVRTC_STDINT_CUH_\n#define __launch_bounds__(n)\n#define __align__(n) __attribute__((aligned(n)))\n\
+                   using std::min; using std::max; using std::sqrt;\n";
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let (cpp, exe) = (dir.join("fma_host.cpp"), dir.join("fma_host"));
+    std::fs::write(&cpp, format!("{prelude}{}\n{harness}", src.text)).unwrap();
+    let shim = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cuda/cu");
+    let built = Command::new(&cxx).args(["-std=c++20", "-O1", "-pthread", "-w", "-I"]).arg(&shim).arg("-o").arg(&exe).arg(&cpp).output().unwrap();
+    assert!(built.status.success(), "{cxx} failed on {}:\n{}", cpp.display(), String::from_utf8_lossy(&built.stderr));
+    let out = Command::new(&exe).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains(" 0 failures"), "{stdout}");
+}
