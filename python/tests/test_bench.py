@@ -77,3 +77,16 @@ def test_the_mlp_tables_time_both_models(page):
     for name in ("mlp", "mlp-2"):
         out = table(page, name)
         assert re.search(r"\d", out) and "tch" in out, out
+
+
+def test_the_cuda_benchmark_runs_or_says_why_it_cannot():
+    # scripts/gpu-check.sh runs it on a GPU; without one it must say why and succeed.
+    run = subprocess.run([sys.executable, str(ROOT / "python/bench/bench_cuda.py"), "--quick"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert run.returncode == 0, run.stderr
+    if "skipped: no GPU" in run.stdout:
+        assert "torch:" in run.stdout and "dlbridge:" in run.stdout, run.stdout
+        return
+    for section in ("row reductions over the last dim", "elementwise maps", "ElementwiseKernel z = x * y + b",
+                    "ReductionKernel L2 norm to a scalar", "call overhead"):
+        assert section in run.stdout, (section, run.stdout)

@@ -131,8 +131,16 @@ fn a_contiguous_elementwise_kernel_takes_four_elements_a_thread_where_its_inputs
         return;
     }
     // `i` and a `continue` must mean the same in the vector loop as in the element loop.
-    let spec = ElementwiseSpec::new("T x, T y, T b", "T z", "if (i % 7 == 3) { z = -1; continue; } z = x * y + b + (T)(i % 3)", "fma_host", "", "", "")
-        .unwrap();
+    let spec = ElementwiseSpec::new(
+        "T x, T y, T b",
+        "T z",
+        "if (i % 7 == 3) { z = -1; continue; } z = x * y + b + (T)(i % 3)",
+        "fma_host",
+        "",
+        "",
+        "",
+    )
+    .unwrap();
     let src = elementwise_source(&spec, &[('T', DType::F32)]).unwrap();
     let harness = r#"
 #include <random>
@@ -178,7 +186,8 @@ int main() {
     let (cpp, exe) = (dir.join("fma_host.cpp"), dir.join("fma_host"));
     std::fs::write(&cpp, format!("{prelude}{}\n{harness}", src.text)).unwrap();
     let shim = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cuda/cu");
-    let built = Command::new(&cxx).args(["-std=c++20", "-O1", "-pthread", "-w", "-I"]).arg(&shim).arg("-o").arg(&exe).arg(&cpp).output().unwrap();
+    let built =
+        Command::new(&cxx).args(["-std=c++20", "-O1", "-pthread", "-w", "-I"]).arg(&shim).arg("-o").arg(&exe).arg(&cpp).output().unwrap();
     assert!(built.status.success(), "{cxx} failed on {}:\n{}", cpp.display(), String::from_utf8_lossy(&built.stderr));
     let out = Command::new(&exe).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -158,6 +158,37 @@ fn builtin_cuda_kernels_match_the_cpu_kernels_on_every_layout() {
 }
 
 #[test]
+fn row_reductions_match_the_cpu_kernels_in_every_launch_shape() {
+    let Some(dev) = device_or_skip() else { return };
+    dlbridge_cpu::link();
+    dlbridge_cuda::link();
+    let reg = dlbridge_registry::Registry::global();
+    // A warp a row, a block a row, rows split into pieces (few long rows), one long row.
+    for (r, c) in [(300i64, 100i64), (50, 3000), (3, 200_000), (1, 1 << 21)] {
+        let a = Array::from_vec(values((r * c) as usize), &[r, c]).unwrap();
+        let da = CudaArray::from_host(&dev, &a).unwrap();
+        for (name, shape, tol) in [
+            ("softmax", vec![r, c], 1e-5f32),
+            ("sum", vec![r], 1e-4),
+            ("mean", vec![r], 1e-5),
+            ("sum_all", vec![], 1e-4),
+            ("mean_all", vec![], 1e-5),
+        ] {
+            let k = reg.get(name).unwrap();
+            let mut want = Array::zeros(DType::F32, &shape).unwrap();
+            k.call(&mut [dlbridge_registry::Arg::Tensor(a.view())], &mut [want.view_mut().unwrap()]).unwrap();
+            let mut out = CudaArray::empty(&dev, DType::F32, &shape).unwrap();
+            k.call(&mut [dlbridge_registry::Arg::Tensor(da.view().unwrap())], &mut [out.view_mut().unwrap()]).unwrap();
+            // Sums relative to the magnitude they add up (values in [-4, 4)).
+            let scale = if name.starts_with("sum") { (c as f32).sqrt() * 4.0 } else { 1.0 };
+            let got: Vec<f32> = out.to_host().unwrap().to_vec::<f32>().unwrap().iter().map(|v| v / scale).collect();
+            let want: Vec<f32> = want.to_vec::<f32>().unwrap().iter().map(|v| v / scale).collect();
+            close(&got, &want, tol, &format!("{name} {r}x{c}"));
+        }
+    }
+}
+
+#[test]
 fn a_strided_view_outside_the_array_is_refused() {
     let Some(dev) = device_or_skip() else { return };
     let a = CudaArray::empty(&dev, DType::F32, &[4, 4]).unwrap();
