@@ -21,6 +21,10 @@ enum Command {
         /// Also load this plugin library (repeatable) and list its kernels beside the built-in ones.
         #[arg(long = "plugin", value_name = "PATH")]
         plugins: Vec<std::path::PathBuf>,
+        /// Also define the Tensor Comprehensions in this file (repeatable; the language of
+        /// `dlbridge.define`) and list each definition and its derived backward.
+        #[arg(long = "define", value_name = "FILE")]
+        defines: Vec<std::path::PathBuf>,
     },
     /// Run the DLPack conformance suite: the Rust cases on dlbridge.Array and the Python matrix
     /// library x rule; or, with --producer / --consumer, the checks on your own library.
@@ -57,18 +61,38 @@ struct ConformanceArgs {
     rust_only: bool,
 }
 
-fn list(plugins: &[std::path::PathBuf]) -> dlbridge::Result<()> {
+fn list(plugins: &[std::path::PathBuf], defines: &[std::path::PathBuf]) -> dlbridge::Result<()> {
     let reg = dlbridge::registry();
     for p in plugins {
         reg.load_plugin(p)?;
     }
+    let mut defined = std::collections::HashMap::new();
+    for file in defines {
+        let shown = file.display().to_string();
+        let lang = std::fs::read_to_string(file).map_err(|e| dlbridge::Error::InvalidArgument(format!("--define {shown}: {e}")))?;
+        for d in dlbridge::compile::tc::define_in(reg, &lang).map_err(|e| e.context(format!("--define {shown}")))? {
+            defined.insert(d.registered.name().to_owned(), shown.clone());
+            match &d.backward {
+                Ok(b) => {
+                    defined.insert(b.name().to_owned(), shown.clone());
+                }
+                Err(why) => eprintln!("{}: no backward: {why}", d.registered.name()),
+            }
+        }
+    }
     let kernels = reg.list();
-    let width = kernels.iter().map(|k| k.signature_text().len()).max().unwrap_or(0);
+    // Columns as wide as the longest signature, up to 80 characters (a longer one runs over).
+    let width = kernels.iter().map(|k| k.signature_text().len()).max().unwrap_or(0).min(80);
     for k in &kernels {
         let devices: Vec<String> = k.devices().map(|d| d.to_string()).collect();
         let origin = k.origins().next().map(|(_, o)| o).unwrap_or("");
-        let from =
-            if origin.starts_with("plugin ") { format!("  ({})", origin.split(" (").next().unwrap_or(origin)) } else { String::new() };
+        let from = if origin.starts_with("plugin ") {
+            format!("  ({})", origin.split(" (").next().unwrap_or(origin))
+        } else if let Some(file) = defined.get(k.name()) {
+            format!("  (defined in {file})")
+        } else {
+            String::new()
+        };
         println!("{:<width$}  [{}]  {}{from}", k.signature_text(), devices.join(", "), k.doc());
     }
     println!("{} kernels", kernels.len());
@@ -224,7 +248,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo => dlbridge::demo::array_round_trip().map(|report| print!("{report}")),
-        Command::List { plugins } => list(&plugins),
+        Command::List { plugins, defines } => list(&plugins, &defines),
         Command::Conformance(args) => conformance(&args),
         Command::Inspect { path } => dlbridge::registry_crate::Plugin::open(&path).map(|p| print!("{}", p.info())),
     };

@@ -46,6 +46,26 @@ fn inspect_shows_a_plugin_and_list_shows_it_beside_the_builtins() {
 }
 
 #[test]
+fn list_defines_tensor_comprehensions_from_a_file_and_names_the_file() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/tc/layers.tc");
+    let (ok, text, err) = dlbridge(&["list".as_ref(), "--define".as_ref(), file.as_ref()]);
+    assert!(ok, "{err}");
+    let line = text.lines().find(|l| l.starts_with("fcrelu<")).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("(I: T[B, M], W1: T[N, M], B1: T[N]) -> (O1: T[B, N])") && line.contains("[cpu, cuda]"), "{line}");
+    assert!(line.ends_with(&format!("(defined in {file})")), "{line}");
+    assert!(text.contains("avgpool<T: f32|f64|f16|bf16>(input: T[B, C, H, W]) -> (output: T[B, C, ((H - 2) / 2 + 1), ((W - 2) / 2 + 1)])"));
+    assert!(text.lines().any(|l| l.starts_with("fcrelu_backward<")), "{text}");
+    assert!(text.lines().last().unwrap().ends_with("19 kernels"), "{text}");
+    // Text that does not parse: the file, the line and the column, and a failure.
+    let broken = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("broken.tc");
+    std::fs::write(&broken, "def broken(float(N) x) -> (y) {\n  y(i) = x(j\n}\n").unwrap();
+    let (ok, _, err) = dlbridge(&["list".as_ref(), "--define".as_ref(), broken.as_os_str()]);
+    assert!(!ok && err.contains("broken.tc") && err.contains("line 3, column 1"), "{err}");
+    let (ok, _, err) = dlbridge(&["list".as_ref(), "--define".as_ref(), "no/such/file.tc".as_ref()]);
+    assert!(!ok && err.contains("no/such/file.tc"), "{err}");
+}
+
+#[test]
 fn inspect_reports_a_broken_plugin_and_fails() {
     let lib = dlbridge_plugin_c::path("future_abi");
     let (ok, _, err) = dlbridge(&["inspect".as_ref(), lib.as_os_str()]);
