@@ -267,6 +267,16 @@ pub fn elementwise_source(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Res
     if !spec.loop_prep.is_empty() {
         src.user("loop_prep", &spec.loop_prep, ";");
     }
+    // The operation once, as a function of the element's index and operands (the
+    // vector loop and the element loop both call it; loop_prep's names are captured).
+    let non_raw: Vec<usize> = (0..all.len()).filter(|&t| !all[t].raw).collect();
+    let body_params: Vec<String> = non_raw.iter().map(|&t| format!("{}{}& {}", qual(t), ctypes[t], all[t].name)).collect();
+    src.line(&format!("  const auto _body = [&](ptrdiff_t i{}) {{", body_params.iter().map(|p| format!(", {p}")).collect::<String>()));
+    src.line("    (void)i;");
+    // As on the CPU: a top-level `break` or `continue` ends this element only.
+    src.line("    do {");
+    src.user("operation", &spec.operation, "; } while (0);");
+    src.line("  };");
     src.line("  const ptrdiff_t _first = static_cast<ptrdiff_t>(blockIdx.x) * blockDim.x + threadIdx.x;");
     src.line("  const ptrdiff_t _stride = static_cast<ptrdiff_t>(gridDim.x) * blockDim.x;");
     src.line("  ptrdiff_t _done = 0;");
@@ -281,27 +291,17 @@ pub fn elementwise_source(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Res
     }
     src.line("#pragma unroll");
     src.line(&format!("      for (int _k = 0; _k < {VECTOR}; ++_k) {{"));
-    src.line(&format!("        const ptrdiff_t i = _q * {VECTOR} + _k;"));
-    for (t, p) in all.iter().enumerate().filter(|(_, p)| !p.raw) {
-        if vec_inputs.contains(&t) {
-            src.line(&format!("        const {}& {} = _v{t}.e[_k];", ctypes[t], p.name));
-        } else {
-            src.line(&format!("        {}{}& {} = _p{t}[i];", qual(t), ctypes[t], p.name));
-        }
-    }
-    src.line("        do {");
-    src.user("operation", &spec.operation, "; } while (0);");
+    src.line(&format!("        const ptrdiff_t _i = _q * {VECTOR} + _k;"));
+    let vargs: Vec<String> =
+        non_raw.iter().map(|&t| if vec_inputs.contains(&t) { format!("_v{t}.e[_k]") } else { format!("_p{t}[_i]") }).collect();
+    src.line(&format!("        _body(_i{});", vargs.iter().map(|a| format!(", {a}")).collect::<String>()));
     src.line("      }");
     src.line("    }");
     src.line(&format!("    _done = _nv * {VECTOR};"));
     src.line("  }");
     src.line("  for (ptrdiff_t i = _done + _first; i < _size; i += _stride) {");
-    for (t, p) in all.iter().enumerate().filter(|(_, p)| !p.raw) {
-        src.line(&format!("    {}{}& {} = _p{t}[dlbridge_kContig ? i : dlbridge_offset(_x{t}, i)];", qual(t), ctypes[t], p.name));
-    }
-    // As on the CPU: a top-level `break` or `continue` ends this element only.
-    src.line("    do {");
-    src.user("operation", &spec.operation, "; } while (0);");
+    let sargs: Vec<String> = non_raw.iter().map(|&t| format!("_p{t}[dlbridge_kContig ? i : dlbridge_offset(_x{t}, i)]")).collect();
+    src.line(&format!("    _body(i{});", sargs.iter().map(|a| format!(", {a}")).collect::<String>()));
     src.line("  }");
     if !spec.after_loop.is_empty() {
         src.user("after_loop", &spec.after_loop, ";");

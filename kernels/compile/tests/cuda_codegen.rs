@@ -271,3 +271,52 @@ fn a_contiguous_elementwise_kernel_reads_its_inputs_16_bytes_at_a_time() {
         assert!(!ptx.contains(".local"), "{d}: the register copies spilled to local memory");
     }
 }
+
+#[test]
+fn generated_kernels_fit_their_largest_block_in_registers_without_spilling() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let l2 = ReductionSpec::new(&Reduction::new("T x", "T y", "x * x", "a + b", "y = sqrt(a)", Some("0"), "l2_regs")).unwrap();
+    let argmax = ReductionSpec::new(&Reduction {
+        reduce_type: Some("Pair"),
+        preamble: "struct Pair { double v; long long j; };",
+        ..Reduction::new(
+            "T x",
+            "int64 idx",
+            "Pair{(double)x, _j}",
+            "(b.v > a.v || (b.v == a.v && b.j < a.j)) ? b : a",
+            "idx = a.j",
+            None,
+            "argmax_regs",
+        )
+    })
+    .unwrap();
+    let fma = ew("T x, T y, T b", "T z", "z = x * y + b", "fma_regs");
+    let sources = [
+        (reduction_source(&l2, &[('T', DType::F32)]).unwrap(), 512),
+        (reduction_source(&argmax, &[('T', DType::F64)]).unwrap(), 512),
+        (elementwise_source(&fma, &[('T', DType::F64)]).unwrap(), 256),
+    ];
+    for (src, block) in sources {
+        let mut options = src.program().options_for("--gpu-architecture=sm_90");
+        options.push("--ptxas-options=-v".into());
+        let (_, log) =
+            dlbridge_cuda::nvrtc::compile_with_log(&src.text, "kernel.cu", &options, dlbridge_cuda::nvrtc::Output::Cubin).unwrap();
+        let number_before = |line: &str, what: &str| -> Option<u32> { line[..line.find(what)?].split_whitespace().last()?.parse().ok() };
+        let regs: Vec<u32> = log.lines().filter_map(|l| number_before(l, "registers")).collect();
+        let spills: Vec<u32> = log.lines().filter_map(|l| number_before(l, "bytes spill stores")).collect();
+        assert!(!regs.is_empty() && regs.iter().all(|r| r * block <= 65_536), "{}: {regs:?} registers, {block} threads\n{log}", src.entry);
+        assert!(spills.iter().all(|&s| s == 0), "{} spills: {log}", src.entry);
+    }
+}
+
+#[test]
+fn the_operation_is_pasted_once_so_labels_and_errors_appear_once() {
+    let spec = ew("T x", "T z", "z = 0; if (x < 0) goto done; z = x; done: ;", "with_label");
+    let src = elementwise_source(&spec, &[('T', DType::F32)]).unwrap();
+    assert_eq!(src.text.matches("#line 1 \"operation\"").count(), 1, "{}", src.text);
+    if nvrtc_or_skip() {
+        compiles(&src);
+    }
+}

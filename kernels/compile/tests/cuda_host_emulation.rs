@@ -85,7 +85,7 @@ fn run_on_host(spec: &ReductionSpec, bind: &[(char, DType)], t: &str, reference:
     let name = src.entry.strip_prefix("dlbridge_").unwrap();
     // The emulation's own types stand in for NVRTC's; CUDA's launch attributes mean nothing on the host.
     let prelude = "#include \"host_shim.h\"\n#include <cstdint>\n#include <cstddef>\n#include <algorithm>\n\
-                   #define DLBRIDGE_COMPILE_NVRTC_STDINT_CUH_\n#define __launch_bounds__(n)\n#define __align__(n) __attribute__((aligned(n)))\n\
+                   #define DLBRIDGE_COMPILE_NVRTC_STDINT_CUH_\n#define __align__(n) __attribute__((aligned(n)))\n\
                    using std::min; using std::max; using std::sqrt;\n";
     let text = format!("{prelude}{}\n{}", src.text, harness(name, t, reference, tol));
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
@@ -180,7 +180,7 @@ int main() {
 }
 "#;
     let prelude = "#include \"host_shim.h\"\n#include <cstdint>\n#include <cstddef>\n#include <algorithm>\n\
-                   #define DLBRIDGE_COMPILE_NVRTC_STDINT_CUH_\n#define __launch_bounds__(n)\n#define __align__(n) __attribute__((aligned(n)))\n\
+                   #define DLBRIDGE_COMPILE_NVRTC_STDINT_CUH_\n#define __align__(n) __attribute__((aligned(n)))\n\
                    using std::min; using std::max; using std::sqrt;\n";
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
     let (cpp, exe) = (dir.join("fma_host.cpp"), dir.join("fma_host"));

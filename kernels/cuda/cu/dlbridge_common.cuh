@@ -120,6 +120,9 @@ __device__ __forceinline__ float dlb_exp(float x) { return expf(x); }
 __device__ __forceinline__ double dlb_exp(double x) { return exp(x); }
 __device__ __forceinline__ float dlb_erf(float x) { return erff(x); }
 __device__ __forceinline__ double dlb_erf(double x) { return erf(x); }
+// 1 / x, rounded to nearest (IEEE), without the division's subroutine call.
+__device__ __forceinline__ float dlb_rcp(float x) { return __frcp_rn(x); }
+__device__ __forceinline__ double dlb_rcp(double x) { return __drcp_rn(x); }
 __device__ __forceinline__ float dlb_max(float a, float b) { return fmaxf(a, b); }
 __device__ __forceinline__ double dlb_max(double a, double b) { return fmax(a, b); }
 

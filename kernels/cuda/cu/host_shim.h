@@ -13,6 +13,7 @@
 #define __device__
 #define __forceinline__ inline
 #define __shared__ static
+#define __launch_bounds__(...)
 struct dim3 { unsigned x = 1, y = 1, z = 1; };
 struct alignas(16) uint4 { unsigned x, y, z, w; };
 thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
@@ -23,6 +24,8 @@ inline double __longlong_as_double(long long u) { double f; memcpy(&f, &u, 8); r
 inline _Float16 dlb_host_bits_to_half(unsigned short h) { _Float16 f; memcpy(&f, &h, 2); return f; }
 inline unsigned short dlb_host_half_to_bits(_Float16 f) { unsigned short h; memcpy(&h, &f, 2); return h; }
 using std::erf; using std::exp; using std::fmax;
+inline float __frcp_rn(float x) { return 1.0f / x; }
+inline double __drcp_rn(double x) { return 1.0 / x; }
 // per-block emulation state
 static std::barrier<>* g_block_bar;
 static std::barrier<>* g_warp_bar[32];

@@ -22,13 +22,17 @@
 // Launch: any grid size, grid-stride over rows (units); warp_rows = 0, one
 // block per row (unit) at a time; warp_rows = 1, one warp each (short rows:
 // several rows a block, warp shuffles only). blockDim.x a multiple of 32, at
-// most 1024. Contiguous, 16-byte aligned rows are read (and written) 16 bytes
+// most 512. Contiguous, 16-byte aligned rows are read (and written) 16 bytes
 // a thread. NO dynamic shared memory (static scratch, <= 512 bytes).
 // Numerically stable, two reads of x: the online (max, sum of exp(x - max))
-// in one pass (DlbMaxSum), then y = exp(x - max) / sum. Accumulates in A.
+// in one pass (DlbMaxSum), then y = exp(x - max) * (1 / sum). Accumulates in A.
 // A row of all -inf, or containing NaN, gives NaN, as torch does.
 // In-place (y == x with identical layout) is safe.
 #include "dlbridge_common.cuh"
+
+// Threads a block, at most: the unrolled 16-byte loads and the statistics take
+// more than the 64 registers a thread of a 1024-thread block may have.
+#define DLB_SOFTMAX_MAX_BLOCK 512
 
 // The (max, sum) of `n` elements from xr, `cs` apart, in every thread of the group.
 template <typename E>
@@ -56,7 +60,8 @@ __device__ __forceinline__ void dlb_softmax(const typename E::storage* x, const 
         const typename E::storage* xr = x + dlb_offset(xrows, r);
         typename E::storage* yr = y + dlb_offset(yrows, r);
         const DlbMaxSum<A> t = dlb_softmax_stats<E>(g, xr, xcs, cols, sm, ss);
-        dlb_row_map<E>(g, xr, xcs, yr, ycs, cols, [&](A v) { return dlb_exp(v - t.m) / t.s; });
+        const A inv = dlb_rcp(t.s);  // one reciprocal a row, not a division an element
+        dlb_row_map<E>(g, xr, xcs, yr, ycs, cols, [&](A v) { return dlb_exp(v - t.m) * inv; });
     }
 }
 
@@ -100,23 +105,24 @@ __device__ __forceinline__ void dlb_softmax_finish(const typename E::storage* x,
         t = dlb_ms_group_reduce(g, t, sm, ss);
         const typename E::storage* xr = x + dlb_offset(xrows, p.row) + p.first * xcs;
         typename E::storage* yr = y + dlb_offset(yrows, p.row) + p.first * ycs;
-        dlb_row_map<E>(g, xr, xcs, yr, ycs, p.cols, [&](A v) { return dlb_exp(v - t.m) / t.s; });
+        const A inv = dlb_rcp(t.s);
+        dlb_row_map<E>(g, xr, xcs, yr, ycs, p.cols, [&](A v) { return dlb_exp(v - t.m) * inv; });
     }
 }
 
 #define DLB_SOFTMAX(T, E)                                                                                    \
-    extern "C" __global__ void dlbridge_softmax_##T(const E::storage* x, DlbIndexer xrows, long long xcol_stride, \
+    extern "C" __global__ void __launch_bounds__(DLB_SOFTMAX_MAX_BLOCK, 1) dlbridge_softmax_##T(const E::storage* x, DlbIndexer xrows, long long xcol_stride, \
                                                     E::storage* y, DlbIndexer yrows, long long ycol_stride,   \
                                                     long long rows, long long cols, int warp_rows) {          \
         dlb_softmax<E>(x, xrows, xcol_stride, y, yrows, ycol_stride, rows, cols, warp_rows);                  \
     }                                                                                                        \
-    extern "C" __global__ void dlbridge_softmax_partial_##T(const E::storage* x, DlbIndexer xrows,            \
+    extern "C" __global__ void __launch_bounds__(DLB_SOFTMAX_MAX_BLOCK, 1) dlbridge_softmax_partial_##T(const E::storage* x, DlbIndexer xrows,            \
                                                             long long xcol_stride, E::acc* partial,           \
                                                             long long rows, long long cols, long long splits, \
                                                             long long chunk, int warp_rows) {                 \
         dlb_softmax_partial<E>(x, xrows, xcol_stride, partial, rows, cols, splits, chunk, warp_rows);       \
     }                                                                                                        \
-    extern "C" __global__ void dlbridge_softmax_finish_##T(                                                  \
+    extern "C" __global__ void __launch_bounds__(DLB_SOFTMAX_MAX_BLOCK, 1) dlbridge_softmax_finish_##T(                                                  \
         const E::storage* x, DlbIndexer xrows, long long xcol_stride, E::storage* y, DlbIndexer yrows,         \
         long long ycol_stride, const E::acc* partial, long long rows, long long cols, long long splits,       \
         long long chunk, int warp_rows) {                                                                    \

@@ -18,8 +18,8 @@
 //   dlbridge_sum_finish_T(const A* partial, T* y, DlbIndexer yrows,
 //                         long long rows, long long splits, int warp_rows,
 //                         double scale)
-//     Second pass: y[row r] = scale * sum(partial[r * splits .. + splits]),
-//     in that order.
+//     Second pass: y[row r] = scale * sum(partial[r * splits .. + splits])
+//     (each thread a strided share, then the group's tree).
 // Launch: any grid size, grid-stride over rows (units); warp_rows = 0, one
 // block per row (unit) at a time; warp_rows = 1, one warp each. blockDim.x a
 // multiple of 32, at most 1024. Contiguous, 16-byte aligned rows are read 16
@@ -83,18 +83,18 @@ __device__ __forceinline__ void dlb_sum_finish(const typename E::acc* partial, t
 }
 
 #define DLB_SUM(T, E)                                                                                       \
-    extern "C" __global__ void dlbridge_sum_##T(const E::storage* x, DlbIndexer xrows, long long xcol_stride, \
+    extern "C" __global__ void __launch_bounds__(1024) dlbridge_sum_##T(const E::storage* x, DlbIndexer xrows, long long xcol_stride, \
                                                 E::storage* y, DlbIndexer yrows, long long rows,             \
                                                 long long cols, int warp_rows, double scale) {               \
         dlb_sum<E>(x, xrows, xcol_stride, y, yrows, rows, cols, warp_rows, scale);                          \
     }                                                                                                       \
-    extern "C" __global__ void dlbridge_sum_partial_##T(const E::storage* x, DlbIndexer xrows,               \
+    extern "C" __global__ void __launch_bounds__(1024) dlbridge_sum_partial_##T(const E::storage* x, DlbIndexer xrows,               \
                                                         long long xcol_stride, E::acc* partial,              \
                                                         long long rows, long long cols, long long splits,    \
                                                         long long chunk, int warp_rows) {                    \
         dlb_sum_partial<E>(x, xrows, xcol_stride, partial, rows, cols, splits, chunk, warp_rows);          \
     }                                                                                                       \
-    extern "C" __global__ void dlbridge_sum_finish_##T(const E::acc* partial, E::storage* y, DlbIndexer yrows, \
+    extern "C" __global__ void __launch_bounds__(1024) dlbridge_sum_finish_##T(const E::acc* partial, E::storage* y, DlbIndexer yrows, \
                                                        long long rows, long long splits, int warp_rows,       \
                                                        double scale) {                                        \
         dlb_sum_finish<E>(partial, y, yrows, rows, splits, warp_rows, scale);                                \

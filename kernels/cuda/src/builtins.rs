@@ -90,5 +90,9 @@ mod tests {
             ]
         );
         assert!(source_of("matmul").is_none());
+        // The launcher's softmax block limit is the one the kernels are compiled for.
+        let softmax = source_of("softmax").unwrap().text();
+        assert!(softmax.contains(&format!("#define DLB_SOFTMAX_MAX_BLOCK {}\n", crate::launch::SOFTMAX_MAX_BLOCK)));
+        assert_eq!(softmax.matches("__launch_bounds__(DLB_SOFTMAX_MAX_BLOCK, 1)").count(), 3);
     }
 }

@@ -144,7 +144,7 @@ fn softmax(call: &mut Call<'_, '_>) -> Result<()> {
     let (dev, f) = function("softmax", dtype, out.device().id)?;
     let (mut xrows, mut xcol) = rows_of(shape, x.strides())?;
     let (mut yrows, mut ycol) = rows_of(out.shape(), out.strides())?;
-    let Some(plan) = launch::rows(rows as u64, cols as u64, dev.sm_count()) else { return Ok(()) };
+    let Some(plan) = launch::rows_within(rows as u64, cols as u64, dev.sm_count(), launch::SOFTMAX_MAX_BLOCK) else { return Ok(()) };
     let mut warp_rows = i32::from(plan.warp_rows);
     let (mut xp, mut yp) = (ptr_of(x), out.data_ptr_mut() as usize as u64);
     if plan.splits == 1 {

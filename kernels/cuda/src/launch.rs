@@ -42,6 +42,9 @@ pub fn elementwise(n: u64, sms: u32) -> Option<Launch> {
 pub const WARP_ROW_MAX_COLS: u64 = 1024;
 /// Threads a block of warp-per-row reductions (8 rows at a time).
 pub const WARP_ROWS_BLOCK: u32 = 256;
+/// Threads a block of softmax, at most (`DLB_SOFTMAX_MAX_BLOCK` in softmax.cu:
+/// its threads need more registers than a 1024-thread block leaves them).
+pub const SOFTMAX_MAX_BLOCK: u32 = 512;
 /// Elements a thread of a block-per-row reduction aims to read (two 16-byte loads of f32).
 pub const ROW_ELEMS_PER_THREAD: u64 = 8;
 
@@ -103,7 +106,7 @@ pub fn rows_within(rows: u64, cols: u64, sms: u32, max_block: u32) -> Option<Row
     let block = row_block(cols, max_block);
     let resident = sms * (THREADS_PER_SM / u64::from(block)).max(1);
     if rows < resident {
-        // Pieces: enough to fill the device, none smaller than a largest block's share.
+        // Pieces: enough to fill the device, at most one per largest block's share of the row (rounded up).
         let min_piece = u64::from(max_block.clamp(32, 1024)) * ROW_ELEMS_PER_THREAD;
         let wanted = resident.div_ceil(rows).min(cols.div_ceil(min_piece));
         if wanted > 1 {
@@ -176,6 +179,12 @@ mod tests {
         assert_eq!((l.splits, l.chunk), (2, 4504));
         assert_eq!(rows(1, 8192, 132).unwrap().splits, 1);
         assert_eq!(rows(1, 2000, 132).unwrap().splits, 1);
+        // A softmax block holds at most 512 threads: longer rows take more elements a thread.
+        let l = rows_within(1024, 8192, 132, SOFTMAX_MAX_BLOCK).unwrap();
+        assert_eq!((l.launch.block, l.splits), (512, 1));
+        let l = rows_within(3, 200_000, 132, SOFTMAX_MAX_BLOCK).unwrap();
+        assert!(l.launch.block == 512 && l.splits > 1 && l.chunk >= 4000, "{l:?}");
+        assert_eq!(rows_within(4096, 100, 132, SOFTMAX_MAX_BLOCK).unwrap().launch.block, WARP_ROWS_BLOCK);
         // Whatever the sizes, pieces cover the row exactly once and stay aligned.
         for (r, c, sms) in [(3u64, 1u64 << 30, 1u32), (7, 100_003, 132), (1, 1 << 40, 132), (200, 65_537, 16)] {
             let l = rows(r, c, sms).unwrap();

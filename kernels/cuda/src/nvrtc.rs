@@ -211,6 +211,12 @@ pub enum Output {
 /// NVRTC's messages; `options` are NVRTC options (the target architecture among
 /// them). A source that does not compile is an error carrying NVRTC's log.
 pub fn compile(source: &str, name: &str, options: &[String], output: Output) -> Result<Vec<u8>> {
+    compile_with_log(source, name, options, output).map(|(image, _)| image)
+}
+
+/// [`compile`], with NVRTC's log of a successful compilation (warnings; with
+/// `--ptxas-options=-v` and a CUBIN, each kernel's registers and spills).
+pub fn compile_with_log(source: &str, name: &str, options: &[String], output: Output) -> Result<(Vec<u8>, String)> {
     let nul = || Error::InvalidArgument(format!("{name}: CUDA source, name and options cannot contain a NUL byte"));
     let src = std::ffi::CString::new(source).map_err(|_| nul())?;
     let cname = std::ffi::CString::new(name).map_err(|_| nul())?;
@@ -218,7 +224,7 @@ pub fn compile(source: &str, name: &str, options: &[String], output: Output) -> 
         options.iter().map(|o| std::ffi::CString::new(o.as_str())).collect::<std::result::Result<_, _>>().map_err(|_| nul())?;
     nvrtc()?;
     match guarded("NVRTC", || raw::nvrtc_compile(&src, &cname, &opts, output == Output::Cubin)).map_err(Error::Runtime)? {
-        raw::Compiled::Image(image) => Ok(image),
+        raw::Compiled::Image(image, log) => Ok((image, log)),
         raw::Compiled::Failed(rc, log) => {
             // NVRTC stops at 100 errors, but one bad line can cascade into thousands of
             // lines of log: the first MAX_LOG_LINES are the useful ones.

@@ -311,8 +311,9 @@ impl Drop for CublasHandle {
 
 /// What NVRTC made of a program, or why not.
 pub(crate) enum Compiled {
-    /// The image: PTX text (without its NUL) or a CUBIN.
-    Image(Vec<u8>),
+    /// The image: PTX text (without its NUL) or a CUBIN, and NVRTC's log (ptxas's
+    /// report with `--ptxas-options=-v`).
+    Image(Vec<u8>, String),
     /// `nvrtcCompileProgram` failed: its result and the program log.
     Failed(String, String),
     /// Anything else (creating the program, reading the image), with a message.
@@ -334,17 +335,18 @@ pub(crate) fn nvrtc_compile(source: &std::ffi::CStr, name: &std::ffi::CStr, opti
     // *Size call before the matching read.
     unsafe {
         let rc = sys::nvrtcCompileProgram(prog, opts.len() as i32, opts.as_ptr());
-        let out = if rc != sys::nvrtcResult::NVRTC_SUCCESS {
-            let mut size = 0usize;
-            let mut log = Vec::new();
-            if sys::nvrtcGetProgramLogSize(prog, &mut size) == sys::nvrtcResult::NVRTC_SUCCESS {
-                log = vec![0u8; size];
-                if sys::nvrtcGetProgramLog(prog, log.as_mut_ptr().cast()) != sys::nvrtcResult::NVRTC_SUCCESS {
-                    log.clear();
-                }
+        let mut size = 0usize;
+        let mut log = Vec::new();
+        if sys::nvrtcGetProgramLogSize(prog, &mut size) == sys::nvrtcResult::NVRTC_SUCCESS {
+            log = vec![0u8; size];
+            if sys::nvrtcGetProgramLog(prog, log.as_mut_ptr().cast()) != sys::nvrtcResult::NVRTC_SUCCESS {
+                log.clear();
             }
-            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-            Compiled::Failed(format!("{rc:?}"), String::from_utf8_lossy(&log[..end]).into_owned())
+        }
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        let log = String::from_utf8_lossy(&log[..end]).into_owned();
+        let out = if rc != sys::nvrtcResult::NVRTC_SUCCESS {
+            Compiled::Failed(format!("{rc:?}"), log)
         } else {
             let mut size = 0usize;
             let (size_rc, what) =
@@ -367,7 +369,7 @@ pub(crate) fn nvrtc_compile(source: &std::ffi::CStr, name: &std::ffi::CStr, opti
                             image.pop();
                         }
                     }
-                    Compiled::Image(image)
+                    Compiled::Image(image, log)
                 }
             }
         };

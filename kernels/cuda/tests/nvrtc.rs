@@ -150,3 +150,44 @@ fn every_builtin_source_compiles_to_a_cubin_for_exact_architectures() {
     assert!(SOURCES[0].ptx(&again, "--gpu-architecture=compute_90").unwrap().contains(".entry"));
     assert_eq!(again.stats().compiled, 1);
 }
+
+/// ptxas's report for every kernel of `source` built as an sm_90 CUBIN: (kernel, registers, spill bytes).
+fn ptxas_report(source: &str, name: &str) -> Vec<(String, u32, u32)> {
+    let options = ["--gpu-architecture=sm_90".to_string(), "--std=c++17".into(), "-default-device".into(), "--ptxas-options=-v".into()];
+    let (_, log) = nvrtc::compile_with_log(source, name, &options, nvrtc::Output::Cubin).unwrap();
+    let mut out: Vec<(String, u32, u32)> = Vec::new();
+    let number_before = |line: &str, what: &str| -> Option<u32> {
+        let at = line.find(what)?;
+        line[..at].split_whitespace().last()?.parse().ok()
+    };
+    for line in log.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            out.push((rest.split('\'').next().unwrap().to_string(), 0, 0));
+        } else if let Some(last) = out.last_mut() {
+            if let Some(spill) = number_before(line, "bytes spill stores") {
+                last.2 = spill;
+            }
+            if let Some(regs) = number_before(line, "registers") {
+                last.1 = regs;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_builtin_kernel_fits_its_largest_block_in_registers_without_spilling() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    for src in SOURCES {
+        let report = ptxas_report(&src.text(), src.name);
+        assert_eq!(report.len(), src.entry_points().len(), "{}: {report:?}", src.name);
+        for (kernel, regs, spill) in &report {
+            // The largest block each is launched with: softmax 512 threads, the rest 1024.
+            let block = if kernel.starts_with("dlbridge_softmax") { dlbridge_cuda::launch::SOFTMAX_MAX_BLOCK } else { 1024 };
+            assert!(*regs > 0 && regs * block <= 65_536, "{kernel}: {regs} registers a thread, {block} threads a block");
+            assert_eq!(*spill, 0, "{kernel} spills {spill} bytes to local memory");
+        }
+    }
+}
