@@ -19,6 +19,24 @@ fn ew(i: &str, o: &str, op: &str, name: &str) -> ElementwiseSpec {
     ElementwiseSpec::new(i, o, op, name, "", "", "").unwrap()
 }
 
+/// An argmax whose reduce type is a struct of the preamble (no identity), named `name`.
+fn argmax(name: &str) -> ReductionSpec {
+    ReductionSpec::new(&Reduction {
+        reduce_type: Some("Pair"),
+        preamble: "struct Pair { double v; long long j; };",
+        ..Reduction::new(
+            "T x",
+            "int64 idx",
+            "Pair{(double)x, _j}",
+            "(b.v > a.v || (b.v == a.v && b.j < a.j)) ? b : a",
+            "idx = a.j",
+            None,
+            name,
+        )
+    })
+    .unwrap()
+}
+
 /// Compiles for both architectures (and a CUBIN for sm_90) and checks the entry point.
 fn compiles(src: &CudaSource) {
     for arch in ARCHS {
@@ -111,20 +129,7 @@ fn cupys_reduction_examples_compile_with_and_without_an_identity() {
     })
     .unwrap();
     compiles(&reduction_source(&dot, &[('T', DType::F32)]).unwrap());
-    let argmax = ReductionSpec::new(&Reduction {
-        reduce_type: Some("Pair"),
-        preamble: "struct Pair { double v; long long j; };",
-        ..Reduction::new(
-            "T x",
-            "int64 idx",
-            "Pair{(double)x, _j}",
-            "(b.v > a.v || (b.v == a.v && b.j < a.j)) ? b : a",
-            "idx = a.j",
-            None,
-            "argmax_pair",
-        )
-    })
-    .unwrap();
+    let argmax = argmax("argmax_pair");
     compiles(&reduction_source(&argmax, &[('T', DType::F64)]).unwrap());
 }
 
@@ -278,20 +283,7 @@ fn generated_kernels_fit_their_largest_block_in_registers_without_spilling() {
         return;
     }
     let l2 = ReductionSpec::new(&Reduction::new("T x", "T y", "x * x", "a + b", "y = sqrt(a)", Some("0"), "l2_regs")).unwrap();
-    let argmax = ReductionSpec::new(&Reduction {
-        reduce_type: Some("Pair"),
-        preamble: "struct Pair { double v; long long j; };",
-        ..Reduction::new(
-            "T x",
-            "int64 idx",
-            "Pair{(double)x, _j}",
-            "(b.v > a.v || (b.v == a.v && b.j < a.j)) ? b : a",
-            "idx = a.j",
-            None,
-            "argmax_regs",
-        )
-    })
-    .unwrap();
+    let argmax = argmax("argmax_regs");
     let fma = ew("T x, T y, T b", "T z", "z = x * y + b", "fma_regs");
     let sources = [
         (reduction_source(&l2, &[('T', DType::F32)]).unwrap(), 512),

@@ -75,31 +75,38 @@ int main() {{
     )
 }
 
-fn run_on_host(spec: &ReductionSpec, bind: &[(char, DType)], t: &str, reference: &str, tol: f64) {
+/// Compiles a generated source (`generated`) followed by its `harness` with the host
+/// C++ compiler against the CUDA emulation, runs it, and checks it reports no
+/// failures; `None` (after printing why) without a compiler.
+fn build_and_run(name: &str, generated: &str, harness: &str) -> Option<String> {
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
     if Command::new(&cxx).arg("--version").output().is_err() {
         eprintln!("skipped: no C++ compiler ({cxx})");
-        return;
+        return None;
     }
-    let src = reduction_source(spec, bind).unwrap();
-    let name = src.entry.strip_prefix("dlbridge_").unwrap();
-    // The emulation's own types stand in for NVRTC's; CUDA's launch attributes mean nothing on the host.
+    // The emulation's own types stand in for NVRTC's.
     let prelude = "#include \"host_shim.h\"\n#include <cstdint>\n#include <cstddef>\n#include <algorithm>\n\
                    #define DLBRIDGE_COMPILE_NVRTC_STDINT_CUH_\n#define __align__(n) __attribute__((aligned(n)))\n\
                    using std::min; using std::max; using std::sqrt;\n";
-    let text = format!("{prelude}{}\n{}", src.text, harness(name, t, reference, tol));
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let cpp = dir.join(format!("reduce_{name}.cpp"));
-    let exe = dir.join(format!("reduce_{name}"));
-    std::fs::write(&cpp, &text).unwrap();
+    let (cpp, exe) = (dir.join(format!("{name}.cpp")), dir.join(name));
+    std::fs::write(&cpp, format!("{prelude}{generated}\n{harness}")).unwrap();
     let shim = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cuda/cu");
     let built =
         Command::new(&cxx).args(["-std=c++20", "-O1", "-pthread", "-w", "-I"]).arg(&shim).arg("-o").arg(&exe).arg(&cpp).output().unwrap();
     assert!(built.status.success(), "{cxx} failed on {}:\n{}", cpp.display(), String::from_utf8_lossy(&built.stderr));
     let out = Command::new(&exe).output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && stdout.contains(" 0 failures"), "{}:\n{stdout}", src.entry);
-    eprintln!("{}: {}", src.entry, stdout.trim());
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success() && stdout.contains(" 0 failures"), "{name}:\n{stdout}");
+    Some(stdout)
+}
+
+fn run_on_host(spec: &ReductionSpec, bind: &[(char, DType)], t: &str, reference: &str, tol: f64) {
+    let src = reduction_source(spec, bind).unwrap();
+    let name = src.entry.strip_prefix("dlbridge_").unwrap();
+    if let Some(report) = build_and_run(&format!("reduce_{name}"), &src.text, &harness(name, t, reference, tol)) {
+        eprintln!("{}: {}", src.entry, report.trim());
+    }
 }
 
 #[test]
@@ -125,11 +132,6 @@ fn a_maximum_without_an_identity_in_every_layout() {
 fn a_contiguous_elementwise_kernel_takes_four_elements_a_thread_where_its_inputs_are_aligned() {
     use dlbridge_compile::ElementwiseSpec;
     use dlbridge_compile::internals::elementwise_source;
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    if Command::new(&cxx).arg("--version").output().is_err() {
-        eprintln!("skipped: no C++ compiler ({cxx})");
-        return;
-    }
     // `i` and a `continue` must mean the same in the vector loop as in the element loop.
     let spec = ElementwiseSpec::new(
         "T x, T y, T b",
@@ -179,17 +181,5 @@ int main() {
     return fails != 0 || vec_cases < 20;
 }
 "#;
-    let prelude = "#include \"host_shim.h\"\n#include <cstdint>\n#include <cstddef>\n#include <algorithm>\n\
-                   #define DLBRIDGE_COMPILE_NVRTC_STDINT_CUH_\n#define __align__(n) __attribute__((aligned(n)))\n\
-                   using std::min; using std::max; using std::sqrt;\n";
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let (cpp, exe) = (dir.join("fma_host.cpp"), dir.join("fma_host"));
-    std::fs::write(&cpp, format!("{prelude}{}\n{harness}", src.text)).unwrap();
-    let shim = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cuda/cu");
-    let built =
-        Command::new(&cxx).args(["-std=c++20", "-O1", "-pthread", "-w", "-I"]).arg(&shim).arg("-o").arg(&exe).arg(&cpp).output().unwrap();
-    assert!(built.status.success(), "{cxx} failed on {}:\n{}", cpp.display(), String::from_utf8_lossy(&built.stderr));
-    let out = Command::new(&exe).output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && stdout.contains(" 0 failures"), "{stdout}");
+    build_and_run("fma_host", &src.text, harness);
 }
