@@ -183,3 +183,35 @@ int main() {
 "#;
     build_and_run("fma_host", &src.text, harness);
 }
+
+#[test]
+fn a_gradients_atomic_adds_of_16_bit_floats_lose_no_update() {
+    use dlbridge_compile::internals::tc_cuda_source;
+    use dlbridge_compile::tc;
+    // Threads adding into the two halves of the same 32-bit words at once: every add must land.
+    let conv = "def convolution(float(N,C,H,W) I, float(M,C,KH,KW) W1) -> (O) {\n  O(n, m, h, w) +=! I(n, c, h + kh, w + kw) * W1(m, c, kh, kw)\n}";
+    let back = tc::backward(&tc::define(conv).unwrap()[0]).unwrap();
+    let src = tc_cuda_source(back.spec(), &[('T', DType::F16)]).unwrap();
+    assert!(src.text.contains("dlbridge_tc_atomic_add(&"), "the scatter adds atomically");
+    let harness = r#"
+#include <thread>
+#include <vector>
+int main() {
+    alignas(8) float16 cells[4];
+    for (auto& c : cells) c = static_cast<float16>(0.0f);
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 64; ++t)
+        ts.emplace_back([&, t] { for (int k = 0; k < 100; ++k) dlbridge_tc_atomic_add(&cells[(t + k) % 4], 1.0f); });
+    for (auto& t : ts) t.join();
+    float f = 0.0f; double d = 0.0; int fails = 0;
+    std::vector<std::thread> more;
+    for (int t = 0; t < 8; ++t) more.emplace_back([&] { for (int k = 0; k < 1000; ++k) { dlbridge_tc_atomic_add(&f, 1.0f); dlbridge_tc_atomic_add(&d, 0.5); } });
+    for (auto& t : more) t.join();
+    for (auto& c : cells) if (static_cast<float>(c) != 1600.0f) { ++fails; printf("FAIL cell %g\n", static_cast<float>(c)); }
+    if (f != 8000.0f || d != 4000.0) { ++fails; printf("FAIL f32 %g f64 %g\n", f, d); }
+    printf("atomic adds: %d failures\n", fails);
+    return fails != 0;
+}
+"#;
+    build_and_run("tc_atomics_host", &src.text, harness);
+}

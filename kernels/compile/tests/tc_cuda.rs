@@ -67,3 +67,18 @@ fn tcs_examples_and_their_backwards_compile_to_ptx() {
         }
     }
 }
+
+#[test]
+fn a_gradients_scatter_runs_a_thread_per_iteration_with_atomic_adds() {
+    let kernels = tc::define(EXAMPLES).unwrap();
+    let conv = kernels.iter().find(|k| k.name() == "convolution").unwrap();
+    let back = tc::backward(conv).unwrap();
+    for (d, atomic) in [(DType::F32, "atom.global.add.f32"), (DType::F64, "atom.global.add.f64"), (DType::BF16, "cas.b32")] {
+        let src = tc_cuda_source(back.spec(), &[('T', d)]).unwrap();
+        assert!(src.text.contains("dlbridge_tc_atomic_add(&"), "{}", src.text);
+        if nvrtc_or_skip() {
+            let ptx = src.ptx("--gpu-architecture=compute_75").unwrap();
+            assert!(ptx.contains(atomic), "{d}: no {atomic} in the scatter");
+        }
+    }
+}

@@ -25,6 +25,14 @@ inline _Float16 dlb_host_bits_to_half(unsigned short h) { _Float16 f; memcpy(&f,
 inline unsigned short dlb_host_half_to_bits(_Float16 f) { unsigned short h; memcpy(&h, &f, 2); return h; }
 using std::erf; using std::exp; using std::fmax;
 inline float __frcp_rn(float x) { return 1.0f / x; }
+// Atomics on host memory, through std::atomic_ref (C++20).
+#include <atomic>
+inline unsigned int atomicCAS(unsigned int* p, unsigned int compare, unsigned int value) {
+    std::atomic_ref<unsigned int>(*p).compare_exchange_strong(compare, value);
+    return compare;  // the old value either way
+}
+inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
+inline double atomicAdd(double* p, double v) { return std::atomic_ref<double>(*p).fetch_add(v); }
 inline double __drcp_rn(double x) { return 1.0 / x; }
 // per-block emulation state
 static std::barrier<>* g_block_bar;

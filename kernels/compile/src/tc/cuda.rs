@@ -2,7 +2,9 @@
 //! function whose first argument picks the statement; each statement is one
 //! launch on the call's stream (in order, so a statement sees the ones before
 //! it), one thread per output element in a grid-stride loop, the reduction
-//! indices looping inside the thread. Every access is checked against its
+//! indices looping inside the thread; a derived gradient's scatter runs a
+//! thread per iteration, adding atomically (so the order of its additions,
+//! and the last bits of a sum, may differ from run to run). Every access is checked against its
 //! tensor's sizes on the host before anything is launched (a kernel cannot
 //! report an error without synchronising).
 
@@ -56,17 +58,19 @@ pub fn source(spec: &TcSpec, bind: &[(char, DType)]) -> Result<CudaSource> {
     for (k, s) in c.stmts.iter().enumerate() {
         src.line(&format!("  case {k}: {{  // {}", s.text.replace('\n', " ")));
         emit::range_lines(&mut src, s, "    ");
-        let ext: Vec<String> = s.lhs.iter().map(|v| format!("(hi_{v} - lo_{v})")).collect();
+        // A thread per output element; a gradient's scatter, a thread per iteration.
+        let par = parallel_indices(s);
+        let ext: Vec<String> = par.iter().map(|v| format!("(hi_{v} - lo_{v})")).collect();
         let count = if ext.is_empty() { "1".to_owned() } else { ext.join(" * ") };
         src.line(&format!("    const long long n_out = {count};"));
         src.line("    for (long long q = first; q < n_out; q += step) {");
         src.line("      long long r = q;");
-        for v in s.lhs.iter().rev() {
+        for v in par.iter().rev() {
             src.line(&format!("      const int64_t v_{v} = lo_{v} + r % (hi_{v} - lo_{v});"));
             src.line(&format!("      r /= (hi_{v} - lo_{v});"));
         }
         src.line("      (void)r;");
-        emit::element(&mut src, &n, s, &ctypes, "      ");
+        emit::element(&mut src, &n, s, &ctypes, "      ", true);
         src.line("    }");
         src.line("    break;");
         src.line("  }");
@@ -92,6 +96,12 @@ pub fn source(spec: &TcSpec, bind: &[(char, DType)]) -> Result<CudaSource> {
     src.line("  }");
     src.line("}");
     Ok(CudaSource::new(src, entry, spec, bind))
+}
+
+/// The indices a statement's threads take: its output's, or every index of a
+/// gradient's scatter (each iteration adds atomically).
+fn parallel_indices(s: &super::check::Statement) -> &[String] {
+    if s.scatter.is_some() { &s.reduced } else { &s.lhs }
 }
 
 impl Launcher for TcSpec {
@@ -226,8 +236,8 @@ pub(crate) fn plan(c: &Checked, name: &str, shapes: &[&[i64]]) -> Result<Plan> {
             let n: i64 = shapes[n_params + s.out].iter().product();
             launches.push((ZERO + s.out as i32, n as u64));
         }
-        if live_out {
-            let n: i64 = s.lhs.iter().map(|v| ranges[v].1 - ranges[v].0).product();
+        if live_out && (s.scatter.is_none() || live_all) {
+            let n: i64 = parallel_indices(s).iter().map(|v| ranges[v].1 - ranges[v].0).product();
             launches.push((k as i32, n as u64));
         }
     }

@@ -61,6 +61,28 @@ pub(crate) fn helpers(src: &mut Src, f: &Flavour, acc: &str) {
             src.line(&format!("template <> __device__ __forceinline__ {ty} dlbridge_tc_lowest<{ty}>() {{ return {lo}; }}"));
             src.line(&format!("template <> __device__ __forceinline__ {ty} dlbridge_tc_highest<{ty}>() {{ return {hi}; }}"));
         }
+        // A gradient's scatter adds from many threads: atomically (f32 and f64
+        // natively; a 16-bit type by compare-and-swap of its 32-bit word).
+        src.line("__device__ __forceinline__ void dlbridge_tc_atomic_add(float* p, float v) { atomicAdd(p, v); }");
+        src.line("__device__ __forceinline__ void dlbridge_tc_atomic_add(double* p, double v) { atomicAdd(p, v); }");
+        src.line("template <typename H>");
+        src.line("__device__ __forceinline__ void dlbridge_tc_atomic_add(H* p, float v) {");
+        src.line("  static_assert(sizeof(H) == 2, \"atomic adds of 2-, 4- and 8-byte floats only\");");
+        src.line("  unsigned int* const word = reinterpret_cast<unsigned int*>(reinterpret_cast<size_t>(p) & ~static_cast<size_t>(3));");
+        src.line("  const unsigned int shift = (reinterpret_cast<size_t>(p) & 2) ? 16u : 0u;");
+        src.line("  unsigned int old = *word, assumed;");
+        src.line("  do {");
+        src.line("    assumed = old;");
+        src.line("    const unsigned short bits = static_cast<unsigned short>(assumed >> shift);");
+        src.line("    H h;");
+        src.line("    memcpy(&h, &bits, 2);");
+        src.line("    const H sum = static_cast<H>(static_cast<float>(h) + v);");
+        src.line("    unsigned short out;");
+        src.line("    memcpy(&out, &sum, 2);");
+        src.line("    const unsigned int next = (assumed & ~(0xffffu << shift)) | (static_cast<unsigned int>(out) << shift);");
+        src.line("    old = atomicCAS(word, assumed, next);");
+        src.line("  } while (old != assumed);");
+        src.line("}");
     } else {
         src.line("template <typename A>");
         src.line(&format!("{q} A dlbridge_tc_lowest() {{ return std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity() : std::numeric_limits<A>::lowest(); }}"));
@@ -242,7 +264,9 @@ pub(crate) fn range_lines(src: &mut Src, s: &Statement, indent: &str) {
 
 /// The body of one output element: the accumulation over the reduction
 /// indices (innermost last) and the store.
-pub(crate) fn element(src: &mut Src, n: &Names<'_>, s: &Statement, ctypes: &[String], indent: &str) {
+/// With `parallel_scatter`, a gradient's scatter is one iteration, whose
+/// indices the caller set, added atomically (CUDA); else its own loops.
+pub(crate) fn element(src: &mut Src, n: &Names<'_>, s: &Statement, ctypes: &[String], indent: &str, parallel_scatter: bool) {
     let out = TensorRef::Output(s.out);
     let out_ct = &ctypes[n.c.params.len() + s.out];
     let lhs_index: Vec<Affine> =
@@ -252,6 +276,11 @@ pub(crate) fn element(src: &mut Src, n: &Names<'_>, s: &Statement, ctypes: &[Str
         // A gradient's scatter: every iteration adds to the element it names.
         let place = format!("{}[{}]", n.tensor(out), n.offset(out, index));
         let acc_ty = acc_type(n, s, ctypes);
+        if parallel_scatter {
+            // A thread per iteration (its indices set by the caller): an atomic add.
+            src.line(&format!("{indent}dlbridge_tc_atomic_add(&{place}, static_cast<{acc_ty}>({value}));"));
+            return;
+        }
         let mut ind = indent.to_owned();
         for v in &s.reduced {
             src.line(&format!("{ind}for (int64_t v_{v} = lo_{v}; v_{v} < hi_{v}; ++v_{v}) {{"));
@@ -347,7 +376,7 @@ pub(crate) fn cpu_statements(src: &mut Src, c: &Checked, ctypes: &[String]) {
         let work = if work.is_empty() { "1".to_owned() } else { work.join(" * ") };
         if lhs.is_empty() {
             src.line("      const bool dlbridge_tc_live = live_all; (void)dlbridge_tc_live;");
-            element(src, &n, s, ctypes, "      ");
+            element(src, &n, s, ctypes, "      ", false);
         } else {
             // Chunks over the outer output indices; the last one is a loop of its own.
             let (outer, inner) = if lhs.len() == 1 { (&lhs[..], None) } else { (&lhs[..lhs.len() - 1], lhs.last()) };
@@ -364,11 +393,11 @@ pub(crate) fn cpu_statements(src: &mut Src, c: &Checked, ctypes: &[String]) {
                             src.line("          DLBRIDGE_TC_SIMD_PLAIN");
                         }
                         src.line(&format!("          for (int64_t v_{v} = lo_{v}; v_{v} < hi_{v}; ++v_{v}) {{"));
-                        element(src, &n, s, ctypes, "            ");
+                        element(src, &n, s, ctypes, "            ", false);
                         src.line("          }");
                     });
                 }
-                None => element(src, &n, s, ctypes, "          "),
+                None => element(src, &n, s, ctypes, "          ", false),
             }
             src.line("        }");
             src.line("      });");
@@ -472,13 +501,13 @@ fn fused(src: &mut Src, n: &Names<'_>, group: &[Statement], k: usize, ctypes: &[
             src.line("          DLBRIDGE_TC_SIMD_PLAIN");
             src.line(&format!("          for (int64_t v_{v} = lo_{v}; v_{v} < hi_{v}; ++v_{v}) {{"));
             for s in group {
-                element(src, n, s, ctypes, "            ");
+                element(src, n, s, ctypes, "            ", false);
             }
             src.line("          }");
         }),
         None => {
             for s in group {
-                element(src, n, s, ctypes, "          ");
+                element(src, n, s, ctypes, "          ", false);
             }
         }
     }

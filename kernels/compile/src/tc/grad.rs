@@ -22,7 +22,7 @@
 //! `grad_A(i, kk) += g(i, j) * B(kk, j)`, parallel over `grad_A` and
 //! reducing over the rest. Any other read (`I(n, c, h + kh, w + kw)`)
 //! scatters: every iteration adds to the element it read, one after the
-//! other (serial; on CUDA one thread).
+//! other on the CPU, a thread per iteration with atomic adds on CUDA.
 
 use std::collections::{BTreeMap, BTreeSet};
 
