@@ -51,6 +51,13 @@ pub mod internals {
     pub use crate::cuda::{CUDA_DTYPES, CudaSource, GENERATED_FILE as CUDA_GENERATED_FILE, elementwise_source, reduction_source};
     pub use crate::tc::cuda_source as tc_cuda_source;
     pub use crate::toolchain::Compiler;
+
+    /// What a definition's CUDA call launches for tensors of these shapes
+    /// (parameters, then outputs): the size symbols' values in order and each
+    /// launch (statement number, threads), after the host's access checks.
+    pub fn tc_cuda_plan(spec: &crate::tc::TcSpec, shapes: &[&[i64]]) -> dlbridge_core::Result<(Vec<i64>, Vec<(i32, u64)>)> {
+        crate::tc::cuda_plan(spec, shapes)
+    }
 }
 
 pub use cache::LibraryCache;

@@ -10,6 +10,8 @@
 use std::path::Path;
 use std::process::Command;
 
+mod common;
+
 use dlbridge_compile::internals::reduction_source;
 use dlbridge_compile::{Reduction, ReductionSpec};
 use dlbridge_core::DType;
@@ -214,4 +216,93 @@ int main() {
 }
 "#;
     build_and_run("tc_atomics_host", &src.text, harness);
+}
+
+/// Runs definition `k` (its CUDA source, in the emulation, with the launches a
+/// CUDA call makes) and on the CPU (its C++ source through the registry) on
+/// `inputs` (f64), and compares every output.
+fn tc_on_host_and_cpu(k: &dlbridge_compile::tc::TcKernel, inputs: &[dlbridge_array::Array]) {
+    use dlbridge_compile::internals::{tc_cuda_plan, tc_cuda_source};
+    let reg = dlbridge_registry::Registry::new();
+    let kernel = k.register(&reg).unwrap();
+    let refs: Vec<&dlbridge_array::Array> = inputs.iter().collect();
+    let want = common::run(&kernel, &refs).unwrap();
+    let shapes: Vec<Vec<i64>> = inputs.iter().chain(&want).map(|a| a.shape().to_vec()).collect();
+    let shape_refs: Vec<&[i64]> = shapes.iter().map(|s| s.as_slice()).collect();
+    let (symbols, launches) = tc_cuda_plan(k.spec(), &shape_refs).unwrap();
+    let src = tc_cuda_source(k.spec(), &[('T', DType::F64)]).unwrap();
+    // The harness: every tensor row-major, outputs first filled with a value no kernel writes.
+    let mut h = String::from("#include <vector>\nint main() {\n");
+    let mut args = vec!["stmt".to_string()];
+    for (t, shape) in shapes.iter().enumerate() {
+        let values: Vec<String> = if t < inputs.len() {
+            inputs[t].to_vec::<f64>().unwrap().iter().map(|v| format!("{v:e}")).collect()
+        } else {
+            vec!["-12345.0".into(); shape.iter().product::<i64>() as usize]
+        };
+        h += &format!("  std::vector<double> t{t} = {{{}}};\n", values.join(", "));
+        h += &format!("  DlbIndexer x{t}; memset(&x{t}, 0, sizeof x{t}); x{t}.ndim = {};\n", shape.len());
+        let mut stride = 1i64;
+        for d in (0..shape.len()).rev() {
+            h += &format!("  x{t}.shape[{d}] = {}; x{t}.strides[{d}] = {stride};\n", shape[d]);
+            stride *= shape[d];
+        }
+        args.push(format!("t{t}.data()"));
+        args.push(format!("x{t}"));
+    }
+    args.extend(symbols.iter().map(|v| format!("{v}LL")));
+    for (stmt, count) in &launches {
+        let grid = count.div_ceil(64).clamp(1, 3);
+        h += &format!("  {{ const int stmt = {stmt}; launch({grid}, 64, [&] {{ {}({}); }}); }}\n", src.entry, args.join(", "));
+    }
+    for t in inputs.len()..shapes.len() {
+        h += &format!("  for (double v : t{t}) printf(\"%.17g\\n\", v);\n");
+    }
+    h += "  printf(\"emulated: 0 failures\\n\");\n  return 0;\n}\n";
+    let Some(out) = build_and_run(&format!("tc_{}", k.name()), &src.text, &h) else { return };
+    let mut got = out.lines().filter(|l| !l.contains("failures")).map(|l| l.parse::<f64>().unwrap());
+    let compared: usize = want.iter().map(|w| w.shape().iter().product::<i64>() as usize).sum();
+    eprintln!("{}: {} launches, {compared} output values compared", k.name(), launches.len());
+    for (o, w) in want.iter().enumerate() {
+        let w = w.to_vec::<f64>().unwrap();
+        let g: Vec<f64> = got.by_ref().take(w.len()).collect();
+        assert_eq!(g.len(), w.len(), "{}: output {o}", k.name());
+        assert!(w.iter().any(|v| *v != 0.0), "{}: output {o} is all zeros on the CPU", k.name());
+        for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+            assert!((a - b).abs() <= 1e-12 * (1.0 + b.abs()), "{} output {o}[{i}]: emulated CUDA {a}, CPU {b}", k.name());
+        }
+    }
+}
+
+#[test]
+fn definitions_and_their_gradients_run_the_same_in_the_cuda_emulation_as_on_the_cpu() {
+    use dlbridge_array::Array;
+    use dlbridge_compile::tc;
+    if let Err(e) = dlbridge_compile::internals::Compiler::get() {
+        eprintln!("skipped: {e}");
+        return;
+    }
+    let lang = "
+def convolution(float(N,C,H,W) I, float(M,C,KH,KW) W1) -> (O) {
+  O(n, m, h, w) +=! I(n, c, h + kh, w + kw) * W1(m, c, kh, kw)
+}
+def softmax(float(N, D) I) -> (O, maxVal, expDistance, expSum) {
+  maxVal(n) max=! I(n, d)
+  expDistance(n, d) = exp(I(n, d) - maxVal(n))
+  expSum(n) +=! expDistance(n, d)
+  O(n, d) = expDistance(n, d) / expSum(n)
+}";
+    let defs = tc::define(lang).unwrap();
+    let arr = |shape: &[i64], scale: f64| {
+        let n = shape.iter().product::<i64>() as usize;
+        Array::from_vec(common::seq(n, scale), shape).unwrap()
+    };
+    let (conv, softmax) = (&defs[0], &defs[1]);
+    let (i, w) = (arr(&[2, 3, 6, 5], 0.02), arr(&[4, 3, 2, 3], 0.03));
+    tc_on_host_and_cpu(conv, &[i.clone(), w.clone()]);
+    // The gradient: a gather for W1, an atomic scatter for I.
+    let back = tc::backward(conv).unwrap();
+    tc_on_host_and_cpu(&back, &[i, w, arr(&[2, 4, 5, 3], 0.01)]);
+    // Several statements, intermediate outputs, a max= reduction.
+    tc_on_host_and_cpu(softmax, &[arr(&[3, 7], 0.05)]);
 }

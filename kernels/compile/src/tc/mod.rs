@@ -174,6 +174,13 @@ pub fn cuda_source(spec: &TcSpec, bind: &[(char, DType)]) -> Result<crate::cuda:
     cuda::source(spec, bind)
 }
 
+/// What a CUDA call launches for tensors of these shapes (see `internals::tc_cuda_plan`).
+#[cfg(feature = "internals")]
+pub(crate) fn cuda_plan(spec: &TcSpec, shapes: &[&[i64]]) -> Result<(Vec<i64>, Vec<(i32, u64)>)> {
+    let p = cuda::plan(&spec.checked, &spec.name, shapes)?;
+    Ok((p.symbols, p.launches))
+}
+
 /// The complete C++ source of one specialisation.
 pub fn cpp_source(spec: &TcSpec, bind: &[(char, DType)]) -> Result<String> {
     let Head { mut src, signature, all, ctypes } = head(&CPU, spec, bind, "the statements")?;
