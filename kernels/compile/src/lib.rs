@@ -55,7 +55,7 @@ pub mod internals {
     /// What a definition's CUDA call launches for tensors of these shapes
     /// (parameters, then outputs): the size symbols' values in order and each
     /// launch (statement number, threads), after the host's access checks.
-    pub fn tc_cuda_plan(spec: &crate::tc::TcSpec, shapes: &[&[i64]]) -> dlbridge_core::Result<(Vec<i64>, Vec<(i32, u64)>)> {
+    pub fn tc_cuda_plan(spec: &crate::tc::TcSpec, shapes: &[&[i64]]) -> dlbridge_core::Result<crate::tc::CudaPlan> {
         crate::tc::cuda_plan(spec, shapes)
     }
 }
