@@ -193,7 +193,7 @@ template <class E>
 static void test_rows(const char* name, RowKernels<E> k, bool softmax) {
     typedef typename E::storage S; typedef typename E::acc A;
     int split_cases = 0;
-    for (int t = 0; t < 100; ++t) {
+    for (int t = 0; t < 70; ++t) {
         auto bshape = rshape(3, 4); long long rows = numel(bshape);
         long long cols = std::vector<long long>{0, 1, 2, 7, 31, 33, 64, 100, 1000, 1024, 3000, 5000}[rnd(0, 11)];
         // x: batch view arbitrary, column stride arbitrary nonzero, placed in a big buffer
@@ -271,7 +271,7 @@ static void test_rows(const char* name, RowKernels<E> k, bool softmax) {
             }
         }
     }
-    CHECK(split_cases > 10, "%s: %d split cases", name, split_cases);
+    CHECK(split_cases > 8, "%s: %d split cases", name, split_cases);
     printf("%s ok\n", name);
 }
 
