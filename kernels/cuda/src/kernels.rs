@@ -201,16 +201,9 @@ fn finish_sum(
     run(&finish, Some(cfg), stream, &mut params, name)
 }
 
-/// What a sum-like kernel reduces, and how its result is scaled.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum SumOf {
-    /// The last dim of each row: sum (`mean = false`) or mean.
-    LastDim { mean: bool },
-    /// Every element, to a 0-d output: sum or mean.
-    All { mean: bool },
-}
-
-fn sum_like(call: &mut Call<'_, '_>, what: SumOf) -> Result<()> {
+/// A sum (`mean`: times 1 / the count) over the last dim of each row, or
+/// (`all`) over every element into a 0-d output.
+fn sum_like(call: &mut Call<'_, '_>, all: bool, mean: bool) -> Result<()> {
     let Parts { dtype, stream, name, ins, out } = parts(call)?;
     let &[x] = ins.as_slice() else { return Err(Error::InvalidArgument(format!("{name}: one input expected"))) };
     let device = out.device().id;
@@ -218,31 +211,25 @@ fn sum_like(call: &mut Call<'_, '_>, what: SumOf) -> Result<()> {
     let mut yp = out.data_ptr_mut() as usize as u64;
     let mut yrows = Indexer::new(out.shape(), out.strides())?;
     // Rows and columns: the last dim for a last-dim sum; for a sum of every
-    // element, the input's dims merged where contiguous, the last one as columns.
-    let (mut xrows, mut xcol, mut rows, mut cols, numel) = match what {
-        SumOf::LastDim { .. } => {
-            let (_, rows, cols) = last_dim(name, &ins)?;
-            let (xrows, xcol) = rows_of(x.shape(), x.strides())?;
-            (xrows, xcol, rows, cols, cols)
-        }
-        SumOf::All { .. } => {
-            let merged = Indexer::new(x.shape(), x.strides())?;
-            let nd = merged.ndim as usize;
+    // element, the input's dims merged where contiguous, the last one as columns
+    // (no dim left: a single element).
+    let (mut xrows, mut xcol, mut rows, mut cols) = if all {
+        let merged = Indexer::new(x.shape(), x.strides())?;
+        let nd = merged.ndim as usize;
+        if nd == 0 {
+            (Indexer::default(), 1, 1, 1)
+        } else {
             let (shape, strides) = (&merged.shape[..nd], &merged.strides[..nd]);
-            let numel: i64 = x.shape().iter().product();
-            match nd {
-                0 if numel == 0 => (Indexer::default(), 1, 0, 0, 0),
-                0 => (Indexer::default(), 1, 1, 1, 1),
-                _ => {
-                    let (xrows, xcol) = rows_of(shape, strides)?;
-                    (xrows, xcol, shape[..nd - 1].iter().product(), shape[nd - 1], numel)
-                }
-            }
+            let (xrows, xcol) = rows_of(shape, strides)?;
+            (xrows, xcol, shape[..nd - 1].iter().product(), shape[nd - 1])
         }
+    } else {
+        let (_, rows, cols) = last_dim(name, &ins)?;
+        let (xrows, xcol) = rows_of(x.shape(), x.strides())?;
+        (xrows, xcol, rows, cols)
     };
-    let mean = matches!(what, SumOf::LastDim { mean: true } | SumOf::All { mean: true });
-    let mut scale = if mean { 1.0 / numel as f64 } else { 1.0 };
-    let all = matches!(what, SumOf::All { .. });
+    let count = if all { x.shape().iter().product::<i64>() } else { cols };
+    let mut scale = if mean { 1.0 / count as f64 } else { 1.0 };
     if all && rows == 0 {
         // Nothing to add: 0 (NaN for a mean), written by the finishing pass.
         return finish_sum(&dev, dtype, stream, name, 0, 1, 0, yp, yrows, scale);
@@ -261,27 +248,25 @@ fn sum_like(call: &mut Call<'_, '_>, what: SumOf) -> Result<()> {
     let (_, partial) = function("sum_partial", dtype, device)?;
     let mut params = params![xp, xrows, xcol, wp, rows, cols, splits, chunk, warp_rows];
     run(&partial, Some(plan.launch), stream, &mut params, name)?;
-    if all {
-        finish_sum(&dev, dtype, stream, name, wp, 1, rows * splits, yp, yrows, scale)
-    } else {
-        finish_sum(&dev, dtype, stream, name, wp, rows, splits, yp, yrows, scale)
-    }
+    // One row of every partial sum for a sum of everything, else a row of pieces per row.
+    let (out_rows, per_row) = if all { (1, rows * splits) } else { (rows, splits) };
+    finish_sum(&dev, dtype, stream, name, wp, out_rows, per_row, yp, yrows, scale)
 }
 
 fn sum(call: &mut Call<'_, '_>) -> Result<()> {
-    sum_like(call, SumOf::LastDim { mean: false })
+    sum_like(call, false, false)
 }
 
 fn mean(call: &mut Call<'_, '_>) -> Result<()> {
-    sum_like(call, SumOf::LastDim { mean: true })
+    sum_like(call, false, true)
 }
 
 fn sum_all(call: &mut Call<'_, '_>) -> Result<()> {
-    sum_like(call, SumOf::All { mean: false })
+    sum_like(call, true, false)
 }
 
 fn mean_all(call: &mut Call<'_, '_>) -> Result<()> {
-    sum_like(call, SumOf::All { mean: true })
+    sum_like(call, true, true)
 }
 
 /// The elementwise kernels: one function each, named as its `.cu` kernel.

@@ -202,6 +202,15 @@ impl Ctx<'_> {
     fn err(&self, pos: Pos, message: impl std::fmt::Display) -> dlbridge_core::Error {
         error_at(self.text, pos, format!("def {}: {message}", self.def.name))
     }
+    /// A statement whose index arithmetic leaves the bounds the generated code computes in.
+    fn too_big(&self, s: &super::parse::Stmt) -> dlbridge_core::Error {
+        let message = format!(
+            "in `{}`: the index arithmetic uses numbers beyond {} (coefficients, offsets or ranges)",
+            s.text,
+            size::MAX_COEFFICIENT
+        );
+        self.err(s.pos, message)
+    }
     fn is_symbol(&self, n: &str) -> bool {
         self.symbols.iter().any(|(s, ..)| s == n)
     }
@@ -482,14 +491,7 @@ fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
     }
     // Numbers the generated code computes with stay small (no overflow there).
     if !accesses.iter().all(|a| a.index.iter().all(|ix| ix.konst.small() && ix.vars.values().all(|k| k.abs() <= size::MAX_COEFFICIENT))) {
-        return Err(cx.err(
-            s.pos,
-            format!(
-                "in `{}`: the index arithmetic uses numbers beyond {} (coefficients, offsets or ranges)",
-                s.text,
-                size::MAX_COEFFICIENT
-            ),
-        ));
+        return Err(cx.too_big(s));
     }
     // Indices inside accesses' index expressions were collected above
     // (walk visits the arguments); index names used as values too.
@@ -609,14 +611,7 @@ fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
         ranges.extend(found);
     }
     if !ranges.values().all(|(lo, hi)| lo.small() && hi.small()) {
-        return Err(cx.err(
-            s.pos,
-            format!(
-                "in `{}`: the index arithmetic uses numbers beyond {} (coefficients, offsets or ranges)",
-                s.text,
-                size::MAX_COEFFICIENT
-            ),
-        ));
+        return Err(cx.too_big(s));
     }
     // The output's shape and type, on its first statement.
     if cx.outputs[out].is_none() || !shaped {
