@@ -824,7 +824,7 @@ pub fn reduction_launch(m: u64, j: u64, outputs_inner: bool, splittable: bool, s
     }
     let mut rows = launch::rows_within(m, j, sms, MAX_REDUCTION_BLOCK)?;
     if !splittable && rows.splits > 1 {
-        let block = launch::rows_within(m.max(sms64 * launch::THREADS_PER_SM), j, sms, MAX_REDUCTION_BLOCK)?.launch.block;
+        let block = launch::row_block(j, MAX_REDUCTION_BLOCK);
         let grid = m.min(fill).min(launch::MAX_GRID_X) as u32;
         rows = launch::RowLaunch { launch: Launch { grid, block, shared: 0 }, warp_rows: false, splits: 1, chunk: j };
     }

@@ -71,8 +71,9 @@ pub struct RowLaunch {
 }
 
 /// Threads a block for rows (or pieces) of `cols` elements: about
-/// [`ROW_ELEMS_PER_THREAD`] each, a power of two from 128 to 1024.
-fn row_block(cols: u64, max_block: u32) -> u32 {
+/// [`ROW_ELEMS_PER_THREAD`] each, a power of two from 128 (or `max_block`,
+/// if smaller) to `max_block`.
+pub fn row_block(cols: u64, max_block: u32) -> u32 {
     let max = u64::from(max_block.clamp(32, 1024));
     cols.div_ceil(ROW_ELEMS_PER_THREAD).clamp(128.min(max), max).next_power_of_two().min(max) as u32
 }

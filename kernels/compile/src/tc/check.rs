@@ -753,6 +753,7 @@ mod tests {
             ("def f(float(N) A) -> (O) { O(i) = P(i) }", "neither a tensor"),
             ("def f(float(N) A) -> (O, P) { O(i) = P(i)\n P(i) = A(i) }", "`P` is read before any statement writes it"),
             ("def f(float(N) A) -> (O) { O(i) = A(i * 4000000 * 4000000 * 4000000 * 4000000 - i * 7) }", "beyond 1048576"),
+            ("def f(float(N) A) -> (O) { O(i) +=! A(i + j) where j in 0:2000000 }", "beyond 1048576"),
         ] {
             let e = check(&parse(text).unwrap()[0], text).unwrap_err().to_string();
             assert!(e.contains(want), "{text}: {e}");
