@@ -198,12 +198,50 @@ def test_a_fused_definition_with_integer_tensors_and_conditions():
         ("def f(float(N) A) -> (O) { O(i) = foo(A(i)) }", "`foo` is neither a tensor of this definition nor a builtin"),
         ("def f(float(N) A) -> (O) { O(i) += A(i) }", "whose start value is unset"),
         ("def f(float(N) A) -> (O) { O(i) = A(j) }", "`j` appears only on the right of `=`"),
+        ("def f(float(N) A) -> (O) {\n  O(i) = A(i) * 1e999\n}", "line 2, column 17: the number `1e999` is out of range"),
+        ("def f(float(N) A) -> (O) { O(i) = " + " + ".join(["A(i)"] * 3000) + " }", "more than 63 operators in a row"),
     ],
 )
 def test_language_errors_say_where_and_what(text, want):
     with pytest.raises(ValueError) as e:
         dlbridge.define(text)
     assert want in str(e.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_integer_division_truncates_and_wraps_and_refuses_zero(dtype):
+    ty = str(dtype).removeprefix("torch.")
+    (k,) = dlbridge.define(f"def divmod({ty}(N) A, {ty}(N) B) -> (Q, R) {{\n  Q(i) = A(i) / B(i)\n  R(i) = A(i) % B(i)\n}}")
+    low = torch.iinfo(dtype).min
+    a = torch.tensor([low, 7, -7, 7, -7, low, 5, low + 1], dtype=dtype)
+    b = torch.tensor([-1, 2, 2, -2, -2, 1, -1, -1], dtype=dtype)
+    q, r = k(a, b)
+    # C's truncating division (torch's rounding_mode="trunc", torch.fmod); MIN / -1 wraps to MIN.
+    want_q = torch.tensor([low, 3, -3, -3, 3, low, -5, -(low + 1)], dtype=dtype)
+    torch.testing.assert_close(q, want_q, rtol=0, atol=0)
+    torch.testing.assert_close(r, torch.fmod(a, b), rtol=0, atol=0)
+    torch.testing.assert_close(q[1:], torch.div(a[1:], b[1:], rounding_mode="trunc"), rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="divmod: integer division or modulo by zero"):
+        k(torch.tensor([1, 2], dtype=dtype), torch.tensor([1, 0], dtype=dtype))
+
+
+def test_float_remainder_is_fmod_and_differentiates():
+    (k,) = dlbridge.define("def rem(double(N) X, double(N) Y) -> (O) { O(i) = X(i) % Y(i) }")
+    x = torch.tensor([5.5, -5.5, 5.5, 7.25, 1.0], dtype=torch.float64)
+    y = torch.tensor([2.0, 2.0, -2.0, 0.5, 0.0], dtype=torch.float64)
+    torch.testing.assert_close(k(x, y), torch.fmod(x, y), equal_nan=True)
+    op = dtorch.as_op(k)
+    xs, ys = torch.tensor([5.3, -2.2], dtype=torch.float64, requires_grad=True), torch.tensor([2.0, 0.7], dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda x: op(x, ys), (xs,))
+
+
+def test_a_long_sum_of_one_read_differentiates_as_one_statement():
+    (k,) = dlbridge.define("def s(double(N) A) -> (O) { O(i) = " + " + ".join(["A(i) * A(i)"] * 31) + " }")
+    x = torch.randn(7, dtype=torch.float64, requires_grad=True)
+    op = dtorch.as_op(k)
+    torch.testing.assert_close(op(x), 31 * x.detach() ** 2)
+    op(x).sum().backward()
+    torch.testing.assert_close(x.grad, 62 * x.detach())
 
 
 def test_call_errors_name_the_arguments():

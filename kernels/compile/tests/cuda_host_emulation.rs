@@ -306,3 +306,66 @@ def softmax(float(N, D) I) -> (O, maxVal, expDistance, expSum) {
     // Several statements, intermediate outputs, a max= reduction.
     tc_on_host_and_cpu(softmax, &[arr(&[3, 7], 0.05)]);
 }
+
+/// `/` and `%` on CUDA: integers truncate as in C, MIN / -1 wraps to MIN
+/// (MIN % -1 is 0) instead of trapping, a zero divisor gives 0 (a kernel
+/// cannot raise), and `%` of floats is fmod.
+#[test]
+fn division_and_remainder_in_a_definition_on_cuda() {
+    use dlbridge_compile::internals::{tc_cuda_plan, tc_cuda_source};
+    use dlbridge_compile::tc;
+    let k = &tc::define(
+        "def divmod(int64(N) A, int64(N) B, float(N) X, float(N) Y) -> (Q, R, F) {
+  Q(i) = A(i) / B(i)
+  R(i) = A(i) % B(i)
+  F(i) = X(i) % Y(i)
+}",
+    )
+    .unwrap()[0];
+    let a = [i64::MIN, 7, -7, 7, -7, i64::MIN, 5, 9];
+    let b = [-1i64, 2, 2, -2, -2, 1, 0, -1];
+    let (x, y) = ([5.5f64, -5.5, 5.5, 1.0, 0.0, -0.0, 7.25, 3.0], [2.0f64, 2.0, -2.0, 0.0, 1.0, 1.0, 0.5, -7.0]);
+    let n = a.len() as i64;
+    let (symbols, launches) = tc_cuda_plan(k.spec(), &[&[n], &[n], &[n], &[n], &[n], &[n], &[n]]).unwrap();
+    let src = tc_cuda_source(k.spec(), &[('T', DType::F64)]).unwrap();
+    let list = |v: &[String]| v.join(", ");
+    let ints = |v: &[i64]| list(&v.iter().map(|v| format!("{}LL", v)).collect::<Vec<_>>()).replace("-9223372036854775808LL", "INT64_MIN");
+    let floats = |v: &[f64]| list(&v.iter().map(|v| format!("{v:e}")).collect::<Vec<_>>());
+    let mut h = format!(
+        "#include <vector>\n#include <climits>\nint main() {{\n  std::vector<int64_t> t0 = {{{}}}, t1 = {{{}}}, t4({n}, 99), t5({n}, 99);\n  \
+         std::vector<double> t2 = {{{}}}, t3 = {{{}}}, t6({n}, 99.0);\n",
+        ints(&a),
+        ints(&b),
+        floats(&x),
+        floats(&y)
+    );
+    let mut args = vec!["stmt".to_string()];
+    for t in 0..7 {
+        h += &format!("  DlbIndexer x{t}; memset(&x{t}, 0, sizeof x{t}); x{t}.ndim = 1; x{t}.shape[0] = {n}; x{t}.strides[0] = 1;\n");
+        args.push(format!("t{t}.data()"));
+        args.push(format!("x{t}"));
+    }
+    args.extend(symbols.iter().map(|v| format!("{v}LL")));
+    for (stmt, count) in &launches {
+        h += &format!(
+            "  {{ const int stmt = {stmt}; launch({}, 64, [&] {{ {}({}); }}); }}\n",
+            count.div_ceil(64),
+            src.entry,
+            args.join(", ")
+        );
+    }
+    h += "  for (int64_t v : t4) printf(\"%lld\\n\", (long long)v);\n  for (int64_t v : t5) printf(\"%lld\\n\", (long long)v);\n";
+    h += "  for (double v : t6) printf(\"%.17g\\n\", v);\n  printf(\"emulated: 0 failures\\n\");\n  return 0;\n}\n";
+    let Some(out) = build_and_run("tc_divmod", &src.text, &h) else { return };
+    let lines: Vec<&str> = out.lines().filter(|l| !l.contains("failures")).collect();
+    let q: Vec<i64> = lines[..8].iter().map(|l| l.parse().unwrap()).collect();
+    let r: Vec<i64> = lines[8..16].iter().map(|l| l.parse().unwrap()).collect();
+    let f: Vec<f64> = lines[16..].iter().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(q, [i64::MIN, 3, -3, -3, 3, i64::MIN, 0, -9]);
+    assert_eq!(r, [0, 1, -1, 1, -1, 0, 0, 0]);
+    let want: Vec<f64> = x.iter().zip(&y).map(|(x, y)| x % y).collect();
+    assert_eq!(f.len(), want.len());
+    for (g, w) in f.iter().zip(&want) {
+        assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "fmod: {f:?} != {want:?}");
+    }
+}

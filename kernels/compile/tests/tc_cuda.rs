@@ -37,6 +37,11 @@ def layernorm(float(T, B, C) I) -> (O, mean, centered, var) {
   O(t, b, c) = centered(t, b, c) / rsqrt(var(t, b))
 }
 def rowmin(int32(R, C) X) -> (Y) { Y(r) min=! X(r, c) }
+def divmod(int32(N) A, int64(N) B, float(N) X) -> (Q, R, F) {
+  Q(i) = A(i) / B(i)
+  R(i) = A(i) % 3
+  F(i) = X(i) % 1.5 + X(i) / 3
+}
 ";
 
 #[test]
@@ -46,7 +51,7 @@ fn tcs_examples_and_their_backwards_compile_to_ptx() {
     }
     let mut kernels = tc::define(EXAMPLES).unwrap();
     let backwards: Vec<_> = kernels.iter().filter_map(|k| tc::backward(k).ok()).collect();
-    assert_eq!(backwards.len(), 6, "every floating definition has a backward");
+    assert_eq!(backwards.len(), 7, "every floating definition has a backward");
     kernels.extend(backwards);
     for k in &kernels {
         let floating = k.signature().contains("<T:");

@@ -91,6 +91,29 @@ pub(crate) fn helpers(src: &mut Src, f: &Flavour, acc: &str) {
     }
     src.line("template <typename A>");
     src.line(&format!("{q} A dlbridge_tc_sigmoid(A x) {{ return A(1) / (A(1) + exp(-x)); }}"));
+    // `/` and `%` in the operands' common type. An integer MIN / -1 wraps to
+    // MIN (and MIN % -1 is 0), as NumPy gives them, instead of
+    // trapping. A zero divisor is an error on the CPU (the division guard);
+    // on CUDA, where a kernel cannot stop, x / 0 and x % 0 are 0, as NumPy
+    // gives them. `%` of floats is C's fmod.
+    let zero = if f.cuda { " if (b == R(0)) return R(0);" } else { "" };
+    src.line("template <typename R>");
+    src.line(&format!(
+        "{q} R dlbridge_tc_div_of(R a, R b) {{ if (R(-1) < R(0) && b == R(-1)) return static_cast<R>(0ull - static_cast<unsigned long long>(a));{zero} return a / b; }}"
+    ));
+    src.line("template <typename R>");
+    src.line(&format!("{q} R dlbridge_tc_rem_of(R a, R b) {{ if (R(-1) < R(0) && b == R(-1)) return R(0);{zero} return a % b; }}"));
+    for ty in ["float", "double"] {
+        let fmod = if ty == "float" { "fmodf" } else { "fmod" };
+        src.line(&format!("{q} {ty} dlbridge_tc_div_of({ty} a, {ty} b) {{ return a / b; }}"));
+        src.line(&format!("{q} {ty} dlbridge_tc_rem_of({ty} a, {ty} b) {{ return {fmod}(a, b); }}"));
+    }
+    for op in ["div", "rem"] {
+        src.line("template <typename A, typename B>");
+        src.line(&format!(
+            "{q} auto dlbridge_tc_{op}(A a, B b) -> decltype(a / b) {{ typedef decltype(a / b) R; return dlbridge_tc_{op}_of(static_cast<R>(a), static_cast<R>(b)); }}"
+        ));
+    }
 }
 
 /// Everything a statement's code refers to, by name.
@@ -156,6 +179,8 @@ impl Names<'_> {
             },
             Expr::Unary(Un::Neg, a) => format!("(-{})", self.expr(a)),
             Expr::Unary(Un::Not, a) => format!("(!{})", self.expr(a)),
+            Expr::Binary(Bin::Div, a, b) => format!("dlbridge_tc_div({}, {})", self.expr(a), self.expr(b)),
+            Expr::Binary(Bin::Rem, a, b) => format!("dlbridge_tc_rem({}, {})", self.expr(a), self.expr(b)),
             Expr::Binary(op, a, b) => format!("({} {} {})", self.expr(a), op_text(*op), self.expr(b)),
             Expr::Select(c, a, b) => format!("({} ? {} : {})", self.expr(c), self.expr(a), self.expr(b)),
         }

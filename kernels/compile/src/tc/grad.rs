@@ -74,32 +74,34 @@ fn select(c: Expr, a: Option<Expr>, b: Option<Expr>) -> Option<Expr> {
     Some(Expr::Select(Box::new(c), Box::new(a.unwrap_or(num(0.0))), Box::new(b.unwrap_or(num(0.0)))))
 }
 
-/// Derivatives with respect to one tensor read: the `target`-th read in
-/// the order [`reads`] lists them.
+/// Derivatives with respect to a group of tensor reads (the same element,
+/// read at several places): the reads whose numbers, in the order [`reads`]
+/// lists them, are in `targets`.
 struct Diff<'a> {
-    target: usize,
+    targets: &'a [usize],
     seen: usize,
     is_tensor: &'a dyn Fn(&str) -> bool,
 }
 
 impl Diff<'_> {
+    /// Whether the next read is one of the targets.
+    fn hit(&mut self) -> bool {
+        let hit = self.targets.binary_search(&self.seen).is_ok();
+        self.seen += 1;
+        hit
+    }
+
     fn d(&mut self, e: &Expr) -> Option<Expr> {
         match e {
             Expr::Num { .. } => None,
             Expr::Name(n, _) => {
                 if (self.is_tensor)(n) {
-                    let hit = self.seen == self.target;
-                    self.seen += 1;
-                    hit.then(|| num(1.0))
+                    self.hit().then(|| num(1.0))
                 } else {
                     None
                 }
             }
-            Expr::Call(f, _, _) if (self.is_tensor)(f) => {
-                let hit = self.seen == self.target;
-                self.seen += 1;
-                hit.then(|| num(1.0))
-            }
+            Expr::Call(f, _, _) if (self.is_tensor)(f) => self.hit().then(|| num(1.0)),
             Expr::Call(f, args, _) => {
                 let ds: Vec<Option<Expr>> = args.iter().map(|a| self.d(a)).collect();
                 let a = args.first().cloned().unwrap_or(num(0.0));
@@ -464,8 +466,19 @@ pub fn derive(c: &Checked) -> Result<Checked, Why> {
         let mut rs = Vec::new();
         reads(rhs, &is_tensor, &mut rs);
         let all_vars: Vec<String> = s.lhs.iter().chain(&s.reduced).cloned().collect();
+        // Reads of the same element (`A(i) * A(i)`) share one derivative
+        // and one statement of the backward.
+        let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
         for (r, (name, args)) in rs.iter().enumerate() {
-            let target = match (c.params.iter().position(|p| p.name == *name), version_index(name)) {
+            let key = format!("{name}({})", args.iter().map(Expr::text).collect::<Vec<_>>().join(", "));
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, members)) => members.push(r),
+                None => groups.push((key, vec![r])),
+            }
+        }
+        for (_, members) in &groups {
+            let (name, args) = rs[members[0]];
+            let target = match (c.params.iter().position(|p| p.name == name), version_index(name)) {
                 (Some(p), _) => grad_in[p].clone(),
                 (None, Some(j)) => gbuf[j].clone(),
                 _ => None,
@@ -474,7 +487,7 @@ pub fn derive(c: &Checked) -> Result<Checked, Why> {
             if !b.is_float(name) {
                 continue;
             }
-            let mut d = Diff { target: r, seen: 0, is_tensor: &is_tensor };
+            let mut d = Diff { targets: members, seen: 0, is_tensor: &is_tensor };
             let Some(dr) = d.d(rhs) else { continue };
             let factor = match s.op {
                 Op::Assign | Op::Add => dr,
@@ -552,10 +565,24 @@ mod tests {
         let e = parse("def f(float(N) A) -> (O) { O(i) = exp(A(i)) / A(i) }").unwrap();
         let rhs = &e[0].stmts[0].rhs;
         let t = |n: &str| n == "A";
-        let d0 = Diff { target: 0, seen: 0, is_tensor: &t }.clone_d(rhs);
+        let d0 = Diff { targets: &[0], seen: 0, is_tensor: &t }.clone_d(rhs);
         assert_eq!(d0.unwrap().text(), "exp(A(i)) / A(i)");
-        let d1 = Diff { target: 1, seen: 0, is_tensor: &t }.clone_d(rhs);
+        let d1 = Diff { targets: &[1], seen: 0, is_tensor: &t }.clone_d(rhs);
         assert_eq!(d1.unwrap().text(), "-(exp(A(i)) / (A(i) * A(i)))");
+        let both = Diff { targets: &[0, 1], seen: 0, is_tensor: &t }.clone_d(rhs);
+        assert_eq!(both.unwrap().text(), "exp(A(i)) / A(i) + -(exp(A(i)) / (A(i) * A(i)))");
+    }
+
+    #[test]
+    fn reads_of_one_element_share_a_statement() {
+        let b = backward("def f(float(N) A, float(N) B) -> (O) { O(i) = A(i) * A(i) + A(i) * B(i) + A(i + 0) }");
+        let grads: Vec<&str> =
+            b.stmts.iter().filter(|s| s.text.starts_with("grad_A") && s.text.contains("+=")).map(|s| s.text.as_str()).collect();
+        // `A(i)` three times, `A(i + 0)` once: two statements.
+        assert_eq!(grads.len(), 2, "{grads:?}");
+        assert!(grads[0].contains("A(i) + A(i)"), "{}", grads[0]);
+        let grads_b = b.stmts.iter().filter(|s| s.text.starts_with("grad_B") && s.text.contains("+=")).count();
+        assert_eq!(grads_b, 1);
     }
 
     impl Diff<'_> {

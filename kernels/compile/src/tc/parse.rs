@@ -167,6 +167,17 @@ pub enum Expr {
 }
 
 impl Expr {
+    /// How many operands and operators it has.
+    pub fn size(&self) -> usize {
+        match self {
+            Expr::Num { .. } | Expr::Name(..) => 1,
+            Expr::Call(_, args, _) => 1 + args.iter().map(Expr::size).sum::<usize>(),
+            Expr::Unary(_, a) => 1 + a.size(),
+            Expr::Binary(_, a, b) => 1 + a.size() + b.size(),
+            Expr::Select(c, a, b) => 1 + c.size() + a.size() + b.size(),
+        }
+    }
+
     /// The expression as text, parenthesised where needed.
     pub fn text(&self) -> String {
         self.fmt_prec(0)
@@ -233,8 +244,14 @@ pub struct Def {
     pub text: String,
 }
 
-/// Most nesting of parentheses and operators in an expression (the text is foreign input).
+/// Most nesting of parentheses and operators in an expression, a chain of
+/// operators (`a + b + c`) counting one level per operator (the text is
+/// foreign input: every pass over an expression recurses through it).
 const MAX_DEPTH: usize = 64;
+
+/// Most operands and operators on a statement's right side: each read of a
+/// floating tensor becomes a statement of the derived backward.
+pub const MAX_TERMS: usize = 1024;
 
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {
@@ -351,6 +368,13 @@ impl Lexer {
                     digits.parse().map_err(|_| error_at(text, pos_of(start, line, line_start), format!("bad number `{digits}`")))?;
                 if int && value > 9.007_199_254_740_992e15 {
                     return Err(error_at(text, pos_of(start, line, line_start), format!("the integer `{digits}` is too large")));
+                }
+                if !value.is_finite() {
+                    return Err(error_at(
+                        text,
+                        pos_of(start, line, line_start),
+                        format!("the number `{digits}` is out of range (a literal must be a finite double)"),
+                    ));
                 }
                 toks.push((Tok::Num(value, int), pos_of(start, line, line_start), start));
             } else if let Some(p) = PUNCTS.iter().find(|p| text[i..].starts_with(**p)) {
@@ -570,7 +594,15 @@ impl Parser<'_> {
             Tok::Punct("min=!") => (Op::Min, true),
             t => return Err(self.err(at, format!("expected `=`, `+=`, `*=`, `max=`, `min=` or their `!` forms, found {t}"))),
         };
+        let rhs_at = self.here();
         let rhs = self.expr(0)?;
+        let terms = rhs.size();
+        if terms > MAX_TERMS {
+            return Err(self.err(
+                rhs_at,
+                format!("the right side has {terms} operands and operators, more than {MAX_TERMS}: split it over several statements"),
+            ));
+        }
         let mut wheres = Vec::new();
         if matches!(self.peek(), Tok::Name(w) if w == "where") {
             self.bump();
@@ -629,9 +661,21 @@ impl Parser<'_> {
 
     fn binary(&mut self, min_prec: u8, depth: usize) -> Result<Expr> {
         let mut lhs = self.unary(depth)?;
+        let mut chain = depth;
         while let Some(op) = self.bin_op().filter(|op| op.prec() >= min_prec) {
+            // The operand after it (and its index expressions) must fit too.
+            chain += 1;
+            if chain >= MAX_DEPTH {
+                return Err(self.err(
+                    self.here(),
+                    format!(
+                        "more than {} operators in a row: split the expression over several statements (`O(i) += ...` adds to `O`)",
+                        MAX_DEPTH - 1
+                    ),
+                ));
+            }
             self.bump();
-            let rhs = self.binary(op.prec() + 1, depth + 1)?;
+            let rhs = self.binary(op.prec() + 1, chain)?;
             lhs = Expr::Binary(op, Box::new(lhs), Box::new(rhs));
         }
         Ok(lhs)
@@ -732,5 +776,40 @@ mod tests {
         assert!(parse(&text).unwrap_err().to_string().contains("nests more than"));
         let text = format!("def f(float(N) A) -> (B) {{ B(i) = {}A(i) }}", "-".repeat(10_000));
         assert!(parse(&text).unwrap_err().to_string().contains("nests more than"));
+    }
+
+    /// A chain of operators builds a tree as deep as it is long: bounded
+    /// like nesting, with its own message, at the operator that goes over.
+    #[test]
+    fn a_long_chain_of_operators_is_an_error_at_the_operator_over_the_bound() {
+        let sum = |n: usize| format!("def f(float(N) A) -> (B) {{ B(i) = {} }}", vec!["A(i)"; n].join(" + "));
+        assert!(parse(&sum(MAX_DEPTH)).is_ok());
+        let e = parse(&sum(MAX_DEPTH + 1)).unwrap_err().to_string();
+        assert!(e.contains(&format!("more than {} operators in a row", MAX_DEPTH - 1)), "{e}");
+        let col = "def f(float(N) A) -> (B) { B(i) = ".len() + MAX_DEPTH * "A(i) + ".len() - 1;
+        assert!(e.starts_with(&format!("line 1, column {col}:")), "{e}");
+        // A chain inside parentheses counts from its depth.
+        let e =
+            parse(&format!("def f(float(N) A) -> (B) {{ B(i) = {}{}{} }}", "(".repeat(10), vec!["A(i)"; 60].join(" * "), ")".repeat(10)));
+        assert!(e.unwrap_err().to_string().contains("operators in a row"));
+        // 100 000 terms: an error, not a stack overflow.
+        assert!(parse(&sum(100_000)).is_err());
+    }
+
+    #[test]
+    fn a_right_side_over_the_size_bound_is_an_error() {
+        let group = format!("({})", vec!["A(i)"; 32].join(" + "));
+        let ok = format!("def f(float(N) A) -> (B) {{ B(i) = {} }}", [group.as_str(); 10].join(" + "));
+        assert!(parse(&ok).is_ok());
+        let text = format!("def f(float(N) A) -> (B) {{\n  B(i) = {}\n}}", [group.as_str(); 11].join(" + "));
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.starts_with("line 2, column 10: the right side has 1055 operands and operators, more than 1024"), "{e}");
+    }
+
+    #[test]
+    fn a_literal_out_of_double_range_is_an_error_where_it_is_written() {
+        let e = parse("def f(float(N) A) -> (B) {\n  B(i) = A(i) * 1e999\n}").unwrap_err().to_string();
+        assert!(e.starts_with("line 2, column 17: the number `1e999` is out of range"), "{e}");
+        assert!(parse("def f(float(N) A) -> (B) { B(i) = A(i) * 1e-999 + 1.7976931348623157e308 }").is_ok());
     }
 }
