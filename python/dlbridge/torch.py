@@ -758,7 +758,10 @@ def as_op(kernel: Any, name: str | None = None, *, backward: Any = None, save: S
     with _LOCK:
         state = _REGISTERED.get(qualname)
         if state is not None and state.signature != k.signature:
-            raise ValueError(f"as_op: {qualname} is already registered for {state.signature}, not {k.signature}")
+            raise ValueError(
+                f"as_op: {qualname} is already registered for {state.signature}, not {k.signature}: a torch "
+                "operator keeps its schema; register this kernel under another name (as_op(kernel, name=...))"
+            )
         given = _backward_of(k, backward, save) if backward is not None else None
         if state is not None:
             # The operator now runs the kernel given, with the backward given (or

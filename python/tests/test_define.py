@@ -225,6 +225,14 @@ def test_integer_division_truncates_and_wraps_and_refuses_zero(dtype):
         k(torch.tensor([1, 2], dtype=dtype), torch.tensor([1, 0], dtype=dtype))
 
 
+def test_integers_wrap_on_overflow():
+    (k,) = dlbridge.define("def grows(int64(N) A) -> (O, P) {\n O(i) = A(i) + 1 > A(i) ? 1 : 0\n P(i) = A(i) * 2\n}")
+    big = torch.tensor([2**63 - 1, 5, -(2**63)])
+    o, p = k(big)
+    torch.testing.assert_close(o, torch.tensor([0, 1, 1]))
+    torch.testing.assert_close(p, big * 2)
+
+
 def test_float_remainder_is_fmod_and_differentiates():
     (k,) = dlbridge.define("def rem(double(N) X, double(N) Y) -> (O) { O(i) = X(i) % Y(i) }")
     x = torch.tensor([5.5, -5.5, 5.5, 7.25, 1.0], dtype=torch.float64)
@@ -242,6 +250,106 @@ def test_a_long_sum_of_one_read_differentiates_as_one_statement():
     torch.testing.assert_close(op(x), 31 * x.detach() ** 2)
     op(x).sum().backward()
     torch.testing.assert_close(x.grad, 62 * x.detach())
+
+
+def test_an_output_of_declared_sizes_written_in_part_is_zero_elsewhere():
+    (k,) = dlbridge.define("def head(float(N) A) -> (float(N) O) { O(i) = A(i) where i in 0:2 }")
+    torch.testing.assert_close(k(torch.arange(1.0, 9.0)), torch.tensor([1.0, 2, 0, 0, 0, 0, 0, 0]))
+    np.testing.assert_array_equal(k(np.full(5, 7.0)), [7.0, 7.0, 0, 0, 0])
+    (k,) = dlbridge.define("def col(float(M, N) A) -> (float(M, N) O) { O(i, j) +=! A(i, j) * A(i, k) where j in 0:1 }")
+    a = torch.rand(3, 4, dtype=torch.float64)
+    want = torch.zeros(3, 4, dtype=torch.float64)
+    want[:, 0] = a[:, 0] * a.sum(1)
+    torch.testing.assert_close(k(a), want)
+
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("def f(float(N) A) -> (O) {\n O(i) = A(i)\n O(i) = O(i) + O(N - 1 - i)\n}", "reads `O(N - 1 - i)`, another element of `O`"),
+        ("def f(float(N) A) -> (O) {\n O(i) = A(i)\n O(i) = O(i - 1) + A(i) where i in 1:N\n}", "reads `O(i - 1)`, another element"),
+        ("def f(float(N, N) A) -> (O) {\n O(i) = A(i, 0)\n O(i) +=! O(i) * A(i, k)\n}", "reads `O(i)` while it reduces over `k`"),
+    ],
+)
+def test_a_statement_reads_its_own_output_only_where_it_writes(text, want):
+    with pytest.raises(ValueError, match="line 3, column 2") as e:
+        dlbridge.define(text)
+    assert want in str(e.value)
+
+
+def test_builtins_of_integers_compute_in_floating_point():
+    (k,) = dlbridge.define("def half(double(N) A) -> (O) { O(i) = A(i) + sigmoid(0) }")
+    torch.testing.assert_close(k(torch.zeros(2, dtype=torch.float64)), torch.full((2,), 0.5, dtype=torch.float64))
+    (k,) = dlbridge.define("def ints(int32(N) A, bool(N) B) -> (S, R, T) {\n S(i) = sigmoid(A(i))\n R(i) = rsqrt(A(i))\n T(i) = sigmoid(B(i))\n}")
+    a, b = torch.tensor([1, 4, -2], dtype=torch.int32), torch.tensor([True, False, True])
+    s, r, t = k(a, b)
+    torch.testing.assert_close(s, torch.sigmoid(a.float()))
+    torch.testing.assert_close(r, torch.rsqrt(a.float()), equal_nan=True)
+    torch.testing.assert_close(t, torch.sigmoid(b.float()))
+
+
+@pytest.mark.parametrize("values", [[0.0, 2.0, 3.0], [0.0, 2.0, 0.0], [1.5, -2.0, 3.0], [-1.0, 0.5, 0.0, 4.0]])
+def test_the_gradient_of_a_product_with_zeros_is_torchs(values):
+    (k,) = dlbridge.define("def prodrow(float(M, N) A) -> (O) { O(i) *=! A(i, k) }")
+    op = dtorch.as_op(k)
+    a = torch.tensor([values, values[::-1]], dtype=torch.float64, requires_grad=True)
+    ref = a.detach().clone().requires_grad_()
+    g = torch.tensor([1.5, -0.5], dtype=torch.float64)
+    (op(a) * g).sum().backward()
+    (ref.prod(1) * g).sum().backward()
+    torch.testing.assert_close(a.grad, ref.grad)
+    # `*=` from a start value: one more factor, which may be zero too.
+    (k,) = dlbridge.define("def scaled(float(M) S, float(M, N) A) -> (O) {\n O(i) = S(i)\n O(i) *= A(i, k)\n}")
+    op = dtorch.as_op(k)
+    s = torch.tensor([0.0, 2.0], dtype=torch.float64, requires_grad=True)
+    a = torch.tensor([values, values[::-1]], dtype=torch.float64, requires_grad=True)
+    s2, a2 = s.detach().clone().requires_grad_(), a.detach().clone().requires_grad_()
+    op(s, a).sum().backward()
+    (s2 * a2.prod(1)).sum().backward()
+    torch.testing.assert_close((s.grad, a.grad), (s2.grad, a2.grad))
+
+
+def test_tied_maxima_share_the_gradient_as_torchs_amax():
+    (mx,) = dlbridge.define("def rowmax(float(M, N) A) -> (O) { O(i) max=! A(i, j) }")
+    (mn,) = dlbridge.define("def rowmin_from(float(M) S, float(M, N) A) -> (O) {\n O(i) = S(i)\n O(i) min= A(i, j)\n}")
+    a = torch.tensor([[1.0, 3.0, 3.0, 2.0], [5.0, 5.0, 5.0, 1.0]], dtype=torch.float64, requires_grad=True)
+    ref = a.detach().clone().requires_grad_()
+    dtorch.as_op(mx)(a).sum().backward()
+    ref.amax(1).sum().backward()
+    torch.testing.assert_close(a.grad, ref.grad)
+    assert a.grad.sum().item() == pytest.approx(2.0)
+    s = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    a = torch.tensor([[1.0, 3.0, 1.0], [4.0, 2.0, 2.0]], dtype=torch.float64, requires_grad=True)
+    s2, a2 = s.detach().clone().requires_grad_(), a.detach().clone().requires_grad_()
+    dtorch.as_op(mn)(s, a).sum().backward()
+    torch.cat([s2[:, None], a2], 1).amin(1).sum().backward()
+    torch.testing.assert_close((s.grad, a.grad), (s2.grad, a2.grad))
+
+
+def test_tensor_names_with_a_dim_suffix_stay_apart():
+    (k,) = dlbridge.define("def suffixes(float(M, N) A, float(M) A_0, float(N) A_1) -> (O) { O(i, j) = A(i, j) + A_0(i) * A_1(j) }")
+    a, a0, a1 = torch.rand(3, 4), torch.rand(3), torch.rand(4)
+    torch.testing.assert_close(k(a, a0, a1), a + a0[:, None] * a1)
+
+
+def test_a_definition_relabelled_beside_a_builtin_never_replaces_another_label():
+    (first,) = dlbridge.define("def add(float(N) A, float(N) B) -> (O) { O(i) = A(i) + B(i) * 10 }")
+    assert first.name != "add"
+    (second,) = dlbridge.define(f"def {first.name}(float(N) A) -> (O) {{ O(i) = A(i) * 100 }}")
+    assert second.name != first.name
+    x = torch.ones(2)
+    torch.testing.assert_close(dlbridge.get_kernel(first.name)(x, x), torch.full((2,), 11.0))
+    torch.testing.assert_close(dlbridge.get_kernel(second.name)(x), torch.full((2,), 100.0))
+    torch.testing.assert_close(dlbridge.get_kernel("add")(x, x), torch.full((2,), 2.0))
+
+
+def test_a_backward_over_the_tensor_bound_says_why_when_asked_for():
+    body = "O(i) = A(i)\n" + "O(i) = O(i) * A(i) + 1\n" * 6
+    (k,) = dlbridge.define(f"def chain7(float(N) A) -> (O) {{\n{body}}}")
+    x = torch.rand(3, dtype=torch.float64, requires_grad=True)
+    y = dtorch.as_op(k)(x).sum()
+    with pytest.raises(RuntimeError, match=r"the backward of `chain7` needs 17 tensors .*more than a kernel takes \(16\)"):
+        y.backward()
 
 
 def test_call_errors_name_the_arguments():

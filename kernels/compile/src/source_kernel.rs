@@ -142,10 +142,25 @@ impl<S: Spec + Send + Sync + 'static> SourceKernel<S> {
 /// free or held by an earlier kernel from source (which the new one
 /// replaces), else the first such `label_2`, `label_3`, ... A built-in or
 /// plugin kernel of that name is never replaced, and stays reachable by it.
+///
+/// A name taken for another label is not usable: a kernel labelled
+/// `matmul` and registered as `matmul_2` (a built-in holds `matmul`) is
+/// never replaced by one labelled `matmul_2`, nor the other way round.
 pub fn registry_name(registry: &Registry, label: &str) -> String {
-    let usable = |name: &str| registry.get(name).map_or(true, |k| replaceable(&k));
-    if usable(label) {
-        return label.to_owned();
-    }
-    (2u32..).map(|k| format!("{label}_{k}")).find(|n| usable(n)).unwrap_or_else(|| label.to_owned())
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    // (registry, name) -> the label the name was chosen for.
+    static LABELS: OnceLock<Mutex<HashMap<(usize, String), String>>> = OnceLock::new();
+    let mut labels = LABELS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    let at = std::ptr::from_ref(registry) as usize;
+    let usable = |name: &str| {
+        registry.get(name).map_or(true, |k| replaceable(&k) && labels.get(&(at, name.to_owned())).map_or(name, String::as_str) == label)
+    };
+    let name = if usable(label) {
+        label.to_owned()
+    } else {
+        (2u32..).map(|k| format!("{label}_{k}")).find(|n| usable(n)).unwrap_or_else(|| label.to_owned())
+    };
+    labels.insert((at, name.clone()), label.to_owned());
+    name
 }

@@ -14,9 +14,11 @@ use dlbridge_core::{Error, ErrorKind, Result};
 /// features), IEEE semantics kept: no `-ffast-math`, and no contraction of
 /// `x * y + b` into one fused multiply-add (`-ffp-contract=off`), so a kernel
 /// gives exactly what its expression says, rounding for rounding, as NumPy and
-/// torch eager compute it.
+/// torch eager compute it. Signed integers wrap (`-fwrapv`), as NumPy's and
+/// torch's do, instead of overflow being undefined (which lets the compiler
+/// fold `x + 1 > x` to true).
 pub const CXX_FLAGS: &[&str] =
-    &["-O3", "-march=native", "-ffp-contract=off", "-std=c++17", "-shared", "-fPIC", "-pthread", "-fvisibility=hidden"];
+    &["-O3", "-march=native", "-ffp-contract=off", "-fwrapv", "-std=c++17", "-shared", "-fPIC", "-pthread", "-fvisibility=hidden"];
 
 /// Added when the compiler takes them: integer division or modulo by zero in
 /// a kernel becomes an error instead of a SIGFPE (see `cpu::DIVGUARD`). The

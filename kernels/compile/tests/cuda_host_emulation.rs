@@ -305,6 +305,16 @@ def softmax(float(N, D) I) -> (O, maxVal, expDistance, expSum) {
     tc_on_host_and_cpu(&back, &[i, w, arr(&[2, 4, 5, 3], 0.01)]);
     // Several statements, intermediate outputs, a max= reduction.
     tc_on_host_and_cpu(softmax, &[arr(&[3, 7], 0.05)]);
+    // Backwards of a product with zeros (counts of zeros, products of the
+    // rest) and of a maximum with ties (counts of ties).
+    let more =
+        tc::define("def rowprod(float(M, N) A) -> (O) { O(i) *=! A(i, k) }\ndef rowmax(float(M, N) A) -> (O) { O(i) max=! A(i, k) }")
+            .unwrap();
+    let a = Array::from_vec(vec![0.0, 2.0, 3.0, 0.0, 0.0, 5.0, 1.5, -2.0, 3.0, 4.0, 4.0, 1.0], &[4, 3]).unwrap();
+    let g = Array::from_vec(vec![1.0, -0.5, 2.0, 0.25], &[4]).unwrap();
+    for k in &more {
+        tc_on_host_and_cpu(&tc::backward(k).unwrap(), &[a.clone(), g.clone()]);
+    }
 }
 
 /// `/` and `%` on CUDA: integers truncate as in C, MIN / -1 wraps to MIN

@@ -23,6 +23,7 @@ use dlbridge_core::{DType, Result};
 
 use super::parse::{Bin, Def, DimDecl, ElemType, Expr, Op, Pos, Un, error_at};
 use super::size::{self, Lin, Size};
+use dlbridge_registry::signature::{MAX_PARAMS, MAX_SYMBOLS};
 
 /// The scalar functions a definition may call, with their arity.
 pub const BUILTINS: &[(&str, usize)] = &[
@@ -277,6 +278,13 @@ pub fn check(def: &Def, text: &str) -> Result<Checked> {
     if def.stmts.is_empty() {
         return Err(cx.err(def.pos, "the definition has no statements"));
     }
+    let tensors = def.params.len() + def.outputs.len();
+    if tensors > MAX_PARAMS {
+        return Err(cx.err(def.pos, format!("{tensors} parameters and outputs; a kernel takes at most {MAX_PARAMS} together")));
+    }
+    if cx.symbols.len() > MAX_SYMBOLS {
+        return Err(cx.err(def.pos, format!("{} size symbols; a kernel takes at most {MAX_SYMBOLS}", cx.symbols.len())));
+    }
     let mut stmts = Vec::new();
     for s in &def.stmts {
         stmts.push(check_stmt(&mut cx, s)?);
@@ -523,6 +531,36 @@ fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
         index: lhs.iter().map(|v| Affine { vars: BTreeMap::from([(v.clone(), 1)]), konst: Lin::default() }).collect(),
         text: lhs_text,
     };
+    // A statement reads its own output only at the element it writes, and
+    // a reduction not at all: any other read would see elements this
+    // statement has or has not written yet, by the order the loops run in.
+    let mut reads_itself_0d = false;
+    walk(&s.rhs, &mut |e| reads_itself_0d |= matches!(e, Expr::Name(n, _) if *n == s.lhs));
+    let whole = Access { tensor: TensorRef::Output(out), index: Vec::new(), text: s.lhs.clone() };
+    let own: Vec<&Access> =
+        accesses.iter().filter(|a| a.tensor == TensorRef::Output(out)).chain(reads_itself_0d.then_some(&whole)).collect();
+    if let Some(a) = own.iter().find(|a| a.index != lhs_access.index).or(own.first()) {
+        if a.index != lhs_access.index {
+            return Err(cx.err(
+                s.pos,
+                format!(
+                    "`{}` reads `{}`, another element of `{}` than it writes: a statement reads its own output only at the element it writes ({}); write the result to a new output",
+                    s.text, a.text, s.lhs, lhs_access.text
+                ),
+            ));
+        }
+        if !reduced.is_empty() {
+            return Err(cx.err(
+                s.pos,
+                format!(
+                    "`{}` reads `{}` while it reduces over `{}`: a reduction does not read its own output; reduce into a new output and combine them in a statement after it",
+                    s.text,
+                    a.text,
+                    reduced.join("`, `")
+                ),
+            ));
+        }
+    }
     let mut constraining = accesses.clone();
     let shaped = cx.outputs[out].is_some();
     if shaped {
@@ -607,6 +645,13 @@ fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
                 )
             };
             return Err(cx.err(s.pos, format!("in `{}`: the range of index `{v}` cannot be inferred: {why}", s.text)));
+        }
+        // An index of the output is an element of it: never below 0
+        // (`O(i) = A(-i)` writes O(0) only).
+        for (v, (lo, _)) in found.iter_mut() {
+            if lhs.contains(v) {
+                *lo = lo.smax(&Size::c(0));
+            }
         }
         ranges.extend(found);
     }
@@ -754,10 +799,48 @@ mod tests {
             ("def f(float(N) A) -> (O, P) { O(i) = P(i)\n P(i) = A(i) }", "`P` is read before any statement writes it"),
             ("def f(float(N) A) -> (O) { O(i) = A(i * 4000000 * 4000000 * 4000000 * 4000000 - i * 7) }", "beyond 1048576"),
             ("def f(float(N) A) -> (O) { O(i) +=! A(i + j) where j in 0:2000000 }", "beyond 1048576"),
+            (
+                "def f(float(N) A) -> (O) { O(i) = A(i)\n O(i) = O(i) + O(N - 1 - i) }",
+                "reads `O(N - 1 - i)`, another element of `O` than it writes: a statement reads its own output only at the element it writes (O(i))",
+            ),
+            ("def f(float(N) A) -> (O) { O(i) = A(i)\n O(i) = O(i - 1) where i in 1:N }", "reads `O(i - 1)`, another element"),
+            ("def f(float(N, N) A) -> (O) { O(i, j) = A(i, j)\n O(i, j) += O(i, k) * A(k, j) }", "reads `O(i, k)`, another element"),
+            ("def f(float(N, N) A) -> (O) { O(i) = A(i, 0)\n O(i) +=! O(i) * A(i, k) }", "reads `O(i)` while it reduces over `k`"),
+            ("def f(float(N) A) -> (O) { O = A(0)\n O max= O * A(i) }", "reads `O` while it reduces over `i`"),
         ] {
             let e = check(&parse(text).unwrap()[0], text).unwrap_err().to_string();
             assert!(e.contains(want), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn a_statement_may_read_its_own_element() {
+        let c = checked("def f(float(N) A) -> (O) { O(i) = A(i)\n O(i) = O(i) * O(i) + 1 }");
+        assert_eq!(c.stmts.len(), 2);
+    }
+
+    /// An output's index is never below 0: `A(-i)` leaves only `i = 0`.
+    #[test]
+    fn an_output_index_range_starts_at_zero_or_above() {
+        let c = checked("def f(float(N) A) -> (O) { O(i) = A(-i) }");
+        assert_eq!(dims(&c, 0), vec!["1"]);
+        let (lo, hi) = &c.stmts[0].ranges["i"];
+        assert_eq!((lo.eval(&|_| Some(5)), hi.eval(&|_| Some(5))), (Some(0), Some(1)));
+        let c = checked("def f(float(N) A) -> (O) { O(i) = A(N - 1 - i) }");
+        assert_eq!(dims(&c, 0), vec!["N"]);
+    }
+
+    #[test]
+    fn too_many_tensors_or_sizes_are_named_where_the_def_starts() {
+        let outs: Vec<String> = (0..17).map(|k| format!("O{k}")).collect();
+        let body: Vec<String> = outs.iter().map(|o| format!("{o}(i) = A(i)")).collect();
+        let text = format!("def many(float(N) A) -> ({}) {{\n{}\n}}", outs.join(", "), body.join("\n"));
+        let e = check(&parse(&text).unwrap()[0], &text).unwrap_err().to_string();
+        assert!(e.starts_with("line 1, column 5: def many: 18 parameters and outputs; a kernel takes at most 16 together"), "{e}");
+        let dims: Vec<String> = (0..17).map(|k| format!("D{k}")).collect();
+        let text = format!("def wide(float({}) A) -> (O) {{ O(i) = A({}) }}", dims.join(", "), vec!["i"; 17].join(", "));
+        let e = check(&parse(&text).unwrap()[0], &text).unwrap_err().to_string();
+        assert!(e.contains("def wide: 17 size symbols; a kernel takes at most 16"), "{e}");
     }
 
     #[test]

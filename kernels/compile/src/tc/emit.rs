@@ -126,10 +126,10 @@ impl Names<'_> {
         format!("t_{}", self.c.tensor_name(t))
     }
     pub(crate) fn stride(&self, t: TensorRef, d: usize) -> String {
-        format!("st_{}_{d}", self.c.tensor_name(t))
+        format!("st{d}_{}", self.c.tensor_name(t))
     }
     pub(crate) fn shape(&self, t: TensorRef, d: usize) -> String {
-        format!("sh_{}_{d}", self.c.tensor_name(t))
+        format!("sh{d}_{}", self.c.tensor_name(t))
     }
     fn classify(&self, n: &str) -> Name {
         if let Some(i) = self.c.params.iter().position(|p| p.name == n) {
@@ -171,8 +171,15 @@ impl Names<'_> {
                     let index: Vec<Affine> = args.iter().map(|a| to_affine(self, a)).collect();
                     self.load(t, &index)
                 }
-                _ => {
+                // `max`/`min` keep their operands' type; every other builtin
+                // computes in the compute type (the checker types it so),
+                // integer operands too (`sigmoid(0)` is 0.5).
+                _ if f == "max" || f == "min" => {
                     let a: Vec<String> = args.iter().map(|a| self.expr(a)).collect();
+                    format!("{f}({})", a.join(", "))
+                }
+                _ => {
+                    let a: Vec<String> = args.iter().map(|a| format!("static_cast<dlbridge_tc_acc>({})", self.expr(a))).collect();
                     let f = if f == "sigmoid" { "dlbridge_tc_sigmoid" } else { f.as_str() };
                     format!("{f}({})", a.join(", "))
                 }
@@ -627,13 +634,16 @@ fn parallel_outer(src: &mut Src, outer: &[String], cost: &str) {
 }
 
 /// Per statement: whether its output is zeroed first (its first statement
-/// leaves some elements unwritten: an index range that may not start at 0).
+/// may leave some elements unwritten: an index range that may not start at
+/// 0, or may end before the output's size, as a `where` clause on an output
+/// of declared sizes does).
 pub(crate) fn zero_before(c: &Checked) -> Vec<bool> {
     let mut written = vec![false; c.outputs.len()];
     c.stmts
         .iter()
         .map(|s| {
-            let z = !written[s.out] && s.lhs.iter().any(|v| s.ranges[v].0.as_const() != Some(0));
+            let dims = &c.outputs[s.out].dims;
+            let z = !written[s.out] && s.lhs.iter().zip(dims).any(|(v, dim)| s.ranges[v].0.as_const() != Some(0) || &s.ranges[v].1 != dim);
             written[s.out] = true;
             z
         })

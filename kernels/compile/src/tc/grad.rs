@@ -8,11 +8,13 @@
 //! it), then runs the statements in reverse, accumulating each version's
 //! gradient (`g<k>_<O>`) into the gradients of what its statement read:
 //!
-//! * `=`, `+=`: `∂O/∂read = ∂rhs/∂read`; `*=`: `O / rhs · ∂rhs/∂read`;
-//!   `max=`, `min=`: through the arg max (`rhs == O`: every tied maximum
-//!   gets the gradient);
+//! * `=`, `+=`: `∂O/∂read = ∂rhs/∂read`; `*=`: the product of the other
+//!   factors times `∂rhs/∂read` (`O / rhs` where no factor is zero; where
+//!   one is, the product of the rest for it and 0 for the others, from a
+//!   count of zeros and a product of the non-zero factors); `max=`, `min=`:
+//!   through the arg max, tied maxima sharing it evenly (as torch's `amax`);
 //! * a statement without `!` also passes its gradient to the version it
-//!   started from (`+=` as is, `*=` scaled, `max=` where it stayed);
+//!   started from, one more factor or candidate (`+=` as is);
 //! * `∂rhs/∂read` is the symbolic derivative of the right side with respect
 //!   to that one read (the sum and product rules, the quotient rule, each
 //!   builtin's derivative, `?:` through the branch taken; comparisons, integer
@@ -401,6 +403,10 @@ pub fn derive(c: &Checked) -> Result<Checked, Why> {
     }
     let mut version = Vec::new();
     let mut gbuf = Vec::new();
+    // Per `*=` statement: how many of its factors are zero and the product
+    // of the others; per `max=`/`min=` statement: how many tie for the
+    // result.
+    let mut counts: Vec<Option<(String, Option<String>)>> = Vec::new();
     for (k, s) in c.stmts.iter().enumerate() {
         let o = &c.outputs[s.out];
         let v = fresh_name(format!("v{k}_{}", o.name), &mut used)?;
@@ -410,8 +416,22 @@ pub fn derive(c: &Checked) -> Result<Checked, Why> {
             let g = fresh_name(format!("g{k}_{}", o.name), &mut used)?;
             outputs.push(Output { name: g.clone(), ty: OutType::Float, dims: o.dims.clone() });
             gbuf.push(Some(g));
+            let scratch = |name: String, used: &mut BTreeSet<String>, outputs: &mut Vec<Output>| -> Result<String, Why> {
+                let name = fresh_name(name, used)?;
+                outputs.push(Output { name: name.clone(), ty: OutType::Float, dims: o.dims.clone() });
+                Ok(name)
+            };
+            counts.push(match s.op {
+                Op::Mul => Some((
+                    scratch(format!("n{k}_{}", o.name), &mut used, &mut outputs)?,
+                    Some(scratch(format!("p{k}_{}", o.name), &mut used, &mut outputs)?),
+                )),
+                Op::Max | Op::Min => Some((scratch(format!("n{k}_{}", o.name), &mut used, &mut outputs)?, None)),
+                Op::Assign | Op::Add => None,
+            });
         } else {
             gbuf.push(None);
+            counts.push(None);
         }
     }
     let max_rank = c.outputs.iter().map(|o| o.dims.len()).chain(c.params.iter().map(|p| p.dims.len())).max().unwrap_or(0);
@@ -466,6 +486,51 @@ pub fn derive(c: &Checked) -> Result<Checked, Why> {
         let mut rs = Vec::new();
         reads(rhs, &is_tensor, &mut rs);
         let all_vars: Vec<String> = s.lhs.iter().chain(&s.reduced).cloned().collect();
+        let lhs_ranges: BTreeMap<String, (Size, Size)> = s.lhs.iter().map(|v| (v.clone(), s.ranges[v].clone())).collect();
+        let vj = prev_of[k].map(|j| read(&version[j], &s.lhs));
+        let eq = |a: Expr, b: Expr| bin(Bin::Eq, a, b);
+        let pick = |c: Expr, a: Expr, b: Expr| Expr::Select(Box::new(c), Box::new(a), Box::new(b));
+        // The derivative of the statement's result with respect to one of
+        // its factors (`*=`) or candidates (`max=`, `min=`): `x`.
+        let mut of_result: Box<dyn Fn(&Expr) -> Expr> = Box::new(|_| num(1.0));
+        if let Some((n, p)) = counts[k].clone() {
+            let (nr, start_n) = (read(&n, &s.lhs), |x: &Expr| pick(eq(x.clone(), num(0.0)), num(1.0), num(0.0)));
+            match (s.op, p) {
+                // The product of the others: the result over `x` where no
+                // factor is zero; where one is, the product of the others
+                // for that one and 0 for the rest; 0 where more are.
+                (Op::Mul, Some(p)) => {
+                    let pr = read(&p, &s.lhs);
+                    b.gather(&n, s.lhs.clone(), Vec::new(), lhs_ranges.clone(), Op::Assign, false, vj.as_ref().map_or(num(0.0), start_n));
+                    let p0 = vj.as_ref().map_or(num(1.0), |vj| pick(eq(vj.clone(), num(0.0)), num(1.0), vj.clone()));
+                    b.gather(&p, s.lhs.clone(), Vec::new(), lhs_ranges.clone(), Op::Assign, false, p0);
+                    b.gather(&n, s.lhs.clone(), s.reduced.clone(), s.ranges.clone(), Op::Add, false, start_n(rhs));
+                    b.gather(
+                        &p,
+                        s.lhs.clone(),
+                        s.reduced.clone(),
+                        s.ranges.clone(),
+                        Op::Mul,
+                        false,
+                        pick(eq(rhs.clone(), num(0.0)), num(1.0), rhs.clone()),
+                    );
+                    let vk = vk.clone();
+                    of_result = Box::new(move |x: &Expr| {
+                        let lone = pick(eq(nr.clone(), num(1.0)), pr.clone(), num(0.0));
+                        let none = pick(eq(nr.clone(), num(0.0)), div(vk.clone(), x.clone()), num(0.0));
+                        pick(eq(x.clone(), num(0.0)), lone, none)
+                    });
+                }
+                // Ties share the gradient evenly (as torch's amax).
+                _ => {
+                    let tie = |x: &Expr| pick(eq(x.clone(), vk.clone()), num(1.0), num(0.0));
+                    b.gather(&n, s.lhs.clone(), Vec::new(), lhs_ranges.clone(), Op::Assign, false, vj.as_ref().map_or(num(0.0), tie));
+                    b.gather(&n, s.lhs.clone(), s.reduced.clone(), s.ranges.clone(), Op::Add, false, tie(rhs));
+                    let vk = vk.clone();
+                    of_result = Box::new(move |x: &Expr| pick(eq(x.clone(), vk.clone()), div(num(1.0), nr.clone()), num(0.0)));
+                }
+            }
+        }
         // Reads of the same element (`A(i) * A(i)`) share one derivative
         // and one statement of the backward.
         let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
@@ -491,8 +556,7 @@ pub fn derive(c: &Checked) -> Result<Checked, Why> {
             let Some(dr) = d.d(rhs) else { continue };
             let factor = match s.op {
                 Op::Assign | Op::Add => dr,
-                Op::Mul => mul(div(vk.clone(), rhs.clone()), dr),
-                Op::Max | Op::Min => Expr::Select(Box::new(bin(Bin::Eq, rhs.clone(), vk.clone())), Box::new(dr), Box::new(num(0.0))),
+                Op::Mul | Op::Max | Op::Min => mul(of_result(rhs), dr),
             };
             let value = mul(gk_read.clone(), factor);
             let index_vars: Option<Vec<String>> = args
@@ -512,16 +576,22 @@ pub fn derive(c: &Checked) -> Result<Checked, Why> {
         }
         if let Some(j) = prev_of[k]
             && let Some(gj) = gbuf[j].clone()
+            && let Some(vj) = &vj
         {
-            let vj = read(&version[j], &s.lhs);
             let factor = match s.op {
                 Op::Assign | Op::Add => num(1.0),
-                Op::Mul => div(vk.clone(), vj),
-                Op::Max | Op::Min => Expr::Select(Box::new(bin(Bin::Eq, vj, vk.clone())), Box::new(num(1.0)), Box::new(num(0.0))),
+                Op::Mul | Op::Max | Op::Min => of_result(vj),
             };
-            let lhs_ranges = s.lhs.iter().map(|v| (v.clone(), s.ranges[v].clone())).collect();
             b.gather(&gj, s.lhs.clone(), Vec::new(), lhs_ranges, Op::Add, false, mul(gk_read.clone(), factor));
         }
+    }
+    let tensors = b.params.len() + b.outputs.len();
+    if tensors > dlbridge_registry::signature::MAX_PARAMS {
+        return Err(format!(
+            "the backward of `{}` needs {tensors} tensors (inputs, gradients, a version of each statement's output), more than a kernel takes ({}): write fewer statements per output, or give a backward",
+            c.name,
+            dlbridge_registry::signature::MAX_PARAMS
+        ));
     }
     let name = format!("{}_backward", c.name);
     let text =

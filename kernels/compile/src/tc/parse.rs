@@ -366,8 +366,12 @@ impl Lexer {
                 let digits = text[start..i].trim_end_matches(['f', 'F']);
                 let value: f64 =
                     digits.parse().map_err(|_| error_at(text, pos_of(start, line, line_start), format!("bad number `{digits}`")))?;
-                if int && value > 9.007_199_254_740_992e15 {
-                    return Err(error_at(text, pos_of(start, line, line_start), format!("the integer `{digits}` is too large")));
+                if int && digits.parse::<u64>().map_or(true, |v| v > 1 << 53) {
+                    return Err(error_at(
+                        text,
+                        pos_of(start, line, line_start),
+                        format!("the integer `{digits}` is too large (at most 2^53 = 9007199254740992)"),
+                    ));
                 }
                 if !value.is_finite() {
                     return Err(error_at(
@@ -804,6 +808,15 @@ mod tests {
         let text = format!("def f(float(N) A) -> (B) {{\n  B(i) = {}\n}}", [group.as_str(); 11].join(" + "));
         let e = parse(&text).unwrap_err().to_string();
         assert!(e.starts_with("line 2, column 10: the right side has 1055 operands and operators, more than 1024"), "{e}");
+    }
+
+    #[test]
+    fn an_integer_literal_over_two_to_the_53_is_an_error() {
+        assert!(parse("def f(int64(N) A) -> (B) { B(i) = A(i) + 9007199254740992 }").is_ok());
+        for big in ["9007199254740993", "18446744073709551616", "99999999999999999999999"] {
+            let e = parse(&format!("def f(int64(N) A) -> (B) {{ B(i) = A(i) + {big} }}")).unwrap_err().to_string();
+            assert!(e.contains(&format!("the integer `{big}` is too large")), "{e}");
+        }
     }
 
     #[test]
