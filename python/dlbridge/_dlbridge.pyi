@@ -182,6 +182,10 @@ class Kernel:
     @property
     def doc(self) -> str:
         """The one-line description."""
+    def _handle(self) -> int:
+        """A number naming this very kernel for programs of other frameworks
+        (dlbridge.jax's custom calls): they run it even after its name is
+        given to another kernel."""
     @property
     def devices(self) -> list[str]: ...
     @property

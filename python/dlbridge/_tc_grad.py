@@ -10,37 +10,53 @@ framework, so the backward traces (``torch.compile``, ``jax.jit``) like the forw
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
-# kernel name -> (its signature, its backward kernel or None, why there is none)
-_RECORDS: dict[str, tuple[str, Any, str]] = {}
+# Per kernel (a dlbridge.Kernel is equal to another handle of the same registered
+# kernel, and weakly referenced here): (its backward kernel or None, why there is
+# none). A definition made again under the same name is another kernel with a
+# record of its own, so a handle kept from before still gets its own backward.
+_RECORDS: weakref.WeakKeyDictionary[Any, tuple[Any, str]] = weakref.WeakKeyDictionary()
+# The latest kernel of each name, held: its record lives while the registry
+# holds the kernel, whoever else holds it.
+_LATEST: dict[str, Any] = {}
+_LOCK = threading.Lock()
 
 
 def record(kernel: Any, backward: Any, why: str) -> None:
     """Remembers the backward derived for ``kernel`` (None, and why, where there is none)."""
-    _RECORDS[kernel.name] = (kernel.signature, backward, why)
+    with _LOCK:
+        _RECORDS[kernel] = (backward, why)
+        _LATEST[kernel.name] = kernel
+
+
+def _entry(kernel: Any) -> tuple[Any, str] | None:
+    with _LOCK:
+        return _RECORDS.get(kernel)
 
 
 def why_not(kernel: Any) -> str | None:
     """Why a defined kernel has no derived backward; None for one that has one, or
     a kernel ``dlbridge.define`` did not make."""
-    entry = _RECORDS.get(kernel.name)
-    if entry is None or entry[0] != kernel.signature or entry[1] is not None:
+    entry = _entry(kernel)
+    if entry is None or entry[0] is not None:
         return None
-    return entry[2]
+    return entry[1]
 
 
 def rule(kernel: Any, as_op: Callable[[Any], Any]) -> Callable[..., Any] | None:
     """``backward(saved, *output_grads)`` for a kernel ``dlbridge.define`` made,
     calling its derived backward through ``as_op`` (the framework's own); None for
     any other kernel, or one without a derived backward."""
-    entry = _RECORDS.get(kernel.name)
-    if entry is None or entry[0] != kernel.signature or entry[1] is None:
+    entry = _entry(kernel)
+    if entry is None or entry[0] is None:
         return None
-    op = as_op(entry[1])
+    op = as_op(entry[0])
     params = [p.name for p in kernel.params]
-    position = {o.name: i for i, o in enumerate(entry[1].outputs)}
+    position = {o.name: i for i, o in enumerate(entry[0].outputs)}
     slots = [position.get(f"grad_{p}") for p in params]
 
     def backward(saved: Any, *grads: Any) -> tuple[Any, ...]:

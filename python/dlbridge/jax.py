@@ -50,6 +50,7 @@ TARGET = "dlbridge"
 """The XLA FFI target name every call lowers to."""
 
 _KERNEL_ATTR = "dlbridge_kernel"
+_HANDLE_ATTR = "dlbridge_kernel_handle"
 _NUMPY_SCALARS = {"f64": np.float64, "i64": np.int64, "bool": np.bool_}
 
 
@@ -184,8 +185,8 @@ def as_op(kernel: Any, *, backward: Callable[..., Any] | None = None, vmap_metho
     ``sequential``)."""
     k = kernel_of(kernel, "dlbridge.jax.as_op")
     params, n_out = list(k.params), len(k.outputs)
-    if any(p.name == _KERNEL_ATTR for p in params):
-        raise ValueError(f"as_op({k.name}): a parameter named {_KERNEL_ATTR!r} collides with the custom call's own attribute")
+    if clash := next((p.name for p in params if p.name in (_KERNEL_ATTR, _HANDLE_ATTR)), None):
+        raise ValueError(f"as_op({k.name}): a parameter named {clash!r} collides with the custom call's own attribute")
     tensors = [p for p in params if p.kind == "tensor"]
     muts = [i for i, p in enumerate(tensors) if p.mutable]
     aliases = {i: n_out + j for j, i in enumerate(muts)} or None
@@ -195,11 +196,15 @@ def as_op(kernel: Any, *, backward: Callable[..., Any] | None = None, vmap_metho
     pad = (_lead(k) or "").startswith("*")
     names = ", ".join(p.name for p in params)
 
+    # The custom call runs this very kernel (held by this closure), even after
+    # its name is given to another (dlbridge.define again).
+    handle = np.int64(k._handle())
+
     def op(*args: Any) -> Any:
         if len(args) != len(params):
             raise TypeError(f"{k.name}() takes {len(params)} arguments ({names}), got {len(args)}")
         platforms()
-        arrays, shapes, abstract, attrs = [], [], [], {_KERNEL_ATTR: k.name}
+        arrays, shapes, abstract, attrs = [], [], [], {_KERNEL_ATTR: k.name, _HANDLE_ATTR: handle}
         rank = max((jnp.ndim(a) for p, a in zip(params, args) if p.kind == "tensor"), default=0) if pad else 0
         for p, a in zip(params, args, strict=True):
             if p.kind == "tensor":

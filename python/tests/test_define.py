@@ -199,7 +199,8 @@ def test_a_fused_definition_with_integer_tensors_and_conditions():
         ("def f(float(N) A) -> (O) { O(i) += A(i) }", "whose start value is unset"),
         ("def f(float(N) A) -> (O) { O(i) = A(j) }", "`j` appears only on the right of `=`"),
         ("def f(float(N) A) -> (O) {\n  O(i) = A(i) * 1e999\n}", "line 2, column 17: the number `1e999` is out of range"),
-        ("def f(float(N) A) -> (O) { O(i) = " + " + ".join(["A(i)"] * 3000) + " }", "more than 63 operators in a row"),
+        ("def f(float(N) A) -> (O) { O(i) = " + " + ".join(["A(i)"] * 3000) + " }", "more than 128 levels deep"),
+        ("def f(float(N) A) -> (O) {\n  O(i) = A(i) + 0x10\n}", "line 2, column 17: `0x10` is not a number"),
     ],
 )
 def test_language_errors_say_where_and_what(text, want):
@@ -231,6 +232,19 @@ def test_integers_wrap_on_overflow():
     o, p = k(big)
     torch.testing.assert_close(o, torch.tensor([0, 1, 1]))
     torch.testing.assert_close(p, big * 2)
+
+
+def test_integer_sums_and_products_stored_back_agree_with_torch():
+    (k,) = dlbridge.define("def narrow(int8(N) A, int8(N) B, int32(N) C) -> (P, Q) {\n P(i) = A(i) * B(i) + A(i) * 3 - 1\n Q(i) = C(i) * 2 + 7\n}")
+    a = torch.tensor([127, -128, 5, -7], dtype=torch.int8)
+    b = torch.tensor([127, -1, 7, 100], dtype=torch.int8)
+    c = torch.tensor([2**31 - 1, -(2**31), 5, 123456789], dtype=torch.int32)
+    p, q = k(a, b, c)
+    torch.testing.assert_close(p, a * b + a * 3 - 1, rtol=0, atol=0)
+    torch.testing.assert_close(q, c * 2 + 7, rtol=0, atol=0)
+    # Intermediates compute as C's int: (127 + 127) / 2 is 127 (torch, in int8: -1).
+    (half,) = dlbridge.define("def half8(int8(N) A, int8(N) B) -> (O) { O(i) = (A(i) + B(i)) / 2 }")
+    torch.testing.assert_close(half(a[:1], b[:1]), torch.tensor([127], dtype=torch.int8))
 
 
 def test_float_remainder_is_fmod_and_differentiates():
@@ -341,6 +355,59 @@ def test_a_definition_relabelled_beside_a_builtin_never_replaces_another_label()
     torch.testing.assert_close(dlbridge.get_kernel(first.name)(x, x), torch.full((2,), 11.0))
     torch.testing.assert_close(dlbridge.get_kernel(second.name)(x), torch.full((2,), 100.0))
     torch.testing.assert_close(dlbridge.get_kernel("add")(x, x), torch.full((2,), 2.0))
+
+
+def test_a_builtin_name_and_its_relabel_in_one_text_stay_apart():
+    defs = dlbridge.define(
+        "def sub(double(N) A) -> (O) { O(i) = A(i) * A(i) }\ndef sub_2(double(N) A) -> (O) { O(i) = A(i) * A(i) * A(i) }"
+    )
+    assert len({defs.sub.name, defs.sub_2.name, "sub"}) == 3
+    x = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    dtorch.as_op(defs.sub)(x).sum().backward()
+    torch.testing.assert_close(x.grad, 2 * x.detach())
+    x.grad = None
+    dtorch.as_op(defs.sub_2)(x).sum().backward()
+    torch.testing.assert_close(x.grad, 3 * x.detach() ** 2)
+
+
+def test_an_untyped_output_is_floating_once_a_statement_writes_it_a_float():
+    (k,) = dlbridge.define("def widen(double(N) A) -> (O) {\n O(i) = 2 where i in 0:N\n O(i) = O(i) + A(i)\n}")
+    x = torch.tensor([0.7, 1.5, -0.7], dtype=torch.float64, requires_grad=True)
+    torch.testing.assert_close(k(x.detach()), x.detach() + 2)
+    dtorch.as_op(k)(x).sum().backward()
+    torch.testing.assert_close(x.grad, torch.ones(3, dtype=torch.float64))
+
+
+def test_max_and_min_builtins_split_a_tie_as_torch_maximum():
+    (k,) = dlbridge.define("def hi_lo(double(N) A, double(N) B) -> (O) { O(i) = max(A(i), B(i)) + 2 * min(A(i), B(i)) }")
+    a = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    b = torch.tensor([1.0, 5.0, 0.0], dtype=torch.float64, requires_grad=True)
+    a2, b2 = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    dtorch.as_op(k)(a, b).sum().backward()
+    (torch.maximum(a2, b2) + 2 * torch.minimum(a2, b2)).sum().backward()
+    torch.testing.assert_close((a.grad, b.grad), (a2.grad, b2.grad))
+
+
+def test_a_handle_kept_from_before_a_redefinition_keeps_its_kernel_and_backward():
+    (old,) = dlbridge.define("def again(double(N) A) -> (O) { O(i) = A(i) * A(i) }")
+    (new,) = dlbridge.define("def again(double(N) A) -> (O) { O(i) = A(i) * 5 }")
+    assert old.name == new.name and old != new
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    dtorch.as_op(old)(x).sum().backward()
+    torch.testing.assert_close(x.grad, 2 * x.detach())
+    x.grad = None
+    dtorch.as_op(new)(x).sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((2,), 5.0, dtype=torch.float64))
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    import dlbridge.jax as djax
+
+    jax.config.update("jax_enable_x64", True)
+    v = jnp.array([1.0, 2.0])
+    np.testing.assert_allclose(np.asarray(jax.jit(djax.as_op(old))(v)), [1.0, 4.0])
+    np.testing.assert_allclose(np.asarray(jax.grad(lambda v: djax.as_op(old)(v).sum())(v)), [2.0, 4.0])
+    np.testing.assert_allclose(np.asarray(jax.jit(djax.as_op(new))(v)), [5.0, 10.0])
 
 
 def test_a_backward_over_the_tensor_bound_says_why_when_asked_for():

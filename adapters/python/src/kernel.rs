@@ -500,6 +500,13 @@ impl PyKernel {
     fn signature(&self) -> String {
         self.kernel.signature_text().to_owned()
     }
+    /// A number naming this very kernel (`dlbridge_registry::handles`), for
+    /// programs of other frameworks that call it later (dlbridge.jax's
+    /// custom calls): they run this kernel even after its name is given to
+    /// another. A new number each call; it keeps nothing alive.
+    fn _handle(&self) -> u64 {
+        dlbridge_registry::handles::handle(&self.kernel)
+    }
     /// One-line description.
     #[getter]
     fn doc(&self) -> String {

@@ -28,6 +28,9 @@ const API_MINOR: c_int = 1;
 
 /// The attribute that names the registry kernel to run.
 const KERNEL_ATTR: &str = "dlbridge_kernel";
+/// The attribute that gives the kernel by identity (`dlbridge_registry::handles`):
+/// the kernel the program was built for, whatever its name holds now.
+const HANDLE_ATTR: &str = "dlbridge_kernel_handle";
 
 const EXTENSION_METADATA: c_int = 1;
 const STAGE_EXECUTE: c_int = 3;
@@ -324,7 +327,12 @@ fn run(frame: &CallFrame, platform: Platform) -> Result<(), Failure> {
     let name = attrs
         .kernel
         .ok_or_else(|| invalid(format!("dlbridge: the custom call has no `{KERNEL_ATTR}` attribute (call it through dlbridge.jax)")))?;
-    let kernel = Registry::global().get(name).map_err(|e| Failure::New(ERR_NOT_FOUND, e.to_string()))?;
+    let kernel = match attrs.handle {
+        Some(h) => u64::try_from(h).ok().and_then(dlbridge_registry::handles::resolve).ok_or_else(|| {
+            Failure::New(ERR_NOT_FOUND, format!("{name}: the kernel this program was built for no longer exists (handle {h})"))
+        })?,
+        None => Registry::global().get(name).map_err(|e| Failure::New(ERR_NOT_FOUND, e.to_string()))?,
+    };
     let sig = kernel.signature();
     let (device, stream) = match platform {
         Platform::Cpu => (Device::CPU, std::ptr::null_mut()),
@@ -437,6 +445,7 @@ fn cuda_context(frame: &CallFrame) -> Result<(Device, *mut c_void), Failure> {
 /// The `kernel` attribute and the scalar attributes, by name.
 struct Attributes<'f> {
     kernel: Option<&'f str>,
+    handle: Option<i64>,
     scalars: Vec<(&'f str, Scalar)>,
 }
 
@@ -444,7 +453,7 @@ fn attributes(attrs: &Attrs) -> Result<Attributes<'_>, Failure> {
     if attrs.struct_size < ATTRS_SIZE || attrs.size < 0 {
         return Err(invalid(format!("dlbridge: XLA's attributes struct has {} bytes and {} entries", attrs.struct_size, attrs.size)));
     }
-    let mut out = Attributes { kernel: None, scalars: Vec::new() };
+    let mut out = Attributes { kernel: None, handle: None, scalars: Vec::new() };
     for i in 0..attrs.size as usize {
         // SAFETY: `size` entries in each of the three arrays (module invariants).
         let (kind, name, value) = unsafe { (*attrs.types.add(i), *attrs.names.add(i), *attrs.attrs.add(i)) };
@@ -458,7 +467,11 @@ fn attributes(attrs: &Attrs) -> Result<Attributes<'_>, Failure> {
             ATTR_SCALAR => {
                 // SAFETY: a scalar attribute is an `XLA_FFI_Scalar` valid for the call.
                 let s = unsafe { &*value.cast::<XlaScalar>() };
-                out.scalars.push((name, scalar(name, s)?));
+                match (name == HANDLE_ATTR, scalar(name, s)?) {
+                    (true, Scalar::I64(h)) => out.handle = Some(h),
+                    (true, _) => return Err(invalid(format!("dlbridge: `{HANDLE_ATTR}` is not a 64-bit integer"))),
+                    (false, v) => out.scalars.push((name, v)),
+                }
             }
             _ => return Err(invalid(format!("dlbridge: unexpected attribute `{name}` of XLA attribute type {kind}"))),
         }

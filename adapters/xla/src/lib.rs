@@ -14,7 +14,9 @@
 //! - results: the kernel's outputs in order, then one per `mut` parameter,
 //!   aliasing that parameter's operand (`input_output_aliases`): the kernel
 //!   writes the result buffer, which XLA filled with the operand's values;
-//! - attributes: `dlbridge_kernel` (the registry name) and one per scalar parameter,
+//! - attributes: `dlbridge_kernel` (the registry name), optionally
+//!   `dlbridge_kernel_handle` (an `i64` from `dlbridge_registry::handles`: that
+//!   kernel runs, whatever the name holds now), and one per scalar parameter,
 //!   by the parameter's name (`f64`, `i64` or `bool`).
 //!
 //! Unsafe code lives in `ffi` (the C structs XLA passes, read as the ABI

@@ -23,6 +23,7 @@ pub mod binding;
 pub mod call;
 #[allow(unsafe_code)]
 pub mod export;
+pub mod handles;
 pub mod kernel;
 #[allow(unsafe_code)]
 pub mod plugin;

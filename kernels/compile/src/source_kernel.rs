@@ -153,8 +153,14 @@ pub fn registry_name(registry: &Registry, label: &str) -> String {
     static LABELS: OnceLock<Mutex<HashMap<(usize, String), String>>> = OnceLock::new();
     let mut labels = LABELS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
     let at = std::ptr::from_ref(registry) as usize;
-    let usable = |name: &str| {
-        registry.get(name).map_or(true, |k| replaceable(&k) && labels.get(&(at, name.to_owned())).map_or(name, String::as_str) == label)
+    // A name is usable when it was chosen for this label (or for none, and
+    // is free or holds a kernel from source under its own name), even if
+    // what it was chosen for is not registered yet (the definitions of one
+    // text are all named before any is registered).
+    let usable = |name: &str| match (labels.get(&(at, name.to_owned())), registry.get(name).ok()) {
+        (Some(chosen_for), held) => chosen_for == label && held.is_none_or(|k| replaceable(&k)),
+        (None, None) => true,
+        (None, Some(k)) => name == label && replaceable(&k),
     };
     let name = if usable(label) {
         label.to_owned()

@@ -682,6 +682,12 @@ fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
         };
         let dims = cx.outputs[out].as_ref().map_or(dims, |o| o.dims.clone());
         cx.outputs[out] = Some(Output { name: s.lhs.clone(), ty, dims });
+    } else if cx.def.outputs[out].decl.is_none() && type_of(cx, &s.rhs) == Ty::Float {
+        // An untyped output is floating once any statement writes it a
+        // floating value (`O(i) = 2` then `O(i) += A(i)`), not truncated.
+        if let Some(o) = cx.outputs[out].as_mut() {
+            o.ty = OutType::Float;
+        }
     }
     accesses.push(lhs_access);
     Ok(Statement { out, lhs, reduced, ranges, op: s.op, init: s.init, rhs: s.rhs.clone(), accesses, text: s.text.clone(), scatter: None })

@@ -149,8 +149,16 @@ impl Diff<'_> {
                         let tb = db.map(|db| mul(mul(call("pow", vec![a.clone(), b.clone()]), call("log", vec![a.clone()])), db));
                         add_opt(ta, tb)
                     }
-                    "fmax" | "max" => select(bin(Bin::Ge, a, b), da, db),
-                    "fmin" | "min" => select(bin(Bin::Le, a, b), da, db),
+                    // Ties: `fmax`/`fmin` to the first (as torch.fmax), `max`/`min`
+                    // half to each (as torch.maximum).
+                    "fmax" => select(bin(Bin::Ge, a, b), da, db),
+                    "fmin" => select(bin(Bin::Le, a, b), da, db),
+                    "max" | "min" => {
+                        let (wins, loses) = if f == "max" { (Bin::Gt, Bin::Lt) } else { (Bin::Lt, Bin::Gt) };
+                        let tie = add_opt(da.clone(), db.clone()).map(|s| mul(num(0.5), s));
+                        let rest = select(bin(loses, a.clone(), b.clone()), db, tie);
+                        select(bin(wins, a, b), da, rest)
+                    }
                     "fmod" => add_opt(da, db.map(|db| neg(mul(call("trunc", vec![div(a, b)]), db)))),
                     _ => None,
                 }

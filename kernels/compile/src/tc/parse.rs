@@ -167,6 +167,17 @@ pub enum Expr {
 }
 
 impl Expr {
+    /// How deep its tree is (a leaf is 1).
+    pub fn levels(&self) -> usize {
+        match self {
+            Expr::Num { .. } | Expr::Name(..) => 1,
+            Expr::Call(_, args, _) => 1 + args.iter().map(Expr::levels).max().unwrap_or(0),
+            Expr::Unary(_, a) => 1 + a.levels(),
+            Expr::Binary(_, a, b) => 1 + a.levels().max(b.levels()),
+            Expr::Select(c, a, b) => 1 + c.levels().max(a.levels()).max(b.levels()),
+        }
+    }
+
     /// How many operands and operators it has.
     pub fn size(&self) -> usize {
         match self {
@@ -244,13 +255,16 @@ pub struct Def {
     pub text: String,
 }
 
-/// Most nesting of parentheses and operators in an expression, a chain of
-/// operators (`a + b + c`) counting one level per operator (the text is
-/// foreign input: every pass over an expression recurses through it).
+/// Most nesting of parentheses, calls and operators the parser follows (the
+/// text is foreign input; a chain `a + b + c` is read in a loop).
 const MAX_DEPTH: usize = 64;
 
-/// Most operands and operators on a statement's right side: each read of a
-/// floating tensor becomes a statement of the derived backward.
+/// Most levels of a parsed expression: a chain `a + b + c` is a level per
+/// operator (every pass over an expression recurses through its levels).
+pub const MAX_LEVELS: usize = 128;
+
+/// Most operands and operators in an expression: each read of a floating
+/// tensor on a right side becomes a statement of the derived backward.
 pub const MAX_TERMS: usize = 1024;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -362,6 +376,14 @@ impl Lexer {
                 // C's float suffix (`1.0f`).
                 if !int && i < bytes.len() && (bytes[i] == b'f' || bytes[i] == b'F') {
                     i += 1;
+                }
+                if i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_' || bytes[i] == b'.') {
+                    let end = text[i..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.')).map_or(text.len(), |k| i + k);
+                    return Err(error_at(
+                        text,
+                        pos_of(start, line, line_start),
+                        format!("`{}` is not a number (numbers are decimal: `16`, `1.5`, `2e-3`, `1.5f`)", &text[start..end]),
+                    ));
                 }
                 let digits = text[start..i].trim_end_matches(['f', 'F']);
                 let value: f64 =
@@ -598,15 +620,7 @@ impl Parser<'_> {
             Tok::Punct("min=!") => (Op::Min, true),
             t => return Err(self.err(at, format!("expected `=`, `+=`, `*=`, `max=`, `min=` or their `!` forms, found {t}"))),
         };
-        let rhs_at = self.here();
-        let rhs = self.expr(0)?;
-        let terms = rhs.size();
-        if terms > MAX_TERMS {
-            return Err(self.err(
-                rhs_at,
-                format!("the right side has {terms} operands and operators, more than {MAX_TERMS}: split it over several statements"),
-            ));
-        }
+        let rhs = self.bounded_expr("the right side")?;
         let mut wheres = Vec::new();
         if matches!(self.peek(), Tok::Name(w) if w == "where") {
             self.bump();
@@ -616,9 +630,9 @@ impl Parser<'_> {
                 if kw != "in" {
                     return Err(self.err(kpos, format!("expected `in`, found `{kw}`")));
                 }
-                let lo = self.expr(0)?;
+                let lo = self.bounded_expr("a range's start")?;
                 self.expect(":", "between a range's bounds (`lo:hi`)")?;
-                let hi = self.expr(0)?;
+                let hi = self.bounded_expr("a range's end")?;
                 wheres.push(Where { var, pos: vpos, lo, hi });
                 if !self.eat(",") {
                     break;
@@ -630,16 +644,45 @@ impl Parser<'_> {
         Ok(Stmt { lhs, pos, index, op, init, rhs, wheres, text })
     }
 
+    fn too_deep(&self, at: Pos) -> Error {
+        self.err(
+            at,
+            format!(
+                "the expression is more than {MAX_LEVELS} levels deep (a chain `a + b + ...` is a level per operator): split it over several statements (`O(i) += ...` adds to `O`)"
+            ),
+        )
+    }
+
+    /// An expression within [`MAX_TERMS`] (`what` names it in the error, at
+    /// its start); every expression the parser returns is within
+    /// [`MAX_LEVELS`].
+    fn bounded_expr(&mut self, what: &str) -> Result<Expr> {
+        let at = self.here();
+        let e = self.expr(0)?;
+        let terms = e.size();
+        if terms > MAX_TERMS {
+            return Err(
+                self.err(at, format!("{what} has {terms} operands and operators, more than {MAX_TERMS}: split it over several statements"))
+            );
+        }
+        Ok(e)
+    }
+
     fn expr(&mut self, depth: usize) -> Result<Expr> {
         if depth > MAX_DEPTH {
             return Err(self.err(self.here(), format!("the expression nests more than {MAX_DEPTH} deep")));
         }
         let cond = self.binary(1, depth)?;
+        let at = self.here();
         if self.eat("?") {
             let a = self.expr(depth + 1)?;
             self.expect(":", "in `c ? a : b`")?;
             let b = self.expr(depth + 1)?;
-            return Ok(Expr::Select(Box::new(cond), Box::new(a), Box::new(b)));
+            let select = Expr::Select(Box::new(cond), Box::new(a), Box::new(b));
+            if select.levels() > MAX_LEVELS {
+                return Err(self.too_deep(at));
+            }
+            return Ok(select);
         }
         Ok(cond)
     }
@@ -665,21 +708,15 @@ impl Parser<'_> {
 
     fn binary(&mut self, min_prec: u8, depth: usize) -> Result<Expr> {
         let mut lhs = self.unary(depth)?;
-        let mut chain = depth;
+        let mut levels = lhs.levels();
         while let Some(op) = self.bin_op().filter(|op| op.prec() >= min_prec) {
-            // The operand after it (and its index expressions) must fit too.
-            chain += 1;
-            if chain >= MAX_DEPTH {
-                return Err(self.err(
-                    self.here(),
-                    format!(
-                        "more than {} operators in a row: split the expression over several statements (`O(i) += ...` adds to `O`)",
-                        MAX_DEPTH - 1
-                    ),
-                ));
-            }
+            let at = self.here();
             self.bump();
-            let rhs = self.binary(op.prec() + 1, chain)?;
+            let rhs = self.binary(op.prec() + 1, depth + 1)?;
+            levels = 1 + levels.max(rhs.levels());
+            if levels > MAX_LEVELS {
+                return Err(self.too_deep(at));
+            }
             lhs = Expr::Binary(op, Box::new(lhs), Box::new(rhs));
         }
         Ok(lhs)
@@ -782,22 +819,30 @@ mod tests {
         assert!(parse(&text).unwrap_err().to_string().contains("nests more than"));
     }
 
-    /// A chain of operators builds a tree as deep as it is long: bounded
-    /// like nesting, with its own message, at the operator that goes over.
+    /// A chain of operators builds a tree as deep as it is long: bounded,
+    /// at the operator that goes over, by the tree's depth (where a group
+    /// stands in a chain matters, not how many operators precede it).
     #[test]
     fn a_long_chain_of_operators_is_an_error_at_the_operator_over_the_bound() {
         let sum = |n: usize| format!("def f(float(N) A) -> (B) {{ B(i) = {} }}", vec!["A(i)"; n].join(" + "));
-        assert!(parse(&sum(MAX_DEPTH)).is_ok());
-        let e = parse(&sum(MAX_DEPTH + 1)).unwrap_err().to_string();
-        assert!(e.contains(&format!("more than {} operators in a row", MAX_DEPTH - 1)), "{e}");
-        let col = "def f(float(N) A) -> (B) { B(i) = ".len() + MAX_DEPTH * "A(i) + ".len() - 1;
+        // A(i) is two levels (the read and its index): n terms are n + 1 levels.
+        assert!(parse(&sum(MAX_LEVELS - 1)).is_ok());
+        let e = parse(&sum(MAX_LEVELS)).unwrap_err().to_string();
+        assert!(e.contains(&format!("more than {MAX_LEVELS} levels deep")), "{e}");
+        let col = "def f(float(N) A) -> (B) { B(i) = ".len() + (MAX_LEVELS - 1) * "A(i) + ".len() - 1;
         assert!(e.starts_with(&format!("line 1, column {col}:")), "{e}");
-        // A chain inside parentheses counts from its depth.
-        let e =
-            parse(&format!("def f(float(N) A) -> (B) {{ B(i) = {}{}{} }}", "(".repeat(10), vec!["A(i)"; 60].join(" * "), ")".repeat(10)));
-        assert!(e.unwrap_err().to_string().contains("operators in a row"));
-        // 100 000 terms: an error, not a stack overflow.
-        assert!(parse(&sum(100_000)).is_err());
+        // Five groups of 60 multiplied, or a group after five factors: 60-odd levels.
+        let group = format!("({})", vec!["A(i)"; 60].join(" + "));
+        assert!(parse(&format!("def f(float(N) A) -> (B) {{ B(i) = {} }}", [group.as_str(); 5].join(" * "))).is_ok());
+        assert!(parse(&format!("def f(float(N) A) -> (B) {{ B(i) = A(i) * A(i) * A(i) * A(i) * A(i) * exp{group} }}")).is_ok());
+        // A chain in an index or a range's bound too; 100 000 terms: an error, not a stack overflow.
+        for text in [
+            sum(100_000),
+            format!("def f(float(N) A) -> (B) {{ B(i) = A(i{}) }}", " + 1".repeat(100_000)),
+            format!("def f(float(N) A) -> (B) {{ B(i) = A(i) where i in 0:N{} }}", " - 1".repeat(100_000)),
+        ] {
+            assert!(parse(&text).unwrap_err().to_string().contains("levels deep"));
+        }
     }
 
     #[test]
@@ -808,6 +853,15 @@ mod tests {
         let text = format!("def f(float(N) A) -> (B) {{\n  B(i) = {}\n}}", [group.as_str(); 11].join(" + "));
         let e = parse(&text).unwrap_err().to_string();
         assert!(e.starts_with("line 2, column 10: the right side has 1055 operands and operators, more than 1024"), "{e}");
+    }
+
+    #[test]
+    fn a_malformed_number_is_named_where_it_starts() {
+        for (bad, col) in [("0x10", 35), ("1.5.2", 35), ("2e", 35), ("3abc", 35), ("1_000", 35)] {
+            let e = parse(&format!("def f(int64(N) A) -> (B) {{ B(i) = {bad} + A(i) }}")).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("line 1, column {col}: `{bad}` is not a number")), "{e}");
+        }
+        assert!(parse("def f(float(N) A) -> (B) { B(i) = 1.5f + 2e-3 + .5 + 3. + A(i) }").is_ok());
     }
 
     #[test]
