@@ -201,6 +201,10 @@ def test_a_fused_definition_with_integer_tensors_and_conditions():
         ("def f(float(N) A) -> (O) {\n  O(i) = A(i) * 1e999\n}", "line 2, column 17: the number `1e999` is out of range"),
         ("def f(float(N) A) -> (O) { O(i) = " + " + ".join(["A(i)"] * 3000) + " }", "more than 128 levels deep"),
         ("def f(float(N) A) -> (O) {\n  O(i) = A(i) + 0x10\n}", "line 2, column 17: `0x10` is not a number"),
+        (
+            "def f(float(N) A) -> (O) {\n  O(i) = A(i) where i in 0:2\n  O(i) += A(i) where i in 0:4\n}",
+            "line 3, column 3: def f: in `O(i) += A(i) where i in 0:4`: `O(i)` reaches index 3 along dim 0, which has size 2",
+        ),
     ],
 )
 def test_language_errors_say_where_and_what(text, want):
@@ -419,6 +423,15 @@ def test_a_backward_over_the_tensor_bound_says_why_when_asked_for():
     y = dtorch.as_op(k)(x).sum()
     with pytest.raises(RuntimeError, match=r"the backward of `chain7` needs 17 tensors .*more than a kernel takes \(16\)"):
         y.backward()
+
+
+def test_numpy_scalars_as_the_first_tensor_give_numpy_outputs():
+    (k,) = dlbridge.define("def scaled_by(float S, float(N) A) -> (O) { O(i) = S * A(i) }")
+    out = k(np.float32(2), np.ones(3, np.float32))
+    assert type(out) is np.ndarray
+    np.testing.assert_array_equal(out, [2.0, 2.0, 2.0])
+    total = dlbridge.get_kernel("add")(np.float64(2), np.float64(3))
+    assert type(total) is np.ndarray and total.shape == () and total == 5.0
 
 
 def test_call_errors_name_the_arguments():

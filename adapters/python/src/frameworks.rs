@@ -6,7 +6,8 @@
 //! registration first). The built-in frameworks sit in the same table as any
 //! other:
 //!
-//! * `numpy.ndarray`: `numpy.empty` (`Maker::Numpy`);
+//! * `numpy.ndarray` and NumPy's scalars (`numpy.generic`): `numpy.empty`
+//!   (`Maker::Numpy`);
 //! * `torch.Tensor`: the allocator of torch's DLPack C exchange API
 //!   (`Maker::Exchange`; a type missing from the table whose exchange API
 //!   can allocate is served the same way);
@@ -117,6 +118,8 @@ fn with_table<R>(f: impl FnOnce(&mut Table) -> R) -> R {
     f(guard.get_or_insert_with(|| Table {
         entries: vec![
             (Key::Name("numpy".into(), "ndarray".into()), Arc::new(Maker::Numpy)),
+            // A NumPy scalar (`np.float32(2)`) as the first tensor: NumPy's outputs.
+            (Key::Name("numpy".into(), "generic".into()), Arc::new(Maker::Numpy)),
             (Key::Name("torch".into(), "Tensor".into()), Arc::new(Maker::Exchange)),
         ],
         cache: Vec::new(),

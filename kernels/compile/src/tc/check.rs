@@ -658,6 +658,44 @@ fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
     if !ranges.values().all(|(lo, hi)| lo.small() && hi.small()) {
         return Err(cx.too_big(s));
     }
+    // An access that certainly leaves its tensor (a `where` range wider than
+    // the tensor, by a constant): an error now rather than at the call.
+    let checked_accesses = accesses.iter().chain(shaped.then_some(&lhs_access));
+    for a in checked_accesses.filter(|a| cx.rank(a.tensor).is_some()) {
+        for (d, ix) in a.index.iter().enumerate() {
+            // Only where every range surely has an element (sizes are >= 0).
+            let nonempty = |v: &String| match ranges[v].1.sub(&ranges[v].0) {
+                Size::Lin(l) => l.c > 0 && l.terms.values().all(|k| *k >= 0),
+                _ => false,
+            };
+            if !ix.vars.keys().all(nonempty) {
+                continue;
+            }
+            let (mut lo, mut hi) = (Size::Lin(ix.konst.clone()), Size::Lin(ix.konst.clone()));
+            for (v, c) in &ix.vars {
+                let (first, last) = (&ranges[v].0, ranges[v].1.add_c(-1));
+                let (small, large) = if *c > 0 { (first.scale(*c), last.scale(*c)) } else { (last.scale(*c), first.scale(*c)) };
+                lo = lo.add(&small);
+                hi = hi.add(&large);
+            }
+            let size = cx.dim(a.tensor, d);
+            let name = |x: &Size| x.as_const().map_or_else(|| x.text(&|n| n.to_owned()), |k| k.to_string());
+            let past = hi.sub(&size).as_const().is_some_and(|k| k >= 0);
+            let before = lo.as_const().is_some_and(|k| k < 0);
+            if past || before {
+                return Err(cx.err(
+                    s.pos,
+                    format!(
+                        "in `{}`: `{}` reaches index {} along dim {d}, which has size {}: a `where` range reaches past the tensor",
+                        s.text,
+                        a.text,
+                        name(if past { &hi } else { &lo }),
+                        name(&size)
+                    ),
+                ));
+            }
+        }
+    }
     // The output's shape and type, on its first statement.
     if cx.outputs[out].is_none() || !shaped {
         let mut dims = Vec::new();
@@ -817,6 +855,26 @@ mod tests {
             let e = check(&parse(text).unwrap()[0], text).unwrap_err().to_string();
             assert!(e.contains(want), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn a_where_range_past_a_tensor_is_an_error_at_define_time() {
+        for (text, want) in [
+            (
+                "def f(float(N) A) -> (O) {\n O(i) = A(i) where i in 0:2\n O(i) += A(i) where i in 0:4\n}",
+                "line 3, column 2: def f: in `O(i) += A(i) where i in 0:4`: `O(i)` reaches index 3 along dim 0, which has size 2",
+            ),
+            ("def f(float(N, 3) A) -> (O) { O(i) +=! A(i, k) where k in 0:5 }", "`A(i, k)` reaches index 4 along dim 1, which has size 3"),
+            ("def f(float(N) A) -> (O) { O(i) = A(i) where i in 0:N + 1 }", "`A(i)` reaches index N along dim 0, which has size N"),
+            ("def f(float(N) A) -> (O) { O(i) = A(i - 1) where i in 0:2 }", "`A(i - 1)` reaches index -1"),
+        ] {
+            let e = check(&parse(text).unwrap()[0], text).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+        // Empty or unknown ranges are left to the call.
+        checked("def f(float(N, M) A) -> (O) { O(i) +=! A(i, k) where k in 0:M }");
+        checked("def f(float(N) A) -> (O) { O(i) +=! A(i + k) where k in 0:N }");
+        checked("def f(float(N) A) -> (O) { O(i) = A(i) where i in 0:N }");
     }
 
     #[test]
