@@ -539,27 +539,25 @@ fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
     let whole = Access { tensor: TensorRef::Output(out), index: Vec::new(), text: s.lhs.clone() };
     let own: Vec<&Access> =
         accesses.iter().filter(|a| a.tensor == TensorRef::Output(out)).chain(reads_itself_0d.then_some(&whole)).collect();
-    if let Some(a) = own.iter().find(|a| a.index != lhs_access.index).or(own.first()) {
-        if a.index != lhs_access.index {
-            return Err(cx.err(
-                s.pos,
-                format!(
-                    "`{}` reads `{}`, another element of `{}` than it writes: a statement reads its own output only at the element it writes ({}); write the result to a new output",
-                    s.text, a.text, s.lhs, lhs_access.text
-                ),
-            ));
-        }
-        if !reduced.is_empty() {
-            return Err(cx.err(
-                s.pos,
-                format!(
-                    "`{}` reads `{}` while it reduces over `{}`: a reduction does not read its own output; reduce into a new output and combine them in a statement after it",
-                    s.text,
-                    a.text,
-                    reduced.join("`, `")
-                ),
-            ));
-        }
+    if let Some(a) = own.iter().find(|a| a.index != lhs_access.index) {
+        return Err(cx.err(
+            s.pos,
+            format!(
+                "`{}` reads `{}`, another element of `{}` than it writes: a statement reads its own output only at the element it writes ({}); write the result to a new output",
+                s.text, a.text, s.lhs, lhs_access.text
+            ),
+        ));
+    }
+    if let Some(a) = own.first().filter(|_| !reduced.is_empty()) {
+        return Err(cx.err(
+            s.pos,
+            format!(
+                "`{}` reads `{}` while it reduces over `{}`: a reduction does not read its own output; reduce into a new output and combine them in a statement after it",
+                s.text,
+                a.text,
+                reduced.join("`, `")
+            ),
+        ));
     }
     let mut constraining = accesses.clone();
     let shaped = cx.outputs[out].is_some();
@@ -611,14 +609,7 @@ fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
                         continue;
                     }
                     // rest = Σ other terms + konst: its smallest and largest values.
-                    let (mut rmin, mut rmax) = (Size::Lin(ix.konst.clone()), Size::Lin(ix.konst.clone()));
-                    for (o, c) in ix.vars.iter().filter(|(o, _)| o != v) {
-                        let (lo, hi) = &ranges[o];
-                        let last = hi.add_c(-1);
-                        let (small, large) = if *c > 0 { (lo.scale(*c), last.scale(*c)) } else { (last.scale(*c), lo.scale(*c)) };
-                        rmin = rmin.add(&small);
-                        rmax = rmax.add(&large);
-                    }
+                    let (rmin, rmax) = extremes(ix, &ranges, Some(v.as_str()));
                     let size = cx.dim(a.tensor, d);
                     // 0 <= k·v + rest <= size - 1 for every rest.
                     let (lo, hi) = if k > 0 {
@@ -660,24 +651,18 @@ fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
     }
     // An access that certainly leaves its tensor (a `where` range wider than
     // the tensor, by a constant): an error now rather than at the call.
+    // Only where every range surely has an element (sizes are >= 0).
+    let nonempty = |v: &String| match ranges[v].1.sub(&ranges[v].0) {
+        Size::Lin(l) => l.c > 0 && l.terms.values().all(|k| *k >= 0),
+        _ => false,
+    };
     let checked_accesses = accesses.iter().chain(shaped.then_some(&lhs_access));
     for a in checked_accesses.filter(|a| cx.rank(a.tensor).is_some()) {
         for (d, ix) in a.index.iter().enumerate() {
-            // Only where every range surely has an element (sizes are >= 0).
-            let nonempty = |v: &String| match ranges[v].1.sub(&ranges[v].0) {
-                Size::Lin(l) => l.c > 0 && l.terms.values().all(|k| *k >= 0),
-                _ => false,
-            };
             if !ix.vars.keys().all(nonempty) {
                 continue;
             }
-            let (mut lo, mut hi) = (Size::Lin(ix.konst.clone()), Size::Lin(ix.konst.clone()));
-            for (v, c) in &ix.vars {
-                let (first, last) = (&ranges[v].0, ranges[v].1.add_c(-1));
-                let (small, large) = if *c > 0 { (first.scale(*c), last.scale(*c)) } else { (last.scale(*c), first.scale(*c)) };
-                lo = lo.add(&small);
-                hi = hi.add(&large);
-            }
+            let (lo, hi) = extremes(ix, &ranges, None);
             let size = cx.dim(a.tensor, d);
             let name = |x: &Size| x.as_const().map_or_else(|| x.text(&|n| n.to_owned()), |k| k.to_string());
             let past = hi.sub(&size).as_const().is_some_and(|k| k >= 0);
@@ -729,6 +714,19 @@ fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
     }
     accesses.push(lhs_access);
     Ok(Statement { out, lhs, reduced, ranges, op: s.op, init: s.init, rhs: s.rhs.clone(), accesses, text: s.text.clone(), scatter: None })
+}
+
+/// The smallest and largest value of index expression `ix` over `ranges`
+/// (`[lo, hi)` per index), leaving out index `skip`'s term.
+fn extremes(ix: &Affine, ranges: &BTreeMap<String, (Size, Size)>, skip: Option<&str>) -> (Size, Size) {
+    let (mut lo, mut hi) = (Size::Lin(ix.konst.clone()), Size::Lin(ix.konst.clone()));
+    for (v, c) in ix.vars.iter().filter(|(v, _)| Some(v.as_str()) != skip) {
+        let (first, last) = (&ranges[v].0, ranges[v].1.add_c(-1));
+        let (small, large) = if *c > 0 { (first.scale(*c), last.scale(*c)) } else { (last.scale(*c), first.scale(*c)) };
+        lo = lo.add(&small);
+        hi = hi.add(&large);
+    }
+    (lo, hi)
 }
 
 /// An expression's type, for an output's: floating, a fixed integer type,
