@@ -31,6 +31,9 @@ find_python() {
     exit 1
 }
 
+# Free space (GiB, rounded down) on the file system that holds the checkout.
+free_gib() { df -Pk . | awk 'NR == 2 { print int($4 / 1048576) }'; }
+
 setup() {
     command -v cargo >/dev/null || { echo "dev.sh: cargo not found: install Rust first (https://rustup.rs)" >&2; exit 1; }
     local req=python/requirements-dev.txt
@@ -45,8 +48,18 @@ setup() {
         log "creating .venv with $($py --version)"
         "$py" -m venv .venv
     fi
+    # torch's Linux wheel brings its CUDA libraries: .venv takes about 6 GiB, and the builds in
+    # target/ about 10 GiB more. Say so up front rather than fail half-way through pip.
+    local free
+    free=$(free_gib)
+    if [ "$free" -lt 7 ]; then
+        echo "dev.sh: only ${free} GiB free in $PWD; .venv needs about 6 GiB (torch and its CUDA" \
+             "libraries) and target/ about 10 GiB more: free some space and run again" >&2
+        exit 1
+    fi
     log "installing Python dependencies into .venv (torch is large: this takes a few minutes once)"
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$req"
+    # No pip cache: it would keep a second copy of every wheel (about 3 GiB for torch alone).
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-cache-dir -r "$req"
     rm -f .venv/.dlbridge-setup-*
     touch "$stamp"
 }
@@ -83,6 +96,11 @@ run_tests() {
     export PYO3_PYTHON="$PWD/.venv/bin/python"
     export LIBTORCH_USE_PYTORCH=1
     export PATH="$PWD/.venv/bin:$PATH"
+    # A one-off build (CI's clean clone) gains nothing from incremental data, which is several
+    # GiB of target/ for this workspace.
+    if [ -n "${CI:-}" ]; then
+        export CARGO_INCREMENTAL=0
+    fi
     log "cargo fmt --check (rustfmt.toml)"
     cargo fmt --check
     log "cargo test --workspace (all crates but the extension module)"
