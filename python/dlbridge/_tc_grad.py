@@ -31,6 +31,11 @@ def record(kernel: Any, backward: Any, why: str) -> None:
     with _LOCK:
         _RECORDS[kernel] = (backward, why)
         _LATEST[kernel.name] = kernel
+        if backward is not None:
+            # A derived backward is a first derivative: differentiating it
+            # again is an error that says so.
+            _RECORDS[backward] = (None, f"{backward.name} is the derived backward of {kernel.name}, a first derivative")
+            _LATEST[backward.name] = backward
 
 
 def _entry(kernel: Any) -> tuple[Any, str] | None:

@@ -141,8 +141,21 @@ def _with_backward(k: dlbridge.Kernel, call: Callable[..., Any], rule: Callable[
     def differentiable(*args: Any) -> Any:
         return call(*args)
 
+    # The forward pass as the backward sees it: differentiating it (a derivative
+    # of the derivative) is an error that names the kernel, not JAX's generic one.
+    @functools.partial(jax.custom_jvp, nondiff_argnums=scalars)
+    def once(*args: Any) -> Any:
+        return call(*args)
+
+    @once.defjvp
+    def _twice(*_: Any) -> Any:
+        raise NotImplementedError(
+            f"{k.name}: a derivative of its derivative (jax.grad of jax.grad, jax.hessian) is not "
+            "available: dlbridge.jax.as_op differentiates once, in reverse mode"
+        )
+
     def forward(*args: Any) -> Any:
-        out = call(*args)
+        out = once(*args)
         tensors = tuple(jnp.asarray(a) for a, p in zip(args, params) if p.kind == "tensor")
         return out, (tensors, out if isinstance(out, tuple) else (out,))
 
@@ -171,6 +184,18 @@ def _with_backward(k: dlbridge.Kernel, call: Callable[..., Any], rule: Callable[
         return differentiable(*args)
 
     return op
+
+
+def _no_backward(k: dlbridge.Kernel, why: str) -> Callable[..., Any]:
+    """A backward rule that says why ``k`` (a ``dlbridge.define`` kernel) has none."""
+
+    def rule(saved: Any, *grads: Any) -> Any:
+        raise NotImplementedError(
+            f"{k.name} has no backward: give one with dlbridge.jax.as_op(kernel, backward=...), "
+            f"or differentiate around it (none was derived: {why})"
+        )
+
+    return rule
 
 
 def as_op(kernel: Any, *, backward: Callable[..., Any] | None = None, vmap_method: str | None = None) -> Callable[..., Any]:
@@ -232,6 +257,8 @@ def as_op(kernel: Any, *, backward: Callable[..., Any] | None = None, vmap_metho
         rule = functools.partial(entry.rule, _JAX_OPS)
     if rule is None:
         rule = _tc_grad.rule(k, as_op)  # a dlbridge.define kernel's derived backward
+    if rule is None and (why := _tc_grad.why_not(k)) is not None:
+        rule = _no_backward(k, why)  # a definition's own reason, not JAX's generic one
     if rule is not None and muts:
         raise ValueError(f"as_op({k.name}): a backward for a kernel that writes its inputs (mut) is not supported")
     f = op if rule is None else _with_backward(k, op, rule)

@@ -475,3 +475,94 @@ def test_a_definition_on_jax_arrays_returns_jax_arrays():
     o = DEFS.softmax(x)[0]
     assert isinstance(o, jax.Array)
     np.testing.assert_allclose(np.asarray(o), np.asarray(jax.nn.softmax(x, axis=-1)), rtol=1e-6)
+
+
+def test_a_window_of_half_a_size_shapes_the_output():
+    (k,) = dlbridge.define("def halfwin(float(N) A) -> (O) {\n  O(i) +=! A(i + k) where k in 0:N/2\n}")
+    assert k.signature.endswith("-> (O: T[(N + 1 - N / 2)])"), k.signature
+    for n in (1, 6, 7):
+        a = np.random.default_rng(n).random(n)
+        want = np.lib.stride_tricks.sliding_window_view(a, n // 2).sum(axis=1) if n // 2 else np.zeros(n + 1)
+        np.testing.assert_allclose(k(a), want, rtol=1e-12)
+
+
+def test_a_centred_window_divides_a_size_in_an_index():
+    (k,) = dlbridge.define("def same_conv(float(N) A, float(K) W) -> (O) {\n  O(i) +=! A(i + k - K/2) * W(k)\n}")
+    x, w = torch.randn(11, dtype=torch.float64, requires_grad=True), torch.randn(3, dtype=torch.float64, requires_grad=True)
+    # Every access in bounds: i runs over N - K + 1 positions, from K/2 on.
+    want = torch.nn.functional.conv1d(x[None, None], w[None, None])[0, 0]
+    out = k(x.detach(), w.detach())
+    # i runs over [K/2, N - K + 1 + K/2): the output's first K/2 elements are zero.
+    assert out.shape == (10,) and out[0] == 0
+    torch.testing.assert_close(out[1:], want.detach())
+    assert torch.autograd.gradcheck(dtorch.as_op(k), (x, w))
+
+
+def test_a_sum_of_comparisons_counts_in_int64():
+    (k,) = dlbridge.define("def count_pos(float(N,D) A) -> (C, Any) {\n  C(i) +=! A(i, j) > 0\n  Any(i) max=! A(i, j) > 2\n}")
+    assert k.signature.endswith("-> (C: i64[N], Any: bool[N])"), k.signature
+    a = np.array([[1.0, 2.0, 3.0], [-1.0, 5.0, -2.0]])
+    count, any_big = k(a)
+    np.testing.assert_array_equal(count, (a > 0).sum(axis=1))
+    assert count.dtype == np.int64
+    np.testing.assert_array_equal(any_big, [True, True])
+
+
+def test_a_derived_backward_never_replaces_a_kernel_of_yours():
+    mine = dlbridge.ElementwiseKernel("T x", "T y", "y = x + 100", "hardtanh6_backward")
+    (k,) = dlbridge.define("def hardtanh6(float(N) A) -> (O) {\n  O(i) = fmin(fmax(A(i), 0), 6)\n}")
+    assert dlbridge.get_kernel("hardtanh6_backward") == mine.kernel
+    x = torch.tensor([-1.0, 3.0, 8.0], dtype=torch.float64, requires_grad=True)
+    dtorch.as_op(k)(x).sum().backward()
+    torch.testing.assert_close(x.grad, torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64))
+    # Nor does a definition of yours named as a derived backward replace it.
+    (sq,) = dlbridge.define("def square_it(float(N) A) -> (O) { O(i) = A(i) * A(i) }")
+    (yours,) = dlbridge.define("def square_it_backward(float(N) A) -> (O) { O(i) = A(i) + 100 }")
+    assert yours.name == "square_it_backward_2"
+    x.grad = None
+    dtorch.as_op(sq)(x).sum().backward()
+    torch.testing.assert_close(x.grad, 2 * x.detach())
+
+
+def test_a_derived_backward_is_a_first_derivative_in_torch_and_jax():
+    (k,) = dlbridge.define("def cube_it(double(N) A) -> (O) { O(i) = A(i) * A(i) * A(i) }")
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(dtorch.as_op(k)(x).sum(), x, create_graph=True)
+    torch.testing.assert_close(g, 3 * x.detach() ** 2)
+    with pytest.raises(RuntimeError, match=r"cube_it_backward has no backward: .*the derived backward of cube_it, a first derivative"):
+        g.sum().backward()
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    import dlbridge.jax as djax
+
+    jax.config.update("jax_enable_x64", True)
+    op = djax.as_op(k)
+    v = jnp.array([1.0, 2.0])
+    np.testing.assert_allclose(np.asarray(jax.jit(jax.grad(lambda v: op(v).sum()))(v)), [3.0, 12.0])
+    with pytest.raises(NotImplementedError, match=r"cube_it: a derivative of its derivative .* is not available"):
+        jax.grad(lambda v: jax.grad(lambda v: op(v).sum())(v).sum())(v)
+    with pytest.raises(NotImplementedError, match=r"cube_it_backward has no backward: .*a first derivative"):
+        jax.grad(lambda v: djax.as_op(k.name + "_backward")(v, v)[0].sum())(v)
+
+
+def test_jax_says_why_a_definition_has_no_backward():
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    import dlbridge.jax as djax
+
+    body = "O(i) = A(i)\n" + "O(i) = O(i) * A(i) + 1\n" * 6
+    (k,) = dlbridge.define(f"def chain7j(float(N) A) -> (O) {{\n{body}}}")
+    op = djax.as_op(k)
+    np.testing.assert_allclose(np.asarray(op(jnp.ones(2, jnp.float32))), [7.0, 7.0])
+    with pytest.raises(NotImplementedError, match=r"chain7j has no backward: .*needs 17 tensors"):
+        jax.grad(lambda v: op(v).sum())(jnp.ones(2, jnp.float32))
+
+
+def test_an_out_of_bounds_constant_index_is_named_at_the_call():
+    (k,) = dlbridge.define("def first_times(float(N) A, float(M) B) -> (O) { O(i) = A(0) * B(i) }")
+    torch.testing.assert_close(k(torch.full((2,), 3.0), torch.ones(3)), torch.full((3,), 3.0))
+    with pytest.raises(RuntimeError, match=r"A\(0\)`? reaches index 0 along dim 0, which has size 0") as e:
+        k(torch.ones(0), torch.ones(3))
+    assert "where" not in str(e.value)

@@ -65,4 +65,4 @@ pub use elementwise::ElementwiseKernel;
 pub use inline::{InlineLibrary, InlineOptions};
 pub use params::{ElementwiseOptions, ElementwiseSpec, Param, Reduction, ReductionSpec, Spec};
 pub use reduction::ReductionKernel;
-pub use source_kernel::{SourceKernel, registry_name};
+pub use source_kernel::{SourceKernel, derived_registry_name, registry_name};

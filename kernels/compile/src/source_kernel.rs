@@ -147,6 +147,19 @@ impl<S: Spec + Send + Sync + 'static> SourceKernel<S> {
 /// `matmul` and registered as `matmul_2` (a built-in holds `matmul`) is
 /// never replaced by one labelled `matmul_2`, nor the other way round.
 pub fn registry_name(registry: &Registry, label: &str) -> String {
+    choose_name(registry, label, label)
+}
+
+/// The name to register a kernel the library derives under (a definition's
+/// backward): `base` where that is free or was chosen for `label` before,
+/// else `base_2`, ... `label` is the deriving kernel's own (no user's label
+/// equals it), so a derived kernel never replaces a kernel a user named
+/// `base`, and a user's kernel labelled `base` never replaces it.
+pub fn derived_registry_name(registry: &Registry, base: &str, label: &str) -> String {
+    choose_name(registry, base, label)
+}
+
+fn choose_name(registry: &Registry, base: &str, label: &str) -> String {
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock};
     // (registry, name) -> the label the name was chosen for.
@@ -162,10 +175,10 @@ pub fn registry_name(registry: &Registry, label: &str) -> String {
         (None, None) => true,
         (None, Some(k)) => name == label && replaceable(&k),
     };
-    let name = if usable(label) {
-        label.to_owned()
+    let name = if usable(base) {
+        base.to_owned()
     } else {
-        (2u32..).map(|k| format!("{label}_{k}")).find(|n| usable(n)).unwrap_or_else(|| label.to_owned())
+        (2u32..).map(|k| format!("{base}_{k}")).find(|n| usable(n)).unwrap_or_else(|| base.to_owned())
     };
     labels.insert((at, name.clone()), label.to_owned());
     name

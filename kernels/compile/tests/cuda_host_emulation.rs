@@ -315,6 +315,12 @@ def softmax(float(N, D) I) -> (O, maxVal, expDistance, expSum) {
     for k in &more {
         tc_on_host_and_cpu(&tc::backward(k).unwrap(), &[a.clone(), g.clone()]);
     }
+    // A size divided in an index: a centred window, forward and backward
+    // (the first K/2 outputs are zero, written by the zero fill).
+    let same = &tc::define("def same_conv(float(N) A, float(K) W) -> (O) {\n  O(i) +=! A(i + k - K/2) * W(k)\n}").unwrap()[0];
+    let (x, w) = (arr(&[11], 0.1), arr(&[5], 0.2));
+    tc_on_host_and_cpu(same, &[x.clone(), w.clone()]);
+    tc_on_host_and_cpu(&tc::backward(same).unwrap(), &[x, w, arr(&[9], 0.3)]);
 }
 
 /// `/` and `%` on CUDA: integers truncate as in C, MIN / -1 wraps to MIN

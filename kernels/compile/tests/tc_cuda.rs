@@ -38,6 +38,10 @@ def layernorm(float(T, B, C) I) -> (O, mean, centered, var) {
 }
 def rowmin(int32(R, C) X) -> (Y) { Y(r) min=! X(r, c) }
 def rowprod(float(M, N) A) -> (O) { O(i) *=! A(i, k) }
+def same_conv(float(N) A, float(K) W) -> (O) {
+  O(i) +=! A(i + k - K/2) * W(k)
+}
+def halfwin(float(N) A) -> (O) { O(i) +=! A(i + k) where k in 0:N/2 }
 def divmod(int32(N) A, int64(N) B, float(N) X) -> (Q, R, F) {
   Q(i) = A(i) / B(i)
   R(i) = A(i) % 3
@@ -52,7 +56,7 @@ fn tcs_examples_and_their_backwards_compile_to_ptx() {
     }
     let mut kernels = tc::define(EXAMPLES).unwrap();
     let backwards: Vec<_> = kernels.iter().filter_map(|k| tc::backward(k).ok()).collect();
-    assert_eq!(backwards.len(), 8, "every floating definition has a backward");
+    assert_eq!(backwards.len(), 10, "every floating definition has a backward");
     kernels.extend(backwards);
     for k in &kernels {
         let floating = k.signature().contains("<T:");

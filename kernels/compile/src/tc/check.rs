@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use dlbridge_core::{DType, Result};
 
 use super::parse::{Bin, Def, DimDecl, ElemType, Expr, Op, Pos, Un, error_at};
-use super::size::{self, Lin, Size};
+use super::size::{self, Size};
 use dlbridge_registry::signature::{MAX_PARAMS, MAX_SYMBOLS};
 
 /// The scalar functions a definition may call, with their arity.
@@ -69,11 +69,11 @@ pub enum TensorRef {
     Output(usize),
 }
 
-/// An index expression: `Σ a·index + (affine in the size symbols)`.
+/// An index expression: `Σ a·index + (a size: `K / 2`, `H - KH`)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Affine {
     pub vars: BTreeMap<String, i64>,
-    pub konst: Lin,
+    pub konst: Size,
 }
 
 /// One access `A(e0, e1, ...)`.
@@ -323,8 +323,8 @@ fn walk<'e>(e: &'e Expr, f: &mut dyn FnMut(&'e Expr)) {
 pub(crate) enum NotAffine {
     /// It reads tensor `name`.
     Tensor(String, Pos),
-    /// A product of indices, a division, a call, ...
-    Other,
+    /// A product of indices, a division of an index, a call, ...: why, naming the part.
+    Other(String),
 }
 
 impl Affine {
@@ -351,24 +351,44 @@ impl Affine {
 /// sums of indices times integers, plus sizes.
 pub(crate) fn affine_of(e: &Expr, classify: &dyn Fn(&str) -> Name) -> std::result::Result<Affine, NotAffine> {
     Ok(match e {
-        Expr::Num { value, int: true } => Affine { vars: BTreeMap::new(), konst: Lin::constant(*value as i64) },
+        Expr::Num { value, int: true } => Affine { vars: BTreeMap::new(), konst: Size::c(*value as i64) },
         Expr::Name(n, p) => match classify(n) {
-            Name::Index => Affine { vars: BTreeMap::from([(n.clone(), 1)]), konst: Lin::default() },
-            Name::Size => Affine { vars: BTreeMap::new(), konst: Lin::symbol(n) },
+            Name::Index => Affine { vars: BTreeMap::from([(n.clone(), 1)]), konst: Size::default() },
+            Name::Size => Affine { vars: BTreeMap::new(), konst: Size::sym(n) },
             Name::Tensor(_) => return Err(NotAffine::Tensor(n.clone(), *p)),
         },
         Expr::Unary(Un::Neg, a) => affine_of(a, classify)?.scaled(-1),
         Expr::Binary(Bin::Add, a, b) => affine_of(a, classify)?.plus(affine_of(b, classify)?),
         Expr::Binary(Bin::Sub, a, b) => affine_of(a, classify)?.plus(affine_of(b, classify)?.scaled(-1)),
-        Expr::Binary(Bin::Mul, a, b) => {
-            let (a, b) = (affine_of(a, classify)?, affine_of(b, classify)?);
+        Expr::Binary(Bin::Mul, x, y) => {
+            let (a, b) = (affine_of(x, classify)?, affine_of(y, classify)?);
             match (a.constant(), b.constant()) {
                 (Some(k), _) => b.scaled(k),
                 (_, Some(k)) => a.scaled(k),
-                _ => return Err(NotAffine::Other),
+                _ => {
+                    let what = match (a.vars.is_empty(), b.vars.is_empty()) {
+                        (true, true) => "two sizes",
+                        (false, false) => "two indices",
+                        _ => "an index by a size",
+                    };
+                    return Err(NotAffine::Other(format!(
+                        "`{}` multiplies {what}; indices and sizes are multiplied only by integers",
+                        e.text()
+                    )));
+                }
             }
         }
-        _ => return Err(NotAffine::Other),
+        Expr::Binary(Bin::Div, x, y) => {
+            let (a, b) = (affine_of(x, classify)?, affine_of(y, classify)?);
+            match b.constant() {
+                Some(k) if k > 0 && a.vars.is_empty() => Affine { vars: BTreeMap::new(), konst: a.konst.div_floor(k) },
+                Some(k) if k > 0 => {
+                    return Err(NotAffine::Other(format!("`{}` divides an index; only a size is divided (`K / 2`)", e.text())));
+                }
+                _ => return Err(NotAffine::Other(format!("`{}` divides by `{}`, not by a positive integer", e.text(), y.text()))),
+            }
+        }
+        _ => return Err(NotAffine::Other(format!("`{}` is not an index expression", e.text()))),
     })
 }
 
@@ -376,19 +396,26 @@ pub(crate) fn affine_of(e: &Expr, classify: &dyn Fn(&str) -> Name) -> std::resul
 fn affine(cx: &Ctx<'_>, e: &Expr, pos: Pos, access: &str) -> Result<Affine> {
     affine_of(e, &|n| cx.classify(n)).map_err(|why| match why {
         NotAffine::Tensor(n, p) => cx.err(p, format!("in `{access}`: a tensor (`{n}`) cannot be an index")),
-        NotAffine::Other => cx.err(
-            pos,
-            format!("in `{access}`: the index `{}` is not affine in the indices (sums of indices times integers, plus sizes)", e.text()),
-        ),
+        NotAffine::Other(why) => {
+            cx.err(pos, format!("in `{access}`: {why} (an index is a sum of indices times integers, plus sizes: `2 * h + kh - K / 2`)"))
+        }
     })
 }
 
-/// `e` as a size (a `where` bound): integers and size symbols with `+ - * /`.
+/// `e` as a size (a `where` bound): integers and size symbols with `+ -`,
+/// times or divided by integers.
 fn size_of(cx: &Ctx<'_>, e: &Expr, pos: Pos) -> Result<Size> {
-    let bad = || cx.err(pos, format!("the bound `{}` is not a size (integers and size symbols with + - * /)", e.text()));
+    let rule = "a bound is integers and size symbols with + and -, times or divided by integers";
+    let bad = |why: String| cx.err(pos, format!("in the bound `{}`: {why} ({rule})", e.text()));
     Ok(match e {
         Expr::Num { value, int: true } => Size::c(*value as i64),
         Expr::Name(n, _) if cx.is_symbol(n) => Size::sym(n),
+        Expr::Name(n, _) => {
+            let symbols: Vec<&str> = cx.symbols.iter().map(|(s, ..)| s.as_str()).collect();
+            let known =
+                if symbols.is_empty() { "the parameters have none".to_owned() } else { format!("the parameters': {}", symbols.join(", ")) };
+            return Err(bad(format!("`{n}` is not a size symbol ({known})")));
+        }
         Expr::Unary(Un::Neg, a) => size_of(cx, a, pos)?.scale(-1),
         Expr::Binary(Bin::Add, a, b) => size_of(cx, a, pos)?.add(&size_of(cx, b, pos)?),
         Expr::Binary(Bin::Sub, a, b) => size_of(cx, a, pos)?.sub(&size_of(cx, b, pos)?),
@@ -397,14 +424,14 @@ fn size_of(cx: &Ctx<'_>, e: &Expr, pos: Pos) -> Result<Size> {
             match (a.as_const(), b.as_const()) {
                 (Some(k), _) => b.scale(k),
                 (_, Some(k)) => a.scale(k),
-                _ => return Err(bad()),
+                _ => return Err(bad("it multiplies two sizes".to_owned())),
             }
         }
         Expr::Binary(Bin::Div, a, b) => match size_of(cx, b, pos)?.as_const() {
             Some(k) if k > 0 => size_of(cx, a, pos)?.div_floor(k),
-            _ => return Err(bad()),
+            _ => return Err(bad(format!("it divides by `{}`, not by a positive integer", b.text()))),
         },
-        _ => return Err(bad()),
+        _ => return Err(bad("it is not a size".to_owned())),
     })
 }
 
@@ -528,7 +555,7 @@ fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
     let lhs_text = format!("{}({})", s.lhs, lhs.join(", "));
     let lhs_access = Access {
         tensor: TensorRef::Output(out),
-        index: lhs.iter().map(|v| Affine { vars: BTreeMap::from([(v.clone(), 1)]), konst: Lin::default() }).collect(),
+        index: lhs.iter().map(|v| Affine { vars: BTreeMap::from([(v.clone(), 1)]), konst: Size::default() }).collect(),
         text: lhs_text,
     };
     // A statement reads its own output only at the element it writes, and
@@ -700,6 +727,8 @@ fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
             Some(ElemType::Fixed(d)) => OutType::Fixed(d),
             None => match type_of(cx, &s.rhs) {
                 Ty::Float => OutType::Float,
+                // A sum or product of truth values counts: int64, as torch.sum's.
+                Ty::Fixed(d) if d == DType::BOOL && matches!(s.op, Op::Add | Op::Mul) => OutType::Fixed(DType::I64),
                 Ty::Fixed(d) | Ty::Weak(d) => OutType::Fixed(d),
             },
         };
@@ -719,7 +748,7 @@ fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
 /// The smallest and largest value of index expression `ix` over `ranges`
 /// (`[lo, hi)` per index), leaving out index `skip`'s term.
 fn extremes(ix: &Affine, ranges: &BTreeMap<String, (Size, Size)>, skip: Option<&str>) -> (Size, Size) {
-    let (mut lo, mut hi) = (Size::Lin(ix.konst.clone()), Size::Lin(ix.konst.clone()));
+    let (mut lo, mut hi) = (ix.konst.clone(), ix.konst.clone());
     for (v, c) in ix.vars.iter().filter(|(v, _)| Some(v.as_str()) != skip) {
         let (first, last) = (&ranges[v].0, ranges[v].1.add_c(-1));
         let (small, large) = if *c > 0 { (first.scale(*c), last.scale(*c)) } else { (last.scale(*c), first.scale(*c)) };
@@ -833,7 +862,12 @@ mod tests {
         for (text, want) in [
             ("def f(float(N) A) -> (O) { O(i) = A(i, i) }", "`A` has 1 dims but is read with 2"),
             ("def f(float(N) A) -> (O) { O(i) = foo(A(i)) }", "`foo` is neither a tensor"),
-            ("def f(float(N) A) -> (O) { O(i) = A(i * i) }", "is not affine"),
+            ("def f(float(N) A) -> (O) { O(i) = A(i * i) }", "in `A(i * i)`: `i * i` multiplies two indices"),
+            ("def f(float(N) A) -> (O) { O(i) = A(i * N) }", "`i * N` multiplies an index by a size"),
+            ("def f(float(N) A) -> (O) { O(i) = A(i / 2) }", "`i / 2` divides an index; only a size is divided (`K / 2`)"),
+            ("def f(float(N) A) -> (O) { O(i) = A(N / 0) where i in 0:N }", "`N / 0` divides by `0`, not by a positive integer"),
+            ("def f(float(N) A) -> (O) { O(i) = A(i) where i in 0:N*N }", "in the bound `N * N`: it multiplies two sizes"),
+            ("def f(float(N) A) -> (O) { O(i) = A(i) where i in 0:M }", "in the bound `M`: `M` is not a size symbol (the parameters': N)"),
             ("def f(float(N) A) -> (O) { A(i) = A(i) }", "is a parameter"),
             ("def f(float(N) A) -> (O) { O(i) = A(j) }", "appears only on the right of `=`"),
             ("def f(float(N) A) -> (O, P) { O(i) = A(i) }", "output `P` is never written"),

@@ -214,7 +214,7 @@ pub(crate) fn plan(c: &Checked, name: &str, shapes: &[&[i64]]) -> Result<Plan> {
                 TensorRef::Output(i) => n_params + i,
             };
             for (d, ix) in a.index.iter().enumerate() {
-                let k0 = super::size::Size::Lin(ix.konst.clone()).eval(&sym).unwrap_or(0);
+                let k0 = ix.konst.eval(&sym).unwrap_or(0);
                 let (mut mn, mut mx) = (k0, k0);
                 for (v, coef) in &ix.vars {
                     let (lo, hi) = ranges[v];
@@ -226,7 +226,7 @@ pub(crate) fn plan(c: &Checked, name: &str, shapes: &[&[i64]]) -> Result<Plan> {
                 if mn < 0 || mx >= size {
                     let at = if mn < 0 { mn } else { mx };
                     return Err(Error::InvalidArgument(format!(
-                        "{name}: in `{}`: {} reaches index {at} along dim {d}, which has size {size} (a `where` range reaches past the tensor)",
+                        "{name}: in `{}`: {} reaches index {at} along dim {d}, which has size {size}",
                         s.text, a.text
                     )));
                 }

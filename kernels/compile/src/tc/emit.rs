@@ -16,7 +16,6 @@
 
 use super::check::{Affine, Checked, Name, Statement, TensorRef};
 use super::parse::{Bin, Expr, Op, Un};
-use super::size::Size;
 use crate::codegen::{Src, c_string};
 
 /// How a backend spells things.
@@ -206,7 +205,7 @@ fn to_affine(n: &Names<'_>, e: &Expr) -> Affine {
 /// An affine index as C++.
 pub(crate) fn affine_cpp(a: &Affine) -> String {
     let mut parts: Vec<String> = a.vars.iter().map(|(v, k)| if *k == 1 { format!("v_{v}") } else { format!("{k} * v_{v}") }).collect();
-    let k = Size::Lin(a.konst.clone()).cpp(&|s| format!("s_{s}"));
+    let k = a.konst.cpp(&|s| format!("s_{s}"));
     if k != "0" || parts.is_empty() {
         parts.push(k);
     }
@@ -215,7 +214,7 @@ pub(crate) fn affine_cpp(a: &Affine) -> String {
 
 /// The smallest and largest value of `a` over the ranges `lo_<v>`/`hi_<v>`.
 fn affine_bounds(a: &Affine) -> (String, String) {
-    let k = Size::Lin(a.konst.clone()).cpp(&|s| format!("s_{s}"));
+    let k = a.konst.cpp(&|s| format!("s_{s}"));
     let (mut mn, mut mx) = (vec![k.clone()], vec![k]);
     for (v, c) in &a.vars {
         let (lo, last) = (format!("lo_{v}"), format!("(hi_{v} - 1)"));
@@ -673,7 +672,7 @@ fn zero_fill(src: &mut Src, n: &Names<'_>, out: TensorRef) {
 pub(crate) const CHECK_CPP: &str = r#"[[noreturn]] inline void dlbridge_tc_oob(const char* kernel, const char* stmt, const char* access, int d, int64_t at, int64_t size) {
   char buf[768];
   (void)kernel;  // the host names the kernel
-  std::snprintf(buf, sizeof buf, "in `%s`: %s reaches index %lld along dim %d, which has size %lld (a `where` range reaches past the tensor)",
+  std::snprintf(buf, sizeof buf, "in `%s`: %s reaches index %lld along dim %d, which has size %lld",
                 stmt, access, static_cast<long long>(at), d, static_cast<long long>(size));
   throw std::runtime_error(buf);
 }

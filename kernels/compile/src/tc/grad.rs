@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::check::{Access, Affine, Checked, OutType, Output, Param, Statement, TensorRef};
 use super::parse::{Bin, ElemType, Expr, Op, Pos, Un};
-use super::size::{Lin, Size};
+use super::size::Size;
 
 /// Why a definition has no derived backward.
 pub type Why = String;
@@ -230,11 +230,11 @@ fn rename(e: &Expr, map: &dyn Fn(&str) -> Option<String>) -> Expr {
 /// An index expression (affine in indices and sizes) as an [`Affine`].
 fn affine_of(e: &Expr, symbols: &BTreeSet<String>) -> Affine {
     let classify = |n: &str| if symbols.contains(n) { super::check::Name::Size } else { super::check::Name::Index };
-    super::check::affine_of(e, &classify).unwrap_or(Affine { vars: BTreeMap::new(), konst: Lin::default() })
+    super::check::affine_of(e, &classify).unwrap_or(Affine { vars: BTreeMap::new(), konst: Size::default() })
 }
 
 fn plain(v: &str) -> Affine {
-    Affine { vars: BTreeMap::from([(v.to_owned(), 1)]), konst: Lin::default() }
+    Affine { vars: BTreeMap::from([(v.to_owned(), 1)]), konst: Size::default() }
 }
 
 fn access_text(name: &str, vars: &[String]) -> String {

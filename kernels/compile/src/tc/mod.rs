@@ -248,16 +248,22 @@ pub fn define_named(lang: &str, name_of: &dyn Fn(&str) -> String) -> Result<Vec<
 /// first outputs are `grad_<input>` per floating input (the rest are
 /// scratch); `Err` says why there is none.
 pub fn backward(kernel: &TcKernel) -> std::result::Result<TcKernel, String> {
+    backward_named(kernel, &format!("{}_backward", kernel.spec().name))
+}
+
+/// As [`backward`], named `name`.
+pub fn backward_named(kernel: &TcKernel, name: &str) -> std::result::Result<TcKernel, String> {
     let spec = kernel.spec();
     let checked = grad::derive(&spec.checked)?;
-    let name = format!("{}_backward", spec.name);
-    let spec = TcSpec::new(checked, name);
+    let spec = TcSpec::new(checked, name.to_owned());
     let doc = format!("the derived backward of {}", kernel.name());
     SourceKernel::from_spec(spec, build, KernelOpts::DEFAULT, doc).map_err(|e| e.to_string())
 }
 
 /// A definition registered: its kernel, the registry's entry, and its derived
-/// backward's (registered as `<name>_backward`), or why it has none.
+/// backward's (registered as `<name>_backward`, or `<name>_backward_2`, ...
+/// where a kernel that is not this definition's backward holds that name),
+/// or why it has none.
 #[derive(Debug)]
 pub struct Defined {
     pub kernel: TcKernel,
@@ -274,7 +280,12 @@ pub fn define_in(registry: &Registry, lang: &str) -> Result<Vec<Defined>> {
         .into_iter()
         .map(|k| {
             let registered = k.register(registry)?;
-            let backward = backward(&k).and_then(|b| b.register(registry).map_err(|e| e.to_string()));
+            // The backward's name is chosen for its definition, not as a
+            // user's label: it never replaces a user's `<name>_backward`.
+            let name = k.name();
+            let base = format!("{name}_backward");
+            let backward_name = crate::derived_registry_name(registry, &base, &format!("{base} (derived from {name})"));
+            let backward = backward_named(&k, &backward_name).and_then(|b| b.register(registry).map_err(|e| e.to_string()));
             Ok(Defined { kernel: k, registered, backward })
         })
         .collect()

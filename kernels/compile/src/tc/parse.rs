@@ -295,7 +295,8 @@ const PUNCTS: &[&str] = &[
 pub(crate) fn error_at(text: &str, pos: Pos, message: impl fmt::Display) -> Error {
     let line = text.lines().nth(pos.line.saturating_sub(1)).unwrap_or("");
     let shown: String = line.chars().take(160).collect();
-    let caret = " ".repeat(pos.col.saturating_sub(1).min(160));
+    // The caret's indent copies the line's tabs, so it lines up however wide a tab is shown.
+    let caret: String = shown.chars().take(pos.col.saturating_sub(1)).map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
     Error::Coded { kind: ErrorKind::Value, message: format!("{pos}: {message}\n  {shown}\n  {caret}^") }
 }
 
@@ -784,6 +785,13 @@ mod tests {
         assert_eq!((s.op, s.init), (Op::Add, true));
         assert_eq!(s.rhs.text(), "A(i, kk) * B(kk, j)");
         assert_eq!(s.text, "output(i, j) +=! A(i, kk) * B(kk, j)");
+    }
+
+    #[test]
+    fn the_caret_lines_up_under_tabs() {
+        let text = "def f(float(N) A) -> (O) {\n\tO(i) = A(i) $ 1\n}";
+        let e = parse(text).unwrap_err().to_string();
+        assert!(e.ends_with("\n  \tO(i) = A(i) $ 1\n  \t            ^"), "{e}");
     }
 
     #[test]

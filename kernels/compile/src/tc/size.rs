@@ -64,6 +64,13 @@ pub enum Size {
     Max(Box<Size>, Box<Size>),
 }
 
+impl Default for Size {
+    /// Zero.
+    fn default() -> Size {
+        Size::c(0)
+    }
+}
+
 impl Size {
     pub fn c(c: i64) -> Size {
         Size::Lin(Lin::constant(c))
@@ -78,11 +85,48 @@ impl Size {
         }
     }
     pub fn add(&self, o: &Size) -> Size {
-        match (self, o) {
-            (Size::Lin(a), Size::Lin(b)) => Size::Lin(a.add(b)),
-            (a, Size::Lin(b)) if b.terms.is_empty() && b.c == 0 => a.clone(),
-            (Size::Lin(a), b) if a.terms.is_empty() && a.c == 0 => b.clone(),
-            (a, b) => Size::Add(Box::new(a.clone()), Box::new(b.clone())),
+        // A canonical sum: its affine part, plus each other term once with
+        // its coefficient, so that `N - N / 2 + N / 2` folds to `N`.
+        let (mut terms, mut lin) = self.terms();
+        let (more, l) = o.terms();
+        lin = lin.add(&l);
+        for (t, k) in more {
+            match terms.iter_mut().find(|(u, _)| *u == t) {
+                Some((_, j)) => *j = j.saturating_add(k),
+                None => terms.push((t, k)),
+            }
+        }
+        terms.retain(|(_, k)| *k != 0);
+        // Positive terms first, the affine part first where it has symbols
+        // (`N + 1 - N / 2`), last where it is a constant (`N / 2 + 1`).
+        terms.sort_by_key(|(_, k)| *k < 0);
+        let mut sum = (!lin.terms.is_empty()).then(|| Size::Lin(lin.clone()));
+        for (t, k) in terms {
+            let term = if k == 1 { t } else { Size::Scale(Box::new(t), k) };
+            sum = Some(match sum {
+                None => term,
+                Some(s) => Size::Add(Box::new(s), Box::new(term)),
+            });
+        }
+        match sum {
+            None => Size::Lin(lin),
+            Some(s) if lin.terms.is_empty() && lin.c != 0 => Size::Add(Box::new(s), Box::new(Size::c(lin.c))),
+            Some(s) => s,
+        }
+    }
+    /// The terms of a sum: the non-affine ones with their coefficients, and
+    /// the affine part.
+    fn terms(&self) -> (Vec<(Size, i64)>, Lin) {
+        match self {
+            Size::Lin(l) => (Vec::new(), l.clone()),
+            Size::Add(a, b) => {
+                let (mut t, l) = a.terms();
+                let (u, m) = b.terms();
+                t.extend(u);
+                (t, l.add(&m))
+            }
+            Size::Scale(a, k) => (vec![((**a).clone(), *k)], Lin::default()),
+            a => (vec![(a.clone(), 1)], Lin::default()),
         }
     }
     pub fn add_c(&self, c: i64) -> Size {
@@ -218,11 +262,15 @@ impl Size {
             }
             Size::Add(a, b) => {
                 let a = paren(a.render(sym, cpp), 1);
-                match b.as_const() {
-                    Some(c) if c < 0 => (format!("{a} - {}", -c), 1),
-                    _ => (format!("{a} + {}", paren(b.render(sym, cpp), 2)), 1),
-                }
+                // `a - 2 * x`, `a - x`, `a - 3`: a negative term is subtracted.
+                let (b, neg) = match &**b {
+                    Size::Scale(x, k) if *k < 0 => (x.scale(-k), true),
+                    Size::Lin(l) if l.terms.is_empty() && l.c < 0 => (Size::c(-l.c), true),
+                    b => (b.clone(), false),
+                };
+                (format!("{a} {} {}", if neg { "-" } else { "+" }, paren(b.render(sym, cpp), 2)), 1)
             }
+            Size::Scale(a, k) if *k < 0 => (format!("0 - {}", paren(a.scale(-k).render(sym, cpp), 2)), 1),
             Size::Scale(a, k) => (format!("{k} * {}", paren(a.render(sym, cpp), 3)), 2),
             Size::Div(a, k) if cpp => (format!("dlbridge_tc_fdiv({}, {k})", a.render(sym, cpp).0), 3),
             Size::Div(a, k) => (format!("{} / {k}", paren(a.render(sym, cpp), 3)), 2),
@@ -270,5 +318,23 @@ mod tests {
         assert_eq!(t(&h.smin(&kh)), "min(H, KH)");
         assert_eq!(t(&Size::c(0).sub(&h)), "0 - H");
         assert_eq!(h.add_c(-2).div_floor(2).cpp(&|n| format!("s_{n}")), "dlbridge_tc_fdiv(s_H - 2, 2)");
+    }
+
+    #[test]
+    fn sums_with_divided_sizes_fold_and_render_as_signature_text() {
+        let n = Size::sym("N");
+        let half = n.div_floor(2);
+        // `N - 1 - (N / 2 - 1) + 1`: a window's count of positions.
+        let hi = n.add_c(-1).sub(&half.add_c(-1)).add_c(1);
+        assert_eq!(t(&hi), "N + 1 - N / 2");
+        assert_eq!(hi.eval(&|_| Some(7)), Some(5));
+        assert_eq!(hi.add(&half), n.add_c(1));
+        assert_eq!(t(&half.scale(-1)), "0 - N / 2");
+        assert_eq!(t(&half.scale(-2).add_c(3)), "0 - 2 * (N / 2) + 3");
+        assert_eq!(half.scale(-2).add_c(3).eval(&|_| Some(7)), Some(-3));
+        assert_eq!(t(&half.add_c(1)), "N / 2 + 1");
+        assert_eq!(t(&half.add_c(-1)), "N / 2 - 1");
+        assert_eq!(half.sub(&half), Size::c(0));
+        assert_eq!(hi.dim_text(&|n| n.to_owned()), "(N + 1 - N / 2)");
     }
 }
