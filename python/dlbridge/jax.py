@@ -168,7 +168,13 @@ def _with_backward(k: dlbridge.Kernel, call: Callable[..., Any], rule: Callable[
                 shapes[p.name] = values[p.name].shape
         for o, v in zip(outputs, outs, strict=True):
             values[o.name], shapes[o.name] = v, v.shape
-        grads = as_grads(k, rule(Saved(values, shapes), *(g if isinstance(g, tuple) else (g,))))
+        # JAX's cotangent of an integer or bool output is float0 (it has no
+        # gradient); a backward takes zeros of the output's own dtype there.
+        cotangents = tuple(
+            jnp.zeros(v.shape, v.dtype) if c.dtype == jax.dtypes.float0 else c
+            for c, v in zip(g if isinstance(g, tuple) else (g,), outs, strict=True)
+        )
+        grads = as_grads(k, rule(Saved(values, shapes), *cotangents))
         return tuple(
             jnp.zeros_like(values[p.name]) if gr is None else _sum_to(jnp.asarray(gr), shapes[p.name])
             for p, gr in zip(params, grads, strict=True)

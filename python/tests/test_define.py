@@ -566,3 +566,57 @@ def test_an_out_of_bounds_constant_index_is_named_at_the_call():
     with pytest.raises(RuntimeError, match=r"A\(0\)`? reaches index 0 along dim 0, which has size 0") as e:
         k(torch.ones(0), torch.ones(3))
     assert "where" not in str(e.value)
+
+
+def test_truth_values_in_integer_arithmetic_are_integers():
+    defs = dlbridge.define("""
+def scaled_flag(float(N) A) -> (O) { O(i) = (A(i) > 0) * 3 }
+def negated_flag(float(N) A) -> (O) { O(i) = -(A(i) > 0) }
+def largest_flag(float(N, M) A) -> (O) { O(i) max=! (A(i, j) > 0) * 5 }
+def flag_then_count(float(N) A, int32(N) B) -> (O) {
+  O(i) = A(i) > 0
+  O(i) += B(i)
+}
+""")
+    a = torch.tensor([-1.0, 0.5, 2.0])
+    b = torch.tensor([5, 6, 7], dtype=torch.int32)
+    for kernel, args, want in [
+        (defs.scaled_flag, (a,), (a > 0) * 3),
+        (defs.negated_flag, (a,), -(a > 0).long()),
+        (defs.largest_flag, (a[:, None],), torch.amax((a[:, None] > 0) * 5, 1)),
+        (defs.flag_then_count, (a, b), (a > 0).int() + b),
+    ]:
+        got = kernel(*args)
+        assert got.dtype == want.dtype, (kernel.signature, got.dtype, want.dtype)
+        torch.testing.assert_close(got, want)
+
+
+def test_jax_differentiates_a_definition_with_an_integer_output():
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    import dlbridge.jax as djax
+
+    (k,) = dlbridge.define("def count_and_sum(float(N, M) A) -> (C, S) {\n  C(i) +=! A(i, j) > 0\n  S(i) +=! A(i, j) * A(i, j)\n}")
+    op = djax.as_op(k)
+    a = jnp.arange(6.0, dtype=jnp.float32).reshape(2, 3) - 2
+    count, _ = op(a)
+    np.testing.assert_array_equal(np.asarray(count), [0, 3])
+    np.testing.assert_allclose(np.asarray(jax.jit(jax.grad(lambda a: op(a)[1].sum()))(a)), 2 * np.asarray(a))
+
+
+def test_a_definition_never_replaces_a_load_inline_function():
+    (k,) = dlbridge.define("def inl_sq(double(N) A) -> (O) { O(i) = A(i) * A(i) }")
+    lib = dlbridge.load_inline(
+        "inl_sq_lib",
+        c_source="void inl_sq_backward(const double* x, double* y, long long n) { for (long long i = 0; i < n; i++) y[i] = x[i] + 100; }",
+        functions={"inl_sq_backward": "inl_sq_backward(x: f64[N]) -> (y: f64[N])"},
+    )
+    assert dlbridge.get_kernel("inl_sq_backward").params[0].name == "x", "load_inline's function takes its exact name"
+    torch.testing.assert_close(lib.inl_sq_backward(torch.ones(2, dtype=torch.float64)), torch.full((2,), 101.0, dtype=torch.float64))
+    (again,) = dlbridge.define("def inl_sq(double(N) A) -> (O) { O(i) = A(i) * A(i) * A(i) }")
+    assert dlbridge.get_kernel("inl_sq_backward").params[0].name == "x", "load_inline's function keeps its name"
+    assert dlbridge.get_kernel("inl_sq_backward_2").params[0].name == "A"
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    dtorch.as_op(again)(x).sum().backward()
+    torch.testing.assert_close(x.grad, 3 * x.detach() ** 2)

@@ -214,6 +214,18 @@ def test_a_plain_call_on_jax_arrays_returns_jax_arrays(kernel, args, reference):
     np.testing.assert_allclose(np.asarray(out), np.asarray(reference(*args)), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("transform", ["jit", "grad", "vmap"])
+def test_a_plain_call_inside_a_jax_transform_says_to_use_as_op(transform):
+    def f(x):
+        return relu(x).sum()
+
+    wrapped = {"jit": jax.jit(f), "grad": jax.grad(f), "vmap": jax.vmap(f)}[transform]
+    with pytest.raises(TypeError, match=r"a JAX tracer \(\w+Tracer\): .*call the kernel through dlbridge.jax.as_op\(kernel\)") as e:
+        wrapped(x32(3, 4))
+    assert e.value.__cause__ is not None, "JAX's own error is kept as the cause"
+    assert float(jax.jit(lambda x: djax.as_op(relu)(x).sum())(x32(3, 4))) > 0
+
+
 def test_jax_takes_the_buffer_the_kernel_filled_without_a_copy():
     written = []
 

@@ -96,7 +96,12 @@ pub fn locate(py: Python<'_>, e: PyErr, kernel: &str, slot: &Slot) -> PyErr {
     let msg = e.value(py).str().map(|s| s.to_string()).unwrap_or_default();
     let located = if builtins.iter().any(|b| ty.is(b)) {
         match ty.call1((format!("{kernel}: {slot}: {msg}"),)) {
-            Ok(v) => PyErr::from_value(v),
+            Ok(v) => {
+                // The error it came from was caused by another (a producer's own): kept.
+                let located = PyErr::from_value(v);
+                located.set_cause(py, e.cause(py));
+                located
+            }
             Err(_) => e,
         }
     } else {

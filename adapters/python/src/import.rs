@@ -318,7 +318,7 @@ fn import_any(obj: &Bound<'_, PyAny>, writable: bool, mode: Mode) -> PyResult<(H
         return Ok((Held::Buffer(Box::new(t)), None, writable));
     }
     if has_dlpack(obj)? {
-        let c = capsule::consume_object(obj, Request::default())?;
+        let c = capsule::consume_object(obj, Request::default()).map_err(|e| traced(obj, e))?;
         let writable = c.writable();
         return Ok((Held::Managed(Box::new(c.tensor)), None, writable));
     }
@@ -333,6 +333,30 @@ fn import_any(obj: &Bound<'_, PyAny>, writable: bool, mode: Mode) -> PyResult<(H
         ))),
         Err(e) => Err(e),
     }
+}
+
+/// `e`, the error of exporting `obj`, or where `obj` is a JAX tracer (an
+/// argument inside `jax.jit`, `jax.grad`, `jax.vmap`: it has no memory to
+/// read), a TypeError that says what to call instead, caused by `e`.
+fn traced(obj: &Bound<'_, PyAny>, e: PyErr) -> PyErr {
+    let py = obj.py();
+    let attr = |t: &Bound<'_, PyAny>, name: &Bound<'_, pyo3::types::PyString>| t.getattr(name).and_then(|v| v.extract::<String>()).ok();
+    let (qualname, module) = (pyo3::intern!(py, "__qualname__"), pyo3::intern!(py, "__module__"));
+    let is_tracer = obj
+        .get_type()
+        .mro()
+        .iter()
+        .any(|t| attr(&t, qualname).as_deref() == Some("Tracer") && attr(&t, module).as_deref() == Some("jax._src.core"));
+    if !is_tracer {
+        return e;
+    }
+    let err = PyTypeError::new_err(format!(
+        "a JAX tracer ({}): inside jax.jit, jax.grad or jax.vmap a plain kernel call has no array to read; \
+         call the kernel through dlbridge.jax.as_op(kernel)",
+        capsule::type_name(obj)
+    ));
+    err.set_cause(py, Some(e));
+    err
 }
 
 /// Whether `obj` is a capsule or has `__dlpack__`; an error other than

@@ -931,6 +931,9 @@ impl InlineLibrary {
                 registry.unregister(k.name());
             }
         }
+        for f in &self.inner.functions {
+            crate::source_kernel::claim_name(registry, f.name());
+        }
         (0..self.inner.functions.len()).map(|k| registry.register_replacing(self.defs(k), replaceable)).collect()
     }
 }

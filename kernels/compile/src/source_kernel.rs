@@ -159,12 +159,23 @@ pub fn derived_registry_name(registry: &Registry, base: &str, label: &str) -> St
     choose_name(registry, base, label)
 }
 
+/// (registry, name) -> the label the name was chosen for.
+type Labels = std::collections::HashMap<(usize, String), String>;
+
+fn labels() -> std::sync::MutexGuard<'static, Labels> {
+    static LABELS: std::sync::OnceLock<std::sync::Mutex<Labels>> = std::sync::OnceLock::new();
+    LABELS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Records that `name` is taken by a kernel registered under exactly that
+/// name (a `load_inline` function's), so that no label's kernel, derived
+/// ones included, replaces it later.
+pub fn claim_name(registry: &Registry, name: &str) {
+    labels().insert((std::ptr::from_ref(registry) as usize, name.to_owned()), name.to_owned());
+}
+
 fn choose_name(registry: &Registry, base: &str, label: &str) -> String {
-    use std::collections::HashMap;
-    use std::sync::{Mutex, OnceLock};
-    // (registry, name) -> the label the name was chosen for.
-    static LABELS: OnceLock<Mutex<HashMap<(usize, String), String>>> = OnceLock::new();
-    let mut labels = LABELS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    let mut labels = labels();
     let at = std::ptr::from_ref(registry) as usize;
     // A name is usable when it was chosen for this label (or for none, and
     // is free or holds a kernel from source under its own name), even if

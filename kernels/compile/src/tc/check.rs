@@ -725,24 +725,37 @@ fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
         let ty = match declared {
             Some(ElemType::Float) => OutType::Float,
             Some(ElemType::Fixed(d)) => OutType::Fixed(d),
-            None => match type_of(cx, &s.rhs) {
-                Ty::Float => OutType::Float,
-                // A sum or product of truth values counts: int64, as torch.sum's.
-                Ty::Fixed(d) if d == DType::BOOL && matches!(s.op, Op::Add | Op::Mul) => OutType::Fixed(DType::I64),
-                Ty::Fixed(d) | Ty::Weak(d) => OutType::Fixed(d),
-            },
+            None => written_type(cx, s, None),
         };
         let dims = cx.outputs[out].as_ref().map_or(dims, |o| o.dims.clone());
         cx.outputs[out] = Some(Output { name: s.lhs.clone(), ty, dims });
-    } else if cx.def.outputs[out].decl.is_none() && type_of(cx, &s.rhs) == Ty::Float {
-        // An untyped output is floating once any statement writes it a
-        // floating value (`O(i) = 2` then `O(i) += A(i)`), not truncated.
+    } else if cx.def.outputs[out].decl.is_none() {
+        // An untyped output widens to what every statement writes it
+        // (`O(i) = 2` then `O(i) += A(i)` is floating), never truncated.
+        let ty = written_type(cx, s, cx.outputs[out].as_ref().map(|o| o.ty));
         if let Some(o) = cx.outputs[out].as_mut() {
-            o.ty = OutType::Float;
+            o.ty = ty;
         }
     }
     accesses.push(lhs_access);
     Ok(Statement { out, lhs, reduced, ranges, op: s.op, init: s.init, rhs: s.rhs.clone(), accesses, text: s.text.clone(), scatter: None })
+}
+
+/// The type statement `s` gives an untyped output, which statements before
+/// it made `before`: the type of its right side joined with `before`, and a
+/// sum or product of truth values counts in int64, as torch.sum's.
+fn written_type(cx: &Ctx<'_>, s: &super::parse::Stmt, before: Option<OutType>) -> OutType {
+    let mut t = type_of(cx, &s.rhs);
+    if t == Ty::Fixed(DType::BOOL) && matches!(s.op, Op::Add | Op::Mul) {
+        t = Ty::Fixed(DType::I64);
+    }
+    if let Some(b) = before {
+        t = join(t, if let OutType::Fixed(d) = b { Ty::Fixed(d) } else { Ty::Float });
+    }
+    match t {
+        Ty::Float => OutType::Float,
+        Ty::Fixed(d) | Ty::Weak(d) => OutType::Fixed(d),
+    }
 }
 
 /// The smallest and largest value of index expression `ix` over `ranges`
@@ -768,8 +781,12 @@ enum Ty {
 }
 
 fn join(a: Ty, b: Ty) -> Ty {
+    let bool_ty = |t: Ty| t == Ty::Fixed(DType::BOOL);
     match (a, b) {
         (Ty::Float, _) | (_, Ty::Float) => Ty::Float,
+        // Truth values with any integer are integers (`(A(i) > 0) * 3`), as in torch and C.
+        (x, Ty::Fixed(y) | Ty::Weak(y)) if bool_ty(x) && y != DType::BOOL => Ty::Fixed(y),
+        (Ty::Fixed(y) | Ty::Weak(y), x) if bool_ty(x) && y != DType::BOOL => Ty::Fixed(y),
         (Ty::Fixed(x), Ty::Fixed(y)) => Ty::Fixed(if y.bits() > x.bits() { y } else { x }),
         (Ty::Fixed(x), Ty::Weak(_)) | (Ty::Weak(_), Ty::Fixed(x)) => Ty::Fixed(x),
         (Ty::Weak(x), Ty::Weak(_)) => Ty::Weak(x),
@@ -799,7 +816,8 @@ fn type_of(cx: &Ctx<'_>, e: &Expr) -> Ty {
             None if f == "max" || f == "min" => args.iter().map(|a| type_of(cx, a)).fold(Ty::Weak(DType::I64), join),
             None => Ty::Float,
         },
-        Expr::Unary(Un::Neg, a) => type_of(cx, a),
+        // `-` of a truth value is an integer (C's int; torch refuses it).
+        Expr::Unary(Un::Neg, a) => join(type_of(cx, a), Ty::Weak(DType::I64)),
         Expr::Unary(Un::Not, _) => Ty::Fixed(DType::BOOL),
         Expr::Binary(op, a, b) => {
             if op.is_comparison() {
