@@ -169,9 +169,10 @@ def _with_backward(k: dlbridge.Kernel, call: Callable[..., Any], rule: Callable[
         for o, v in zip(outputs, outs, strict=True):
             values[o.name], shapes[o.name] = v, v.shape
         # JAX's cotangent of an integer or bool output is float0 (it has no
-        # gradient); a backward takes zeros of the output's own dtype there.
+        # gradient); a backward takes zeros of the output's own dtype there
+        # (zeros_like keeps an int64 that JAX without x64 would make int32).
         cotangents = tuple(
-            jnp.zeros(v.shape, v.dtype) if c.dtype == jax.dtypes.float0 else c
+            jnp.zeros_like(v) if c.dtype == jax.dtypes.float0 else c
             for c, v in zip(g if isinstance(g, tuple) else (g,), outs, strict=True)
         )
         grads = as_grads(k, rule(Saved(values, shapes), *cotangents))

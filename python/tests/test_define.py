@@ -246,9 +246,30 @@ def test_integer_sums_and_products_stored_back_agree_with_torch():
     p, q = k(a, b, c)
     torch.testing.assert_close(p, a * b + a * 3 - 1, rtol=0, atol=0)
     torch.testing.assert_close(q, c * 2 + 7, rtol=0, atol=0)
-    # Intermediates compute as C's int: (127 + 127) / 2 is 127 (torch, in int8: -1).
+    # Intermediates compute in the tensors' type, wrapping there, as torch's do:
+    # int8 (127 + 127) / 2 is -1.
     (half,) = dlbridge.define("def half8(int8(N) A, int8(N) B) -> (O) { O(i) = (A(i) + B(i)) / 2 }")
-    torch.testing.assert_close(half(a[:1], b[:1]), torch.tensor([127], dtype=torch.int8))
+    torch.testing.assert_close(half(a[:1], b[:1]), torch.tensor([-1], dtype=torch.int8))
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.int32])
+def test_integer_intermediates_wrap_in_the_tensors_type_as_torchs(dtype):
+    name = str(dtype).removeprefix("torch.")
+    (k,) = dlbridge.define(
+        f"def wrap_{name}({name}(N) A, {name}(N) B) -> (O, P) {{\n"
+        " O(i) = (A(i) + B(i)) / 2 - A(i) * B(i) % 7\n"
+        " P(i) = (A(i) * 3 + 1) / 4 > 0 ? A(i) + 1 : -B(i)\n}"
+    )
+    info = torch.iinfo(dtype)
+    values = [info.min, info.max, info.max - 1, info.min + 1, 0, 1, 3, 100 % info.max]
+    a = torch.tensor(values, dtype=dtype)
+    b = torch.tensor(values[::-1], dtype=dtype)
+    o, p = k(a, b)
+    want_o = torch.div(a + b, 2, rounding_mode="trunc") - torch.fmod(a * b, 7)
+    want_p = torch.where(torch.div(a * 3 + 1, 4, rounding_mode="trunc") > 0, a + 1, -b if dtype != torch.uint8 else (0 - b))
+    assert o.dtype == p.dtype == dtype
+    torch.testing.assert_close(o, want_o, rtol=0, atol=0)
+    torch.testing.assert_close(p, want_p, rtol=0, atol=0)
 
 
 def test_float_remainder_is_fmod_and_differentiates():

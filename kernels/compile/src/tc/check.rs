@@ -774,13 +774,13 @@ fn extremes(ix: &Affine, ranges: &BTreeMap<String, (Size, Size)>, skip: Option<&
 /// An expression's type, for an output's: floating, a fixed integer type,
 /// or an integer that any other type wins over (literals, indices).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ty {
+pub(crate) enum Ty {
     Float,
     Fixed(DType),
     Weak(DType),
 }
 
-fn join(a: Ty, b: Ty) -> Ty {
+pub(crate) fn join(a: Ty, b: Ty) -> Ty {
     let bool_ty = |t: Ty| t == Ty::Fixed(DType::BOOL);
     match (a, b) {
         (Ty::Float, _) | (_, Ty::Float) => Ty::Float,
@@ -804,29 +804,35 @@ fn type_of(cx: &Ctx<'_>, e: &Expr) -> Ty {
             _ => Ty::Float,
         },
     };
+    expr_type(e, &tensor_ty, &|n| cx.classify(n))
+}
+
+/// An expression's type, each tensor's from `tensor_ty`, each name classified by `classify`.
+pub(crate) fn expr_type(e: &Expr, tensor_ty: &dyn Fn(TensorRef) -> Ty, classify: &dyn Fn(&str) -> Name) -> Ty {
+    let ty = |e: &Expr| expr_type(e, tensor_ty, classify);
     match e {
         Expr::Num { int: true, .. } => Ty::Weak(DType::I64),
         Expr::Num { .. } => Ty::Float,
-        Expr::Name(n, _) => match cx.classify(n) {
+        Expr::Name(n, _) => match classify(n) {
             Name::Tensor(t) => tensor_ty(t),
             _ => Ty::Weak(DType::I64),
         },
-        Expr::Call(f, args, _) => match cx.tensor(f) {
-            Some(t) => tensor_ty(t),
-            None if f == "max" || f == "min" => args.iter().map(|a| type_of(cx, a)).fold(Ty::Weak(DType::I64), join),
-            None => Ty::Float,
+        Expr::Call(f, args, _) => match classify(f) {
+            Name::Tensor(t) => tensor_ty(t),
+            _ if f == "max" || f == "min" => args.iter().map(ty).fold(Ty::Weak(DType::I64), join),
+            _ => Ty::Float,
         },
         // `-` of a truth value is an integer (C's int; torch refuses it).
-        Expr::Unary(Un::Neg, a) => join(type_of(cx, a), Ty::Weak(DType::I64)),
+        Expr::Unary(Un::Neg, a) => join(ty(a), Ty::Weak(DType::I64)),
         Expr::Unary(Un::Not, _) => Ty::Fixed(DType::BOOL),
         Expr::Binary(op, a, b) => {
             if op.is_comparison() {
                 Ty::Fixed(DType::BOOL)
             } else {
-                join(type_of(cx, a), type_of(cx, b))
+                join(ty(a), ty(b))
             }
         }
-        Expr::Select(_, a, b) => join(type_of(cx, a), type_of(cx, b)),
+        Expr::Select(_, a, b) => join(ty(a), ty(b)),
     }
 }
 

@@ -14,7 +14,7 @@
 //! User names are prefixed (`v_` indices, `s_` sizes, `t_` tensors), so no
 //! name of the definition can clash with C++ or the runtime.
 
-use super::check::{Affine, Checked, Name, Statement, TensorRef};
+use super::check::{Affine, Checked, Name, OutType, Statement, TensorRef, Ty};
 use super::parse::{Bin, Expr, Op, Un};
 use crate::codegen::{Src, c_string};
 
@@ -155,6 +155,30 @@ impl Names<'_> {
         if self.c.is_float(t) { format!("static_cast<dlbridge_tc_acc>({at})") } else { at }
     }
 
+    /// `code`, the C++ of integer arithmetic `e`, in `e`'s own type: C
+    /// computes narrow integers as `int` and with 64-bit literals, torch and
+    /// NumPy in the tensors' type, wrapping there (`int8 (127 + 127) / 2` is
+    /// -1). Floating arithmetic is left as it is.
+    fn in_own_type(&self, e: &Expr, code: String) -> String {
+        let tensor_ty = |t: TensorRef| match t {
+            TensorRef::Param(i) => match self.c.params[i].ty {
+                super::parse::ElemType::Float => Ty::Float,
+                super::parse::ElemType::Fixed(d) => Ty::Fixed(d),
+            },
+            TensorRef::Output(i) => match self.c.outputs[i].ty {
+                OutType::Float => Ty::Float,
+                OutType::Fixed(d) => Ty::Fixed(d),
+            },
+        };
+        match super::check::expr_type(e, &tensor_ty, &|n| self.classify(n)) {
+            Ty::Fixed(d) | Ty::Weak(d) if d.bits() < 64 => match crate::params::cpu_ctype(d) {
+                Ok(ct) => format!("static_cast<{ct}>({code})"),
+                Err(_) => code,
+            },
+            _ => code,
+        }
+    }
+
     /// The expression as C++.
     pub(crate) fn expr(&self, e: &Expr) -> String {
         match e {
@@ -183,11 +207,12 @@ impl Names<'_> {
                     format!("{f}({})", a.join(", "))
                 }
             },
-            Expr::Unary(Un::Neg, a) => format!("(-{})", self.expr(a)),
+            Expr::Unary(Un::Neg, a) => self.in_own_type(e, format!("(-{})", self.expr(a))),
             Expr::Unary(Un::Not, a) => format!("(!{})", self.expr(a)),
-            Expr::Binary(Bin::Div, a, b) => format!("dlbridge_tc_div({}, {})", self.expr(a), self.expr(b)),
-            Expr::Binary(Bin::Rem, a, b) => format!("dlbridge_tc_rem({}, {})", self.expr(a), self.expr(b)),
-            Expr::Binary(op, a, b) => format!("({} {} {})", self.expr(a), op_text(*op), self.expr(b)),
+            Expr::Binary(Bin::Div, a, b) => self.in_own_type(e, format!("dlbridge_tc_div({}, {})", self.expr(a), self.expr(b))),
+            Expr::Binary(Bin::Rem, a, b) => self.in_own_type(e, format!("dlbridge_tc_rem({}, {})", self.expr(a), self.expr(b))),
+            Expr::Binary(op, a, b) if op.is_comparison() => format!("({} {} {})", self.expr(a), op_text(*op), self.expr(b)),
+            Expr::Binary(op, a, b) => self.in_own_type(e, format!("({} {} {})", self.expr(a), op_text(*op), self.expr(b))),
             Expr::Select(c, a, b) => format!("({} ? {} : {})", self.expr(c), self.expr(a), self.expr(b)),
         }
     }
