@@ -3,7 +3,8 @@ differentiates them (``dlbridge.torch``, ``dlbridge.jax``).
 
 Each definition ``NAME`` comes with ``NAME_backward``, derived from its statements
 (see docs/tc.md): it takes the definition's inputs and ``grad_<output>`` per output
-and returns ``grad_<input>`` per floating-point input first (scratch tensors after).
+and returns ``grad_<input>`` per floating-point input first (scratch tensors after;
+``grad_<input>_2`` where the definition has a tensor of that name).
 A framework's operator of the definition calls that kernel as an operator of the same
 framework, so the backward traces (``torch.compile``, ``jax.jit``) like the forward.
 """
@@ -61,8 +62,11 @@ def rule(kernel: Any, as_op: Callable[[Any], Any]) -> Callable[..., Any] | None:
         return None
     op = as_op(entry[0])
     params = [p.name for p in kernel.params]
-    position = {o.name: i for i, o in enumerate(entry[0].outputs)}
-    slots = [position.get(f"grad_{p}") for p in params]
+    # The backward's first outputs are the floating inputs' gradients (type
+    # `T`), in order: by position, since a name the definition uses itself
+    # (a parameter called `grad_A`) is taken by another.
+    floating = iter(range(len(kernel.params)))
+    slots = [next(floating) if p.dtype == "T" else None for p in kernel.params]
 
     def backward(saved: Any, *grads: Any) -> tuple[Any, ...]:
         result = op(*(getattr(saved, p) for p in params), *grads)

@@ -641,3 +641,14 @@ def test_a_definition_never_replaces_a_load_inline_function():
     x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
     dtorch.as_op(again)(x).sum().backward()
     torch.testing.assert_close(x.grad, 3 * x.detach() ** 2)
+
+
+def test_tensors_named_like_the_backwards_own_still_differentiate():
+    (k,) = dlbridge.define("def named_like_grads(float(N) A, float(N) grad_O, float(N) grad_A) -> (O) { O(i) = A(i) * grad_O(i) + grad_A(i) * 2 }")
+    args = tuple(torch.randn(4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    assert torch.autograd.gradcheck(dtorch.as_op(k), args)
+    a, g, h = args
+    dtorch.as_op(k)(*args).sum().backward()
+    torch.testing.assert_close(a.grad, g.detach())
+    torch.testing.assert_close(g.grad, a.detach())
+    torch.testing.assert_close(h.grad, torch.full((4,), 2.0, dtype=torch.float64))

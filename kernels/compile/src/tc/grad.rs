@@ -2,7 +2,8 @@
 //!
 //! The backward is itself a definition (`NAME_backward`): its parameters are
 //! the forward's inputs and `grad_<output>` per output; its outputs are
-//! `grad_<input>` per floating input, then scratch tensors. It recomputes
+//! `grad_<input>` per floating input, then scratch tensors (a name the
+//! definition uses itself gets `_2`, ...). It recomputes
 //! the forward with every statement writing a fresh version of its output
 //! (`v<k>_<O>`: a later statement that reads `O` reads the version before
 //! it), then runs the statements in reverse, accumulating each version's
@@ -380,12 +381,12 @@ pub fn derive(c: &Checked) -> Result<Checked, Why> {
         used.extend(s.ranges.keys().cloned());
     }
     let symbols: BTreeSet<String> = c.symbols.iter().map(|(s, ..)| s.clone()).collect();
+    // `want`, or `want_2`, ... where the definition (or the backward so far) uses it.
     let fresh_name = |want: String, used: &mut BTreeSet<String>| -> Result<String, Why> {
-        if used.contains(&want) {
-            return Err(format!("the backward needs the name `{want}`, which the definition uses"));
-        }
-        used.insert(want.clone());
-        Ok(want)
+        let name =
+            if used.contains(&want) { (2u32..).map(|k| format!("{want}_{k}")).find(|n| !used.contains(n)).unwrap_or(want) } else { want };
+        used.insert(name.clone());
+        Ok(name)
     };
     let mut params = c.params.clone();
     let mut grad_out = Vec::new();
