@@ -45,14 +45,19 @@ class Entry(NamedTuple):
 class Saved:
     """What a backward sees: the inputs, outputs and scalars of the forward's
     signature that it saves, by name (``saved.x``, ``saved.y``,
-    ``saved.alpha``), and ``saved.shapes[name]``, every tensor's shape."""
+    ``saved.alpha``, or ``saved["x"]``, which also reaches a tensor named
+    ``shapes``), and ``saved.shapes[name]``, every tensor's shape."""
 
     def __init__(self, values: Mapping[str, Any], shapes: Mapping[str, Any]) -> None:
         self.__dict__.update(values)
+        self.__values = dict(values)
         self.shapes = dict(shapes)
 
+    def __getitem__(self, name: str) -> Any:
+        return self.__values[name]
+
     def __repr__(self) -> str:
-        return f"Saved({', '.join(n for n in self.__dict__ if n != 'shapes')})"
+        return f"Saved({', '.join(self.__values)})"
 
 
 def as_grads(k: Any, result: Any, needs: Sequence[bool] | None = None) -> tuple[Any, ...]:

@@ -69,7 +69,7 @@ def rule(kernel: Any, as_op: Callable[[Any], Any]) -> Callable[..., Any] | None:
     slots = [next(floating) if p.dtype == "T" else None for p in kernel.params]
 
     def backward(saved: Any, *grads: Any) -> tuple[Any, ...]:
-        result = op(*(getattr(saved, p) for p in params), *grads)
+        result = op(*(saved[p] for p in params), *grads)
         result = result if isinstance(result, tuple) else (result,)
         return tuple(None if i is None else result[i] for i in slots)
 

@@ -268,7 +268,22 @@ def as_op(kernel: Any, *, backward: Callable[..., Any] | None = None, vmap_metho
         rule = _no_backward(k, why)  # a definition's own reason, not JAX's generic one
     if rule is not None and muts:
         raise ValueError(f"as_op({k.name}): a backward for a kernel that writes its inputs (mut) is not supported")
-    f = op if rule is None else _with_backward(k, op, rule)
+    g = op if rule is None else _with_backward(k, op, rule)
+
+    def f(*args: Any) -> Any:
+        try:
+            return g(*args)
+        except TypeError as e:
+            # JAX without x64 makes 64-bit arguments 32-bit before the kernel sees them.
+            narrowed = [
+                f"{p.name}: {np.dtype(d)} became {jax.dtypes.canonicalize_dtype(d)}"
+                for p, a in zip(params, args)
+                if p.kind == "tensor" and (d := getattr(a, "dtype", None)) is not None and jax.dtypes.canonicalize_dtype(d) != np.dtype(d)
+            ]
+            if not narrowed:
+                raise
+            raise TypeError(f"{e} (JAX keeps 64-bit types only with jax.config.update('jax_enable_x64', True): {'; '.join(narrowed)})") from e
+
     f.__name__ = f.__qualname__ = k.name
     f.__doc__ = f"{k.signature} on JAX arrays (dlbridge.jax.as_op)"
     f.kernel = k  # type: ignore[attr-defined]

@@ -652,3 +652,53 @@ def test_tensors_named_like_the_backwards_own_still_differentiate():
     torch.testing.assert_close(a.grad, g.detach())
     torch.testing.assert_close(g.grad, a.detach())
     torch.testing.assert_close(h.grad, torch.full((4,), 2.0, dtype=torch.float64))
+
+
+def test_signed_with_unsigned_integers_compute_in_a_type_that_holds_both():
+    (k,) = dlbridge.define("""
+def signmix(int32(N) A, uint32(N) B, int8(N) C) -> (Q, R, M, L1, L2) {
+  Q(i) = A(i) / B(i)
+  R(i) = A(i) % B(i)
+  M(i) = max(A(i), B(i))
+  L1(i) = A(i) < B(i)
+  L2(i) = B(i) < C(i)
+}""")
+    assert k.signature.endswith("-> (Q: i64[N], R: i64[N], M: i64[N], L1: bool[N], L2: bool[N])"), k.signature
+    a, b, c = np.array([-6, -7, 2**31 - 1], np.int32), np.array([2, 3, 2**32 - 1], np.uint32), np.array([-128, 5, 127], np.int8)
+    q, r, m, l1, l2 = k(a, b, c)
+    ai, bi, ci = a.astype(object), b.astype(object), c.astype(object)
+    np.testing.assert_array_equal(q, [int(x / y) for x, y in zip(ai, bi)])  # truncating
+    np.testing.assert_array_equal(r, [x - int(x / y) * y for x, y in zip(ai, bi)])
+    np.testing.assert_array_equal(m, np.maximum(ai, bi).astype(np.int64))
+    np.testing.assert_array_equal(l1, ai < bi)
+    np.testing.assert_array_equal(l2, bi < ci)
+    (wide,) = dlbridge.define("def signmix64(int64(N) C, uint64(N) D) -> (S, L, G) {\n S(i) = C(i) + D(i)\n L(i) = C(i) < D(i)\n G(i) = D(i) >= C(i) + 0\n}")
+    c64, d64 = np.array([-5, 10, -1], np.int64), np.array([3, 2**63 + 5, 2**64 - 1], np.uint64)
+    s, lt, ge = wide(c64, d64)
+    np.testing.assert_array_equal(s, (c64.astype(object) + d64.astype(object) + 2**63) % 2**64 - 2**63)
+    np.testing.assert_array_equal(lt, [True, True, True])
+    np.testing.assert_array_equal(ge, [True, True, True])
+
+
+def test_an_integer_literal_takes_the_other_operands_type_as_in_torch():
+    (k,) = dlbridge.define("""
+def literal_types(uint8(N) A, int8(N) B) -> (O1, O2, O3, O4, D) {
+  O1(i) = A(i) / -2
+  O2(i) = -2 / A(i)
+  O3(i) = B(i) / 200
+  O4(i) = max(B(i), 200)
+  D(i) = (A(i) > 100) - (B(i) < 110)
+}""")
+    a, b = torch.tensor([10, 200], dtype=torch.uint8), torch.tensor([100, 127], dtype=torch.int8)
+    o1, o2, o3, o4, d = k(a, b)
+    torch.testing.assert_close(o1, torch.div(a, -2, rounding_mode="trunc"), rtol=0, atol=0)
+    torch.testing.assert_close(o2, torch.div(torch.full_like(a, 254), a, rounding_mode="trunc"), rtol=0, atol=0)
+    torch.testing.assert_close(o3, torch.div(b, 200, rounding_mode="trunc"), rtol=0, atol=0)
+    torch.testing.assert_close(o4, torch.maximum(b, torch.tensor(200).to(torch.int8)), rtol=0, atol=0)
+    torch.testing.assert_close(d, torch.tensor([-1, 1]), rtol=0, atol=0)
+
+
+def test_a_tensor_named_shapes_differentiates():
+    (k,) = dlbridge.define("def shaped(float(N) shapes, float(N) B) -> (O) { O(i) = shapes(i) * B(i) }")
+    args = tuple(torch.randn(3, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    assert torch.autograd.gradcheck(dtorch.as_op(k), args)

@@ -4,6 +4,8 @@ into dlbridge's handler, checked against jax.numpy references."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import weakref
 
 import numpy as np
@@ -279,3 +281,22 @@ def test_cupys_l2norm_reduction_on_jax_arrays_returns_jax_arrays():
         assert isinstance(got, jax.Array), kwargs
         assert got.shape == want.shape, kwargs
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5)
+
+
+def test_a_64_bit_argument_jax_narrowed_is_named_with_the_setting_that_keeps_it():
+    # A fresh process: other tests here turn jax_enable_x64 on.
+    script = """
+import numpy as np, jax.numpy as jnp, dlbridge, dlbridge.jax
+k = dlbridge.define("def takes_i64(float(N) X, int64(N) Q) -> (A) { A(i) = X(i) * Q(i) }", name="takes_i64")
+try:
+    dlbridge.jax.as_op(k)(jnp.ones(3), np.array([1, 2, 3], np.int64))
+except TypeError as e:
+    print(e)
+print(dlbridge.jax.as_op("add")(jnp.ones(3, jnp.int32), np.array([1, 2, 3], np.int64)).tolist())
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True).stdout.splitlines()
+    assert out[0] == (
+        "takes_i64: argument Q: dtype mismatch: expected i64, got i32 "
+        "(JAX keeps 64-bit types only with jax.config.update('jax_enable_x64', True): Q: int64 became int32)"
+    ), out
+    assert out[1] == "[2, 3, 4]", "an argument JAX narrows to what the kernel takes still runs"

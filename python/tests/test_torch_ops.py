@@ -348,7 +348,7 @@ void scaled_square(const double* x, double s, double* y, long long n) {
     seen = []
 
     def backward(saved, grad_y):
-        seen.append(sorted(n for n in saved.__dict__ if n != "shapes"))
+        seen.append(sorted(n for n in vars(saved) if n != "shapes" and not n.startswith("_")))
         return {"x": grad_y * 2 * saved.s * saved.x}
 
     op = dt.as_op(k, backward=backward)

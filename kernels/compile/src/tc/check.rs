@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use dlbridge_core::{DType, Result};
+use dlbridge_core::{DType, DTypeCode, Result};
 
 use super::parse::{Bin, Def, DimDecl, ElemType, Expr, Op, Pos, Un, error_at};
 use super::size::{self, Size};
@@ -787,10 +787,23 @@ pub(crate) fn join(a: Ty, b: Ty) -> Ty {
         // Truth values with any integer are integers (`(A(i) > 0) * 3`), as in torch and C.
         (x, Ty::Fixed(y) | Ty::Weak(y)) if bool_ty(x) && y != DType::BOOL => Ty::Fixed(y),
         (Ty::Fixed(y) | Ty::Weak(y), x) if bool_ty(x) && y != DType::BOOL => Ty::Fixed(y),
-        (Ty::Fixed(x), Ty::Fixed(y)) => Ty::Fixed(if y.bits() > x.bits() { y } else { x }),
+        (Ty::Fixed(x), Ty::Fixed(y)) => Ty::Fixed(join_ints(x, y)),
         (Ty::Fixed(x), Ty::Weak(_)) | (Ty::Weak(_), Ty::Fixed(x)) => Ty::Fixed(x),
         (Ty::Weak(x), Ty::Weak(_)) => Ty::Weak(x),
     }
+}
+
+/// The type two integer types compute in, as NumPy's and torch's: the wider
+/// of one signedness; of a signed and an unsigned, the signed one where it
+/// is wider, else the signed type of twice the unsigned one's width (int8
+/// with uint8 is int16), int64 at most.
+fn join_ints(x: DType, y: DType) -> DType {
+    let signed = |d: DType| d.code() == DTypeCode::Int;
+    if signed(x) == signed(y) {
+        return if y.bits() > x.bits() { y } else { x };
+    }
+    let (s, u) = if signed(x) { (x, y) } else { (y, x) };
+    if s.bits() > u.bits() { s } else { DType::new(DTypeCode::Int, (u.bits().saturating_mul(2)).min(64), 1).unwrap_or(DType::I64) }
 }
 
 fn type_of(cx: &Ctx<'_>, e: &Expr) -> Ty {
@@ -826,10 +839,14 @@ pub(crate) fn expr_type(e: &Expr, tensor_ty: &dyn Fn(TensorRef) -> Ty, classify:
         Expr::Unary(Un::Neg, a) => join(ty(a), Ty::Weak(DType::I64)),
         Expr::Unary(Un::Not, _) => Ty::Fixed(DType::BOOL),
         Expr::Binary(op, a, b) => {
+            let (x, y) = (ty(a), ty(b));
             if op.is_comparison() {
                 Ty::Fixed(DType::BOOL)
+            } else if *op == Bin::Sub && x == Ty::Fixed(DType::BOOL) && y == x {
+                // A difference of truth values is -1, 0 or 1 (C's int; torch refuses it).
+                Ty::Fixed(DType::I64)
             } else {
-                join(ty(a), ty(b))
+                join(x, y)
             }
         }
         Expr::Select(_, a, b) => join(ty(a), ty(b)),

@@ -17,6 +17,7 @@
 use super::check::{Affine, Checked, Name, OutType, Statement, TensorRef, Ty};
 use super::parse::{Bin, Expr, Op, Un};
 use crate::codegen::{Src, c_string};
+use dlbridge_core::DTypeCode;
 
 /// How a backend spells things.
 pub(crate) struct Flavour {
@@ -155,11 +156,8 @@ impl Names<'_> {
         if self.c.is_float(t) { format!("static_cast<dlbridge_tc_acc>({at})") } else { at }
     }
 
-    /// `code`, the C++ of integer arithmetic `e`, in `e`'s own type: C
-    /// computes narrow integers as `int` and with 64-bit literals, torch and
-    /// NumPy in the tensors' type, wrapping there (`int8 (127 + 127) / 2` is
-    /// -1). Floating arithmetic is left as it is.
-    fn in_own_type(&self, e: &Expr, code: String) -> String {
+    /// The type of expression `e` (see the checker's).
+    fn ty(&self, e: &Expr) -> Ty {
         let tensor_ty = |t: TensorRef| match t {
             TensorRef::Param(i) => match self.c.params[i].ty {
                 super::parse::ElemType::Float => Ty::Float,
@@ -170,13 +168,58 @@ impl Names<'_> {
                 OutType::Fixed(d) => Ty::Fixed(d),
             },
         };
-        match super::check::expr_type(e, &tensor_ty, &|n| self.classify(n)) {
-            Ty::Fixed(d) | Ty::Weak(d) if d.bits() < 64 => match crate::params::cpu_ctype(d) {
-                Ok(ct) => format!("static_cast<{ct}>({code})"),
-                Err(_) => code,
-            },
-            _ => code,
+        super::check::expr_type(e, &tensor_ty, &|n| self.classify(n))
+    }
+
+    /// The C++ type integer arithmetic `e` computes in; None where it is floating.
+    fn int_ctype(&self, e: &Expr) -> Option<&'static str> {
+        match self.ty(e) {
+            Ty::Fixed(d) | Ty::Weak(d) => crate::params::cpu_ctype(d).ok(),
+            Ty::Float => None,
         }
+    }
+
+    /// `parts` (the C++ of `e`'s operands) joined by `join`, in `e`'s own
+    /// type where it is integer: C computes narrow integers as `int`, with
+    /// 64-bit literals, and signed with unsigned as unsigned; torch and
+    /// NumPy in the operands' common type, wrapping there (`int8 (127 +
+    /// 127) / 2` is -1). Floating arithmetic is left as it is.
+    fn in_own_type(&self, e: &Expr, parts: &[String], join: &dyn Fn(&[String]) -> String) -> String {
+        match self.int_ctype(e) {
+            Some(ct) => {
+                let cast: Vec<String> = parts.iter().map(|p| format!("static_cast<{ct}>({p})")).collect();
+                format!("static_cast<{ct}>({})", join(&cast))
+            }
+            None => join(parts),
+        }
+    }
+
+    /// A comparison of `a` and `b`, exact for integers of any signedness (C
+    /// compares a signed with an unsigned of 32 or 64 bits as unsigned:
+    /// `-1 < 1u` is false).
+    fn compare(&self, op: Bin, a: &Expr, b: &Expr) -> String {
+        let (x, y) = (self.expr(a), self.expr(b));
+        let plain = format!("({x} {} {y})", op_text(op));
+        let int = |t: Ty| match t {
+            Ty::Fixed(d) | Ty::Weak(d) if d.code() == DTypeCode::Int => Some((true, d.bits())),
+            Ty::Fixed(d) | Ty::Weak(d) => Some((false, d.bits())),
+            Ty::Float => None,
+        };
+        let (Some((sa, ba)), Some((sb, bb))) = (int(self.ty(a)), int(self.ty(b))) else { return plain };
+        // Inexact in C only where the unsigned one is at least as wide as
+        // `int` and as the signed one.
+        let (signed_left, unsigned_bits, signed_bits) = match (sa, sb) {
+            (true, false) => (true, bb, ba),
+            (false, true) => (false, ba, bb),
+            _ => return plain,
+        };
+        if unsigned_bits < 32 || signed_bits > unsigned_bits {
+            return plain;
+        }
+        // A negative signed operand is below every unsigned value.
+        let negative_true = if signed_left { matches!(op, Bin::Lt | Bin::Le | Bin::Ne) } else { matches!(op, Bin::Gt | Bin::Ge | Bin::Ne) };
+        let s = if signed_left { &x } else { &y };
+        format!("(({s}) < 0 ? {negative_true} : (static_cast<uint64_t>({x}) {} static_cast<uint64_t>({y})))", op_text(op))
     }
 
     /// The expression as C++.
@@ -199,7 +242,7 @@ impl Names<'_> {
                 // integer operands too (`sigmoid(0)` is 0.5).
                 _ if f == "max" || f == "min" => {
                     let a: Vec<String> = args.iter().map(|a| self.expr(a)).collect();
-                    format!("{f}({})", a.join(", "))
+                    self.in_own_type(e, &a, &|p| format!("{f}({})", p.join(", ")))
                 }
                 _ => {
                     let a: Vec<String> = args.iter().map(|a| format!("static_cast<dlbridge_tc_acc>({})", self.expr(a))).collect();
@@ -207,13 +250,23 @@ impl Names<'_> {
                     format!("{f}({})", a.join(", "))
                 }
             },
-            Expr::Unary(Un::Neg, a) => self.in_own_type(e, format!("(-{})", self.expr(a))),
+            Expr::Unary(Un::Neg, a) => self.in_own_type(e, &[self.expr(a)], &|p| format!("(-{})", p[0])),
             Expr::Unary(Un::Not, a) => format!("(!{})", self.expr(a)),
-            Expr::Binary(Bin::Div, a, b) => self.in_own_type(e, format!("dlbridge_tc_div({}, {})", self.expr(a), self.expr(b))),
-            Expr::Binary(Bin::Rem, a, b) => self.in_own_type(e, format!("dlbridge_tc_rem({}, {})", self.expr(a), self.expr(b))),
+            Expr::Binary(Bin::Div, a, b) => {
+                self.in_own_type(e, &[self.expr(a), self.expr(b)], &|p| format!("dlbridge_tc_div({}, {})", p[0], p[1]))
+            }
+            Expr::Binary(Bin::Rem, a, b) => {
+                self.in_own_type(e, &[self.expr(a), self.expr(b)], &|p| format!("dlbridge_tc_rem({}, {})", p[0], p[1]))
+            }
+            Expr::Binary(op @ (Bin::Lt | Bin::Le | Bin::Gt | Bin::Ge | Bin::Eq | Bin::Ne), a, b) => self.compare(*op, a, b),
             Expr::Binary(op, a, b) if op.is_comparison() => format!("({} {} {})", self.expr(a), op_text(*op), self.expr(b)),
-            Expr::Binary(op, a, b) => self.in_own_type(e, format!("({} {} {})", self.expr(a), op_text(*op), self.expr(b))),
-            Expr::Select(c, a, b) => format!("({} ? {} : {})", self.expr(c), self.expr(a), self.expr(b)),
+            Expr::Binary(op, a, b) => {
+                self.in_own_type(e, &[self.expr(a), self.expr(b)], &|p| format!("({} {} {})", p[0], op_text(*op), p[1]))
+            }
+            Expr::Select(c, a, b) => {
+                let c = self.expr(c);
+                self.in_own_type(e, &[self.expr(a), self.expr(b)], &|p| format!("({c} ? {} : {})", p[0], p[1]))
+            }
         }
     }
 }
