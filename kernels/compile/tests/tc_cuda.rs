@@ -42,6 +42,11 @@ def same_conv(float(N) A, float(K) W) -> (O) {
   O(i) +=! A(i + k - K/2) * W(k)
 }
 def halfwin(float(N) A) -> (O) { O(i) +=! A(i + k) where k in 0:N/2 }
+def signmix(int32(N) A, uint32(N) B, uint8(N) C) -> (Q, L, M) {
+  Q(i) = A(i) / B(i) + C(i) * 2
+  L(i) = A(i) < B(i) ? max(A(i), C(i)) : -1
+  M(i) = (A(i) > 0) - (C(i) > 3)
+}
 def divmod(int32(N) A, int64(N) B, float(N) X) -> (Q, R, F) {
   Q(i) = A(i) / B(i)
   R(i) = A(i) % 3
