@@ -11,6 +11,7 @@ framework, so the backward traces (``torch.compile``, ``jax.jit``) like the forw
 
 from __future__ import annotations
 
+import itertools
 import threading
 import weakref
 from collections.abc import Callable
@@ -65,8 +66,8 @@ def rule(kernel: Any, as_op: Callable[[Any], Any]) -> Callable[..., Any] | None:
     # The backward's first outputs are the floating inputs' gradients (type
     # `T`), in order: by position, since a name the definition uses itself
     # (a parameter called `grad_A`) is taken by another.
-    floating = iter(range(len(kernel.params)))
-    slots = [next(floating) if p.dtype == "T" else None for p in kernel.params]
+    position = itertools.count()
+    slots = [next(position) if p.dtype == "T" else None for p in kernel.params]
 
     def backward(saved: Any, *grads: Any) -> tuple[Any, ...]:
         result = op(*(saved[p] for p in params), *grads)

@@ -750,7 +750,7 @@ fn written_type(cx: &Ctx<'_>, s: &super::parse::Stmt, before: Option<OutType>) -
         t = Ty::Fixed(DType::I64);
     }
     if let Some(b) = before {
-        t = join(t, if let OutType::Fixed(d) = b { Ty::Fixed(d) } else { Ty::Float });
+        t = join(t, b.into());
     }
     match t {
         Ty::Float => OutType::Float,
@@ -778,6 +778,24 @@ pub(crate) enum Ty {
     Float,
     Fixed(DType),
     Weak(DType),
+}
+
+impl From<ElemType> for Ty {
+    fn from(t: ElemType) -> Ty {
+        match t {
+            ElemType::Float => Ty::Float,
+            ElemType::Fixed(d) => Ty::Fixed(d),
+        }
+    }
+}
+
+impl From<OutType> for Ty {
+    fn from(t: OutType) -> Ty {
+        match t {
+            OutType::Float => Ty::Float,
+            OutType::Fixed(d) => Ty::Fixed(d),
+        }
+    }
 }
 
 pub(crate) fn join(a: Ty, b: Ty) -> Ty {
@@ -808,14 +826,8 @@ fn join_ints(x: DType, y: DType) -> DType {
 
 fn type_of(cx: &Ctx<'_>, e: &Expr) -> Ty {
     let tensor_ty = |t: TensorRef| match t {
-        TensorRef::Param(i) => match cx.params[i].ty {
-            ElemType::Float => Ty::Float,
-            ElemType::Fixed(d) => Ty::Fixed(d),
-        },
-        TensorRef::Output(i) => match cx.outputs[i].as_ref().map(|o| o.ty) {
-            Some(OutType::Fixed(d)) => Ty::Fixed(d),
-            _ => Ty::Float,
-        },
+        TensorRef::Param(i) => cx.params[i].ty.into(),
+        TensorRef::Output(i) => cx.outputs[i].as_ref().map_or(Ty::Float, |o| o.ty.into()),
     };
     expr_type(e, &tensor_ty, &|n| cx.classify(n))
 }

@@ -14,7 +14,7 @@
 //! User names are prefixed (`v_` indices, `s_` sizes, `t_` tensors), so no
 //! name of the definition can clash with C++ or the runtime.
 
-use super::check::{Affine, Checked, Name, OutType, Statement, TensorRef, Ty};
+use super::check::{Affine, Checked, Name, Statement, TensorRef, Ty};
 use super::parse::{Bin, Expr, Op, Un};
 use crate::codegen::{Src, c_string};
 use dlbridge_core::DTypeCode;
@@ -159,14 +159,8 @@ impl Names<'_> {
     /// The type of expression `e` (see the checker's).
     fn ty(&self, e: &Expr) -> Ty {
         let tensor_ty = |t: TensorRef| match t {
-            TensorRef::Param(i) => match self.c.params[i].ty {
-                super::parse::ElemType::Float => Ty::Float,
-                super::parse::ElemType::Fixed(d) => Ty::Fixed(d),
-            },
-            TensorRef::Output(i) => match self.c.outputs[i].ty {
-                OutType::Float => Ty::Float,
-                OutType::Fixed(d) => Ty::Fixed(d),
-            },
+            TensorRef::Param(i) => self.c.params[i].ty.into(),
+            TensorRef::Output(i) => self.c.outputs[i].ty.into(),
         };
         super::check::expr_type(e, &tensor_ty, &|n| self.classify(n))
     }
