@@ -84,6 +84,16 @@ class RawKernel:
         block: int = 256,
         grid: int | None = None,
     ) -> None:
+        # A str is a sequence too: "-O2 -g" would become six one-character options.
+        if isinstance(options, (str, bytes)) or not all(isinstance(o, str) for o in options):
+            raise TypeError(f"RawKernel {name!r}: options must be a list of str, got {options!r}")
+        for what, value in (("block", block), ("grid", grid)):
+            if value is None and what == "grid":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"RawKernel {name!r}: {what} must be an int, got {value!r}")
+            if value <= 0:
+                raise ValueError(f"RawKernel {name!r}: {what} must be positive, got {value}")
         self.source = source
         self.name = name
         self.options = tuple(options)

@@ -174,15 +174,16 @@ def test_a_compile_error_names_the_line_and_column_of_the_operation():
     assert "z = t * undefined_name;\n            ^" in msg, msg
 
 
-# Source text refused at construction, each with an error that says why: an early `return`,
+# Source text refused at construction, each with an error that says why: a `return` outside
+# the operation,
 # an unknown type, a reserved name, and a fragment that would leave its place in the
 # generated code (a `}` would end the generated function and put the rest at file scope; an
 # open comment or `#if 0` would swallow the generated code after it).
 REFUSED = [
-    pytest.param(lambda: dlbridge.ElementwiseKernel("T x", "T z", "z = x; if (x > 0) return; z = -1", "uses_return"),
-                 "use `continue`", id="return-in-an-operation"),
-    pytest.param(lambda: dlbridge.ElementwiseKernel("T x", "T y", "y = x; return", "return_for_real"),
-                 "uses `return`", id="return-at-the-end"),
+    pytest.param(lambda: dlbridge.ElementwiseKernel("T x", "T z", "z = x", "uses_return", loop_prep="if (1) return;"),
+                 "use `continue`", id="return-in-loop-prep"),
+    pytest.param(lambda: dlbridge.ElementwiseKernel("T x", "T y", "y = x", "return_for_real", after_loop="return"),
+                 "uses `return`", id="return-in-after-loop"),
     pytest.param(lambda: dlbridge.ElementwiseKernel("float33 x", "float32 z", "z = x", "bad_type"),
                  "float33", id="unknown-type"),
     pytest.param(lambda: dlbridge.ElementwiseKernel("T i", "T z", "z = i", "reserved_name"),

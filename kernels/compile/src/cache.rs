@@ -35,12 +35,14 @@ use dlbridge_core::{Error, Result};
 use sha2::{Digest, Sha256};
 
 pub use crate::dirs::cpu_cache_dir;
+use crate::elf::{self, Policy};
+use crate::fragments;
 use crate::toolchain::{Compiler, cpu_fingerprint};
 pub use dlbridge_registry::trust::{is_plain_file, trusted_dir};
 use dlbridge_registry::trust::{seal, sealed};
 
 /// Bumped when the code generation changes in a way the source text does not show.
-const FORMAT: &str = "dlbridge-compile cpu v1";
+const FORMAT: &str = "dlbridge-compile cpu v2";
 
 /// What a library's seal is bound to: its file and its kind.
 fn seal_name(key: &str) -> String {
@@ -111,7 +113,9 @@ impl LibraryCache {
     /// part of the key; none: the same key as [`LibraryCache::key`]).
     pub fn key_with(compiler: &Compiler, source: &str, dtypes: &str, extra: &[String]) -> String {
         let mut h = Sha256::new();
-        for part in [FORMAT, &compiler.identity, &compiler.flags().join(" "), &cpu_fingerprint(), dtypes, source] {
+        // The nonce of a marked source is new each time: not part of the key.
+        let source = fragments::unmarked(source);
+        for part in [FORMAT, &compiler.identity, &compiler.flags().join(" "), &cpu_fingerprint(), dtypes, &source] {
             h.update((part.len() as u64).to_le_bytes());
             h.update(part.as_bytes());
         }
@@ -137,18 +141,21 @@ impl LibraryCache {
         user: &[(&str, &str)],
         load: impl Fn(&Path) -> Result<T>,
     ) -> Result<T> {
-        self.get_or_build_with(source, dtypes, &[], what, user, load)
+        self.get_or_build_with(source, dtypes, &[], what, user, Policy::Generated { exports: &[GENERATED_ENTRY] }, load)
     }
 
     /// [`LibraryCache::get_or_build`] for a library compiled with `extra`
-    /// flags after the usual ones (part of the key).
-    pub fn get_or_build_with<T>(
+    /// flags after the usual ones (part of the key) and checked under
+    /// `policy` before it is first opened.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn get_or_build_with<T>(
         &self,
         source: &str,
         dtypes: &str,
         extra: &[String],
         what: &str,
         user: &[(&str, &str)],
+        policy: Policy<'_>,
         load: impl Fn(&Path) -> Result<T>,
     ) -> Result<T> {
         let compiler = Compiler::get()?;
@@ -157,7 +164,7 @@ impl LibraryCache {
             // Compiled and loaded in a private directory, removed once loaded (the
             // mapping stays valid): nothing is read from or left in the cache.
             let work = private_dir(&std::env::temp_dir(), what)?;
-            let so = build_in(compiler, work.path(), source, extra, what, user)?;
+            let so = build_in(compiler, work.path(), source, extra, what, user, policy)?;
             self.stats.compiled.fetch_add(1, Ordering::Relaxed);
             return load(&so);
         }
@@ -170,7 +177,7 @@ impl LibraryCache {
             self.stats.disk_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(t);
         }
-        self.build(compiler, &key, source, extra, what, user)?;
+        self.build(compiler, &key, source, extra, what, user, policy)?;
         self.stats.compiled.fetch_add(1, Ordering::Relaxed);
         load(&so)
     }
@@ -188,9 +195,19 @@ impl LibraryCache {
         sealed(&seal_name(key), &lib, &tag)
     }
 
-    fn build(&self, compiler: &Compiler, key: &str, source: &str, extra: &[String], what: &str, user: &[(&str, &str)]) -> Result<()> {
+    #[allow(clippy::too_many_arguments)]
+    fn build(
+        &self,
+        compiler: &Compiler,
+        key: &str,
+        source: &str,
+        extra: &[String],
+        what: &str,
+        user: &[(&str, &str)],
+        policy: Policy<'_>,
+    ) -> Result<()> {
         let work = private_dir(&self.dir, what)?;
-        let tmp_so = build_in(compiler, work.path(), source, extra, what, user)?;
+        let tmp_so = build_in(compiler, work.path(), source, extra, what, user, policy)?;
         // The library's seal beside it, in place before the library: a library
         // whose bytes do not match it is never loaded (damaged or replaced
         // files would otherwise run as code). Renames replace whatever had the
@@ -222,11 +239,49 @@ fn private_dir(parent: &Path, what: &str) -> Result<tempfile::TempDir> {
         .map_err(|e| Error::Runtime(format!("{what}: cannot create a build directory in {}: {e}", parent.display())))
 }
 
-/// Writes `source` into `dir` and compiles it there; returns the library's path.
-fn build_in(compiler: &Compiler, dir: &Path, source: &str, extra: &[String], what: &str, user: &[(&str, &str)]) -> Result<PathBuf> {
+/// The one entry point of a generated library (the plugin table).
+const GENERATED_ENTRY: &str = "dlbridge_plugin";
+
+/// Writes `source` into `dir` and compiles it there; returns the library's
+/// path. A marked source (a kernel's generated code around the user's texts)
+/// is preprocessed first, its fragments checked in the preprocessed text
+/// ([`fragments::check`]) and the library compiled from that very text. The
+/// library is checked under `policy` ([`elf::check`]) before anything opens it.
+fn build_in(
+    compiler: &Compiler,
+    dir: &Path,
+    source: &str,
+    extra: &[String],
+    what: &str,
+    user: &[(&str, &str)],
+    policy: Policy<'_>,
+) -> Result<PathBuf> {
     let (cpp, so) = (dir.join("kernel.cpp"), dir.join("kernel.so"));
-    std::fs::write(&cpp, source).map_err(|e| Error::Runtime(format!("{what}: cannot write {}: {e}", cpp.display())))?;
-    compiler.compile_with(&cpp, &so, what, user, extra)?;
+    let write = |path: &Path, text: &str| {
+        std::fs::write(path, text).map_err(|e| Error::Runtime(format!("{what}: cannot write {}: {e}", path.display())))
+    };
+    write(&cpp, source)?;
+    let mut flags = extra.to_vec();
+    if let Policy::Generated { exports } = policy {
+        let script = dir.join("exports.map");
+        write(&script, &elf::version_script(exports))?;
+        flags.extend(elf::link_flags(&script));
+    }
+    let input = match fragments::nonce_of(source) {
+        Some(nonce) if fragments::has_fragments(source, nonce) => {
+            let ii = compiler.preprocess(&cpp, what, user, extra)?;
+            let reference = dir.join("reference.cpp");
+            write(&reference, &fragments::blanked(source, nonce))?;
+            let reference = compiler.preprocess(&reference, what, &[], extra)?;
+            fragments::check(what, source, nonce, &ii, &reference)?;
+            let path = dir.join("kernel.ii");
+            write(&path, &ii)?;
+            path
+        }
+        _ => cpp,
+    };
+    compiler.compile_with(&input, &so, what, user, &flags)?;
+    elf::check(compiler, &so, what, policy)?;
     Ok(so)
 }
 

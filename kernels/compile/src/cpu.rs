@@ -103,6 +103,7 @@ const CPU: Backend = Backend {
         src.line(&format!("#define DLBRIDGE_PARALLEL_MIN {PARALLEL_THRESHOLD}"));
         src.push(&crate::headers::expand("dlbridge_compile/cpu_runtime.h"));
     },
+    marked: true,
 };
 
 /// `(code, bits, lanes)` of the DLDataType the tensor must have.
@@ -200,32 +201,42 @@ pub fn elementwise_cpp(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Result
     if !spec.loop_prep.is_empty() {
         src.user("loop_prep", &spec.loop_prep, ";");
     }
+    // The operation is a function of its own, called once per element: a
+    // `return` in it ends that element only (as on CUDA), and it sees none of
+    // the loop's variables. Inputs come by value, read before anything is
+    // written: an output that is exactly an input (`y = x + 1; y = y * x`
+    // in place) still reads the old value. Outputs and `mut` inputs come by
+    // reference.
+    let body_params: String = ops
+        .iter()
+        .map(|&(t, _)| {
+            let p = all[t];
+            if t < n_in && !p.mutable { format!(", const {} {}", ctypes[t], p.name) } else { format!(", {}& {}", ctypes[t], p.name) }
+        })
+        .collect();
+    src.line(&format!("  const auto dlbridge_body = [&](const ptrdiff_t i{body_params}) {{"));
+    src.line("    (void)i;");
+    // `do { } while (0)`: a `break` or `continue` at the top level of the
+    // operation ends this element.
+    src.line("    do {");
+    src.user("operation", &spec.operation, "; } while (0);");
+    src.line("  };");
     src.line("  _w.for_runs(_begin, _end, [&](ptrdiff_t _i0, ptrdiff_t _len, const ptrdiff_t* _off) {");
     for (o, &(t, _)) in ops.iter().enumerate() {
         let p = all[t];
         let ct = &ctypes[t];
         let qual = if t < n_in && !p.mutable { "const " } else { "" };
         // `__restrict__`: the registry refuses every overlap but an output
-        // that is exactly an input (read, then written, element by element),
-        // so the compiler may vectorise without runtime alias checks (which it
-        // does not do around calls to vector math functions).
+        // that is exactly an input (read into a value before the element is
+        // written), so the compiler may vectorise without runtime alias checks
+        // (which it does not do around calls to vector math functions).
         src.line(&format!("    {qual}{ct}* __restrict__ const _q{o} = static_cast<{qual}{ct}*>(_data[{o}]) + _off[{o}];"));
         src.line(&format!("    const ptrdiff_t _s{o} = _w.inner({o});"));
         src.line(&format!("    (void)_s{o};"));
     }
+    let args: String = (0..ops.len()).map(|o| format!(", _q{o}[dlbridge_kUnit ? _j : _j * _s{o}]")).collect();
     src.line("    for (ptrdiff_t _j = 0; _j < _len; ++_j) {");
-    src.line("      const ptrdiff_t i = _i0 + _j;");
-    src.line("      (void)i;");
-    for (o, &(t, _)) in ops.iter().enumerate() {
-        let p = all[t];
-        let ct = &ctypes[t];
-        let qual = if t < n_in && !p.mutable { "const " } else { "" };
-        src.line(&format!("      {qual}{ct}& {} = _q{o}[dlbridge_kUnit ? _j : _j * _s{o}];", p.name));
-    }
-    // `do { } while (0)`: a `break` or `continue` at the top level of the
-    // operation ends this element only, never the loop over the others.
-    src.line("      do {");
-    src.user("operation", &spec.operation, "; } while (0);");
+    src.line(&format!("      dlbridge_body(_i0 + _j{args});"));
     src.line("    }");
     src.line("  });");
     if !spec.after_loop.is_empty() {
@@ -452,8 +463,9 @@ mod tests {
             }
         }
         assert!(resyncs >= 3, "{resyncs}");
-        assert!(src.contains("#line 1 \"operation\"\nz = x;\n// two\n; } while (0);\n"));
-        assert!(src.contains("#line 1 \"preamble\"\nint helper() { return 1; }\n#line"));
+        assert!(src.contains("#line 1 \"operation\"\nz = x;\n// two\n#pragma dlbridge_fragment "));
+        assert!(src.contains(" end operation\n; } while (0);\n"));
+        assert!(src.contains("#line 1 \"preamble\"\nint helper() { return 1; }\n#pragma dlbridge_fragment "));
     }
 
     #[test]

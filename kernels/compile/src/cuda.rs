@@ -93,6 +93,7 @@ pub(crate) const CUDA: Backend = Backend {
     file: GENERATED_FILE,
     ctype: cuda_ctype,
     runtime: |src| src.push(&crate::headers::expand("dlbridge_compile/cuda_runtime.cuh")),
+    marked: false,
 };
 
 /// The dtypes the CUDA backend supports: the CPU backend's but complex (NVRTC
@@ -270,7 +271,19 @@ pub fn elementwise_source(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Res
     // The operation once, as a function of the element's index and operands (the
     // vector loop and the element loop both call it; loop_prep's names are captured).
     let non_raw: Vec<usize> = (0..all.len()).filter(|&t| !all[t].raw).collect();
-    let body_params: Vec<String> = non_raw.iter().map(|&t| format!("{}{}& {}", qual(t), ctypes[t], all[t].name)).collect();
+    // Inputs by value, read before anything is written (an output that is
+    // exactly an input still reads the old value); outputs and `mut` inputs
+    // by reference.
+    let body_params: Vec<String> = non_raw
+        .iter()
+        .map(|&t| {
+            if t < n_in && !all[t].mutable {
+                format!("const {} {}", ctypes[t], all[t].name)
+            } else {
+                format!("{}{}& {}", qual(t), ctypes[t], all[t].name)
+            }
+        })
+        .collect();
     src.line(&format!("  const auto _body = [&](ptrdiff_t i{}) {{", body_params.iter().map(|p| format!(", {p}")).collect::<String>()));
     src.line("    (void)i;");
     // As on the CPU: a top-level `break` or `continue` ends this element only.

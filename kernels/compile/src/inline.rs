@@ -732,7 +732,9 @@ impl InlineLibrary {
             let user = [(C_SOURCE, self.inner.c_source.as_deref().unwrap_or(""))];
             let what = self.what(lib);
             cache
-                .get_or_build_with(&source, &self.dtypes_text(lib), &self.cpu_flags(), &what, &user, |path| self.load(path, lib))
+                .get_or_build_with(&source, &self.dtypes_text(lib), &self.cpu_flags(), &what, &user, crate::elf::Policy::UserCode, |path| {
+                    self.load(path, lib)
+                })
                 .map_err(|e| self.explain_cpu(e))
         })
     }

@@ -32,6 +32,8 @@ mod cpu;
 mod cuda;
 mod dirs;
 mod elementwise;
+mod elf;
+mod fragments;
 mod halfs;
 mod headers;
 pub mod inline;

@@ -478,6 +478,16 @@ fn check_common(kind: &str, name: &str, inputs: &[Param], outputs: &[Param]) -> 
             )));
         }
     }
+    // The body sees `i` (the flat index) and `n` (the size): a placeholder of
+    // either name would be a type where the body means a value.
+    if let Some(c) = vars.iter().find(|c| matches!(c, 'i' | 'n'))
+        && kind != RK
+    {
+        let what = if *c == 'i' { "the flat index `i`" } else { "the size `n`" };
+        return Err(at(format!(
+            "type placeholder `{c}` has the name of {what} the body sees; use another letter (CuPy's are upper case: `T`, `U`)"
+        )));
+    }
     if vars.len() > MAX_TYPE_VARS {
         let list: Vec<String> = vars.iter().map(|c| format!("`{c}`")).collect();
         return Err(at(format!("{} type placeholders ({}); at most {MAX_TYPE_VARS} are supported", vars.len(), list.join(", "))));
@@ -544,19 +554,14 @@ fn check_text(kind: &str, name: &str, field: &str, text: &str, required: bool) -
             return Err(invalid(format!("{kind} `{name}`: {field} (re)defines the macro `{}`, which {why}", shortened(&macro_name))));
         }
     }
-    // Every fragment but the preamble runs inside the generated function: a
-    // `return` there would end the loop over many elements (or skip it), leaving
-    // outputs unwritten. A `return` inside a preamble function is fine; a macro
-    // that expands to one is not (it would return wherever it is used).
-    if field != "preamble" && has_word(&code, "return") {
+    // `loop_prep`, `after_loop` and the expressions run in functions that
+    // serve many elements: a `return` there would end more than one. The
+    // operation runs in a function of its own per element, where a `return`
+    // ends that element only. (What macros make of a text is checked after
+    // preprocessing, when the library is built: see `fragments`.)
+    if field != "preamble" && field != "operation" && has_word(&code, "return") {
         return Err(invalid(format!(
-            "{kind} `{name}`: {field} uses `return`, which would end the loop over many elements, not this one; use `continue` to skip an element"
-        )));
-    }
-    if let Some(line) = code.lines().map(str::trim_start).find(|l| is_directive(l, "define") && has_word(l, "return")) {
-        return Err(invalid(format!(
-            "{kind} `{name}`: {field} defines a macro that returns (`{}`): used in the body, it would end the loop over many elements",
-            shortened(line.trim())
+            "{kind} `{name}`: {field} uses `return`, which would end more than one element here; use `continue` in the operation to skip an element"
         )));
     }
     Ok(())
@@ -721,7 +726,40 @@ pub(crate) fn scan(text: &str) -> Scanned {
             break;
         }
     }
-    Scanned { code: out, open, continued }
+    Scanned { code: digraphs_spelled_out(&out), open, continued }
+}
+
+/// `code` (comments and literals blanked) with each digraph replaced by the
+/// token it is (`<%` `{`, `%>` `}`, `<:` `[`, `:>` `]`, `%:` `#`), so that
+/// brackets and directives are seen whichever way they are spelled. `<::`
+/// not followed by `:` or `>` is `<` then `::`, as the compiler reads it.
+fn digraphs_spelled_out(code: &str) -> String {
+    let b = code.as_bytes();
+    let mut out = String::with_capacity(code.len());
+    let mut k = 0;
+    while k < b.len() {
+        let two = &b[k..b.len().min(k + 2)];
+        let rep = match two {
+            b"<%" => Some('{'),
+            b"%>" => Some('}'),
+            b"<:" if b.get(k + 2) != Some(&b':') || matches!(b.get(k + 3), Some(b':' | b'>')) => Some('['),
+            b":>" => Some(']'),
+            b"%:" => Some('#'),
+            _ => None,
+        };
+        match rep {
+            Some(c) => {
+                out.push(c);
+                k += 2;
+            }
+            None => {
+                let ch = code[k..].chars().next().unwrap_or(' ');
+                out.push(ch);
+                k += ch.len_utf8();
+            }
+        }
+    }
+    out
 }
 
 /// Why `code` (from [`scan`]) cannot stay where it is put: a bracket closed
@@ -1253,22 +1291,30 @@ mod return_tests {
     }
 
     #[test]
-    fn a_return_spliced_across_lines_or_in_any_fragment_is_refused() {
+    fn a_return_spliced_across_lines_in_loop_prep_or_after_loop_is_refused() {
         // A backslash-newline joins `ret` and `urn` before the compiler tokenizes.
-        let e = ElementwiseSpec::new("T x", "T z", "z = x; if (x > 0) ret\\\nurn; z = -1", "splice", "", "", "").unwrap_err();
-        assert!(e.to_string().contains("operation uses `return`"), "{e}");
+        let e = ElementwiseSpec::new("T x", "T z", "z = x", "splice", "", "if (1) ret\\\nurn;", "").unwrap_err();
+        assert!(e.to_string().contains("loop_prep uses `return`"), "{e}");
         assert!(!has_word(&code_only("// a comment \\\n return;"), "return"), "a continued comment hides the line");
-        // loop_prep and after_loop run inside the generated function too.
         for (prep, after) in [("return;", ""), ("", "if (1) return;")] {
             let e = ElementwiseSpec::new("T x", "T z", "z = x", "frag", "", prep, after).unwrap_err();
             assert!(e.to_string().contains("uses `return`"), "{e}");
         }
-        // A macro that returns, defined in the preamble, would return from the body.
-        let e = ElementwiseSpec::new("T x", "T z", "z = x; BAIL", "mac", "#define BAIL return", "", "").unwrap_err();
-        assert!(e.to_string().contains("preamble defines a macro that returns (`#define BAIL return`)"), "{e}");
-        let e = ElementwiseSpec::new("T x", "T z", "z = x; BAIL", "mac2", "#  define BAIL \\\n return", "", "").unwrap_err();
-        assert!(e.to_string().contains("defines a macro that returns"), "{e}");
+        // The operation runs per element: a `return` there ends that element.
+        ElementwiseSpec::new("T x", "T z", "z = x; if (x > 0) return; z = -1", "early", "", "", "").unwrap();
         ElementwiseSpec::new("T x", "T z", "z = TWICE(x)", "mac_ok", "#define TWICE(v) ((v) * 2)", "", "").unwrap();
+    }
+
+    #[test]
+    fn digraphs_count_as_the_brackets_and_directives_they_spell() {
+        let e = ElementwiseSpec::new("T x", "T z", "z = x; %> %>", "dg", "", "", "").unwrap_err();
+        assert!(e.to_string().contains("closes a `}`"), "{e}");
+        let e = ElementwiseSpec::new("T x", "T z", "z = x; <%", "dg2", "", "", "").unwrap_err();
+        assert!(e.to_string().contains("leaves the `{`"), "{e}");
+        let e = ElementwiseSpec::new("T x", "T z", "%:define Y 1\nz = x", "dg3", "", "", "").unwrap_err();
+        assert!(e.to_string().contains("belongs in the preamble"), "{e}");
+        ElementwiseSpec::new("T x", "T z", "z = x; int a<:2:> = <%0, 1%>; (void)a;", "dg_ok", "", "", "").unwrap();
+        assert_eq!(digraphs_spelled_out("std::vector<::x> <:1:> %:%:"), "std::vector<::x> [1] ##");
     }
 
     #[test]
@@ -1285,8 +1331,8 @@ mod return_tests {
     }
 
     #[test]
-    fn return_in_an_operation_is_refused_and_points_to_continue() {
-        let e = ElementwiseSpec::new("T x", "T z", "z = x; if (x > 0) return; z = -1", "ret", "", "", "").unwrap_err().to_string();
+    fn return_in_loop_prep_is_refused_and_points_to_continue() {
+        let e = ElementwiseSpec::new("T x", "T z", "z = x", "ret", "", "if (1) return;", "").unwrap_err().to_string();
         assert!(e.contains("uses `return`") && e.contains("use `continue`"), "{e}");
         ElementwiseSpec::new("T x", "T z", "z = x; T returned = x; (void)returned", "ret_ok", "", "", "").unwrap();
         ElementwiseSpec::new("T x", "T z", "z = f(x)", "ret_pre", "__device__ T f(T v) { return v; }", "", "").unwrap();

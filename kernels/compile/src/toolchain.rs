@@ -197,6 +197,30 @@ impl Compiler {
         f
     }
 
+    /// What the preprocessor makes of `cpp` with every flag a compilation
+    /// would use (they define macros) and `extra`: the text of `$CXX -E`.
+    /// A failure (a missing header, `#error`) is an error like a failed
+    /// compilation's.
+    pub fn preprocess(&self, cpp: &Path, what: &str, user: &[(&str, &str)], extra: &[String]) -> Result<String> {
+        let (program, pre) = self.command.split_first().ok_or_else(|| Error::Runtime("empty compiler command".into()))?;
+        let out = Command::new(program)
+            .args(pre)
+            .args(self.flags())
+            .args(extra)
+            .arg("-E")
+            .arg(cpp)
+            .output()
+            .map_err(|e| Error::Runtime(format!("{what}: cannot run `{}`: {e}", self.command.join(" "))))?;
+        if out.status.success() {
+            return String::from_utf8(out.stdout).map_err(|_| Error::Coded {
+                kind: ErrorKind::Value,
+                message: format!("{what}: the preprocessed kernel is not UTF-8 text"),
+            });
+        }
+        let diag = String::from_utf8_lossy(&out.stderr);
+        Err(Error::Coded { kind: ErrorKind::Value, message: explain(what, &self.version, &diag, user) })
+    }
+
     /// Compiles `source` (written to `cpp`) into the shared library `so`.
     /// A failure is an error carrying the diagnostics, those about the user's
     /// own text first, each with the line it points at.

@@ -167,6 +167,7 @@ const CPU: Backend = Backend {
         src.line(&format!("#define DLBRIDGE_PARALLEL_MIN {}", crate::cpu::PARALLEL_THRESHOLD));
         src.push(&crate::headers::expand("dlbridge_compile/cpu_runtime.h"));
     },
+    marked: true,
 };
 
 /// The CUDA C of one specialisation (see `cuda.rs`).

@@ -1,0 +1,209 @@
+//! The check of every library dlbridge compiles, from its ELF file, before it
+//! is opened.
+//!
+//! Opening a shared library runs its initialisers: the functions of
+//! `DT_INIT`, `DT_INIT_ARRAY` and `DT_PREINIT_ARRAY` (what C++ static
+//! constructors, `__attribute__((constructor))` and `.ctors` become), and
+//! `DT_FINI`/`DT_FINI_ARRAY` run when it is closed. A library generated for an
+//! `ElementwiseKernel`, a `ReductionKernel` or a definition must run nothing
+//! before its kernel is called, so it may have only the initialisers and
+//! finalisers an empty library built by the same compiler and flags has (the
+//! C runtime's own): the same number of each, whose code starts with the same
+//! bytes, and `.init`/`.fini` of the same size. They are compared by count and
+//! by the code they point at, never by symbol name (a preamble may define a
+//! function called `frame_dummy`). Its dynamic symbol table exports its entry
+//! points and nothing else (the generated libraries are linked with a version
+//! script that makes everything else local).
+//!
+//! `dlbridge.load_inline` compiles the user's own C++, whose constructors run
+//! when it is loaded (as torch's `load_inline`): its libraries are checked to
+//! be ELF shared objects, their initialisers allowed.
+//!
+//! On systems whose libraries are not ELF (macOS), the check is not made.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use dlbridge_core::{Error, ErrorKind, Result};
+
+use crate::toolchain::Compiler;
+
+/// What a library may have.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Policy<'a> {
+    /// Generated code: no initialiser beyond the empty library's, exports
+    /// exactly these entry points.
+    Generated { exports: &'a [&'a str] },
+    /// The user's own C++ (`load_inline`): initialisers and exports allowed.
+    UserCode,
+}
+
+/// The linker version script of generated libraries: `exports` global,
+/// everything else local.
+pub(crate) fn version_script(exports: &[&str]) -> String {
+    let names: String = exports.iter().map(|e| format!(" {e};")).collect();
+    format!("{{\n  global:{names}\n  local: *;\n}};\n")
+}
+
+/// What runs when a library is opened or closed, as the check compares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LoadTime {
+    /// Per array (preinit, init, fini): the first bytes of each entry's code.
+    arrays: [Vec<Vec<u8>>; 3],
+    /// `.init`'s and `.fini`'s sizes (0: absent).
+    init_fini: [u64; 2],
+    /// Whether `DT_INIT` / `DT_FINI` point at the start of `.init` / `.fini`.
+    at_start: [bool; 2],
+}
+
+/// How many bytes of each initialiser's code are compared.
+const CODE_BYTES: usize = 4;
+
+#[cfg(target_os = "linux")]
+fn read(path: &Path, what: &str) -> Result<(LoadTime, Vec<String>)> {
+    use object::read::elf::{Dyn as _, ElfFile64};
+    use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolFlags, elf};
+
+    let bad =
+        |m: String| Error::Coded { kind: ErrorKind::Runtime, message: format!("{what}: the compiled library {}: {m}", path.display()) };
+    let data = std::fs::read(path).map_err(|e| bad(format!("cannot be read: {e}")))?;
+    let file = ElfFile64::<object::Endianness>::parse(&*data).map_err(|e| bad(format!("is not a 64-bit ELF file: {e}")))?;
+    if file.kind() != object::ObjectKind::Dynamic {
+        return Err(bad("is not a shared library".into()));
+    }
+    let endian = file.endian();
+    let dynamic = file
+        .elf_section_table()
+        .dynamic(endian, &*data)
+        .map_err(|e| bad(format!("has a malformed dynamic section: {e}")))?
+        .map_or(&[][..], |(d, _)| d);
+    let tag = |t: elf::DynamicTag| dynamic.iter().find(|d| d.d_tag(endian) == t).map(|d| d.d_val(endian));
+    // Relocated values (a RELA relocation may hold what the file leaves 0).
+    let relocated: Vec<(u64, i64)> = file.dynamic_relocations().map(|it| it.map(|(at, r)| (at, r.addend())).collect()).unwrap_or_default();
+    let bytes_at = |addr: u64, n: usize| -> Option<Vec<u8>> {
+        // What the loader maps: the loadable segments (as the loader reads the addresses).
+        file.segments().find_map(|s| {
+            let (a, size) = (s.address(), s.size());
+            if addr < a || addr >= a + size {
+                return None;
+            }
+            let d = s.data().ok()?;
+            let off = usize::try_from(addr - a).ok()?;
+            d.get(off..off.checked_add(n)?.min(d.len())).map(<[u8]>::to_vec)
+        })
+    };
+    let array = |at: elf::DynamicTag, size: elf::DynamicTag| -> Result<Vec<Vec<u8>>> {
+        let (Some(addr), Some(size)) = (tag(at), tag(size)) else { return Ok(Vec::new()) };
+        let raw = bytes_at(addr, usize::try_from(size).unwrap_or(0))
+            .ok_or_else(|| bad("has an initialiser array outside its sections".into()))?;
+        let mut out = Vec::new();
+        for (k, chunk) in raw.chunks_exact(8).enumerate() {
+            let slot = addr + 8 * k as u64;
+            let mut target = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
+            if let Some(&(_, addend)) = relocated.iter().find(|(a, _)| *a == slot) {
+                target = addend as u64;
+            }
+            out.push(
+                bytes_at(target, CODE_BYTES).ok_or_else(|| bad(format!("has an initialiser pointing outside its code ({target:#x})")))?,
+            );
+        }
+        Ok(out)
+    };
+    let section_size = |name: &str| file.section_by_name(name).map_or(0, |s| s.size());
+    let section_addr = |name: &str| file.section_by_name(name).map(|s| s.address());
+    let load = LoadTime {
+        arrays: [
+            array(elf::DT_PREINIT_ARRAY, elf::DT_PREINIT_ARRAYSZ)?,
+            array(elf::DT_INIT_ARRAY, elf::DT_INIT_ARRAYSZ)?,
+            array(elf::DT_FINI_ARRAY, elf::DT_FINI_ARRAYSZ)?,
+        ],
+        init_fini: [section_size(".init") + section_size(".ctors"), section_size(".fini") + section_size(".dtors")],
+        at_start: [tag(elf::DT_INIT) == section_addr(".init"), tag(elf::DT_FINI) == section_addr(".fini")],
+    };
+    let mut exports: Vec<String> = file
+        .dynamic_symbols()
+        .filter(|s| !s.is_undefined() && !s.is_local())
+        .filter(|s| match s.flags() {
+            SymbolFlags::Elf { st_other, .. } => {
+                let vis = st_other.visibility();
+                vis == elf::STV_DEFAULT || vis == elf::STV_PROTECTED
+            }
+            _ => true,
+        })
+        .filter_map(|s| s.name().ok().map(str::to_owned))
+        .collect();
+    exports.sort();
+    Ok((load, exports))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn read(_path: &Path, _what: &str) -> Result<(LoadTime, Vec<String>)> {
+    Ok((LoadTime { arrays: Default::default(), init_fini: [0; 2], at_start: [true; 2] }, Vec::new()))
+}
+
+/// What an empty library built by `compiler` with its flags has: built once
+/// per process.
+fn baseline(compiler: &Compiler) -> Result<&'static (LoadTime, Vec<String>)> {
+    static BASE: OnceLock<std::result::Result<(LoadTime, Vec<String>), String>> = OnceLock::new();
+    BASE.get_or_init(|| {
+        let dir = tempfile::Builder::new().prefix("dlbridge-empty-").tempdir().map_err(|e| format!("cannot create a directory: {e}"))?;
+        let (cpp, so, script) = (dir.path().join("empty.cpp"), dir.path().join("empty.so"), dir.path().join("exports.map"));
+        std::fs::write(&cpp, "extern \"C\" __attribute__((visibility(\"default\"))) void dlbridge_empty(void) {}\n")
+            .and_then(|()| std::fs::write(&script, version_script(&["dlbridge_empty"])))
+            .map_err(|e| format!("cannot write the empty library's source: {e}"))?;
+        compiler.compile_with(&cpp, &so, "the empty library", &[], &link_flags(&script)).map_err(|e| e.to_string())?;
+        read(&so, "the empty library").map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|m| Error::Coded {
+        kind: ErrorKind::Runtime,
+        message: format!("cannot build the empty library the compiled kernels are checked against: {m}"),
+    })
+}
+
+/// The flags that link a generated library with the version script `script`.
+pub(crate) fn link_flags(script: &Path) -> Vec<String> {
+    if cfg!(target_os = "linux") { vec![format!("-Wl,--version-script={}", script.display())] } else { Vec::new() }
+}
+
+/// Checks the library at `path` under `policy`; `what` names the kernel in
+/// errors. See the module's documentation.
+pub(crate) fn check(compiler: &Compiler, path: &Path, what: &str, policy: Policy<'_>) -> Result<()> {
+    let (load, exports) = read(path, what)?;
+    let Policy::Generated { exports: allowed } = policy else { return Ok(()) };
+    let (base, base_exports) = baseline(compiler)?;
+    let refuse = |m: String| Error::Coded {
+        kind: ErrorKind::Value,
+        message: format!(
+            "{what}: {m}; code in a kernel's text may not run when its library is loaded (use `dlbridge.load_inline` for C++ of your own that must)"
+        ),
+    };
+    for (k, name) in ["preinitialiser", "initialiser", "finaliser"].iter().enumerate() {
+        if load.arrays[k] != base.arrays[k] {
+            return Err(refuse(format!(
+                "its compiled library has {} {name} functions where an empty library has {} (a global with a constructor or destructor, or a function marked to run at load, in the preamble?)",
+                load.arrays[k].len(),
+                base.arrays[k].len()
+            )));
+        }
+    }
+    if load.init_fini != base.init_fini || load.at_start != base.at_start {
+        return Err(refuse("its compiled library adds code to the `.init` or `.fini` sections run at load and unload".into()));
+    }
+    let extra: Vec<&String> = exports.iter().filter(|e| !allowed.contains(&e.as_str()) && !base_exports.contains(e)).collect();
+    if !extra.is_empty() {
+        let list: Vec<String> = extra.iter().take(5).map(|e| format!("`{e}`")).collect();
+        return Err(refuse(format!("its compiled library exports {} beyond its entry points", list.join(", "))));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_version_script_keeps_only_the_entry_points() {
+        assert_eq!(version_script(&["dlbridge_plugin"]), "{\n  global: dlbridge_plugin;\n  local: *;\n};\n");
+    }
+}

@@ -1,0 +1,493 @@
+//! The check of a generated source's user fragments after preprocessing.
+//!
+//! A kernel from source is generated C++ with the user's texts pasted in (the
+//! preamble at file scope, the operation in a lambda per element, `loop_prep`
+//! and `after_loop` in the loop's function, expressions in helper functions).
+//! Whether a text stays in its place is a question about what the compiler
+//! makes of it, not about its spelling: line splices, digraphs (`<%`, `%>`,
+//! `%:`), raw strings and macros (`##` pasting, `#` stringising, a function
+//! macro picking up the generated text's parentheses) all change what a
+//! spelling means. So the check runs on the compiler's own preprocessed output
+//! (`$CXX -E`) of the whole generated file, and the library is compiled from
+//! that very output (`kernel.ii`): what was checked is what is compiled, and a
+//! header the preamble includes is read once.
+//!
+//! Each fragment is marked in the generated source by a `#pragma
+//! dlbridge_fragment NONCE begin LABEL` line before it and an `end` line after
+//! it, with a nonce made for each source from this user's secret, which no
+//! user text can know in advance. In the preprocessed output:
+//! * every mark is found once, in order, on a line of its own (a fragment that
+//!   swallows a mark, or a mark produced by user text, is refused);
+//! * the generated code outside the fragments has exactly the tokens it has
+//!   when every fragment is blank (a macro that rewrites a generated name,
+//!   `for_runs` or `parallel_chunks` say, is refused, naming the token);
+//! * each fragment's tokens close every bracket they open and no other
+//!   (digraphs counted as the brackets they are), so none reaches out of its
+//!   function or into the generated code after it;
+//! * `loop_prep`, `after_loop` and the expressions have no `return` (nor
+//!   `co_return`, `co_yield`, `co_await`): there it would end more than one
+//!   element. The operation runs in a function of its own per element, where a
+//!   `return` ends that element only;
+//! * no fragment opens a namespace named `dlbridge...` or names
+//!   `dlbridge::detail`: names under that prefix belong to the generated code;
+//! * no line of a fragment is a directive other than `#pragma`.
+
+use dlbridge_core::{Error, ErrorKind, Result};
+
+/// The first line of a marked source, followed by its nonce.
+pub(crate) const HEADER: &str = "// dlbridge fragment marks: ";
+
+/// The pragma every mark is.
+const PRAGMA: &str = "#pragma dlbridge_fragment ";
+
+/// A fresh nonce: 32 hex digits no user text can predict (a counter and the
+/// clock, sealed under this user's secret).
+pub(crate) fn nonce() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let n = COUNT.fetch_add(1, Ordering::Relaxed);
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let tag = dlbridge_registry::trust::seal("fragment marks", format!("{n} {t} {}", std::process::id()).as_bytes());
+    tag.chars().filter(char::is_ascii_hexdigit).take(32).collect()
+}
+
+/// One mark line.
+pub(crate) fn mark(nonce: &str, which: &str, label: &str) -> String {
+    format!("{PRAGMA}{nonce} {which} {label}")
+}
+
+/// The nonce of a marked source (its first line), if it is one.
+pub(crate) fn nonce_of(source: &str) -> Option<&str> {
+    let first = source.lines().next()?;
+    first.strip_prefix(HEADER).filter(|n| n.len() == 32 && n.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+/// `source` with its nonce replaced by a fixed word: what decides the
+/// library's code, for its cache key.
+pub(crate) fn unmarked(source: &str) -> std::borrow::Cow<'_, str> {
+    match nonce_of(source) {
+        Some(n) => source.replace(n, "NONCE").into(),
+        None => source.into(),
+    }
+}
+
+/// Whether a marked source has any fragment to check.
+pub(crate) fn has_fragments(source: &str, nonce: &str) -> bool {
+    source.contains(&mark(nonce, "begin", ""))
+}
+
+/// `source` with every fragment's text blanked (its lines kept as empty
+/// lines, so the generated code's line numbers do not move): the reference
+/// the generated code is compared with.
+pub(crate) fn blanked(source: &str, nonce: &str) -> String {
+    let begin = mark(nonce, "begin", "");
+    let end = mark(nonce, "end", "");
+    let mut out = String::with_capacity(source.len());
+    let mut inside = false;
+    let mut first_of_fragment = false;
+    for line in source.split_inclusive('\n') {
+        let l = line.trim_end_matches(['\n', '\r']);
+        if l.starts_with(&begin) {
+            inside = true;
+            first_of_fragment = true;
+            out.push_str(line);
+        } else if l.starts_with(&end) {
+            inside = false;
+            out.push_str(line);
+        } else if inside && first_of_fragment {
+            // The fragment's `#line 1 "label"`.
+            first_of_fragment = false;
+            out.push_str(line);
+        } else if inside {
+            out.push('\n');
+        } else {
+            out.push_str(line);
+        }
+    }
+    out
+}
+
+/// One token of preprocessed C++, with the line of the preprocessed file it is on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Tok<'s> {
+    text: &'s str,
+    line: usize,
+}
+
+/// Punctuators, longest first (digraphs among them).
+const PUNCT: [&str; 50] = [
+    "%:%:", "<=>", "->*", "<<=", ">>=", "...", "::", "->", "++", "--", "<<", ">>", "<=", ">=", "==", "!=", "&&", "||", "+=", "-=", "*=",
+    "/=", "%=", "&=", "|=", "^=", ".*", "##", "<%", "%>", "<:", ":>", "%:", "{", "}", "[", "]", "(", ")", ";", ":", "?", ".", "+", "-",
+    "*", "/", "%", "^", "&",
+];
+const PUNCT_1: &str = "|~!=<>,#";
+
+/// The tokens of a text and its directive lines (with their line numbers).
+type Tokens<'s> = (Vec<Tok<'s>>, Vec<(usize, &'s str)>);
+
+/// Tokens of `text` (preprocessed: no comments, no line splices), skipping
+/// lines that are directives (returned apart, with their line).
+fn tokens(text: &str) -> std::result::Result<Tokens<'_>, String> {
+    let b = text.as_bytes();
+    let (mut toks, mut directives) = (Vec::new(), Vec::new());
+    let (mut k, mut line, mut line_start) = (0usize, 1usize, true);
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80;
+    while k < b.len() {
+        let c = b[k];
+        if c == b'\n' {
+            line += 1;
+            line_start = true;
+            k += 1;
+            continue;
+        }
+        if c.is_ascii_whitespace() {
+            k += 1;
+            continue;
+        }
+        if line_start && (c == b'#' || b[k..].starts_with(b"%:")) {
+            let end = text[k..].find('\n').map_or(b.len(), |e| k + e);
+            directives.push((line, &text[k..end]));
+            k = end;
+            continue;
+        }
+        line_start = false;
+        let start = k;
+        if ident(c) && !c.is_ascii_digit() {
+            while k < b.len() && ident(b[k]) {
+                k += 1;
+            }
+            // A string or character literal with a prefix (u8"", R"()", L'x').
+            if k < b.len()
+                && (b[k] == b'"' || b[k] == b'\'')
+                && matches!(&text[start..k], "u8" | "u" | "U" | "L" | "R" | "u8R" | "uR" | "UR" | "LR")
+            {
+                let raw = text[start..k].ends_with('R') && b[k] == b'"';
+                k = literal(text, k, raw).ok_or_else(|| format!("an unterminated literal on line {line}"))?;
+            }
+        } else if c.is_ascii_digit() || (c == b'.' && b.get(k + 1).is_some_and(u8::is_ascii_digit)) {
+            // A pp-number: digits, letters, `.`, `'` between digits, signs after exponents.
+            k += 1;
+            while k < b.len() {
+                let d = b[k];
+                let digit_separator = d == b'\'' && b.get(k + 1).is_some_and(|&n| ident(n));
+                let exponent_sign = (d == b'+' || d == b'-') && matches!(b[k - 1], b'e' | b'E' | b'p' | b'P');
+                if ident(d) || d == b'.' || digit_separator || exponent_sign {
+                    k += 1;
+                } else {
+                    break;
+                }
+            }
+        } else if c == b'"' || c == b'\'' {
+            k = literal(text, k, false).ok_or_else(|| format!("an unterminated literal on line {line}"))?;
+        } else if b[k..].starts_with(b"<::") && !matches!(b.get(k + 3), Some(b':' | b'>')) {
+            // `<::` not followed by `:` or `>` is `<` then `::`, not the digraph `<:`.
+            k += 1;
+        } else if let Some(p) = PUNCT.iter().find(|p| b[k..].starts_with(p.as_bytes())) {
+            k += p.len();
+        } else if PUNCT_1.as_bytes().contains(&c) {
+            k += 1;
+        } else {
+            // Anything else (`$`, `@`, a stray backslash) is a token of its own.
+            k += text[k..].chars().next().map_or(1, char::len_utf8);
+        }
+        toks.push(Tok { text: &text[start..k], line });
+        // A literal may span lines only as a raw string.
+        line += text[start..k].matches('\n').count();
+    }
+    Ok((toks, directives))
+}
+
+/// The end of the literal opening at `k` (a `"` or `'`), or None when it is
+/// not closed.
+fn literal(text: &str, k: usize, raw: bool) -> Option<usize> {
+    let b = text.as_bytes();
+    if raw {
+        let open = text[k + 1..].find('(')? + k + 1;
+        let close = format!("){}\"", &text[k + 1..open]);
+        return text[open..].find(&close).map(|e| open + e + close.len());
+    }
+    let quote = b[k];
+    let mut j = k + 1;
+    while j < b.len() {
+        match b[j] {
+            b'\\' => j += 2,
+            b'\n' => return None,
+            q if q == quote => return Some(j + 1),
+            _ => j += 1,
+        }
+    }
+    None
+}
+
+/// A fragment's place in the preprocessed file.
+struct Span<'s> {
+    label: &'s str,
+    /// Lines (0-based, exclusive of the marks) of its text.
+    lines: std::ops::Range<usize>,
+}
+
+/// The fragments of a preprocessed marked file, or why they cannot be found.
+fn spans<'s>(ii: &'s str, nonce: &str, labels: &[&str]) -> std::result::Result<Vec<Span<'s>>, String> {
+    let prefix = format!("{PRAGMA}{nonce} ");
+    let mut found: Vec<(usize, &str, &str)> = Vec::new();
+    for (n, l) in ii.lines().enumerate() {
+        if let Some(rest) = l.trim().strip_prefix(&prefix) {
+            let (which, label) = rest.split_once(' ').unwrap_or((rest, ""));
+            found.push((n, which, label.trim()));
+        } else if l.contains(nonce) {
+            return Err(format!("the mark of a fragment is not on a line of its own (line {} of the preprocessed file)", n + 1));
+        }
+    }
+    let mut out = Vec::new();
+    let mut it = found.iter();
+    for want in labels {
+        match (it.next(), it.next()) {
+            (Some(&(b, "begin", lb)), Some(&(e, "end", le))) if lb == *want && le == *want => {
+                out.push(Span { label: lb, lines: b + 1..e });
+            }
+            _ => return Err(format!("the text of `{want}` does not stay between its marks: it reaches into the generated code around it")),
+        }
+    }
+    if it.next().is_some() {
+        return Err("the preprocessed file has more fragment marks than the generated source".into());
+    }
+    Ok(out)
+}
+
+/// The labels of the fragments a marked source has, in order.
+fn labels_of<'s>(source: &'s str, nonce: &str) -> Vec<&'s str> {
+    let begin = mark(nonce, "begin", "");
+    source.lines().filter_map(|l| l.strip_prefix(begin.as_str())).map(str::trim).collect()
+}
+
+/// The names of the macros the fragments of a marked source define (spelled
+/// `#define` or `%:define`, continued lines joined).
+fn user_macros(source: &str, nonce: &str) -> Vec<String> {
+    let (begin, end) = (mark(nonce, "begin", ""), mark(nonce, "end", ""));
+    let mut texts = Vec::new();
+    let mut current: Option<String> = None;
+    for line in source.lines() {
+        if line.starts_with(&begin) {
+            current = Some(String::new());
+        } else if line.starts_with(&end) {
+            texts.extend(current.take());
+        } else if let Some(t) = current.as_mut() {
+            t.push_str(line);
+            t.push('\n');
+        }
+    }
+    let mut names = Vec::new();
+    for text in texts {
+        for l in crate::params::scan(&text).code.lines() {
+            let l = l.trim_start();
+            if let Some(rest) = l.strip_prefix('#').map(str::trim_start).and_then(|r| r.strip_prefix("define")) {
+                let name: String = rest.trim_start().chars().take_while(|&c| c.is_ascii_alphanumeric() || c == '_').collect();
+                if !name.is_empty() {
+                    names.push(name);
+                }
+            }
+        }
+    }
+    names
+}
+
+/// Where a line of the preprocessed file is in the user's text: the label and
+/// line of the last line marker before it (`# 3 "operation"`).
+fn user_line(ii_lines: &[&str], at: usize) -> Option<(String, usize)> {
+    let mut extra = 0;
+    for l in ii_lines[..at.min(ii_lines.len())].iter().rev() {
+        let t = l.trim_start();
+        if let Some(rest) = t.strip_prefix('#') {
+            let mut parts = rest.split_whitespace();
+            let first = parts.next().unwrap_or("");
+            let (num, file) = if first == "line" { (parts.next(), parts.next()) } else { (Some(first), parts.next()) };
+            if let (Some(n), Some(f)) = (num.and_then(|n| n.parse::<usize>().ok()), file) {
+                return Some((f.trim_matches('"').to_owned(), n + extra));
+            }
+            continue;
+        }
+        extra += 1;
+    }
+    None
+}
+
+/// Words a fragment other than the preamble and the operation may not hold:
+/// each would end more than the element it runs for.
+const ENDING: [&str; 4] = ["return", "co_return", "co_yield", "co_await"];
+
+/// Checks the preprocessed marked source `ii` against `reference` (the
+/// preprocessed [`blanked`] source): see the module's documentation. `what`
+/// names the kernel in errors.
+pub(crate) fn check(what: &str, source: &str, nonce: &str, ii: &str, reference: &str) -> Result<()> {
+    let fail = |m: String| Error::Coded { kind: ErrorKind::Value, message: format!("{what}: {m}") };
+    let labels = labels_of(source, nonce);
+    let ours = spans(ii, nonce, &labels).map_err(fail)?;
+    let theirs = spans(reference, nonce, &labels).map_err(|m| fail(format!("the generated code without the user's text: {m}")))?;
+    let ii_lines: Vec<&str> = ii.lines().collect();
+    let ref_lines: Vec<&str> = reference.lines().collect();
+    // The generated code, fragment by fragment apart: the same tokens.
+    let outside = |lines: &[&str], spans: &[Span<'_>]| -> Vec<String> {
+        let mut parts = Vec::with_capacity(spans.len() + 1);
+        let mut from = 0;
+        for s in spans {
+            parts.push(lines[from..s.lines.start].join("\n"));
+            from = s.lines.end;
+        }
+        parts.push(lines[from..].join("\n"));
+        parts
+    };
+    let (a, r) = (outside(&ii_lines, &ours), outside(&ref_lines, &theirs));
+    for (k, (pa, pr)) in a.iter().zip(&r).enumerate() {
+        let (ta, _) = tokens(pa).map_err(|m| fail(format!("the generated code after preprocessing has {m}")))?;
+        let (tr, _) = tokens(pr).map_err(|m| fail(format!("the generated code without the user's text has {m}")))?;
+        if let Some(at) = (0..ta.len().max(tr.len())).find(|&i| ta.get(i).map(|t| t.text) != tr.get(i).map(|t| t.text)) {
+            let after = if k == 0 { "before the first fragment".to_owned() } else { format!("after `{}`", ours[k - 1].label) };
+            // The macro at fault: one the user's text defines, among the
+            // generated tokens just before the difference (a function macro's
+            // arguments differ after its name).
+            let defined = user_macros(source, nonce);
+            let culprit = tr[at.saturating_sub(16)..(at + 1).min(tr.len())].iter().rev().find(|t| defined.iter().any(|d| d == t.text));
+            let m = match culprit {
+                Some(t) => format!(
+                    "the kernel's text changes the generated code {after}: its macro `{}` rewrites the generated code's `{}`; rename the macro",
+                    t.text, t.text
+                ),
+                None => {
+                    let expected = tr.get(at).map_or("the end of the file", |t| t.text);
+                    let got = ta.get(at).map_or("the end of the file", |t| t.text);
+                    format!(
+                        "the kernel's text changes the generated code {after}: where it has `{expected}`, the preprocessed file has `{got}` \
+                         (a macro of the kernel's text named like a name the generated code uses; rename it)"
+                    )
+                }
+            };
+            return Err(fail(m));
+        }
+    }
+    for s in &ours {
+        let text = ii_lines[s.lines.clone()].join("\n");
+        let (toks, directives) = tokens(&text).map_err(|m| fail(format!("`{}` has {m}", s.label)))?;
+        let at = |t: &Tok<'_>| match user_line(&ii_lines, s.lines.start + t.line - 1) {
+            Some((f, l)) if f == s.label => format!("`{}` line {l}", s.label),
+            _ => format!("`{}`", s.label),
+        };
+        for (line, d) in &directives {
+            let is_marker = d.trim_start_matches(['#', ' ', '\t']).starts_with(|c: char| c.is_ascii_digit());
+            let body = d.strip_prefix('#').or_else(|| d.strip_prefix("%:")).unwrap_or(d).trim_start();
+            if !is_marker && !body.starts_with("pragma") && !body.starts_with("line") {
+                let where_ = at(&Tok { text: "", line: *line });
+                return Err(fail(format!("{where_} makes the directive `{}` after preprocessing", d.trim())));
+            }
+        }
+        let mut stack: Vec<&Tok<'_>> = Vec::new();
+        for (i, t) in toks.iter().enumerate() {
+            let open = match t.text {
+                "(" => Some(")"),
+                "[" | "<:" => Some("]"),
+                "{" | "<%" => Some("}"),
+                _ => None,
+            };
+            let close = match t.text {
+                ")" => Some(")"),
+                "]" | ":>" => Some("]"),
+                "}" | "%>" => Some("}"),
+                _ => None,
+            };
+            if open.is_some() {
+                stack.push(t);
+            } else if let Some(c) = close {
+                let matching = stack.pop().map(|o| {
+                    (
+                        o,
+                        if matches!(o.text, "(") {
+                            ")"
+                        } else if matches!(o.text, "[" | "<:") {
+                            "]"
+                        } else {
+                            "}"
+                        },
+                    )
+                });
+                match matching {
+                    Some((_, want)) if want == c => {}
+                    Some((o, _)) => {
+                        return Err(fail(format!(
+                            "{} closes `{}` with `{}` after preprocessing: each fragment closes the brackets it opens, and no others",
+                            at(t),
+                            o.text,
+                            t.text
+                        )));
+                    }
+                    None => {
+                        return Err(fail(format!(
+                            "{} closes a `{}` it did not open (after preprocessing): it would end the generated code around it",
+                            at(t),
+                            t.text
+                        )));
+                    }
+                }
+            }
+            if s.label != "preamble" && s.label != "operation" && ENDING.contains(&t.text) {
+                return Err(fail(format!(
+                    "{} uses `{}` (after preprocessing), which would end more than one element here; use `continue` in the operation to skip an element",
+                    at(t),
+                    t.text
+                )));
+            }
+            if t.text == "namespace" && toks.get(i + 1).is_some_and(|n| n.text.starts_with("dlbridge")) {
+                return Err(fail(format!("{} opens the namespace `{}`, which belongs to the generated code", at(t), toks[i + 1].text)));
+            }
+            if t.text == "dlbridge"
+                && toks.get(i + 1).is_some_and(|n| n.text == "::")
+                && toks.get(i + 2).is_some_and(|n| n.text == "detail")
+            {
+                return Err(fail(format!("{} names `dlbridge::detail`, which belongs to the generated code", at(t))));
+            }
+        }
+        if let Some(o) = stack.pop() {
+            return Err(fail(format!(
+                "{} leaves `{}` open after preprocessing: it would take in the generated code after it",
+                at(o),
+                o.text
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toks(text: &str) -> Vec<&str> {
+        tokens(text).unwrap().0.into_iter().map(|t| t.text).collect()
+    }
+
+    #[test]
+    fn digraphs_are_the_brackets_they_spell() {
+        assert_eq!(toks("a <% b %> <:1:> %:"), ["a", "<%", "b", "%>", "<:", "1", ":>", "%:"]);
+        assert_eq!(toks("std::vector<::x> v;"), ["std", "::", "vector", "<", "::", "x", ">", "v", ";"]);
+        assert_eq!(toks("x<:::y:>"), ["x", "<:", "::", "y", ":>"]);
+    }
+
+    #[test]
+    fn literals_and_numbers_are_one_token() {
+        assert_eq!(
+            toks(r#"u8"a}b" R"x(})x" 'q' 1'000'000 1e+5f 0x1p-3"#),
+            [r#"u8"a}b""#, r#"R"x(})x""#, "'q'", "1'000'000", "1e+5f", "0x1p-3"]
+        );
+        assert_eq!(toks("#pragma x\n# 1 \"operation\"\nz"), ["z"]);
+    }
+
+    #[test]
+    fn blanking_keeps_lines_and_marks() {
+        let n = "0123456789abcdef0123456789abcdef";
+        let src = format!("{HEADER}{n}\nA\n{}\n#line 1 \"op\"\nx;\ny;\n{}\nB\n", mark(n, "begin", "op"), mark(n, "end", "op"));
+        let b = blanked(&src, n);
+        assert_eq!(b.lines().count(), src.lines().count());
+        assert!(!b.contains("x;") && b.contains("#line 1 \"op\"") && b.contains("\nB\n"), "{b}");
+        assert_eq!(labels_of(&src, n), ["op"]);
+        assert_eq!(nonce_of(&src), Some(n));
+        assert!(!unmarked(&src).contains(n));
+    }
+}

@@ -1,0 +1,152 @@
+//! Source text cannot escape its function: a generated corpus of spellings
+//! (digraphs, line splices, macros that paste or stringise, directives spelled
+//! `%:`) of the ways a kernel's text could close the generated function, run
+//! code when its library is loaded, end more than its own element or rewrite
+//! the generated code. Each is refused with an error naming what was wrong, or
+//! (where the text is legitimate C++) runs and gives the right result; none
+//! runs code at load.
+
+mod common;
+
+use dlbridge_array::Array;
+use dlbridge_compile::{ElementwiseKernel, ElementwiseOptions};
+use dlbridge_registry::Registry;
+
+/// What code run at load would set.
+const FLAG: &str = "DLBRIDGE_ESCAPE_RAN";
+
+/// Builds and calls `name` (`T x` -> `T z` over 1000 f32 elements); the
+/// error text, or the output.
+fn attempt(name: &str, operation: &str, preamble: &str, loop_prep: &str) -> Result<Vec<f32>, String> {
+    let opts = ElementwiseOptions { preamble: preamble.into(), loop_prep: loop_prep.into(), ..Default::default() };
+    let reg = Registry::new();
+    let k = ElementwiseKernel::new("T x", "T z", operation, name, opts).map_err(|e| e.to_string())?;
+    let kernel = k.register(&reg).map_err(|e| e.to_string())?;
+    let x = Array::from_slice(&(0..1000).map(|i| i as f32).collect::<Vec<_>>(), &[1000]).unwrap();
+    let out = common::run(&kernel, &[&x]).map_err(|e| e.to_string())?;
+    Ok(out[0].to_vec::<f32>().unwrap())
+}
+
+fn ran_at_load() -> bool {
+    std::env::var_os(FLAG).is_some()
+}
+
+/// Ways to write `{` and `}`.
+const BRACES: [(&str, &str); 4] = [("{", "}"), ("<%", "%>"), ("<\\\n%", "%\\\n>"), ("LB", "RB")];
+
+/// What would run at load, once outside the function.
+fn loaders() -> Vec<String> {
+    let set = format!("setenv(\"{FLAG}\", \"1\", 1);");
+    vec![
+        format!("__attribute__((constructor)) static void dlb_escape() {{ {set} }}"),
+        format!("static struct Escape {{ Escape() {{ {set} }} }} dlb_escape_obj;"),
+        format!(
+            "static void dlb_escape2() {{ {set} }} __attribute__((section(\".init_array\"), used)) static void (*dlb_p)() = dlb_escape2;"
+        ),
+    ]
+}
+
+#[test]
+fn closing_the_function_with_any_spelling_of_a_brace_is_refused_and_runs_nothing() {
+    let mut cases = 0;
+    for (k, (open, close)) in BRACES.iter().enumerate() {
+        let preamble = "#include <cstdlib>\n#define LB {\n%:define RB }\n";
+        for (l, loader) in loaders().iter().enumerate() {
+            // Close the lambda, the function and its namespace, add the loader,
+            // reopen as many.
+            let loader = loader.replace('{', open).replace('}', close);
+            let op =
+                format!("z = x; ; {close} ; {close} {close}\n{loader}\nnamespace {open} void f() {open} auto g = [&]() {open} do {open} ");
+            let name = format!("escape_{k}_{l}");
+            let r = attempt(&name, &op, preamble, "");
+            cases += 1;
+            let e = r.expect_err(&format!("{name} built and ran"));
+            assert!(e.contains(&name) && (e.contains("close") || e.contains("open")), "{name}: {e}");
+            assert!(!ran_at_load(), "{name}: code ran at load");
+        }
+    }
+    assert_eq!(cases, BRACES.len() * 3);
+}
+
+#[test]
+fn code_in_the_preamble_that_would_run_at_load_is_refused_before_the_library_is_opened() {
+    for (l, loader) in loaders().iter().enumerate() {
+        for spelled in [loader.clone(), loader.replace('{', "<%").replace('}', "%>")] {
+            let name = format!("loader_{l}_{}", spelled.len());
+            let e = attempt(&name, "z = x", &format!("#include <cstdlib>\n{spelled}"), "").expect_err(&name);
+            assert!(e.contains("may not run when its library is loaded"), "{name}: {e}");
+            assert!(!ran_at_load(), "{name}: code ran at load");
+        }
+    }
+    // The same through `asm` adding an entry of its own.
+    let asm = "extern \"C\" void dlb_asm_escape() {}\nasm(\".pushsection .init_array,\\\"aw\\\"\\n.quad dlb_asm_escape\\n.popsection\");";
+    let e = attempt("loader_asm", "z = x", asm, "").expect_err("asm");
+    assert!(e.contains("may not run when its library is loaded"), "{e}");
+}
+
+#[test]
+fn a_pasted_or_spliced_return_in_loop_prep_is_refused_after_preprocessing() {
+    let pastes = [
+        ("#define J(a, b) a##b", "J(ret, urn);"),
+        ("%:define J(a, b) a%:%:b", "J(ret, urn);"),
+        ("#define R return", "if (1) R;"),
+        ("#define E(...) __VA_ARGS__", "E(return);"),
+        ("#define J(a, b) a##b\n#define K J(co_, return)", "K;"),
+    ];
+    for (k, (preamble, prep)) in pastes.iter().enumerate() {
+        let name = format!("paste_{k}");
+        let e = attempt(&name, "z = x", preamble, prep).expect_err(&name);
+        assert!(e.contains("loop_prep") && e.contains("return"), "{name}: {e}");
+    }
+}
+
+#[test]
+fn a_return_in_the_operation_ends_its_own_element_only() {
+    for (k, (preamble, op)) in [
+        ("", "z = 1; if (x >= 0) return; z = 2;"),
+        ("#define J(a, b) a##b", "z = 1; J(ret, urn); z = 2;"),
+        ("#define BAIL return", "z = 1; if (i % 2) BAIL; z = 2;"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let z = attempt(&format!("early_{k}"), op, preamble, "").unwrap();
+        assert_eq!(z.len(), 1000);
+        for (i, v) in z.iter().enumerate() {
+            let want = if k == 2 && i % 2 == 0 { 2.0 } else { 1.0 };
+            assert_eq!(*v, want, "early_{k}: element {i}");
+        }
+    }
+}
+
+#[test]
+fn a_macro_named_like_generated_code_is_refused_naming_it() {
+    for (k, (preamble, token)) in [
+        ("#define for_runs(...) size", "for_runs"),
+        ("#define parallel_chunks(...) (void)0", "parallel_chunks"),
+        ("%:define parallel_chunks(...) (void)0", "parallel_chunks"),
+        ("#define dlbridge_body(...) (void)0", "dlbridge_body"),
+        ("#define J(a, b) a##b\n#define chunks_for(...) 0", "chunks_for"),
+        ("#define init(...) init(0, nullptr, nullptr)", "init"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let name = format!("hijack_{k}");
+        let e = attempt(&name, "z = x", preamble, "").expect_err(&name);
+        let said = e.contains(&format!("its macro `{token}` rewrites the generated code")) || e.contains("(re)defines the macro");
+        assert!(said && e.contains(&format!("`{token}`")), "{name}: {e}");
+    }
+}
+
+#[test]
+fn legitimate_macros_digraphs_and_raw_strings_still_work() {
+    let z = attempt(
+        "legit",
+        "int a<:2:> = <%1, 2%>; const char* s = R\"x(}}} return %> )x\"; z = TWICE(x) + a<:1:> + (s[0] == '}' ? 0 : 100);",
+        "#define TWICE(v) ((v) * 2)\nnamespace mine { inline float one() { return 1; } }",
+        "float unused = mine::one(); (void)unused;",
+    )
+    .unwrap();
+    assert!(z.iter().enumerate().all(|(i, &v)| v == 2.0 * i as f32 + 2.0), "{:?}", &z[..4]);
+}

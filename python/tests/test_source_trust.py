@@ -1,0 +1,131 @@
+"""Kernels from source stay in their place: their text cannot leave the generated
+function or run code when their library is loaded, and an in-place call reads
+the old values."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import dlbridge
+import dlbridge.cuda
+
+torch = pytest.importorskip("torch")
+
+
+def _in_child(code: str) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh interpreter (code that ran at load must not touch this one)."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize(
+    "operation",
+    [
+        # Digraphs close the lambda, the function and the namespace, then reopen them.
+        "z = x; %> %> %>\n__attribute__((constructor)) static void pwn() <% setenv(\"DLB_PWNED\", \"1\", 1); %>\n"
+        "namespace <% void f() <% auto g = [&]() <% do <%",
+        # The same with line splices inside the digraphs.
+        "z = x; %\\\n> %\\\n> %\\\n>\n__attribute__((constructor)) static void pwn() <% setenv(\"DLB_PWNED\", \"1\", 1); %>\n"
+        "namespace <% void f() <% auto g = [&]() <% do <%",
+    ],
+)
+def test_digraphs_cannot_close_the_generated_function_or_run_code_at_load(operation):
+    r = _in_child(
+        f"""
+        import os, numpy as np, dlbridge
+        try:
+            k = dlbridge.ElementwiseKernel("T x", "T z", {operation!r}, "escape_digraphs",
+                                           preamble="#include <cstdlib>")
+            k(np.arange(4, dtype=np.float32))
+        except ValueError as e:
+            print("refused:", e)
+        print("ran at load:", os.environ.get("DLB_PWNED"))
+        """
+    )
+    assert r.returncode == 0, r.stderr
+    assert "refused: ElementwiseKernel `escape_digraphs`" in r.stdout and "close" in r.stdout, r.stdout
+    assert "ran at load: None" in r.stdout, r.stdout
+
+
+def test_a_directive_spelled_with_a_digraph_belongs_in_the_preamble():
+    with pytest.raises(ValueError, match="belongs in the preamble"):
+        dlbridge.ElementwiseKernel("T x", "T z", "%:define Y 1\nz = x", "digraph_define")
+
+
+def test_a_preamble_constructor_is_refused_before_the_library_is_opened():
+    r = _in_child(
+        """
+        import os, numpy as np, dlbridge
+        k = dlbridge.ElementwiseKernel("T x", "T z", "z = x", "ctor_preamble",
+            preamble='#include <cstdlib>\\nstatic struct S { S() { setenv("DLB_PWNED", "1", 1); } } s;')
+        try:
+            k(np.arange(4, dtype=np.float32))
+        except ValueError as e:
+            print("refused:", e)
+        print("ran at load:", os.environ.get("DLB_PWNED"))
+        """
+    )
+    assert r.returncode == 0, r.stderr
+    assert "may not run when its library is loaded" in r.stdout, r.stdout
+    assert "ran at load: None" in r.stdout, r.stdout
+
+
+def test_a_pasted_return_in_loop_prep_is_refused_and_one_in_the_operation_ends_its_element():
+    k = dlbridge.ElementwiseKernel(
+        "T x", "T z", "z = 0", "pasted_return", preamble="#define J(a, b) a##b", loop_prep="J(ret, urn);"
+    )
+    with pytest.raises(ValueError, match="loop_prep.*return"):
+        k(np.arange(1000, dtype=np.float32))
+    k = dlbridge.ElementwiseKernel(
+        "T x", "T z", "z = 1; J(ret, urn); z = 2;", "pasted_return_op", preamble="#define J(a, b) a##b"
+    )
+    assert (k(np.arange(1000, dtype=np.float32)) == 1).all()
+
+
+def test_a_preamble_macro_named_like_generated_code_is_refused():
+    k = dlbridge.ElementwiseKernel("T x", "T z", "z = x", "hijack_loop", preamble="#define for_runs(...) size")
+    with pytest.raises(ValueError, match="macro `for_runs` rewrites the generated code"):
+        k(np.arange(1000, dtype=np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.complex64])
+def test_an_output_that_is_exactly_its_input_reads_the_old_value(dtype):
+    k = dlbridge.ElementwiseKernel("T x", "T y", "y = x + 1; y = y * x", "inplace_reads_old")
+    x = (np.arange(-50, 50) % 7).astype(dtype).reshape(10, 10)
+    want = (x + 1) * x
+    assert np.array_equal(k(x.copy()), want)
+    for view in (lambda a: a, lambda a: a.T, lambda a: a[::-1, ::2]):
+        base = x.copy()
+        v = view(base)
+        expected = (view(x) + 1) * view(x)
+        assert k(v, out=v) is v
+        assert np.array_equal(v, expected)
+    t = torch.from_numpy(x.copy()) if dtype != np.complex64 else None
+    if t is not None:
+        assert k(t, out=t) is t
+        assert np.array_equal(t.numpy(), want)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"options": "-O3 --use_fast_math"}, TypeError, "options must be a list of str"),
+        ({"block": -1}, ValueError, "block must be positive, got -1"),
+        ({"block": 0}, ValueError, "block must be positive"),
+        ({"grid": -4}, ValueError, "grid must be positive, got -4"),
+        ({"block": 2.5}, TypeError, "block must be an int"),
+    ],
+)
+def test_raw_kernel_arguments_are_checked_where_they_are_given(kwargs, error, match):
+    src = 'extern "C" __global__ void k(float* x, long long n) {}'
+    with pytest.raises(error, match=match):
+        dlbridge.cuda.RawKernel(src, "k", "k(x: mut f32[N])", **kwargs)
+
+
+@pytest.mark.parametrize("placeholder, what", [("i", "the flat index `i`"), ("n", "the size `n`")])
+def test_a_type_placeholder_named_like_the_index_or_size_is_refused_when_the_kernel_is_made(placeholder, what):
+    with pytest.raises(ValueError, match=f"type placeholder `{placeholder}` has the name of {what}"):
+        dlbridge.ElementwiseKernel(f"{placeholder} x", f"{placeholder} z", "z = x", f"placeholder_{placeholder}")
