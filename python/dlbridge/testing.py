@@ -11,9 +11,14 @@ the CPU; the checks call its ``__dlpack__`` and read the capsules.
 ``check_consumer(from_dlpack)``: hand-built producers (ctypes capsules, see
 ``dlbridge._capsules``) feed ``from_dlpack`` well-formed and malformed tensors: versioned
 and legacy capsules, READ_ONLY, negative/zero/NULL strides, byte offsets, 0-d and
-size-0 tensors, unknown versions and codes, used capsules; the deleter is counted. The
-cases run in a child interpreter (``from_dlpack`` given as ``"module:attr"``) so a
-consumer that crashes the process is reported as a failure, never hidden.
+size-0 tensors, unknown versions and codes, used capsules; the deleter is counted.
+
+The code under test runs in child interpreters (given as ``"module:attr"``; a producer's
+factory too when it is importable by name, and always from the command line): one that
+exits, whatever its status, crashes or hangs past the timeout fails the check it was running,
+naming how, never hidden. The results come back on a pipe of their own, not on stdout, so
+nothing the code prints passes for one. This is robustness to buggy code, not a sandbox: the
+checks read the memory the code hands them, in its address space.
 
 Every check comes from the DLPack 1.3 header and the array API standard's data-interchange
 rules. A check that fails raises ``AssertionError`` listing every failure, unless it is
@@ -21,19 +26,25 @@ declared in ``known_failures={name: reason}``, in which case it is reported as a
 failure — and a declared failure that passes is itself an error, so stale declarations get
 removed. ``python -m dlbridge.testing [--markdown]`` runs both on every library installed
 here and prints the matrix library x rule; ``--producer module:factory`` and ``--consumer
-module:function`` run them on your own library (``--help`` for the rest).
+module:function`` run them on your own library, ``--timeout SECONDS`` bounds each check
+(``--help`` for the rest).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import importlib
+import importlib.util
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
+import tempfile
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -343,39 +354,69 @@ def _finish(kind: str, results: list[Result], raise_on_failure: bool) -> list[Re
     return results
 
 
+def _producer_outcomes(make, name: str, dtypes: tuple, shape: tuple, make_read_only) -> list[tuple[str, str]]:
+    """Runs one producer check for every dtype, here: its ``(status, detail)`` per dtype."""
+    outcomes = []
+    for dtype in dtypes:
+        check = next(c for c in _checks(make, dtype, tuple(shape), make_read_only) if c.__name__ == name)
+        try:
+            outcomes.append(("pass", check() or ""))
+        except _Skip as e:
+            outcomes.append(("skip", str(e)))
+        except _Fail as e:
+            outcomes.append(("fail", f"{dtype}: {e}"))
+        except Exception as e:  # noqa: BLE001 - an unexpected exception is a failure
+            outcomes.append(("fail", f"{dtype}: {type(e).__name__}: {e}"))
+    return outcomes
+
+
+def _known(known_failures: dict[str, str] | None, names: list[str]) -> dict[str, str]:
+    known = dict(known_failures or {})
+    unknown = set(known) - set(names)
+    if unknown:
+        raise ValueError(f"unknown checks in known_failures: {sorted(unknown)}")
+    return known
+
+
+DEFAULT_DTYPES = ("f32", "f64", "i32", "i64", "u8")
+DEFAULT_TIMEOUT = 30.0
+
+
 def check_producer(
-    make_tensor: Callable[[tuple, str], Any],
+    make_tensor: Callable[[tuple, str], Any] | str,
     *,
-    dtypes: tuple = ("f32", "f64", "i32", "i64", "u8"),
+    dtypes: tuple = DEFAULT_DTYPES,
     shape: tuple = (2, 3),
-    make_read_only: Callable[[tuple, str], Any] | None = None,
+    make_read_only: Callable[[tuple, str], Any] | str | None = None,
     known_failures: dict[str, str] | None = None,
     raise_on_failure: bool = True,
+    isolate: bool | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> list[Result]:
     """Runs every producer check for every dtype; see the module docs.
 
     ``shape`` is the tensor the layout checks export (``(6,)`` for a 1-d-only library);
     ``make_read_only(shape, dtype)`` makes read-only tensors for the READ_ONLY checks
-    (skipped without it)."""
-    known = dict(known_failures or {})
-    unknown = set(known) - set(CHECKS)
-    if unknown:
-        raise ValueError(f"unknown checks in known_failures: {sorted(unknown)}")
-    results: list[Result] = []
-    for name in CHECKS:
-        outcomes = []
-        for dtype in dtypes:
-            check = next(c for c in _checks(make_tensor, dtype, tuple(shape), make_read_only) if c.__name__ == name)
-            try:
-                outcomes.append(("pass", check() or ""))
-            except _Skip as e:
-                outcomes.append(("skip", str(e)))
-            except _Fail as e:
-                outcomes.append(("fail", f"{dtype}: {e}"))
-            except Exception as e:  # noqa: BLE001 - an unexpected exception is a failure
-                outcomes.append(("fail", f"{dtype}: {type(e).__name__}: {e}"))
-        results.append(_summarize(name, outcomes, known))
-    return _finish("producer", results, raise_on_failure)
+    (skipped without it). The factories are callables or ``"module:attr"``. With
+    ``isolate`` the checks run in child interpreters (see :func:`check_consumer`), each
+    given ``timeout`` seconds; that needs factories importable by name. The default,
+    ``None``, isolates exactly when they are (a lambda or a local class runs here)."""
+    known = _known(known_failures, CHECKS)
+    specs = [f if isinstance(f, str) or f is None else _spec_of(f) for f in (make_tensor, make_read_only)]
+    nameable = specs[0] is not None and (make_read_only is None or specs[1] is not None)
+    if isolate is None:
+        isolate = nameable
+    if isolate:
+        if not nameable:
+            f = make_tensor if specs[0] is None else make_read_only
+            raise ValueError(f"{f!r} is not importable by name: pass 'module:attr', or isolate=False")
+        job = {"kind": "producer", "factory": specs[0], "read_only": specs[1], "dtypes": list(dtypes), "shape": list(shape)}
+        outcomes, _ = _box(job, CHECKS, timeout)
+    else:
+        make = _resolve(make_tensor) if isinstance(make_tensor, str) else make_tensor
+        ro = _resolve(make_read_only) if isinstance(make_read_only, str) else make_read_only
+        outcomes = {n: _producer_outcomes(make, n, tuple(dtypes), tuple(shape), ro) for n in CHECKS}
+    return _finish("producer", [_summarize(n, outcomes[n], known) for n in CHECKS], raise_on_failure)
 
 
 # ---- consumer checks -------------------------------------------------------------------
@@ -712,35 +753,106 @@ def _run_consumer_case(fd, name: str) -> tuple[str, str]:
     return status, detail
 
 
-def _resolve(spec: str) -> Callable:
+def check_consumer(
+    from_dlpack: Callable | str,
+    *,
+    known_failures: dict[str, str] | None = None,
+    raise_on_failure: bool = True,
+    isolate: bool = True,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> list[Result]:
+    """Runs every consumer check on ``from_dlpack``; see the module docs.
+
+    ``from_dlpack`` is a callable or ``"module:attr"``. With ``isolate`` (the default) the
+    cases run in child interpreters, which needs the function importable by name: a case that
+    ends its process fails, naming how (``the consumer crashed the process: killed by signal
+    SIGABRT``, ``... exited with status 0 before reporting``, ``... did not finish within 30 s``:
+    ``timeout`` seconds a case), and a new child runs the rest. A function that cannot be
+    imported skips every check, saying why."""
+    known = _known(known_failures, CONSUMER_CHECKS)
+    try:
+        outcomes = _consumer_outcomes(from_dlpack, isolate, timeout)
+    except SpecError as e:
+        outcomes = {n: [("skip", str(e))] for n in CONSUMER_CHECKS}
+    return _finish("consumer", [_summarize(n, outcomes[n], known) for n in CONSUMER_CHECKS], raise_on_failure)
+
+
+def _consumer_outcomes(from_dlpack: Callable | str, isolate: bool, timeout: float) -> dict[str, list[tuple[str, str]]]:
+    """Every consumer case's outcomes; SpecError where ``from_dlpack`` names nothing usable."""
+    if isolate:
+        spec = from_dlpack if isinstance(from_dlpack, str) else _spec_of(from_dlpack)
+        if spec is None:
+            raise ValueError(f"{from_dlpack!r} is not importable by name: pass 'module:attr', or isolate=False")
+        return _box({"kind": "consumer", "function": spec}, CONSUMER_CHECKS, timeout)[0]
+    fd = _resolve(from_dlpack) if isinstance(from_dlpack, str) else from_dlpack
+    return {n: [_run_consumer_case(fd, n)] for n in CONSUMER_CHECKS}
+
+
+# ---- the box: the code under test runs in child interpreters ----------------------------
+#
+# A factory or a consumer may end its process (sys.exit, os._exit, a crash) or never return.
+# Each runs in a child interpreter, and the child's messages travel on a pipe of their own
+# (one JSON object a line, with the child's pid), never on its stdout or stderr, which the
+# code under test writes as it likes: those go to a file, whose last line a failure quotes.
+# This keeps a report true in spite of buggy code; it is no sandbox: the checks read the
+# tensors the code makes, in its address space, so code that means harm can forge anything.
+
+
+class SpecError(ValueError):
+    """A ``module:attr`` that names nothing usable, said in one line."""
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _parse_spec(spec: str) -> tuple[str, list[str]]:
+    """``"module:attr.attr"`` as the module and the attribute path; SpecError for a malformed one."""
+    if not isinstance(spec, str):
+        raise SpecError(f"{spec!r} is not a 'module:attr' string")
+    if ":" not in spec:
+        raise SpecError(f"{spec}: no colon: expected MODULE:NAME (e.g. mylib:zeros)")
     module, _, attr = spec.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
+    if not module.strip():
+        raise SpecError(f"{spec}: no module before the colon: expected MODULE:NAME")
+    if not attr.strip():
+        raise SpecError(f"{spec}: no name after the colon: expected MODULE:NAME")
+    if not all(p.isidentifier() for p in module.split(".")):
+        raise SpecError(f"{spec}: {module!r} is not a module name")
+    parts = attr.split(".")
+    if not all(p.isidentifier() for p in parts):
+        raise SpecError(f"{spec}: {attr!r} is not a name")
+    return module, parts
+
+
+def _resolve(spec: str) -> Callable:
+    """The callable ``"module:attr"`` names, imported here; SpecError, one line, saying what was
+    wrong where there is none (malformed, not importable, no such attribute, not callable)."""
+    module, parts = _parse_spec(spec)
+    try:
+        obj: Any = importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 - whatever the import raised, reported in one line
+        raise SpecError(_one_line(f"{spec}: cannot import {module}: {type(e).__name__}: {e}")) from None
+    for i, part in enumerate(parts):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise SpecError(f"{spec}: {module} has no attribute {'.'.join(parts[: i + 1])}") from None
+    if not callable(obj):
+        raise SpecError(f"{spec}: {'.'.join(parts)} is a {type(obj).__name__}, not callable")
     return obj
 
 
-def _spec_of(fd) -> str | None:
-    module, qualname = getattr(fd, "__module__", None), getattr(fd, "__qualname__", "")
-    if not module or "<" in qualname:
+def _spec_of(f) -> str | None:
+    """``"module:qualname"`` of a callable a child interpreter can import, else None."""
+    module, qualname = getattr(f, "__module__", None), getattr(f, "__qualname__", "")
+    if not module or module == "__main__" or "<" in qualname:
         return None
     try:
-        return f"{module}:{qualname}" if _resolve(f"{module}:{qualname}") is fd else None
+        return f"{module}:{qualname}" if _resolve(f"{module}:{qualname}") is f else None
     except Exception:  # noqa: BLE001 - not importable by name
         return None
-
-
-def _child(spec: str, names: list[str]) -> None:
-    """The child side of check_consumer: one JSON line per case started and per result."""
-    try:
-        fd = _resolve(spec)
-    except Exception as e:  # noqa: BLE001 - reported to the parent as a skip
-        print(json.dumps({"unavailable": f"{type(e).__name__}: {e}"}), flush=True)
-        return
-    for name in names:
-        print(json.dumps({"start": name}), flush=True)
-        status, detail = _run_consumer_case(fd, name)
-        print(json.dumps({"name": name, "status": status, "detail": detail}), flush=True)
 
 
 def _signal_name(n: int) -> str:
@@ -750,78 +862,241 @@ def _signal_name(n: int) -> str:
         return f"signal {n}"
 
 
-def _run_in_children(spec: str, names: list[str], timeout: float) -> dict[str, tuple[str, str]]:
-    """Runs the cases in child interpreters; a child that dies takes the case it was running
-    down as a failure and a new child runs the rest."""
-    out: dict[str, tuple[str, str]] = {}
+def _boxed(argv: list[str]) -> None:
+    """The child side of the box: ``argv`` is the pipe's file descriptor, the job (JSON) and the
+    checks to run. Each step is announced (``start``, with who runs in it) before it runs, and
+    each check's outcomes are sent when it is done; ``done`` ends a child that ran to the end."""
+    fd, job, names = int(argv[0]), json.loads(argv[1]), argv[2:]
+    os.set_inheritable(fd, False)  # processes the code under test starts never get the pipe
+    pipe = os.fdopen(fd, "w", encoding="utf-8")
+    pid = os.getpid()
+    sys.path[:0] = [p for p in job.get("path", []) if p not in sys.path]
+
+    def send(**msg) -> None:
+        if os.getpid() != pid:  # a fork made by the code under test came back here: not ours to report
+            os._exit(0)
+        pipe.write(json.dumps({"pid": pid, **msg}) + "\n")
+        pipe.flush()
+
+    def importing(spec: str) -> str:
+        return f"importing {spec.partition(':')[0]}"
+
+    kind = job["kind"]
+    try:
+        if kind == "resolve":
+            for flag, spec in job["specs"]:
+                send(start=flag, who=importing(spec))
+                try:
+                    _resolve(spec)
+                except SpecError as e:
+                    send(unusable=f"{flag} {e}")
+                    return
+        elif kind == "producer":
+            if job.get("kwargs_of"):
+                send(start="setup", who=f"{job['kwargs_of']}()")
+                try:
+                    kw = _resolve(job["kwargs_of"])()
+                except Exception as e:  # noqa: BLE001 - sent to the parent
+                    send(unusable=_one_line(f"{type(e).__name__}: {e}"))
+                    return
+                make, ro = kw["make_tensor"], kw.get("make_read_only")
+                dtypes, shape = tuple(kw.get("dtypes", DEFAULT_DTYPES)), tuple(kw.get("shape", (2, 3)))
+                send(setup={"known_failures": dict(kw.get("known_failures") or {})})
+            else:
+                send(start="setup", who=importing(job["factory"]))
+                make = _resolve(job["factory"])
+                ro = None
+                if job.get("read_only"):
+                    send(start="setup", who=importing(job["read_only"]))
+                    ro = _resolve(job["read_only"])
+                dtypes, shape = tuple(job["dtypes"]), tuple(job["shape"])
+            # The factories once per dtype before any check: one that ends the process or hangs
+            # fails every check at once. What they raise, the checks report.
+            for who, factory in (("the factory", make), ("the read-only factory", ro)):
+                if factory is not None:
+                    send(start="factories", who=who)
+                    for dtype in dtypes:
+                        try:
+                            factory(shape, dtype)
+                        except Exception:  # noqa: BLE001, S110 - reported by the checks
+                            pass
+            for name in names:
+                send(start=name, who="the producer")
+                send(result=name, outcomes=_producer_outcomes(make, name, dtypes, shape, ro))
+        elif kind == "consumer":
+            send(start="setup", who=importing(job["function"]))
+            fd_ = _resolve(job["function"])
+            for name in names:
+                send(start=name, who="the consumer")
+                send(result=name, outcomes=[_run_consumer_case(fd_, name)])
+    except SpecError as e:
+        send(unusable=str(e))
+        return
+    send(done=True)
+
+
+@dataclass
+class _Run:
+    """What one child said, and how it ended."""
+
+    messages: list
+    step: str  # the step started last and not finished ("" once its result came)
+    who: str  # who ran in it: "the factory", "importing mylib", ...
+    limit: float  # the seconds it was given
+    rc: int | None = None  # None: killed once past its limit
+    log: str = ""  # the last line the child wrote on stdout or stderr
+    done: bool = False
+
+
+# Starting an interpreter and importing dlbridge is the harness's own work: it gets this long
+# however short the checks' timeout.
+_STARTUP_S = 60.0
+
+
+def _child_run(job: dict, names: list[str], timeout: float) -> _Run:
+    """One child interpreter running ``names`` of ``job``, until it ends or a step outlives its limit."""
     pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ)
     env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    job = {**job, "path": [p or os.getcwd() for p in sys.path]}
+    cmd = [sys.executable, "-c", "import sys; from dlbridge.testing import _boxed; _boxed(sys.argv[1:])"]
+    run = _Run([], "startup", "the checker's child interpreter", max(timeout, _STARTUP_S))
+    with tempfile.TemporaryFile() as log:
+        rfd, wfd = os.pipe()
+        try:
+            proc = subprocess.Popen([*cmd, str(wfd), json.dumps(job), *names], stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, env=env, pass_fds=(wfd,), start_new_session=True)
+        except BaseException:
+            os.close(rfd)
+            raise
+        finally:
+            os.close(wfd)
+        try:
+            _follow(proc, rfd, run, timeout)
+        finally:
+            os.close(rfd)
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)  # what the code under test started and left running
+        log.seek(max(0, log.seek(0, os.SEEK_END) - 4096))
+        lines = [ln for ln in log.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+        run.log = _one_line(lines[-1], 200) if lines else ""
+    return run
+
+
+def _follow(proc: subprocess.Popen, rfd: int, run: _Run, timeout: float) -> None:
+    """Reads the child's messages into ``run`` until the child ends (``run.rc``) or its step
+    outlives its limit (``run.rc`` stays None; the caller kills it)."""
+    buf, open_ = b"", True
+    deadline = time.monotonic() + run.limit
+
+    def take(line: bytes) -> None:
+        nonlocal deadline
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(msg, dict) or msg.get("pid") != proc.pid:
+            return
+        run.messages.append(msg)
+        if "start" in msg:
+            run.step, run.who, run.limit = str(msg["start"]), str(msg.get("who", "")), timeout
+            deadline = time.monotonic() + timeout
+        elif "result" in msg:
+            run.step = ""
+        elif msg.get("done"):
+            run.done = True
+
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        if open_ and select.select([rfd], [], [], min(left, 0.1))[0]:
+            chunk = os.read(rfd, 1 << 16)
+            if chunk:
+                *lines, buf = (buf + chunk).split(b"\n")
+                for line in lines:
+                    take(line)
+                continue
+            open_ = False
+        if proc.poll() is not None:
+            # Ended; a process it started may still hold the pipe open: read what is there.
+            os.set_blocking(rfd, False)
+            with contextlib.suppress(BlockingIOError, OSError):
+                while chunk := os.read(rfd, 1 << 16):
+                    buf += chunk
+            for line in buf.split(b"\n"):
+                take(line)
+            run.rc = proc.returncode
+            return
+        if not open_:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=min(left, 0.1))
+
+
+def _death(run: _Run) -> str:
+    """How a child that did not finish ended, naming who ran in it."""
+    if run.rc is None:
+        return f"{run.who} did not finish within {run.limit:g} s"
+    if run.rc < 0:
+        return f"{run.who} crashed the process: killed by signal {_signal_name(-run.rc)}"
+    return f"{run.who} exited with status {run.rc} before reporting" + (f" (its last output: {run.log})" if run.log else "")
+
+
+def _box(job: dict, names: list[str], timeout: float) -> tuple[dict[str, list[tuple[str, str]]], dict]:
+    """Runs the checks ``names`` of ``job`` in child interpreters: each check's outcomes, and what
+    the child said of its setup (a library's known failures). A child that ends or hangs in a
+    check fails that check, naming how, and a new child runs the rest; one that does so before
+    its first check (importing, the factories' first calls) fails every check left. SpecError
+    where the job's code cannot be found."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    setup: dict = {}
     todo = list(names)
     while todo:
-        cmd = [sys.executable, "-c", "import sys; from dlbridge.testing import _child; _child(sys.argv[1], sys.argv[2:])", spec, *todo]
-        started = None
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-            stdout, stderr, rc = proc.stdout, proc.stderr, proc.returncode
-        except subprocess.TimeoutExpired as e:
-            stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-            stderr, rc = "", None
-        for line in stdout.splitlines():
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            if "unavailable" in msg:
-                return {n: ("skip", f"{spec} unavailable: {msg['unavailable']}") for n in names}
-            if "start" in msg:
-                started = msg["start"]
-            elif "name" in msg:
-                out[msg["name"]] = (msg["status"], msg["detail"])
-                started = None
+        run = _child_run(job, todo, timeout)
+        for msg in run.messages:
+            if "unusable" in msg:
+                raise SpecError(str(msg["unusable"]))
+            if isinstance(msg.get("setup"), dict):
+                setup.update(msg["setup"])
+            if msg.get("result") in todo and isinstance(msg.get("outcomes"), list):
+                out[msg["result"]] = [(str(s), str(d)) for s, d in msg["outcomes"]]
         todo = [n for n in todo if n not in out]
         if not todo:
             break
-        victim = started or todo[0]
-        if rc is None:
-            why = f"hung: no answer within {timeout:.0f} s"
-        elif rc < 0:
-            why = f"crashed the process ({_signal_name(-rc)})"
+        if run.done:
+            for n in todo:
+                out[n] = [("fail", "the checker's child finished without a result for this check")]
+            break
+        why = _death(run)
+        if run.step in todo:
+            out[run.step] = [("fail", why)]
+            todo.remove(run.step)
         else:
-            last = (stderr.strip().splitlines() or [""])[-1]
-            why = f"the process exited with status {rc}" + (f": {last}" if last else "")
-        out[victim] = ("fail", why)
-        todo.remove(victim)
-    return out
+            for n in todo:
+                out[n] = [("fail", why)]
+            break
+    return out, setup
 
 
-def check_consumer(
-    from_dlpack: Callable | str,
-    *,
-    known_failures: dict[str, str] | None = None,
-    raise_on_failure: bool = True,
-    isolate: bool = True,
-    timeout: float = 120.0,
-) -> list[Result]:
-    """Runs every consumer check on ``from_dlpack``; see the module docs.
-
-    ``from_dlpack`` is a callable or ``"module:attr"``. With ``isolate`` (the default) the
-    cases run in a child interpreter, which needs the function importable by name; a child
-    killed by a signal fails the case it was running (``crashed the process (SIGABRT)``)."""
-    known = dict(known_failures or {})
-    unknown = set(known) - set(CONSUMER_CHECKS)
-    if unknown:
-        raise ValueError(f"unknown checks in known_failures: {sorted(unknown)}")
-    if isolate:
-        spec = from_dlpack if isinstance(from_dlpack, str) else _spec_of(from_dlpack)
-        if spec is None:
-            raise ValueError(f"{from_dlpack!r} is not importable by name: pass 'module:attr', or isolate=False")
-        outcomes = _run_in_children(spec, CONSUMER_CHECKS, timeout)
-    else:
-        fd = _resolve(from_dlpack) if isinstance(from_dlpack, str) else from_dlpack
-        outcomes = {n: _run_consumer_case(fd, n) for n in CONSUMER_CHECKS}
-    results = [_summarize(n, [outcomes[n]], known) for n in CONSUMER_CHECKS]
-    return _finish("consumer", results, raise_on_failure)
+def _check_specs(specs: list[tuple[str, str]], timeout: float) -> None:
+    """Whether every ``(flag, "module:attr")`` names a callable, tried in a child interpreter:
+    SpecError, one line naming the flag and what was wrong, where one does not."""
+    for flag, spec in specs:
+        try:
+            _parse_spec(spec)
+        except SpecError as e:
+            raise SpecError(f"{flag} {e}") from None
+    run = _child_run({"kind": "resolve", "specs": specs}, [], timeout)
+    for msg in run.messages:
+        if "unusable" in msg:
+            raise SpecError(str(msg["unusable"]))
+    if not run.done:
+        flag = run.step if run.step in dict(specs) else specs[0][0]
+        raise SpecError(f"{flag} {dict(specs)[flag]}: {_death(run)}")
 
 
 # ---- every library installed here -----------------------------------------------------
@@ -989,31 +1264,39 @@ LIBRARIES = [
 ]
 
 
-def run_all(libraries: list[Library] | None = None) -> dict[str, dict[str, Result]]:
+def run_all(libraries: list[Library] | None = None, timeout: float = DEFAULT_TIMEOUT) -> dict[str, dict[str, Result]]:
     """Producer and consumer checks on every library importable here: library -> rule ->
-    Result (rules prefixed ``producer.`` / ``consumer.``); missing libraries are skips."""
+    Result (rules prefixed ``producer.`` / ``consumer.``); missing libraries are skips. The
+    libraries run in child interpreters, ``timeout`` seconds a check (see :func:`check_consumer`)."""
     matrix: dict[str, dict[str, Result]] = {}
     for lib in libraries or LIBRARIES:
         row: dict[str, Result] = {}
         try:
-            importlib.import_module(lib.module)
-            missing = ""
-        except ImportError as e:
-            missing = f"{lib.module} not installed ({e.__class__.__name__})"
+            found = importlib.util.find_spec(lib.module) is not None
+        except (ImportError, ValueError):
+            found = False
+        missing = "" if found else f"{lib.module} not installed (ModuleNotFoundError)"
         for name in CHECKS:
             row[f"producer.{name}"] = Result(name, "skip", missing or lib.no_producer)
         for name in CONSUMER_CHECKS:
             row[f"consumer.{name}"] = Result(name, "skip", missing or lib.no_consumer)
         if not missing and lib.producer is not None:
             try:
-                kw = lib.producer()
-                for r in check_producer(raise_on_failure=False, **kw):
+                spec = _spec_of(lib.producer)
+                if spec is None:  # a library of the caller's, made here
+                    results = check_producer(raise_on_failure=False, timeout=timeout, **lib.producer())
+                else:
+                    outcomes, setup = _box({"kind": "producer", "kwargs_of": spec}, CHECKS, timeout)
+                    known = _known(setup.get("known_failures"), CHECKS)
+                    results = [_summarize(n, outcomes[n], known) for n in CHECKS]
+                for r in results:
                     row[f"producer.{r.name}"] = r
             except Exception as e:  # noqa: BLE001 - a harness error is a failure of every check
+                why = str(e) if isinstance(e, SpecError) else f"{type(e).__name__}: {e}"
                 for name in CHECKS:
-                    row[f"producer.{name}"] = Result(name, "fail", f"could not run: {type(e).__name__}: {e}")
+                    row[f"producer.{name}"] = Result(name, "fail", f"could not run: {why}")
         if not missing and lib.consumer is not None:
-            for r in check_consumer(lib.consumer, known_failures=lib.consumer_known, raise_on_failure=False):
+            for r in check_consumer(lib.consumer, known_failures=lib.consumer_known, raise_on_failure=False, timeout=timeout):
                 row[f"consumer.{r.name}"] = r
         matrix[lib.name] = row
     return matrix
@@ -1053,50 +1336,99 @@ def format_matrix(matrix: dict[str, dict[str, Result]], markdown: bool = False) 
     return "\n".join(lines)
 
 
-def _table(markdown: bool = False) -> int:
+def _table(markdown: bool = False, timeout: float = DEFAULT_TIMEOUT) -> int:
     """Prints the matrix for every library importable here; returns the failure count."""
-    matrix = run_all()
+    matrix = run_all(timeout=timeout)
     print(format_matrix(matrix, markdown))
+    for row in matrix.values():
+        _tally([r for rule, r in row.items() if rule.startswith("producer.")], CHECKS)
+        _tally([r for rule, r in row.items() if rule.startswith("consumer.")], CONSUMER_CHECKS)
     failures = sum(r.status == "fail" for row in matrix.values() for r in row.values())
     print(f"\n{len(matrix)} libraries x {len(CHECKS)} producer + {len(CONSUMER_CHECKS)} consumer rules, {failures} failures")
     return failures
 
 
+_STATUSES = ("pass", "known failure", "skip", "fail")
+
+
+def _tally(results: list[Result], names: list[str]) -> dict[str, int]:
+    """How many results have each status. Every rule of ``names`` has exactly one result and
+    every result one of the statuses, so the counts add up to the rules: else RuntimeError
+    (a report that does not add up is never printed as if it did)."""
+    got = sorted(r.name for r in results)
+    if got != sorted(names):
+        missing, extra = sorted(set(names) - set(got)), sorted(n for n in set(got) if got.count(n) > 1 or n not in names)
+        raise RuntimeError(f"the report does not add up: no result for {missing}, unexpected or repeated {extra}")
+    counts = {s: sum(r.status == s for r in results) for s in _STATUSES}
+    if sum(counts.values()) != len(names):
+        odd = sorted({r.status for r in results} - set(_STATUSES))
+        raise RuntimeError(f"the report does not add up: results of unknown status {odd}")
+    return counts
+
+
+def _totals(counts: dict[str, int]) -> str:
+    """``"16 rules: 13 passed, 0 skipped, 3 failures"`` (known failures named where there are any)."""
+    known = f", {counts['known failure']} known failures" if counts["known failure"] else ""
+    return f"{sum(counts.values())} rules: {counts['pass']} passed{known}, {counts['skip']} skipped, {counts['fail']} failures"
+
+
 def _yours(args: Any) -> int:
-    """``--producer`` / ``--consumer``: the checks on the caller's own library; the failure count."""
-    results: list[tuple[str, list[Result]]] = []
+    """``--producer`` / ``--consumer``: the checks on the caller's own library; the failure count.
+    SpecError where a ``module:attr`` names nothing usable."""
+    specs = [(flag, v) for flag, v in (("--producer", args.producer), ("--read-only", args.read_only),
+                                       ("--consumer", args.consumer)) if v]
+    _check_specs(specs, args.timeout)
+    sections: list[tuple[str, dict, list[str], list[Result]]] = []
     if args.producer:
-        kw: dict[str, Any] = {"make_tensor": _resolve(args.producer), "raise_on_failure": False}
-        if args.read_only:
-            kw["make_read_only"] = _resolve(args.read_only)
-        if args.dtypes:
-            kw["dtypes"] = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
-        results.append((f"producer {args.producer}", check_producer(**kw)))
+        dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip()) if args.dtypes else DEFAULT_DTYPES
+        rs = check_producer(args.producer, make_read_only=args.read_only, dtypes=dtypes, raise_on_failure=False,
+                            isolate=True, timeout=args.timeout)
+        sections.append((f"producer {args.producer}", PRODUCER_RULES, CHECKS, rs))
     if args.consumer:
-        results.append((f"consumer {args.consumer}", check_consumer(args.consumer, raise_on_failure=False)))
-    failures = 0
-    for title, rs in results:
+        outcomes = _consumer_outcomes(args.consumer, True, args.timeout)
+        rs = [_summarize(n, outcomes[n], {}) for n in CONSUMER_CHECKS]
+        sections.append((f"consumer {args.consumer}", CONSUMER_RULES, CONSUMER_CHECKS, rs))
+    total = dict.fromkeys(_STATUSES, 0)
+    for title, rules, names, rs in sections:
         print(title)
-        for cause in root_causes(rs) if title.startswith("producer") else []:
+        for cause in root_causes(rs) if rules is PRODUCER_RULES else []:
             print(f"  root cause: {cause}")
         for r in rs:
             print(f"  {r}")
-            rule = (PRODUCER_RULES if title.startswith("producer") else CONSUMER_RULES).get(r.name)
+            rule = rules.get(r.name)
             if r.status == "fail" and rule:
                 print(f"      rule: {rule[0]}")
                 print(f"      fix:  {rule[1]}")
-        failures += sum(r.status == "fail" for r in rs)
-    print(f"\n{failures} failures")
-    return failures
+        counts = _tally(rs, names)
+        print(f"  {_totals(counts)}")
+        total = {s: total[s] + counts[s] for s in _STATUSES}
+    print(f"\n{_totals(total)}")
+    return total["fail"]
+
+
+def _seconds(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
+    return value
 
 
 def _main(argv: list[str] | None = None) -> int:
+    """The command line; returns the failure count (exits 2, with one line on stderr, where an
+    option is wrong or a ``module:attr`` names nothing usable)."""
     import argparse
 
     parser = argparse.ArgumentParser(
         prog="python -m dlbridge.testing",
         description="DLPack conformance: without options, the matrix library x rule for every library installed "
-        "here; with --producer / --consumer, the checks on your own library. Exit status 3: a check failed.",
+        "here; with --producer / --consumer, the checks on your own library. The code under test runs in child "
+        "interpreters: one that exits, crashes or hangs fails the check it was running, naming how. "
+        "Exit status 3: a check failed; 2: a wrong option or a MODULE:NAME that names nothing usable.",
     )
     parser.add_argument("--markdown", action="store_true", help="print the matrix as a Markdown table")
     parser.add_argument("--producer", metavar="MODULE:FACTORY",
@@ -1104,14 +1436,20 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument("--read-only", metavar="MODULE:FACTORY", help="with --producer: a factory of read-only arrays")
     parser.add_argument("--dtypes", metavar="LIST", help="with --producer: dtypes to export, comma-separated (default f32,f64,i32,i64,u8)")
     parser.add_argument("--consumer", metavar="MODULE:FUNCTION", help="check your consumer: a from_dlpack taking any DLPack producer")
+    parser.add_argument("--timeout", metavar="SECONDS", type=_seconds, default=DEFAULT_TIMEOUT,
+                        help=f"how long each check (and importing your module) may run before it fails as hung "
+                        f"(default {DEFAULT_TIMEOUT:g})")
     args = parser.parse_args(argv)
     if (args.read_only or args.dtypes) and not args.producer:
         parser.error("--read-only and --dtypes go with --producer")
     if args.producer or args.consumer:
         if args.markdown:
             parser.error("--markdown is for the matrix, not for --producer / --consumer")
-        return _yours(args)
-    return _table(args.markdown)
+        try:
+            return _yours(args)
+        except SpecError as e:
+            parser.exit(2, f"{parser.prog}: error: {_one_line(e)}\n")
+    return _table(args.markdown, args.timeout)
 
 
 if __name__ == "__main__":

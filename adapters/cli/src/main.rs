@@ -56,9 +56,34 @@ struct ConformanceArgs {
     /// active virtual environment's python, else python3); one that cannot import dlbridge is an error.
     #[arg(long, value_name = "PATH")]
     python: Option<String>,
+    /// How long each Python check (and importing your module) may run, in seconds, before it
+    /// fails as hung (default 30). The code under test runs in child interpreters: one that
+    /// exits, crashes or hangs fails the check it was running, naming how.
+    #[arg(long, value_name = "SECONDS", value_parser = positive_seconds)]
+    timeout: Option<f64>,
     /// Run only the Rust cases (no Python).
-    #[arg(long, conflicts_with_all = ["producer", "consumer", "python"])]
+    #[arg(long, conflicts_with_all = ["producer", "consumer", "python", "timeout"])]
     rust_only: bool,
+}
+
+fn positive_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s > 0.0 && s.is_finite() => Ok(s),
+        _ => Err(format!("expected a number of seconds above 0, got {text:?}")),
+    }
+}
+
+/// How a command fails: an error (exit status 1), or a command line naming nothing usable
+/// (exit status 2, as for any wrong option).
+enum Failure {
+    Error(dlbridge::Error),
+    Usage(String),
+}
+
+impl From<dlbridge::Error> for Failure {
+    fn from(e: dlbridge::Error) -> Self {
+        Failure::Error(e)
+    }
 }
 
 fn list(plugins: &[std::path::PathBuf], defines: &[std::path::PathBuf]) -> dlbridge::Result<()> {
@@ -110,7 +135,7 @@ fn list(plugins: &[std::path::PathBuf], defines: &[std::path::PathBuf]) -> dlbri
 /// The Rust cases on the adapters this binary links (dlbridge's own Array; tch and
 /// the Python paths run the same suite from their own tests: `cargo test -p
 /// dlbridge-tch`, pytest), then the Python checks (see [`python_conformance`]).
-fn conformance(args: &ConformanceArgs) -> dlbridge::Result<()> {
+fn conformance(args: &ConformanceArgs) -> Result<(), Failure> {
     let mut failures = 0;
     let yours = args.producer.is_some() || args.consumer.is_some();
     if !yours {
@@ -122,7 +147,7 @@ fn conformance(args: &ConformanceArgs) -> dlbridge::Result<()> {
     } else {
         failures += python_conformance(args)?;
     }
-    if failures == 0 { Ok(()) } else { Err(dlbridge::Error::Runtime(format!("{failures} conformance failures"))) }
+    if failures == 0 { Ok(()) } else { Err(dlbridge::Error::Runtime(format!("{failures} conformance failures")).into()) }
 }
 
 fn rust_conformance() -> usize {
@@ -169,9 +194,11 @@ fn python_of(args: &ConformanceArgs) -> String {
 /// `python -m dlbridge.testing` (the matrix of every Python library installed, or
 /// the checks on `--producer` / `--consumer`): the failures it adds (0 or 1). An
 /// interpreter that is missing or cannot import dlbridge is an error (`--rust-only`
-/// runs without Python); a child that dies by a signal (a library crashing the
-/// process) or exits with anything but 0 or 3 (3: checks failed) is a failure.
-fn python_conformance(args: &ConformanceArgs) -> dlbridge::Result<usize> {
+/// runs without Python); a `MODULE:NAME` that names nothing usable is a usage error
+/// (its one line from Python); a child that dies by a signal, exits with anything but
+/// 0 or 3 (3: checks failed), or exits 0 without its report's last line
+/// (`... 0 failures`) is a failure.
+fn python_conformance(args: &ConformanceArgs) -> Result<usize, Failure> {
     use std::process::Command;
     let python = python_of(args);
     let last_line = |bytes: &[u8]| String::from_utf8_lossy(bytes).lines().last().unwrap_or("").to_string();
@@ -182,40 +209,51 @@ fn python_conformance(args: &ConformanceArgs) -> dlbridge::Result<usize> {
         ))
     };
     match Command::new(&python).args(["-c", "import dlbridge"]).output() {
-        Err(e) => return Err(cannot(format!("{python}: {e}"))),
+        Err(e) => return Err(cannot(format!("{python}: {e}")).into()),
         Ok(out) if signal_of(&out.status).is_some() => {
             let sig = signal_of(&out.status).unwrap_or_default();
-            return Err(cannot(format!("{python} died of {} importing dlbridge", signal_name(sig))));
+            return Err(cannot(format!("{python} died of {} importing dlbridge", signal_name(sig))).into());
         }
-        Ok(out) if !out.status.success() => return Err(cannot(format!("{python} cannot import dlbridge: {}", last_line(&out.stderr)))),
+        Ok(out) if !out.status.success() => {
+            return Err(cannot(format!("{python} cannot import dlbridge: {}", last_line(&out.stderr))).into());
+        }
         Ok(_) => {}
     }
     let mut cmd = Command::new(&python);
     cmd.args(["-m", "dlbridge.testing"]);
-    for (flag, value) in
-        [("--producer", &args.producer), ("--read-only", &args.read_only), ("--dtypes", &args.dtypes), ("--consumer", &args.consumer)]
-    {
+    let timeout = args.timeout.map(|s| s.to_string());
+    for (flag, value) in [
+        ("--producer", &args.producer),
+        ("--read-only", &args.read_only),
+        ("--dtypes", &args.dtypes),
+        ("--consumer", &args.consumer),
+        ("--timeout", &timeout),
+    ] {
         if let Some(v) = value {
             cmd.args([flag, v]);
         }
     }
-    match cmd.output() {
-        Err(e) => Err(cannot(format!("{python}: {e}"))),
-        Ok(out) => {
-            print!("{}", String::from_utf8_lossy(&out.stdout));
-            Ok(if out.status.success() {
-                0
-            } else if let Some(sig) = signal_of(&out.status) {
-                println!("python libraries: FAIL ({python} -m dlbridge.testing died of {})", signal_name(sig));
-                1
-            } else if out.status.code() == Some(3) {
-                1
-            } else {
-                println!("python libraries: FAIL ({python} -m dlbridge.testing exited with {}: {})", out.status, last_line(&out.stderr));
-                1
-            })
-        }
-    }
+    let out = cmd.output().map_err(|e| cannot(format!("{python}: {e}")))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    print!("{text}");
+    let reported = text.lines().last().is_some_and(|l| l == "0 failures" || l.ends_with(" 0 failures"));
+    Ok(if out.status.success() && reported {
+        0
+    } else if out.status.success() {
+        println!("python libraries: FAIL ({python} -m dlbridge.testing exited with status 0 without its report)");
+        1
+    } else if let Some(sig) = signal_of(&out.status) {
+        println!("python libraries: FAIL ({python} -m dlbridge.testing died of {})", signal_name(sig));
+        1
+    } else if out.status.code() == Some(3) {
+        1
+    } else if out.status.code() == Some(2) {
+        let line = last_line(&out.stderr);
+        return Err(Failure::Usage(line.strip_prefix("python -m dlbridge.testing: error: ").unwrap_or(&line).to_string()));
+    } else {
+        println!("python libraries: FAIL ({python} -m dlbridge.testing exited with {}: {})", out.status, last_line(&out.stderr));
+        1
+    })
 }
 
 /// The signal that killed a child process, if one did.
@@ -247,16 +285,20 @@ fn signal_name(sig: i32) -> String {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Demo => dlbridge::demo::array_round_trip().map(|report| print!("{report}")),
-        Command::List { plugins, defines } => list(&plugins, &defines),
+        Command::Demo => dlbridge::demo::array_round_trip().map(|report| print!("{report}")).map_err(Failure::from),
+        Command::List { plugins, defines } => list(&plugins, &defines).map_err(Failure::from),
         Command::Conformance(args) => conformance(&args),
-        Command::Inspect { path } => dlbridge::registry_crate::Plugin::open(&path).map(|p| print!("{}", p.info())),
+        Command::Inspect { path } => dlbridge::registry_crate::Plugin::open(&path).map(|p| print!("{}", p.info())).map_err(Failure::from),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        Err(Failure::Error(e)) => {
             eprintln!("dlbridge: {e}");
             ExitCode::FAILURE
+        }
+        Err(Failure::Usage(why)) => {
+            eprintln!("dlbridge: {why}");
+            ExitCode::from(2)
         }
     }
 }

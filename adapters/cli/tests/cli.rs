@@ -150,6 +150,66 @@ fn conformance_checks_a_producer_of_your_own() {
 }
 
 #[test]
+fn conformance_fails_a_factory_that_exits_or_hangs_and_refuses_a_name_that_names_nothing() {
+    let (python, has) = default_python();
+    if !has {
+        eprintln!("skipped: {python} cannot import dlbridge");
+        return;
+    }
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("conformance_box");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("badlib.py"),
+        "import sys, time\n\ndef exits(shape, dtype):\n    sys.exit(0)\n\ndef hangs(shape, dtype):\n    time.sleep(600)\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_dlbridge"))
+            .args(["conformance", "--python", &python])
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    };
+    // Exiting with status 0 is a failure that says so, never a passing run without a report.
+    let (code, text, err) = run(&["--producer", "badlib:exits", "--timeout", "5"]);
+    assert_eq!(code, Some(1), "{text}{err}");
+    assert!(text.contains("fail: the factory exited with status 0 before reporting"), "{text}");
+    assert!(text.trim_end().ends_with("16 rules: 0 passed, 0 skipped, 16 failures"), "{text}");
+    let start = std::time::Instant::now();
+    let (code, text, err) = run(&["--producer", "badlib:hangs", "--timeout", "1"]);
+    assert_eq!(code, Some(1), "{text}{err}");
+    assert!(text.contains("fail: the factory did not finish within 1 s"), "{text}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(25), "{:?}", start.elapsed());
+    // A name that names nothing: one line, exit status 2.
+    for (spec, says) in [
+        ("badlib", "dlbridge: --producer badlib: no colon: expected MODULE:NAME (e.g. mylib:zeros)"),
+        ("badlib:nothing", "dlbridge: --producer badlib:nothing: badlib has no attribute nothing"),
+    ] {
+        let (code, text, err) = run(&["--producer", spec]);
+        assert_eq!(code, Some(2), "{text}{err}");
+        assert_eq!(err.trim_end(), says);
+    }
+    let (code, _, err) = run(&["--producer", "badlib:exits", "--timeout", "0"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("expected a number of seconds above 0"), "{err}");
+}
+
+#[cfg(unix)]
+#[test]
+fn conformance_fails_when_the_python_checks_exit_0_without_their_report() {
+    use std::os::unix::fs::PermissionsExt;
+    // An "interpreter" that imports anything and exits 0 at once, as a factory calling sys.exit(0) would.
+    let fake = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("exits_0_python");
+    std::fs::write(&fake, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (ok, text, err) = dlbridge(&["conformance".as_ref(), "--producer".as_ref(), "m:f".as_ref(), "--python".as_ref(), fake.as_os_str()]);
+    assert!(!ok, "{text}");
+    assert!(text.contains("-m dlbridge.testing exited with status 0 without its report"), "{text}{err}");
+}
+
+#[test]
 fn inspect_fails_for_every_plugin_that_would_fail_to_load() {
     // A signature that does not parse, a kernel declared twice for one device:
     // inspect runs the loader's checks, not only the table's.
