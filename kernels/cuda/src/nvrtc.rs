@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use dlbridge_core::{Error, Result};
-use dlbridge_registry::trust::{is_plain_file, seal, sealed, trusted_dir};
+use dlbridge_registry::trust::{TrustedDir, seal, sealed};
 use sha2::{Digest, Sha256};
 
 use crate::probe::{Unavailable, guarded};
@@ -282,9 +282,9 @@ pub fn find_cublas() -> std::result::Result<Option<std::path::PathBuf>, Unavaila
 #[derive(Debug)]
 pub struct PtxCache {
     dir: Option<PathBuf>,
-    /// Whether `dir` may hold code this process loads
-    /// ([`dlbridge_registry::trust::trusted_dir`]), asked on first use.
-    trusted: OnceLock<bool>,
+    /// The directory, held open, when it may hold code this process loads
+    /// ([`TrustedDir::open`]: its whole path checked), asked on first use.
+    trusted: OnceLock<Option<TrustedDir>>,
     memory: Mutex<HashMap<[u8; 32], Arc<[u8]>>>,
     compiled: AtomicU64,
     memory_hits: AtomicU64,
@@ -375,12 +375,14 @@ impl PtxCache {
             self.memory_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(p.clone());
         }
-        let file = self.disk_dir().map(|d| d.join(format!("{}.{}", hex(&key), if output == Output::Ptx { "ptx" } else { "cubin" })));
+        let dir = self.disk_dir();
+        let file = format!("{}.{}", hex(&key), if output == Output::Ptx { "ptx" } else { "cubin" });
         // A file is used only when it is a regular file (never through a symbolic
-        // link) whose header names this key and seals the image that follows
-        // under this user's secret ([`seal`]: a torn, edited or planted file is
-        // compiled again and replaced, never loaded).
-        let from_disk = file.as_ref().filter(|f| is_plain_file(f)).and_then(|f| std::fs::read(f).ok()).and_then(|bytes| {
+        // link, read through the directory's handle) whose header names this key
+        // and seals the image that follows under this user's secret ([`seal`]: a
+        // torn, edited or planted file is compiled again and replaced, never
+        // loaded). The image loaded is the one whose seal was checked: in memory.
+        let from_disk = dir.and_then(|d| d.read(&file)).and_then(|bytes| {
             let nl = bytes.iter().position(|&b| b == b'\n')?;
             let line = std::str::from_utf8(&bytes[..nl]).ok()?.strip_prefix(HEADER)?;
             let image = &bytes[nl + 1..];
@@ -396,11 +398,11 @@ impl PtxCache {
             None => {
                 let image = compile(source, name, options, output)?;
                 self.compiled.fetch_add(1, Ordering::Relaxed);
-                if let Some(f) = &file {
+                if let Some(d) = dir {
                     let mut text = format!("{HEADER}{} {}\n", hex(&key), seal(&seal_name(&key, output), &image)).into_bytes();
                     text.extend_from_slice(&image);
                     // A cache that cannot be written is only slower: the error is not the caller's.
-                    let _ = write_atomically(f, &text);
+                    let _ = d.write(&file, &text);
                 }
                 image.into()
             }
@@ -411,16 +413,17 @@ impl PtxCache {
 
     /// The directory to read and write, when it is one this process may load
     /// code from (else the cache is in memory only, and a warning says why, once).
-    fn disk_dir(&self) -> Option<&Path> {
+    fn disk_dir(&self) -> Option<&TrustedDir> {
         let dir = self.dir.as_deref()?;
-        let trusted = *self.trusted.get_or_init(|| match trusted_dir(dir) {
-            Ok(()) => true,
-            Err(why) => {
-                eprintln!("dlbridge: not using the NVRTC cache {}: {why}; compiled code is kept in memory only", dir.display());
-                false
-            }
-        });
-        trusted.then_some(dir)
+        self.trusted
+            .get_or_init(|| match TrustedDir::open(dir) {
+                Ok(d) => Some(d),
+                Err(why) => {
+                    eprintln!("dlbridge: not using the NVRTC cache {}: {why}; compiled code is kept in memory only", dir.display());
+                    None
+                }
+            })
+            .as_ref()
     }
 
     /// Counts so far.
@@ -431,17 +434,6 @@ impl PtxCache {
             disk_hits: self.disk_hits.load(Ordering::Relaxed),
         }
     }
-}
-
-/// Writes through a temporary file renamed into place, so a reader never sees half a file.
-fn write_atomically(path: &Path, text: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    // An unpredictable name, created exclusively (nothing planted under it is
-    // followed): threads or processes that compile the same key at once each
-    // write their own file, and the last rename wins whole.
-    let mut tmp = tempfile::Builder::new().prefix(".dlbridge-nvrtc-").tempfile_in(dir)?;
-    std::io::Write::write_all(&mut tmp, text)?;
-    tmp.persist(path).map(drop).map_err(|e| e.error)
 }
 
 #[cfg(test)]
