@@ -72,13 +72,20 @@ def _dtype_of(x: Any) -> str:
     return _dlbridge.from_dlpack(x).dtype
 
 
+def _symbolic(v: Any, kind: str) -> bool:
+    """Whether ``v`` is torch's symbolic ``SymInt`` / ``SymFloat`` / ``SymBool`` (a
+    Python scalar traced by ``torch.compile(dynamic=True)``)."""
+    t = type(v)
+    return t.__name__ == kind and t.__module__.startswith("torch")
+
+
 def _scalar_dtype(v: Any) -> str:
     """NumPy's dtype for a Python scalar when nothing else binds it."""
     if hasattr(v, "dtype"):
         return _FROM_NUMPY.get(str(v.dtype), "f64")
-    if isinstance(v, bool):
+    if isinstance(v, bool) or _symbolic(v, "SymBool"):
         return "bool"
-    if isinstance(v, numbers.Integral):
+    if isinstance(v, numbers.Integral) or _symbolic(v, "SymInt"):
         return "i64"
     if isinstance(v, complex):
         return "c128"
@@ -110,6 +117,14 @@ def _check_scalar(kernel: str, arg: str, value: Any, dtype: str) -> None:
     truncated (as a plain kernel's i64 scalar refuses one), and a value out of the
     dtype's range is an OverflowError, whatever framework makes the 0-d array."""
     if dtype not in _INT_RANGES:
+        return
+    if _symbolic(value, "SymInt"):
+        # Its value is known when the compiled code runs: checked there.
+        import torch
+
+        lo, hi = _INT_RANGES[dtype]
+        torch._check(value >= lo, lambda: f"{kernel}: argument {arg}: the scalar is out of range for {dtype} ({lo} to {hi})")
+        torch._check(value <= hi, lambda: f"{kernel}: argument {arg}: the scalar is out of range for {dtype} ({lo} to {hi})")
         return
     if not isinstance(value, numbers.Integral):
         raise TypeError(f"{kernel}: argument {arg}: the scalar {value!r} is not an integer, and {arg} is {dtype} (it is not truncated)")

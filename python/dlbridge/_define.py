@@ -30,25 +30,36 @@ class Definitions:
     """Every definition of one text, as attributes (``defs.matmul``), by name
     (``defs["matmul"]``) and in order (``for kernel in defs``)."""
 
+    __slots__ = ("__kernels",)
+
     def __init__(self, pairs: list[tuple[str, Any]]) -> None:
-        self._kernels = dict(pairs)
-        for name, kernel in pairs:
-            setattr(self, name, kernel)
+        self.__kernels = dict(pairs)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only for names the object itself does not have: the definitions'.
+        kernels = object.__getattribute__(self, "_Definitions__kernels")
+        try:
+            return kernels[name]
+        except KeyError:
+            raise AttributeError(f"no `def {name}` here (the text defines {', '.join(kernels)})") from None
 
     def __getitem__(self, name: str) -> Any:
         try:
-            return self._kernels[name]
+            return self.__kernels[name]
         except KeyError:
-            raise KeyError(f"no `def {name}` here (the text defines {', '.join(self._kernels)})") from None
+            raise KeyError(f"no `def {name}` here (the text defines {', '.join(self.__kernels)})") from None
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(self._kernels.values())
+        return iter(self.__kernels.values())
 
     def __len__(self) -> int:
-        return len(self._kernels)
+        return len(self.__kernels)
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(object.__dir__(self)) | set(self.__kernels))
 
     def __repr__(self) -> str:
-        return f"<dlbridge.Definitions {', '.join(self._kernels)}>"
+        return f"<dlbridge.Definitions {', '.join(self.__kernels)}>"
 
 
 def define(lang: str, name: str | None = None) -> Any:

@@ -182,6 +182,11 @@ class Kernel:
     @property
     def doc(self) -> str:
         """The one-line description."""
+    def _digest(self) -> str:
+        """A digest of what this kernel is (signature, options, origins, source or file)."""
+    @property
+    def per_element(self) -> bool:
+        """Whether each output element depends only on the inputs' elements at its own position."""
     def _handle(self) -> int:
         """A number naming this very kernel for programs of other frameworks
         (dlbridge.jax's custom calls): they run it even after its name is
@@ -307,6 +312,7 @@ def load_inline(
     extra_cflags: list[str] = ...,
     cuda_options: list[str] = ...,
     strided: list[str] = ...,
+    sources: list[str] = ...,
 ) -> list[Kernel]:
     """Registers the functions of ``dlbridge.load_inline`` (``(key, signature)`` pairs); the kernels in order."""
 def _numpy_read_in_place() -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import types
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -41,6 +42,7 @@ def load_inline(
     extra_cflags: Sequence[str] = (),
     cuda_options: Sequence[str] = (),
     strided: Sequence[str] = (),
+    sources: Sequence[str | os.PathLike[str]] = (),
 ) -> InlineModule:
     """Compiles your C functions (``c_source``) and/or CUDA kernels (``cuda_source``) into
     registered kernels, one per entry of ``functions``, and returns them as a module.
@@ -65,11 +67,17 @@ def load_inline(
     strides in elements, one per dim (the pointers are element ``[0, .., 0]``; strides may
     be zero or negative). Broadcast groups (``*S``) are not allowed.
 
-    ``c_source`` is compiled as C++17 inside ``extern "C" {...}`` with the system compiler
-    (``$CXX``, else ``c++``), after the common C headers (``math.h``, ``stdint.h``, ...) and
-    each function's prototype, so a definition that does not match its signature is a
-    compile error pointing at its ``c_source`` line; ``extra_cflags`` are added (and part of
+    ``c_source`` is compiled as C++17 with the system compiler (``$CXX``, else ``c++``),
+    after the common C headers (``math.h``, ``stdint.h``, ...) and each function's prototype
+    declared ``extern "C"``: the functions the signatures name get C linkage from those
+    declarations, and the rest of the source is ordinary C++ (templates, ``#include
+    <vector>``, overloads). A definition that does not match its signature is a compile
+    error pointing at its ``c_source`` line; ``extra_cflags`` are added (and part of
     the cache key). C++ exceptions become Python exceptions. Builds are cached on disk.
+
+    ``sources`` are C++ files (paths, as torch's ``load(sources=...)``), compiled after
+    ``c_source`` and named by their paths in diagnostics; quoted ``#include``s resolve
+    beside them, and a change to a file or to any header it includes makes a new build.
 
     ``cuda_source``: each function is an ``extern "C" __global__`` kernel with the same
     parameters, compiled by NVRTC (``cuda_options`` added), launched on the caller's stream
@@ -83,8 +91,11 @@ def load_inline(
     (and drops functions it no longer has); a function name taken by a built-in or plugin
     kernel is a ValueError.
     """
-    if c_source is None and cuda_source is None:
-        raise ValueError(f"load_inline {name!r}: give c_source, cuda_source or both")
+    if isinstance(sources, (str, bytes, os.PathLike)) or not all(isinstance(p, (str, os.PathLike)) for p in sources):
+        raise TypeError(f"load_inline {name!r}: sources must be a list of paths, got {sources!r}")
+    paths = [os.path.abspath(os.fspath(p)) for p in sources]
+    if c_source is None and cuda_source is None and not paths:
+        raise ValueError(f"load_inline {name!r}: give c_source, cuda_source, sources, or several")
     pairs: list[tuple[str | None, str]]
     if isinstance(functions, Mapping):
         pairs = []
@@ -113,5 +124,6 @@ def load_inline(
         extra_cflags=list(extra_cflags),
         cuda_options=list(cuda_options),
         strided=list(strided),
+        sources=paths,
     )
     return InlineModule(name, kernels)

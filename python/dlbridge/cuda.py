@@ -92,7 +92,7 @@ class RawKernel:
                 continue
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"RawKernel {name!r}: {what} must be an int, got {value!r}")
-            if value <= 0:
+            if value < 0:
                 raise ValueError(f"RawKernel {name!r}: {what} must be positive, got {value}")
         self.source = source
         self.name = name

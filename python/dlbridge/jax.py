@@ -51,6 +51,7 @@ TARGET = "dlbridge"
 
 _KERNEL_ATTR = "dlbridge_kernel"
 _HANDLE_ATTR = "dlbridge_kernel_handle"
+_DIGEST_ATTR = "dlbridge_kernel_digest"
 _NUMPY_SCALARS = {"f64": np.float64, "i64": np.int64, "bool": np.bool_}
 
 
@@ -84,10 +85,13 @@ def _vmap_method(kernel: dlbridge.Kernel) -> str:
     ``ElementwiseKernel`` declares) or a built-in (each treats a leading
     ``...`` group element by element). ``sequential`` (one call per batch
     element) otherwise: a ``load_inline`` or plugin kernel may read across
-    its ``...`` group."""
+    its ``...`` group, and an ``ElementwiseKernel`` that reads its index
+    ``i``, its size (``n``, ``_ind``) or a raw input sees the batch's."""
     lead = _lead(kernel)
     built_in = all(origin.startswith("built-in") for _, origin in kernel.origins)
-    if lead is not None and (lead.startswith("*") or built_in):
+    # An ElementwiseKernel that reads `i`, `n`, `_ind` or a raw input sees
+    # positions across the whole batch in one call: it goes one call per element.
+    if lead is not None and ((lead.startswith("*") and kernel.per_element) or built_in):
         return "broadcast_all"
     return "sequential"
 
@@ -106,6 +110,8 @@ def _scalar(kernel: dlbridge.Kernel, p: Any, value: Any) -> Any:
     }[p.dtype]
     if not ok:
         raise TypeError(f"{kernel.name}: argument {p.name}: expected a {p.dtype} scalar, got {type(value).__name__} {value!r}")
+    if p.dtype == "i64" and not -(2**63) <= int(value) < 2**63:
+        raise OverflowError(f"{kernel.name}: argument {p.name}: {value!r} is out of the range of an i64 scalar")
     return _NUMPY_SCALARS[p.dtype](value)
 
 
@@ -217,7 +223,7 @@ def as_op(kernel: Any, *, backward: Callable[..., Any] | None = None, vmap_metho
     ``sequential``)."""
     k = kernel_of(kernel, "dlbridge.jax.as_op")
     params, n_out = list(k.params), len(k.outputs)
-    if clash := next((p.name for p in params if p.name in (_KERNEL_ATTR, _HANDLE_ATTR)), None):
+    if clash := next((p.name for p in params if p.name in (_KERNEL_ATTR, _HANDLE_ATTR, _DIGEST_ATTR)), None):
         raise ValueError(f"as_op({k.name}): a parameter named {clash!r} collides with the custom call's own attribute")
     tensors = [p for p in params if p.kind == "tensor"]
     muts = [i for i, p in enumerate(tensors) if p.mutable]
@@ -231,12 +237,15 @@ def as_op(kernel: Any, *, backward: Callable[..., Any] | None = None, vmap_metho
     # The custom call runs this very kernel (held by this closure), even after
     # its name is given to another (dlbridge.define again).
     handle = np.int64(k._handle())
+    # What the kernel is: a program serialised here and run in another process
+    # (jax.export) runs the same kernel there, or fails saying which it found.
+    digest = k._digest()
 
     def op(*args: Any) -> Any:
         if len(args) != len(params):
             raise TypeError(f"{k.name}() takes {len(params)} arguments ({names}), got {len(args)}")
         platforms()
-        arrays, shapes, abstract, attrs = [], [], [], {_KERNEL_ATTR: k.name, _HANDLE_ATTR: handle}
+        arrays, shapes, abstract, attrs = [], [], [], {_KERNEL_ATTR: k.name, _HANDLE_ATTR: handle, _DIGEST_ATTR: digest}
         rank = max((jnp.ndim(a) for p, a in zip(params, args) if p.kind == "tensor"), default=0) if pad else 0
         for p, a in zip(params, args, strict=True):
             if p.kind == "tensor":

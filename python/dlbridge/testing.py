@@ -1376,15 +1376,15 @@ def _yours(args: Any) -> int:
     """``--producer`` / ``--consumer``: the checks on the caller's own library; the failure count.
     SpecError where a ``module:attr`` names nothing usable."""
     specs = [(flag, v) for flag, v in (("--producer", args.producer), ("--read-only", args.read_only),
-                                       ("--consumer", args.consumer)) if v]
+                                       ("--consumer", args.consumer)) if v is not None]
     _check_specs(specs, args.timeout)
     sections: list[tuple[str, dict, list[str], list[Result]]] = []
-    if args.producer:
+    if args.producer is not None:
         dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip()) if args.dtypes else DEFAULT_DTYPES
         rs = check_producer(args.producer, make_read_only=args.read_only, dtypes=dtypes, raise_on_failure=False,
                             isolate=True, timeout=args.timeout)
         sections.append((f"producer {args.producer}", PRODUCER_RULES, CHECKS, rs))
-    if args.consumer:
+    if args.consumer is not None:
         outcomes = _consumer_outcomes(args.consumer, True, args.timeout)
         rs = [_summarize(n, outcomes[n], {}) for n in CONSUMER_CHECKS]
         sections.append((f"consumer {args.consumer}", CONSUMER_RULES, CONSUMER_CHECKS, rs))
@@ -1440,9 +1440,9 @@ def _main(argv: list[str] | None = None) -> int:
                         help=f"how long each check (and importing your module) may run before it fails as hung "
                         f"(default {DEFAULT_TIMEOUT:g})")
     args = parser.parse_args(argv)
-    if (args.read_only or args.dtypes) and not args.producer:
+    if (args.read_only is not None or args.dtypes) and args.producer is None:
         parser.error("--read-only and --dtypes go with --producer")
-    if args.producer or args.consumer:
+    if args.producer is not None or args.consumer is not None:
         if args.markdown:
             parser.error("--markdown is for the matrix, not for --producer / --consumer")
         try:

@@ -398,7 +398,7 @@ fn reduction_kernel(
 /// holds `(key, signature)` pairs (`key` None when given as a list). Returns
 /// the kernels in order.
 #[pyfunction]
-#[pyo3(signature = (name, c_source, functions, cuda_source = None, extra_cflags = Vec::new(), cuda_options = Vec::new(), strided = Vec::new()))]
+#[pyo3(signature = (name, c_source, functions, cuda_source = None, extra_cflags = Vec::new(), cuda_options = Vec::new(), strided = Vec::new(), sources = Vec::new()))]
 #[allow(clippy::too_many_arguments)] // load_inline's keywords, one for one.
 fn load_inline(
     py: Python<'_>,
@@ -409,9 +409,10 @@ fn load_inline(
     extra_cflags: Vec<String>,
     cuda_options: Vec<String>,
     strided: Vec<String>,
+    sources: Vec<std::path::PathBuf>,
 ) -> PyResult<Vec<PyKernel>> {
     use dlbridge::compile::{InlineLibrary, InlineOptions};
-    let opts = InlineOptions { extra_cflags, cuda_options, cache: None, strided };
+    let opts = InlineOptions { extra_cflags, cuda_options, cache: None, strided, sources };
     py.detach(|| {
         let lib = if functions.iter().all(|(k, _)| k.is_some()) {
             let pairs: Vec<(&str, &str)> = functions.iter().map(|(k, s)| (k.as_deref().unwrap_or_default(), s.as_str())).collect();

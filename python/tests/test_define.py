@@ -702,3 +702,37 @@ def test_a_tensor_named_shapes_differentiates():
     (k,) = dlbridge.define("def shaped(float(N) shapes, float(N) B) -> (O) { O(i) = shapes(i) * B(i) }")
     args = tuple(torch.randn(3, dtype=torch.float64, requires_grad=True) for _ in range(2))
     assert torch.autograd.gradcheck(dtorch.as_op(k), args)
+
+
+@pytest.mark.parametrize("name", ["_kernels", "__class__", "__len__", "_Definitions__kernels"])
+def test_a_def_whose_name_starts_with_an_underscore_is_refused_saying_what_to_do(name):
+    with pytest.raises(ValueError, match=rf"`def {name}`: a definition's name may not start with `_`.*rename it"):
+        dlbridge.define(f"def {name}(float(N) A) -> (O) {{ O(i) = A(i) * 2 }}")
+    assert name not in [k.name for k in dlbridge.list_kernels()], "nothing was registered"
+
+
+def test_definitions_are_reached_by_attribute_and_by_name():
+    defs = dlbridge.define("def len_like(float(N) A) -> (O) { O(i) = A(i) * 2 }\ndef other(float(N) A) -> (O) { O(i) = A(i) }")
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(defs["len_like"](x), defs.len_like(x))
+    assert len(defs) == 2 and defs.other.name == "other" and type(defs).__name__ == "Definitions"
+    assert "len_like" in dir(defs)
+    with pytest.raises(AttributeError, match="no `def missing` here"):
+        defs.missing
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "def bs1(float(N) A) -> (O) {\n  # a comment ending in a backslash \\\n  O(i) = A(i) * 2\n}",
+        "def bs2(float(N) A) -> (O) {\n  O(i) = A(i) * 2 # trailing \\\n}",
+        "# before \\\ndef bs3(float(N) A) -> (O) { O(i) = A(i) * 2 }",
+        "def bs4(float(N) A) # in the signature \\\n -> (O) { O(i) = A(i) * 2 }",
+    ],
+)
+def test_a_comment_ending_in_a_backslash_ends_at_its_line(text):
+    # In TC a `#` comment ends at its line, whatever it ends with: the statement
+    # after it runs (it is not continued into the comment, as a C++ `//` would be).
+    (k,) = list(dlbridge.define(text))
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(k(x), x * 2)

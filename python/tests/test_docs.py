@@ -233,18 +233,12 @@ def _read_only_y():
     return dlbridge.get_kernel("axpy")(2.0, np.ones(3, np.float32), y)
 
 
-def _overlap():
-    x = torch.zeros(4)
-    return dlbridge.get_kernel("add")(x[:3], x[:3], out=x[1:])
-
-
 # One way to meet each error the pages quote, keyed by the start of its line.
 REPRODUCERS = {
     "matmul: argument b: dim K": lambda: dlbridge.get_kernel("matmul")(torch.ones(2, 3), torch.ones(4, 5)),
     "matmul: argument a: dtype mismatch": lambda: dlbridge.get_kernel("matmul")(
         torch.ones(2, 3, dtype=torch.int32), torch.ones(3, 5, dtype=torch.int32)),
     "axpy: argument y:": _read_only_y,
-    "add: output out: overlaps": _overlap,
 }
 
 

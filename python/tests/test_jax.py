@@ -300,3 +300,76 @@ print(dlbridge.jax.as_op("add")(jnp.ones(3, jnp.int32), np.array([1, 2, 3], np.i
         "(JAX keeps 64-bit types only with jax.config.update('jax_enable_x64', True): Q: int64 became int32)"
     ), out
     assert out[1] == "[2, 3, 4]", "an argument JAX narrows to what the kernel takes still runs"
+
+
+_EXPORTER = """
+import sys, numpy as np, jax, jax.numpy as jnp, dlbridge, dlbridge.jax as djax
+relu_like = dlbridge.ElementwiseKernel("T x", "T y", "y = x > 0 ? x : T(0)", "exported_relu_like")
+op = djax.as_op(relu_like)
+# dlbridge's custom call has no compatibility guarantee across JAX versions: export says so.
+unchecked = [jax.export.DisabledSafetyCheck.custom_call(djax.TARGET)]
+exported = jax.export.export(jax.jit(op), disabled_checks=unchecked)(jax.ShapeDtypeStruct((4,), jnp.float32))
+sys.stdout.buffer.write(exported.serialize())
+"""
+
+_LOADER = """
+import sys, numpy as np, jax, jax.numpy as jnp, dlbridge, dlbridge.jax as djax
+djax.platforms()
+# Kernels defined first take the handle numbers the exporting process gave its kernel.
+for k in range(8):
+    djax.as_op(dlbridge.ElementwiseKernel("T x", "T y", f"y = x * {k + 2}", f"collider_{k}"))
+mode = sys.argv[1]
+if mode == "same":
+    dlbridge.ElementwiseKernel("T x", "T y", "y = x > 0 ? x : T(0)", "exported_relu_like")
+elif mode == "other":
+    dlbridge.ElementwiseKernel("T x", "T y", "y = -x", "exported_relu_like")
+exported = jax.export.deserialize(bytearray(sys.stdin.buffer.read()))
+try:
+    print("result", np.asarray(exported.call(jnp.array([-1.0, 2.0, -3.0, 4.0], jnp.float32))).tolist())
+except Exception as e:
+    print("error", type(e).__name__, e)
+"""
+
+
+def _run(code: str, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code, *args], input=stdin, capture_output=True, timeout=300)
+
+
+def test_an_exported_program_runs_the_kernel_it_was_built_for_in_another_process_or_refuses():
+    made = _run(_EXPORTER)
+    assert made.returncode == 0, made.stderr.decode()
+    blob = made.stdout
+    same = _run(_LOADER, "same", stdin=blob)
+    assert same.returncode == 0, same.stderr.decode()
+    assert same.stdout.decode().strip() == "result [0.0, 2.0, 0.0, 4.0]", same.stdout.decode()
+    other = _run(_LOADER, "other", stdin=blob).stdout.decode()
+    assert "error" in other and "exported_relu_like" in other and "built for the kernel with digest" in other, other
+    assert "y = -x" not in other and "result" not in other, other
+    missing = _run(_LOADER, "missing", stdin=blob).stdout.decode()
+    assert "this program calls a kernel this process has not defined; define it" in missing, missing
+
+
+@pytest.mark.parametrize(
+    "operation",
+    ["y = x + i", "y = x + _ind.size()", "y = x * n"],
+)
+def test_vmap_of_an_elementwise_kernel_that_reads_its_position_matches_calls_per_element(operation):
+    k = dlbridge.ElementwiseKernel("T x", "T y", operation, f"positional_{abs(hash(operation)) % 10**6}")
+    assert not k.kernel.per_element
+    op = djax.as_op(k)
+    xs = arange(3, 5)
+    batched = np.asarray(jax.vmap(op)(xs))
+    one_by_one = np.stack([np.asarray(op(x)) for x in xs])
+    np.testing.assert_array_equal(batched, one_by_one)
+    assert dlbridge.ElementwiseKernel("T x", "T y", "y = x * 2", "not_positional").kernel.per_element
+
+
+@pytest.mark.parametrize("value", [np.uint64(2**64 - 1), 2**63, -(2**63) - 1])
+def test_an_i64_scalar_out_of_range_is_an_overflow_error_naming_kernel_and_argument(value):
+    src = "void shift_i64(const float* x, long long s, float* y, long long n) { for (long long i = 0; i < n; ++i) y[i] = x[i] + (float)s; }"
+    mod = dlbridge.load_inline("i64_scalar_range", src, ["shift_i64(x: f32[N], s: i64) -> (y: f32[N])"])
+    op = djax.as_op(mod.shift_i64)
+    with pytest.raises(OverflowError, match=r"shift_i64: argument s: .* is out of the range of an i64 scalar"):
+        op(arange(3), value)
+    with pytest.raises(OverflowError, match=r"shift_i64"):
+        mod.shift_i64(np.zeros(3, np.float32), value)

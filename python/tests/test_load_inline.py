@@ -143,7 +143,7 @@ def test_reloading_a_library_replaces_its_functions():
 def test_errors_name_what_is_wrong():
     with pytest.raises(ValueError, match=r"functions\[\"py_other\"\] has the signature of `py_saxpy`"):
         dlbridge.load_inline("py_err", SAXPY, {"py_other": "py_saxpy(x: f32[N], y: mut f32[N], a: f64)"})
-    with pytest.raises(ValueError, match="give c_source, cuda_source or both"):
+    with pytest.raises(ValueError, match="give c_source, cuda_source, sources, or several"):
         dlbridge.load_inline("py_err", None, ["f(x: f32[N])"])
     with pytest.raises(ValueError, match="clashes with the kernel `axpy`"):
         dlbridge.load_inline("py_err", "void axpy(const float* x, float* y, double a, long long n) {}", ["axpy(x: f32[N], y: mut f32[N], a: f64)"])
@@ -202,3 +202,48 @@ def test_zero_size_tensors_are_accepted_whatever_their_strides():
         y = mod.zs_copy(x)
         assert isinstance(y, torch.Tensor) and tuple(y.shape) == shape
         assert mod.zs_copy(np.empty(shape, np.float32)).shape == shape
+
+
+CPP = r"""
+#include <vector>
+#include <numeric>
+#include <algorithm>
+
+template <typename V>
+static V sum_of(const std::vector<V>& v) { return std::accumulate(v.begin(), v.end(), V(0)); }
+
+static float twice(float x) { return 2 * x; }
+static double twice(double x) { return 2 * x; }
+
+void cpp_normalise(const float* x, float* y, long long n) {
+  std::vector<float> v(x, x + n);
+  const float s = sum_of(v);
+  std::transform(v.begin(), v.end(), y, [s](float e) { return twice(e) / (2 * s); });
+}
+"""
+
+
+def test_cpp_with_templates_overloads_and_standard_headers_compiles_as_cpp():
+    mod = dlbridge.load_inline("cpp_as_cpp", CPP, ["cpp_normalise(x: f32[N]) -> (y: f32[N])"])
+    x = np.array([1, 2, 3, 4], np.float32)
+    np.testing.assert_allclose(mod.cpp_normalise(x), x / x.sum(), rtol=1e-6)
+
+
+def test_source_files_are_compiled_by_path_and_a_changed_header_makes_a_new_build(tmp_path):
+    (tmp_path / "scale.h").write_text("static const float kScale = 3;\n")
+    src = tmp_path / "scale.cpp"
+    src.write_text('#include "scale.h"\nvoid file_scale(const float* x, float* y, long long n) {\n  for (long long i = 0; i < n; ++i) y[i] = kScale * x[i];\n}\n')
+    sig = ["file_scale(x: f32[N]) -> (y: f32[N])"]
+    x = np.arange(4, dtype=np.float32)
+    mod = dlbridge.load_inline("from_files", functions=sig, sources=[src])
+    np.testing.assert_array_equal(mod.file_scale(x), 3 * x)
+    (tmp_path / "scale.h").write_text("static const float kScale = 5;\n")
+    mod = dlbridge.load_inline("from_files", functions=sig, sources=[str(src)])
+    np.testing.assert_array_equal(mod.file_scale(x), 5 * x)
+    src.write_text('#include "scale.h"\nvoid file_scale(const float* x, float* y, long long n) {\n  y[0] = undefined_here;\n}\n')
+    with pytest.raises(ValueError, match="scale.cpp:3"):
+        dlbridge.load_inline("from_files", functions=sig, sources=[src])
+    with pytest.raises(FileNotFoundError, match="no_such_file.cpp"):
+        dlbridge.load_inline("from_files", functions=sig, sources=[tmp_path / "no_such_file.cpp"])
+    with pytest.raises(TypeError, match="sources must be a list of paths"):
+        dlbridge.load_inline("from_files", functions=sig, sources=str(src))

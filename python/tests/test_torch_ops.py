@@ -544,3 +544,17 @@ print("ok")
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_python_int_for_an_integer_placeholder_works_eager_and_compiled(tmp_path, monkeypatch, dynamic):
+    monkeypatch.setenv("DLBRIDGE_CACHE_DIR", str(tmp_path))
+    k = dlbridge.ElementwiseKernel("T x, T s", "T z", "z = x * s", "torchop_int_scale")
+    op = dt.as_op(k)
+    x = torch.arange(6, dtype=torch.int32)
+    assert torch.equal(op(x, 3), x * 3)
+    f = torch.compile(lambda x, s: op(x, s) + 1, fullgraph=True, dynamic=dynamic)
+    for s in (3, 4):
+        assert torch.equal(f(x, s), x * s + 1)
+    with pytest.raises(Exception, match="out of range for i32"):
+        f(x, 2**40)

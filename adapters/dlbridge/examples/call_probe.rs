@@ -37,6 +37,7 @@ fn main() -> dlbridge::Result<()> {
         opts: KernelOpts::ELEMENTWISE,
         origin: "call_probe".into(),
         doc: String::new(),
+        identity: String::new(),
     })?;
     let a = Array::from_slice(&[1.0f32], &[1])?;
     let b = Array::from_slice(&[2.0f32], &[1])?;

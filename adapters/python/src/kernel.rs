@@ -116,6 +116,9 @@ struct Exchange<'py> {
 
 impl Allocator<PyFail> for Exchange<'_> {
     type Tensor = ManagedTensor;
+    fn returns_new_memory(&self) -> bool {
+        true
+    }
     fn locate(&mut self, e: PyFail, kernel: &str, output: &str) -> PyFail {
         at_output(self.py, e, kernel, output)
     }
@@ -152,6 +155,9 @@ struct Numpy<'py> {
 
 impl<'py> Allocator<PyFail> for Numpy<'py> {
     type Tensor = Tensor<'py>;
+    fn returns_new_memory(&self) -> bool {
+        true
+    }
     fn locate(&mut self, e: PyFail, kernel: &str, output: &str) -> PyFail {
         at_output(self.py, e, kernel, output)
     }
@@ -188,6 +194,9 @@ struct Arrays<'py> {
 
 impl Allocator<PyFail> for Arrays<'_> {
     type Tensor = dlbridge_array::Array;
+    fn returns_new_memory(&self) -> bool {
+        true
+    }
     fn locate(&mut self, e: PyFail, kernel: &str, output: &str) -> PyFail {
         at_output(self.py, e, kernel, output)
     }
@@ -208,6 +217,8 @@ impl<'py> PyAllocator<'py> for Arrays<'py> {
 struct Registered<'py> {
     py: Python<'py>,
     maker: Arc<Maker>,
+    /// Whether the last error came from the registered function itself.
+    raised: std::cell::Cell<bool>,
 }
 
 impl Registered<'_> {
@@ -222,7 +233,22 @@ impl Registered<'_> {
 impl<'py> Allocator<PyFail> for Registered<'py> {
     type Tensor = Tensor<'py>;
     fn locate(&mut self, e: PyFail, kernel: &str, output: &str) -> PyFail {
+        // An exception the registered function raised is its own: it keeps its
+        // type and arguments (a KeyError's key, an OSError's errno), and where
+        // it happened goes in a note.
+        if self.raised.replace(false) {
+            let py = self.py;
+            let note = format!("in dlbridge kernel {kernel}: output {output} (allocated by {})", self.describe());
+            let _ = e.0.value(py).call_method1(pyo3::intern!(py, "add_note"), (note,));
+            return e;
+        }
         at_output(self.py, e, kernel, output)
+    }
+    fn describe(&self) -> String {
+        match &*self.maker {
+            Maker::Python(m) => format!("the allocator registered for {}", m.label),
+            _ => "the allocator".into(),
+        }
     }
     fn allocate(&mut self, spec: &OutputSpec) -> Result<Tensor<'py>, PyFail> {
         python_may_run();
@@ -230,7 +256,9 @@ impl<'py> Allocator<PyFail> for Registered<'py> {
         let m = self.maker()?;
         // Row-major: a registered framework is asked for a shape only.
         let spec = &OutputSpec { order: Default::default(), ..spec.clone() };
-        let Some(obj) = m.allocate(py, spec)? else {
+        let allocated = m.allocate(py, spec);
+        self.raised.set(allocated.is_err());
+        let Some(obj) = allocated? else {
             let a = <DeviceArrays as Allocator<PyFail>>::allocate(&mut DeviceArrays, spec)?;
             return Ok(import(Bound::new(py, PyArray::new(a))?.as_any(), true, Mode::Own)?);
         };
@@ -399,7 +427,9 @@ fn dispatch<'py>(
     };
     match maker {
         Some(m) if matches!(**m, Maker::Numpy) => finish(py, call, Numpy { py }, stream, release),
-        Some(m) if matches!(**m, Maker::Python(_)) => finish(py, call, Registered { py, maker: m.clone() }, stream, release),
+        Some(m) if matches!(**m, Maker::Python(_)) => {
+            finish(py, call, Registered { py, maker: m.clone(), raised: Default::default() }, stream, release)
+        }
         // torch, and any type whose exchange API can allocate; else dlbridge.Array.
         _ => match Exchange::claim(first) {
             Some(a) => finish(py, call, a, stream, release),
@@ -506,6 +536,19 @@ impl PyKernel {
     /// another. A new number each call; it keeps nothing alive.
     fn _handle(&self) -> u64 {
         dlbridge_registry::handles::handle(&self.kernel)
+    }
+    /// A digest of what this kernel is (its signature, options, origins and
+    /// the source or file that defines it): a program built for it checks,
+    /// when it runs, that it runs this kernel (dlbridge.jax's custom calls).
+    fn _digest(&self) -> String {
+        self.kernel.digest()
+    }
+    /// Whether each output element depends only on the inputs' elements at
+    /// its own position (an `ElementwiseKernel` that reads no index, size or
+    /// raw input): a batch can be one call on the stacked inputs.
+    #[getter]
+    fn per_element(&self) -> bool {
+        self.kernel.opts().per_element
     }
     /// One-line description.
     #[getter]
@@ -807,7 +850,7 @@ pub fn empty_like<'py>(like: &Bound<'py, PyAny>, shape: Vec<i64>, dtype: &str) -
     }
     match crate::frameworks::lookup(like) {
         Some(m) if matches!(*m, Maker::Numpy) => made(py, Numpy { py }, &spec),
-        Some(m) if matches!(*m, Maker::Python(_)) => made(py, Registered { py, maker: m }, &spec),
+        Some(m) if matches!(*m, Maker::Python(_)) => made(py, Registered { py, maker: m, raised: Default::default() }, &spec),
         _ => match Exchange::claim(&first) {
             Some(a) => made(py, a, &spec),
             None => made(py, Arrays { py }, &spec),

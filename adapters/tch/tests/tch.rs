@@ -278,6 +278,7 @@ fn a_device_the_kernel_does_not_serve_is_an_error() {
         opts: KernelOpts::DEFAULT,
         origin: "test".into(),
         doc: String::new(),
+        identity: String::new(),
     })
     .unwrap();
     let x = Tensor::ones([2], (Kind::Float, Device::Cpu));

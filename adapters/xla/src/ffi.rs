@@ -31,6 +31,9 @@ const KERNEL_ATTR: &str = "dlbridge_kernel";
 /// The attribute that gives the kernel by identity (`dlbridge_registry::handles`):
 /// the kernel the program was built for, whatever its name holds now.
 const HANDLE_ATTR: &str = "dlbridge_kernel_handle";
+/// The attribute that says what the kernel is (`Kernel::digest`): a program
+/// runs the kernel it was built for, or fails saying so.
+const DIGEST_ATTR: &str = "dlbridge_kernel_digest";
 
 const EXTENSION_METADATA: c_int = 1;
 const STAGE_EXECUTE: c_int = 3;
@@ -327,12 +330,12 @@ fn run(frame: &CallFrame, platform: Platform) -> Result<(), Failure> {
     let name = attrs
         .kernel
         .ok_or_else(|| invalid(format!("dlbridge: the custom call has no `{KERNEL_ATTR}` attribute (call it through dlbridge.jax)")))?;
-    let kernel = match attrs.handle {
-        Some(h) => u64::try_from(h).ok().and_then(dlbridge_registry::handles::resolve).ok_or_else(|| {
-            Failure::New(ERR_NOT_FOUND, format!("{name}: the kernel this program was built for no longer exists (handle {h})"))
-        })?,
-        None => Registry::global().get(name).map_err(|e| Failure::New(ERR_NOT_FOUND, e.to_string()))?,
-    };
+    let digest = attrs.digest.ok_or_else(|| {
+        invalid(format!(
+            "{name}: the custom call has no `{DIGEST_ATTR}` attribute saying which kernel it was built for (call it through dlbridge.jax)"
+        ))
+    })?;
+    let kernel = resolve(name, digest, attrs.handle)?;
     let sig = kernel.signature();
     let (device, stream) = match platform {
         Platform::Cpu => (Device::CPU, std::ptr::null_mut()),
@@ -357,11 +360,21 @@ fn run(frame: &CallFrame, platform: Platform) -> Result<(), Failure> {
         let what = |e: dlbridge_core::Error| invalid(format!("{}: argument {}: {e}", sig.name, p.name));
         args.push(match &p.kind {
             ParamKind::Tensor(t) if t.mutable => {
-                // Written through its aliased result (which XLA filled with the
-                // operand's values); the operand itself is never touched.
-                operand.next();
+                // Written through its aliased result, which must be the
+                // operand's own buffer (XLA aliases them when the call says
+                // so); the operand is never touched otherwise. A call without
+                // the alias would have the kernel read an uninitialised result.
+                let o = operand.next().ok_or_else(|| invalid(format!("{}: no operand for {}", sig.name, p.name)))?;
                 let b = aliased.next().ok_or_else(|| invalid(format!("{}: no result for `mut` {}", sig.name, p.name)))?;
-                Arg::TensorMut(view_mut(b, device).map_err(what)?)
+                let v = view_mut(b, device).map_err(what)?;
+                if v.as_view().numel() > 0 && o.data != b.data {
+                    return Err(invalid(format!(
+                        "{}: `mut` parameter {}: the custom call does not alias its result with the operand \
+                         (input_output_aliases; dlbridge.jax.as_op passes it), so the kernel would read an uninitialised buffer",
+                        sig.name, p.name
+                    )));
+                }
+                Arg::TensorMut(v)
             }
             ParamKind::Tensor(_) => {
                 let b = operand.next().ok_or_else(|| invalid(format!("{}: no operand for {}", sig.name, p.name)))?;
@@ -381,6 +394,46 @@ fn run(frame: &CallFrame, platform: Platform) -> Result<(), Failure> {
         .map(|(b, o)| view_mut(b, device).map_err(|e| invalid(format!("{}: output {}: {e}", sig.name, o.name))))
         .collect::<Result<Vec<_>, _>>()?;
     kernel.call_on_stream(&mut args, &mut outs, stream).map_err(|e| invalid(e.to_string()))
+}
+
+/// The kernel a call was built for: the one its handle names in this
+/// process, else the registered kernel of its name, whichever has the digest
+/// the call carries. A kernel of that name that is something else (a program
+/// serialised in another process, where handle numbers mean other kernels,
+/// or a name defined again since) is an error naming both.
+fn resolve(name: &str, digest: &str, handle: Option<i64>) -> Result<std::sync::Arc<dlbridge_registry::Kernel>, Failure> {
+    let by_handle = handle.and_then(|h| u64::try_from(h).ok()).and_then(dlbridge_registry::handles::resolve);
+    if let Some(k) = &by_handle
+        && k.name() == name
+        && k.digest() == digest
+    {
+        return Ok(k.clone());
+    }
+    let by_name = Registry::global().get(name).ok();
+    if let Some(k) = &by_name
+        && k.digest() == digest
+    {
+        return Ok(k.clone());
+    }
+    let mismatch = match (&by_name, &by_handle) {
+        (Some(k), _) => Some(format!("`{name}` here is `{}` (digest {})", k.signature_text(), k.digest())),
+        (None, Some(k)) if k.name() == name => Some(format!("the kernel it named is now `{}` (digest {})", k.signature_text(), k.digest())),
+        _ => None,
+    };
+    Err(Failure::New(
+        ERR_NOT_FOUND,
+        match mismatch {
+            Some(here) => format!(
+                "dlbridge kernel `{name}`: this program was built for the kernel with digest {digest}, but {here}; \
+                 define the same kernel (signature and source) in this process before running the program"
+            ),
+            None => format!(
+                "dlbridge kernel `{name}` (digest {digest}): this program calls a kernel this process has not defined; \
+                 define it (the same ElementwiseKernel, ReductionKernel, dlbridge.define or load_inline, or load its plugin) \
+                 before running the program"
+            ),
+        },
+    ))
 }
 
 /// Answers XLA's metadata query: the API version implemented, no traits.
@@ -445,6 +498,7 @@ fn cuda_context(frame: &CallFrame) -> Result<(Device, *mut c_void), Failure> {
 /// The `kernel` attribute and the scalar attributes, by name.
 struct Attributes<'f> {
     kernel: Option<&'f str>,
+    digest: Option<&'f str>,
     handle: Option<i64>,
     scalars: Vec<(&'f str, Scalar)>,
 }
@@ -453,7 +507,7 @@ fn attributes(attrs: &Attrs) -> Result<Attributes<'_>, Failure> {
     if attrs.struct_size < ATTRS_SIZE || attrs.size < 0 {
         return Err(invalid(format!("dlbridge: XLA's attributes struct has {} bytes and {} entries", attrs.struct_size, attrs.size)));
     }
-    let mut out = Attributes { kernel: None, handle: None, scalars: Vec::new() };
+    let mut out = Attributes { kernel: None, digest: None, handle: None, scalars: Vec::new() };
     for i in 0..attrs.size as usize {
         // SAFETY: `size` entries in each of the three arrays (module invariants).
         let (kind, name, value) = unsafe { (*attrs.types.add(i), *attrs.names.add(i), *attrs.attrs.add(i)) };
@@ -463,6 +517,10 @@ fn attributes(attrs: &Attrs) -> Result<Attributes<'_>, Failure> {
             ATTR_STRING if name == KERNEL_ATTR => {
                 // SAFETY: a string attribute is a byte span valid for the call.
                 out.kernel = Some(unsafe { bytes(&*value.cast::<ByteSpan>()) }?);
+            }
+            ATTR_STRING if name == DIGEST_ATTR => {
+                // SAFETY: a string attribute is a byte span valid for the call.
+                out.digest = Some(unsafe { bytes(&*value.cast::<ByteSpan>()) }?);
             }
             ATTR_SCALAR => {
                 // SAFETY: a scalar attribute is an `XLA_FFI_Scalar` valid for the call.
@@ -655,6 +713,19 @@ mod tests {
     /// `dlbridge_kernel` attribute naming `kernel` (none for ""); the error
     /// XLA got, if any.
     fn call(kernel: &str, operands: &mut [Buffer], results: &mut [Buffer], tweak: impl FnOnce(&mut CallFrame)) -> Option<(c_int, String)> {
+        // The kernel's digest as dlbridge.jax passes it (a made-up one for a kernel that does not exist).
+        let digest = Registry::global().get(kernel).map_or_else(|_| "0".repeat(32), |k| k.digest());
+        call_as(kernel, &digest, operands, results, tweak)
+    }
+
+    /// [`call`] with the digest attribute `digest`.
+    fn call_as(
+        kernel: &str,
+        digest: &str,
+        operands: &mut [Buffer],
+        results: &mut [Buffer],
+        tweak: impl FnOnce(&mut CallFrame),
+    ) -> Option<(c_int, String)> {
         dlbridge_cpu::link();
         let api = api();
         let arg_types = vec![ARG_BUFFER; operands.len()];
@@ -663,8 +734,12 @@ mod tests {
         let ret_items: Vec<*mut c_void> = results.iter_mut().map(|b| (b as *mut Buffer).cast()).collect();
         let name = ByteSpan { ptr: KERNEL_ATTR.as_ptr().cast(), len: KERNEL_ATTR.len() };
         let value = ByteSpan { ptr: kernel.as_ptr().cast(), len: kernel.len() };
-        let (types, names, values) = ([ATTR_STRING], [&raw const name], [(&raw const value).cast::<c_void>()]);
-        let n_attrs = i64::from(!kernel.is_empty());
+        let digest_name = ByteSpan { ptr: DIGEST_ATTR.as_ptr().cast(), len: DIGEST_ATTR.len() };
+        let digest_value = ByteSpan { ptr: digest.as_ptr().cast(), len: digest.len() };
+        let types = [ATTR_STRING, ATTR_STRING];
+        let names = [&raw const digest_name, &raw const name];
+        let values = [(&raw const digest_value).cast::<c_void>(), (&raw const value).cast::<c_void>()];
+        let n_attrs = 1 + i64::from(!kernel.is_empty());
         let mut frame = CallFrame {
             struct_size: CALL_FRAME_SIZE,
             extension_start: std::ptr::null_mut(),
@@ -729,14 +804,48 @@ mod tests {
             });
             Registry::global().register(def).unwrap();
         });
-        // XLA gives the `mut` parameter's result the operand's values (`input_output_aliases`).
-        let (mut acc_in, mut y, mut acc_out) = ([1.0f32, 2.0], [10.0f32, 20.0], [1.0f32, 2.0]);
+        // XLA gives the `mut` parameter's result the operand's own buffer (`input_output_aliases`).
+        let (mut acc, mut y) = ([1.0f32, 2.0], [10.0f32, 20.0]);
         let dims = [2i64];
-        let mut operands = [buffer(11, &mut acc_in, &dims), buffer(11, &mut y, &dims)];
-        let mut results = [buffer(11, &mut acc_out, &dims)];
+        let mut operands = [buffer(11, &mut acc, &dims), buffer(11, &mut y, &dims)];
+        let mut results = [Buffer { ..operands[0] }];
         assert_eq!(call("xla_test_accumulate", &mut operands, &mut results, |_| {}), None);
-        assert_eq!(acc_out, [11.0, 22.0], "acc + y, with y the second operand");
-        assert_eq!(acc_in, [1.0, 2.0], "the operand is never written");
+        assert_eq!(acc, [11.0, 22.0], "acc + y, with y the second operand");
+        assert_eq!(y, [10.0, 20.0], "the other operand is never written");
+        // A hand-built call without the alias: the result is another buffer the kernel would read uninitialised.
+        let mut fresh = [f32::NAN; 2];
+        let mut operands = [buffer(11, &mut acc, &dims), buffer(11, &mut y, &dims)];
+        let mut results = [buffer(11, &mut fresh, &dims)];
+        let (_, message) = call("xla_test_accumulate", &mut operands, &mut results, |_| {}).expect("refused");
+        assert!(message.contains("`mut` parameter acc: the custom call does not alias its result with the operand"), "{message}");
+        assert!(fresh[0].is_nan() && acc == [11.0, 22.0], "nothing written");
+    }
+
+    #[test]
+    fn a_program_runs_the_kernel_it_was_built_for_or_says_which_it_found() {
+        let (mut x, mut y, mut z) = ([1.0f32; 2], [2.0f32; 2], [0.0f32; 2]);
+        let dims = [2i64];
+        let mut operands = [buffer(11, &mut x, &dims), buffer(11, &mut y, &dims)];
+        let mut results = [buffer(11, &mut z, &dims)];
+        let add = Registry::global().get("add").unwrap().digest();
+        let other = "f".repeat(32);
+        let (code, message) = call_as("add", &other, &mut operands, &mut results, |_| {}).expect("a digest mismatch is refused");
+        assert_eq!(code, ERR_NOT_FOUND);
+        assert!(message.contains(&format!("built for the kernel with digest {other}")) && message.contains(&add), "{message}");
+        let (_, message) = call_as("never_defined_here", &other, &mut operands, &mut results, |_| {}).expect("unknown");
+        assert!(message.contains("this program calls a kernel this process has not defined; define it"), "{message}");
+        // Only the kernel's name (the digest is the first attribute).
+        let skip_digest = |f: &mut CallFrame| {
+            f.attrs.size = 1;
+            f.attrs.types = f.attrs.types.wrapping_add(1);
+            f.attrs.names = f.attrs.names.wrapping_add(1);
+            f.attrs.attrs = f.attrs.attrs.wrapping_add(1);
+        };
+        let (_, message) = call_as("add", "", &mut operands, &mut results, skip_digest).expect("no digest");
+        assert!(message.contains("has no `dlbridge_kernel_digest` attribute"), "{message}");
+        assert_eq!(z, [0.0; 2], "nothing was written by a refused call");
+        assert_eq!(call_as("add", &add, &mut operands, &mut results, |_| {}), None);
+        assert_eq!(z, [3.0; 2]);
     }
 
     #[test]
@@ -745,7 +854,7 @@ mod tests {
         type OnFrame = fn(&mut CallFrame);
         let cases: [(&str, &str, OnBuffers, OnFrame); 8] = [
             ("", "no `dlbridge_kernel` attribute", |_| {}, |_| {}),
-            ("no_such_kernel", "no kernel named `no_such_kernel`", |_| {}, |_| {}),
+            ("no_such_kernel", "this process has not defined", |_| {}, |_| {}),
             ("add", "add: argument b: dtype mismatch", |ops| ops[1].dtype = 2, |_| {}), // i8 where T = f32
             ("add", "XLA element type 29 has no dlbridge dtype", |ops| ops[0].dtype = 29, |_| {}),
             ("add", "a malformed XLA buffer", |ops| ops[0].rank = -1, |_| {}),

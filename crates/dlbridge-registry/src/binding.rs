@@ -92,6 +92,18 @@ pub trait Allocator<E> {
         let _ = (kernel, output);
         e
     }
+
+    /// How errors name it (`the allocator registered for cupy.ndarray`).
+    fn describe(&self) -> String {
+        "the allocator".into()
+    }
+
+    /// Whether every tensor it returns is new memory by construction (an
+    /// allocator of the framework's own, never one a user supplies): the
+    /// call then skips checking that outputs overlap nothing.
+    fn returns_new_memory(&self) -> bool {
+        false
+    }
 }
 
 /// One bound parameter.
@@ -485,7 +497,7 @@ impl<'k, T: Operand, E: From<Error>> Binding<'k, T, E> {
     {
         let kernel = self.kernel;
         if let Some(given) = &mut self.given {
-            run_on(kernel, &mut self.params, given, stream, runner)?;
+            run_on(kernel, &mut self.params, given, false, stream, runner)?;
             return Ok(SmallVec::new());
         }
         let mut allocated: SmallVec<[A::Tensor; 2]> = SmallVec::new();
@@ -497,9 +509,76 @@ impl<'k, T: Operand, E: From<Error>> Binding<'k, T, E> {
                 }
             }
         }
-        run_on(kernel, &mut self.params, &mut allocated, stream, runner)?;
+        // A new output shares memory with nothing: an allocator that hands back
+        // an input's memory (or another output's) would have the kernel
+        // overwrite what it reads.
+        if !alloc.returns_new_memory()
+            && let Some((j, slot)) = fresh_overlap(kernel, &self.params, &allocated)?
+        {
+            let output = &kernel.signature().outputs[j].name;
+            let e = Error::InvalidArgument(format!(
+                "{} returned memory that overlaps {slot}; an allocator must return new memory",
+                alloc.describe()
+            ));
+            return Err(alloc.locate(e.into(), kernel.name(), output));
+        }
+        run_on(kernel, &mut self.params, &mut allocated, true, stream, runner)?;
         Ok(allocated)
     }
+}
+
+/// Copies (host memory, contiguous) of the read-only arguments that share
+/// memory with a tensor the call writes, by parameter index; none in the
+/// usual case, where nothing overlaps.
+fn copies_of_overlapping_inputs<T: Operand, O: Operand>(
+    kernel: &Kernel,
+    params: &Values<T>,
+    outs: &[O],
+    outputs_fresh: bool,
+) -> Result<SmallVec<[(usize, Array); 2]>> {
+    if outputs_fresh && !kernel.signature().params.iter().any(|p| p.tensor().is_some_and(|t| t.mutable)) {
+        return Ok(SmallVec::new());
+    }
+    let mut args: SmallVec<[Arg<'_>; 8]> = SmallVec::new();
+    for v in params.iter() {
+        args.push(match v {
+            Value::Scalar(s) => Arg::Scalar(*s),
+            Value::Tensor(t) => Arg::Tensor(t.view()?),
+        });
+    }
+    let views: SmallVec<[TensorView<'_>; 2]> = outs.iter().map(Operand::view).collect::<Result<_>>()?;
+    let Some(plan) = kernel.inputs_to_copy(&args, &views, outputs_fresh) else { return Ok(SmallVec::new()) };
+    let mut copies = SmallVec::new();
+    for i in plan {
+        if let Arg::Tensor(v) = &args[i] {
+            let mut copy = Array::zeros(v.dtype(), v.shape())?;
+            copy.view_mut()?.copy_from(v)?;
+            copies.push((i, copy));
+        }
+    }
+    Ok(copies)
+}
+
+/// The first allocated output that overlaps an argument or an earlier
+/// output: its index and the slot it overlaps.
+fn fresh_overlap<T: Operand, O: Operand>(kernel: &Kernel, params: &Values<T>, outs: &[O]) -> Result<Option<(usize, Slot)>> {
+    let sig = kernel.signature();
+    for (j, o) in outs.iter().enumerate() {
+        let w = o.view()?;
+        for (p, v) in sig.params.iter().zip(params.iter()) {
+            if let Value::Tensor(t) = v
+                && crate::kernel::views_overlap(&w, &t.view()?)
+            {
+                return Ok(Some((j, Slot::Argument(p.name.clone()))));
+            }
+        }
+        for (k, other) in outs[..j].iter().enumerate() {
+            if crate::kernel::views_overlap(&w, &other.view()?) {
+                return Ok(Some((j, Slot::Output(sig.outputs[k].name.clone()))));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// Takes every operand's view (no adapter or allocator code runs from here
@@ -509,6 +588,7 @@ fn run_on<T: Operand, O: Operand, E: From<Error>, R>(
     kernel: &Kernel,
     params: &mut Values<T>,
     outs: &mut [O],
+    outputs_fresh: bool,
     stream: *mut c_void,
     runner: R,
 ) -> Result<(), E>
@@ -516,10 +596,17 @@ where
     R: FnOnce(Job<'_>) -> Result<()>,
 {
     let (name, sig) = (kernel.name(), kernel.signature());
+    // Inputs that share memory with what the call writes are read from copies
+    // (`Kernel::inputs_to_copy`), made before any view the kernel gets.
+    let copies = copies_of_overlapping_inputs(kernel, params, outs, outputs_fresh).map_err(E::from)?;
     // Each view goes from the operand straight into its slot (a view is
     // ~100 bytes; every extra move of one just written costs a stall).
     let mut args: SmallVec<[Arg<'_>; 8]> = SmallVec::new();
-    for (p, v) in sig.params.iter().zip(params.iter_mut()) {
+    for (i, (p, v)) in sig.params.iter().zip(params.iter_mut()).enumerate() {
+        if let Some((_, copy)) = copies.iter().find(|(k, _)| *k == i) {
+            args.push(Arg::Tensor(copy.view()));
+            continue;
+        }
         match v {
             Value::Scalar(s) => args.push(Arg::Scalar(*s)),
             Value::Tensor(t) => {
@@ -576,6 +663,9 @@ pub struct ArrayAllocator;
 
 impl<E: From<Error>> Allocator<E> for ArrayAllocator {
     type Tensor = Array;
+    fn returns_new_memory(&self) -> bool {
+        true
+    }
     fn allocate(&mut self, spec: &OutputSpec) -> Result<Array, E> {
         if !spec.device.is_host_accessible() {
             return Err(Error::UnsupportedDevice {

@@ -61,13 +61,17 @@ pub struct KernelOpts {
     /// inputs' layout (a kernel whose job is a contiguous copy). Otherwise an
     /// output shaped like inputs follows their memory order ([`OutputSpec::order`](crate::OutputSpec::order)).
     pub row_major_outputs: bool,
+    /// Each output element is computed from the inputs' elements at its own
+    /// position only (no index, size, or read at another position): a batch
+    /// of calls may be made as one call on the stacked tensors (`jax.vmap`).
+    pub per_element: bool,
 }
 
 impl KernelOpts {
     /// No aliasing, any strides.
-    pub const DEFAULT: KernelOpts = KernelOpts { alias_outputs: false, contiguous: false, row_major_outputs: false };
+    pub const DEFAULT: KernelOpts = KernelOpts { alias_outputs: false, contiguous: false, row_major_outputs: false, per_element: false };
     /// Outputs may be exactly an input (elementwise kernels).
-    pub const ELEMENTWISE: KernelOpts = KernelOpts { alias_outputs: true, contiguous: false, row_major_outputs: false };
+    pub const ELEMENTWISE: KernelOpts = KernelOpts { alias_outputs: true, ..KernelOpts::DEFAULT };
 
     /// Whether outputs shaped like inputs follow their memory order.
     #[inline]
@@ -283,6 +287,7 @@ pub struct Kernel {
     opts: KernelOpts,
     impls: SmallVec<[(DeviceType, Impl, String); 1]>,
     doc: String,
+    identity: String,
 }
 
 impl fmt::Debug for Kernel {
@@ -312,6 +317,10 @@ pub struct KernelDef {
     pub origin: String,
     /// One-line description.
     pub doc: String,
+    /// What defines the kernel beyond its signature: its source text, its
+    /// definition, its plugin file's digest; empty for a built-in (whose
+    /// origin says which). Part of [`Kernel::digest`].
+    pub identity: String,
 }
 
 impl KernelDef {
@@ -326,6 +335,7 @@ impl KernelDef {
             opts: KernelOpts::DEFAULT,
             origin: "run time".into(),
             doc: String::new(),
+            identity: String::new(),
         }
     }
 }
@@ -336,7 +346,15 @@ impl Kernel {
         let text = sig.to_string();
         let imp = resolve_impl(&sig, def.device, def.imp)?;
         let plan = Plan::new(&sig);
-        Ok(Kernel { sig, plan, text, opts: def.opts, impls: smallvec::smallvec![(def.device, imp, def.origin)], doc: def.doc })
+        Ok(Kernel {
+            sig,
+            plan,
+            text,
+            opts: def.opts,
+            impls: smallvec::smallvec![(def.device, imp, def.origin)],
+            doc: def.doc,
+            identity: def.identity,
+        })
     }
 
     /// This kernel plus an implementation for another device (`sig` is the
@@ -375,6 +393,7 @@ impl Kernel {
             opts: self.opts,
             impls,
             doc: self.doc.clone(),
+            identity: if self.identity.is_empty() { def.identity } else { self.identity.clone() },
         })
     }
 
@@ -405,6 +424,26 @@ impl Kernel {
     /// Where each implementation comes from.
     pub fn origins(&self) -> impl Iterator<Item = (DeviceType, &str)> + '_ {
         self.impls.iter().map(|(d, _, o)| (*d, o.as_str()))
+    }
+
+    /// What defines it beyond its signature ([`KernelDef::identity`]).
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// A digest of what the kernel is: its signature, options, origins and
+    /// identity (32 hex digits of SHA-256). Two kernels with the same digest
+    /// compute the same thing; a program built for one (an exported XLA
+    /// custom call) checks it runs that one.
+    pub fn digest(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        let origins: Vec<String> = self.impls.iter().map(|(d, _, o)| format!("{d}: {o}")).collect();
+        for part in [self.text.as_str(), &format!("{:?}", self.opts), &origins.join("\n"), &self.identity] {
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part.as_bytes());
+        }
+        h.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect()
     }
 
     /// Shapes, dtypes and devices of the outputs for these inputs: what an
@@ -552,6 +591,65 @@ impl Kernel {
         Ok(())
     }
 
+    /// The read-only tensor arguments that share memory with a tensor the
+    /// call writes (an output, a `mut` parameter) in any way but the one an
+    /// elementwise kernel allows (an output that is exactly an input): they
+    /// are read from a copy, as CuPy copies overlapping inputs, so the call
+    /// gives what it gives out of place. `args` are read views of every
+    /// argument, `outs` of the outputs; `outputs_fresh` says the outputs were
+    /// just allocated (then only `mut` parameters can overlap). `None` when no
+    /// copy is needed, or when one cannot help (two written tensors overlap,
+    /// or the input is memory the host cannot copy): the layout checks then
+    /// refuse the call as before.
+    pub fn inputs_to_copy(
+        &self,
+        args: &[Arg<'_>],
+        outs: &[dlbridge_core::TensorView<'_>],
+        outputs_fresh: bool,
+    ) -> Option<SmallVec<[usize; 4]>> {
+        if outputs_fresh && !self.plan.has_mut {
+            return None;
+        }
+        let n = self.sig.params.len();
+        fn view<'v>(a: &'v Arg<'_>) -> Option<&'v dlbridge_core::TensorView<'v>> {
+            match a {
+                Arg::Tensor(v) => Some(v),
+                Arg::TensorMut(v) => Some(v.as_view()),
+                Arg::Scalar(_) => None,
+            }
+        }
+        let mutable = |i: usize| self.sig.params.get(i).and_then(|p| p.tensor()).is_some_and(|t| t.mutable);
+        // The written tensors: `mut` arguments, then the outputs (slot, view).
+        let mut written: SmallVec<[(usize, &dlbridge_core::TensorView<'_>); 4]> = SmallVec::new();
+        for (i, a) in args.iter().enumerate() {
+            if mutable(i)
+                && let Some(v) = view(a)
+            {
+                written.push((i, v));
+            }
+        }
+        written.extend(outs.iter().enumerate().map(|(j, o)| (n + j, o)));
+        let mut plan = SmallVec::new();
+        for (i, a) in args.iter().enumerate() {
+            if mutable(i) {
+                continue;
+            }
+            let Some(v) = view(a) else { continue };
+            let r = Region::new(v);
+            let clash = written.iter().any(|&(slot, w)| {
+                let wr = Region::new(w);
+                wr.overlaps(&r) && !(self.opts.alias_outputs && slot >= n && wr.is_exactly(v))
+            });
+            if clash {
+                if !v.device().is_host_accessible() {
+                    return None;
+                }
+                plan.push(i);
+            }
+        }
+        (!plan.is_empty()).then_some(plan)
+    }
+
     /// Every tensor of a call in slot order: (slot, view, written by the kernel).
     #[inline(always)]
     fn tensors<'s>(
@@ -638,6 +736,18 @@ impl<'v> Region<'v> {
         let (b0, b1) = (o.ptr as i128 + o.lo as i128, o.ptr as i128 + o.hi as i128);
         a0 < b1 && b0 < a1
     }
+}
+
+/// Whether two tensors share any byte of memory.
+pub(crate) fn views_overlap(a: &dlbridge_core::TensorView<'_>, b: &dlbridge_core::TensorView<'_>) -> bool {
+    let (ea, eb) = (a.extent(), b.extent());
+    if ea.byte_hi == ea.byte_lo || eb.byte_hi == eb.byte_lo {
+        return false;
+    }
+    let (pa, pb) = (a.data_ptr() as usize as i128, b.data_ptr() as usize as i128);
+    let (a0, a1) = (pa + ea.byte_lo as i128, pa + ea.byte_hi as i128);
+    let (b0, b1) = (pb + eb.byte_lo as i128, pb + eb.byte_hi as i128);
+    a0 < b1 && b0 < a1
 }
 
 /// The message of a caught panic (`&str` or `String` payloads; anything else is "unknown panic").

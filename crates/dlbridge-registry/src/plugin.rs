@@ -245,6 +245,27 @@ impl Plugin {
             std::io::ErrorKind::NotFound => Error::FileNotFound { path: given.to_path_buf() },
             _ => Error::Coded { kind: ErrorKind::NotFound, message: format!("plugin {}: {e}", given.display()) },
         })?;
+        Plugin::open_at(path)
+    }
+
+    /// [`Plugin::open`] of a library this process holds
+    /// ([`crate::trust::HeldLibrary`]: the very bytes a caller checked), by
+    /// the path it is given, unresolved (resolving it would name a file that
+    /// is in no directory).
+    pub fn open_held(held: &crate::trust::HeldLibrary) -> Result<Plugin> {
+        Plugin::open_at(held.path().to_path_buf())
+    }
+
+    fn open_at(path: std::path::PathBuf) -> Result<Plugin> {
+        // What the plugin's kernels are: its file's bytes (part of each kernel's digest).
+        let identity = std::fs::read(&path).map_or_else(
+            |_| String::new(),
+            |bytes| {
+                use sha2::{Digest, Sha256};
+                let d: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
+                format!("plugin file sha256 {d}")
+            },
+        );
         // SAFETY: loading a library runs its initialisers; loading a plugin means
         // trusting its code, which is what the user asked for.
         let lib = unsafe { Library::new(&path) }.map_err(|e| perr(&path, format!("not a loadable shared library: {}", reason(&e))))?;
@@ -330,6 +351,7 @@ impl Plugin {
                 alias_outputs: k.flags & FLAG_ALIAS_OUTPUTS != 0,
                 contiguous: k.flags & FLAG_CONTIGUOUS != 0,
                 row_major_outputs: k.flags & FLAG_ROW_MAJOR_OUTPUTS != 0,
+                per_element: false,
             };
             kernels.push(PluginKernel { signature: sig.to_string(), device, opts, doc: doc.clone() });
             defs.push(KernelDef {
@@ -339,6 +361,7 @@ impl Plugin {
                 opts,
                 origin: format!("plugin {} {} ({})", name, version, path.display()),
                 doc,
+                identity: identity.clone(),
             });
         }
         // The checks registration makes among the plugin's own kernels, against

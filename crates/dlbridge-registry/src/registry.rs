@@ -84,6 +84,7 @@ impl KernelEntry {
             opts: self.opts,
             origin: format!("built-in ({}:{})", self.file, self.line),
             doc: self.doc.to_owned(),
+            identity: String::new(),
         }
     }
 }

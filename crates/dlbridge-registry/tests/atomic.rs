@@ -18,6 +18,7 @@ fn def(sig: &str, device: DeviceType, origin: &str) -> KernelDef {
         opts: KernelOpts::DEFAULT,
         origin: origin.into(),
         doc: String::new(),
+        identity: String::new(),
     }
 }
 

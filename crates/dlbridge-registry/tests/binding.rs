@@ -114,7 +114,15 @@ fn counted(reg: &Registry, runs: &Arc<AtomicUsize>, signature: &str, opts: Kerne
         r.fetch_add(1, Ordering::SeqCst);
         body(call)
     }));
-    let def = KernelDef { signature: signature.into(), device: DeviceType::CPU, imp, opts, origin: "test".into(), doc: String::new() };
+    let def = KernelDef {
+        signature: signature.into(),
+        device: DeviceType::CPU,
+        imp,
+        opts,
+        origin: "test".into(),
+        doc: String::new(),
+        identity: String::new(),
+    };
     reg.register(def).unwrap();
 }
 

@@ -30,6 +30,7 @@ fn counting(reg: &Registry, sig: &str, opts: KernelOpts) -> Arc<AtomicUsize> {
         opts,
         origin: "test".into(),
         doc: String::new(),
+        identity: String::new(),
     })
     .unwrap();
     runs
@@ -279,6 +280,7 @@ fn duplicates_are_errors_and_new_devices_extend_a_kernel() {
         opts: KernelOpts::DEFAULT,
         origin: "second".into(),
         doc: String::new(),
+        identity: String::new(),
     };
     let e = reg.register(def("k(x: f32[N]) -> (y: f32[N])", DeviceType::CPU)).unwrap_err();
     assert_eq!(e.to_string(), "kernel k on cpu is registered twice: by test and by second");

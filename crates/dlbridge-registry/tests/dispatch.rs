@@ -17,7 +17,15 @@ fn fill<T: dlbridge_core::Element + From<u8>>(call: &mut Call<'_, '_>) -> Result
 dlbridge_registry::dtype_resolver!(two_floats: f32, f64);
 
 fn def(sig: &str, imp: Impl) -> KernelDef {
-    KernelDef { signature: sig.into(), device: DeviceType::CPU, imp, opts: KernelOpts::DEFAULT, origin: "test".into(), doc: String::new() }
+    KernelDef {
+        signature: sig.into(),
+        device: DeviceType::CPU,
+        imp,
+        opts: KernelOpts::DEFAULT,
+        origin: "test".into(),
+        doc: String::new(),
+        identity: String::new(),
+    }
 }
 
 fn run(reg: &Registry, name: &str, dtype: DType) -> Result<Array> {

@@ -34,6 +34,7 @@ fn a_checked_call_on_three_tiny_arrays_does_not_allocate() {
         opts: KernelOpts::ELEMENTWISE,
         origin: "test".into(),
         doc: String::new(),
+        identity: String::new(),
     })
     .unwrap();
     let k = reg.get("add").unwrap();

@@ -43,6 +43,7 @@ fn registry() -> Registry {
                 opts: KernelOpts::ELEMENTWISE,
                 origin: "test".into(),
                 doc: String::new(),
+                identity: String::new(),
             })
             .unwrap();
         }

@@ -38,7 +38,7 @@ pub use crate::dirs::cpu_cache_dir;
 use crate::elf::{self, Policy};
 use crate::fragments;
 use crate::toolchain::{Compiler, cpu_fingerprint};
-pub use dlbridge_registry::trust::{is_plain_file, trusted_dir};
+pub use dlbridge_registry::trust::{HeldLibrary, TrustedDir};
 use dlbridge_registry::trust::{seal, sealed};
 
 /// Bumped when the code generation changes in a way the source text does not show.
@@ -62,8 +62,9 @@ pub struct Stats {
 #[derive(Debug)]
 pub struct LibraryCache {
     dir: PathBuf,
-    /// Whether `dir` may be used ([`trusted_dir`]), asked on first use.
-    trust: OnceLock<std::result::Result<(), String>>,
+    /// The directory, held open, when it may be used ([`TrustedDir::open`]),
+    /// asked on first use; else why not.
+    trust: OnceLock<std::result::Result<TrustedDir, String>>,
     /// What it did.
     pub stats: Stats,
 }
@@ -74,12 +75,13 @@ impl LibraryCache {
         LibraryCache { dir, trust: OnceLock::new(), stats: Stats::default() }
     }
 
-    /// Whether the directory may hold code this process runs; `Err` says why
-    /// not (the first time it is asked, a warning says so on stderr).
-    pub fn trusted(&self) -> std::result::Result<(), &str> {
+    /// The directory, held open, when it may hold code this process runs;
+    /// `Err` says why not (the first time it is asked, a warning says so on
+    /// stderr).
+    pub fn trusted(&self) -> std::result::Result<&TrustedDir, &str> {
         self.trust
             .get_or_init(|| {
-                let t = trusted_dir(&self.dir);
+                let t = TrustedDir::open(&self.dir);
                 if let Err(why) = &t {
                     eprintln!(
                         "dlbridge: not using the kernel cache {}: {why}; kernels are compiled in a private directory and not kept",
@@ -89,7 +91,6 @@ impl LibraryCache {
                 t
             })
             .as_ref()
-            .map(|_| ())
             .map_err(String::as_str)
     }
 
@@ -139,7 +140,7 @@ impl LibraryCache {
         dtypes: &str,
         what: &str,
         user: &[(&str, &str)],
-        load: impl Fn(&Path) -> Result<T>,
+        load: impl Fn(&HeldLibrary) -> Result<T>,
     ) -> Result<T> {
         self.get_or_build_with(source, dtypes, &[], what, user, Policy::Generated { exports: &[GENERATED_ENTRY] }, load)
     }
@@ -147,6 +148,11 @@ impl LibraryCache {
     /// [`LibraryCache::get_or_build`] for a library compiled with `extra`
     /// flags after the usual ones (part of the key) and checked under
     /// `policy` before it is first opened.
+    ///
+    /// The library `load` is given is the very bytes that were checked (the
+    /// seal of a cached one, the ELF check of a new one): a file of this
+    /// process's own made from them, never a path in the cache directory that
+    /// could be changed between the check and the load.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn get_or_build_with<T>(
         &self,
@@ -156,134 +162,226 @@ impl LibraryCache {
         what: &str,
         user: &[(&str, &str)],
         policy: Policy<'_>,
-        load: impl Fn(&Path) -> Result<T>,
+        load: impl Fn(&HeldLibrary) -> Result<T>,
     ) -> Result<T> {
         let compiler = Compiler::get()?;
-        let key = LibraryCache::key_with(compiler, source, dtypes, extra);
-        if self.trusted().is_err() {
-            // Compiled and loaded in a private directory, removed once loaded (the
-            // mapping stays valid): nothing is read from or left in the cache.
-            let work = private_dir(&std::env::temp_dir(), what)?;
-            let so = build_in(compiler, work.path(), source, extra, what, user, policy)?;
+        let mut job = BuildJob { compiler, source, extra, what, user, policy, preprocessed: None };
+        // A text that includes a file: keyed on what the preprocessor makes of it
+        // now (a changed header is another library).
+        let key = match fragments::nonce_of(source) {
+            Some(nonce) if includes_files(user) => {
+                let (ii, reference) = preprocess(&job, nonce)?;
+                let key = LibraryCache::key_with(compiler, &ii.replace(nonce, "NONCE"), dtypes, extra);
+                job.preprocessed = Some((ii, reference));
+                key
+            }
+            _ => LibraryCache::key_with(compiler, source, dtypes, extra),
+        };
+        let Ok(dir) = self.trusted() else {
+            // Compiled in a private directory, removed once loaded: nothing is
+            // read from or left in the cache.
+            let tmp = private_temp(what)?;
+            let bytes = build_in(&tmp, &job)?;
             self.stats.compiled.fetch_add(1, Ordering::Relaxed);
-            return load(&so);
-        }
-        let so = self.dir.join(format!("{key}.so"));
+            return load_bytes(&bytes, what, &load);
+        };
         // A damaged or foreign file fails `load`: it is built again below (the
         // new one replaces it atomically; an old mapping, if any, stays valid).
-        if self.intact(&key)
-            && let Ok(t) = load(&so)
+        if let Some(bytes) = intact(dir, &key)
+            && let Ok(t) = load_bytes(&bytes, what, &load)
         {
             self.stats.disk_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(t);
         }
-        self.build(compiler, &key, source, extra, what, user, policy)?;
+        let bytes = build(dir, &key, &job)?;
         self.stats.compiled.fetch_add(1, Ordering::Relaxed);
-        load(&so)
-    }
-
-    /// Whether `<key>.so` is a regular file (not a symbolic link) sealed by
-    /// `<key>.seal` (one too).
-    fn intact(&self, key: &str) -> bool {
-        let (so, seal) = (self.dir.join(format!("{key}.so")), self.dir.join(format!("{key}.seal")));
-        if !is_plain_file(&so) || !is_plain_file(&seal) {
-            return false;
-        }
-        let (Ok(lib), Ok(tag)) = (std::fs::read(so), std::fs::read_to_string(seal)) else {
-            return false;
-        };
-        sealed(&seal_name(key), &lib, &tag)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn build(
-        &self,
-        compiler: &Compiler,
-        key: &str,
-        source: &str,
-        extra: &[String],
-        what: &str,
-        user: &[(&str, &str)],
-        policy: Policy<'_>,
-    ) -> Result<()> {
-        let work = private_dir(&self.dir, what)?;
-        let tmp_so = build_in(compiler, work.path(), source, extra, what, user, policy)?;
-        // The library's seal beside it, in place before the library: a library
-        // whose bytes do not match it is never loaded (damaged or replaced
-        // files would otherwise run as code). Renames replace whatever had the
-        // name, a symbolic link included, and never follow it.
-        let tag = std::fs::read(&tmp_so).map(|b| seal(&seal_name(key), &b));
-        let sealed_at = self.dir.join(format!("{key}.seal"));
-        let tmp_seal = work.path().join("kernel.seal");
-        let written = tag.and_then(|t| std::fs::write(&tmp_seal, t)).and_then(|()| std::fs::rename(&tmp_seal, &sealed_at));
-        if let Err(e) = written {
-            return Err(Error::Runtime(format!("{what}: cannot write the seal {}: {e}", sealed_at.display())));
-        }
-        let so = self.dir.join(format!("{key}.so"));
-        if let Err(e) = std::fs::rename(&tmp_so, &so) {
-            return Err(Error::Runtime(format!("{what}: cannot move the compiled kernel to {}: {e}", so.display())));
-        }
-        // The source beside it, for whoever wants to read what ran.
-        let _ = std::fs::rename(work.path().join("kernel.cpp"), self.dir.join(format!("{key}.cpp")));
-        Ok(())
+        load_bytes(&bytes, what, &load)
     }
 }
 
-/// A fresh directory in `parent` with an unpredictable name, created 0700 and
-/// exclusively (it cannot have existed, so nothing was planted in it); removed
-/// when dropped.
-fn private_dir(parent: &Path, what: &str) -> Result<tempfile::TempDir> {
-    tempfile::Builder::new()
+/// The bytes of `<key>.so` when they are sealed by `<key>.seal` (both regular
+/// files, read through the directory's handle).
+fn intact(dir: &TrustedDir, key: &str) -> Option<Vec<u8>> {
+    let lib = dir.read(&format!("{key}.so"))?;
+    let tag = dir.read(&format!("{key}.seal"))?;
+    sealed(&seal_name(key), &lib, std::str::from_utf8(&tag).ok()?).then_some(lib)
+}
+
+/// What one build is: the compiler, the source, the flags beyond the usual,
+/// what errors call the kernel, the user's texts by `#line` name, and what
+/// the library may have ([`elf::check`]).
+struct BuildJob<'a> {
+    compiler: &'a Compiler,
+    source: &'a str,
+    extra: &'a [String],
+    what: &'a str,
+    user: &'a [(&'a str, &'a str)],
+    policy: Policy<'a>,
+    /// The marked source preprocessed, and its blanked reference, when they
+    /// were made before the build (to key a source that includes files).
+    preprocessed: Option<(String, String)>,
+}
+
+/// Whether any of the user's texts includes a file (`#include`,
+/// `%:include`, `__has_include`, `#embed`): what the file says is then part
+/// of the library, so the key is taken from the preprocessed text.
+fn includes_files(user: &[(&str, &str)]) -> bool {
+    user.iter().any(|(_, t)| {
+        crate::params::scan(t).code.lines().any(|l| {
+            let l = l.trim_start();
+            (l.starts_with('#') && (l.contains("include") || l.contains("embed"))) || l.contains("__has_include")
+        })
+    })
+}
+
+/// The marked source preprocessed and its blanked reference
+/// ([`fragments::blanked`]), the two preprocessors run at once (each mostly
+/// reads the same headers).
+fn preprocess(job: &BuildJob<'_>, nonce: &str) -> Result<(String, String)> {
+    let BuildJob { compiler, source, extra, what, user, .. } = *job;
+    let blank = fragments::blanked(source, nonce);
+    let (ii, reference) = std::thread::scope(|scope| {
+        let reference = scope.spawn(|| compiler.preprocess_text(&blank, what, &[], extra));
+        let ii = compiler.preprocess_text(source, what, user, extra);
+        (ii, reference.join().unwrap_or_else(|_| Err(Error::Runtime(format!("{what}: the preprocessor thread panicked")))))
+    });
+    Ok((ii?, reference?))
+}
+
+/// Builds the library in a private directory of `dir`, seals it and puts both
+/// in place; returns the bytes that were checked and sealed.
+fn build(dir: &TrustedDir, key: &str, job: &BuildJob<'_>) -> Result<Vec<u8>> {
+    let what = job.what;
+    let work = dir.private_subdir(".dlbridge-build-").map_err(|e| io_error(what, "create a build directory in", dir.path(), &e))?;
+    let bytes = build_in(&work, job)?;
+    // The seal first, then the library: a library whose bytes do not match its
+    // seal is never loaded (damaged or replaced files would otherwise run).
+    dlbridge_registry::trust::swap_point("built", dir.path());
+    let tag = seal(&seal_name(key), &bytes);
+    dir.write(&format!("{key}.seal"), tag.as_bytes()).map_err(|e| io_error(what, "write the seal into", dir.path(), &e))?;
+    dir.write(&format!("{key}.so"), &bytes).map_err(|e| io_error(what, "write the library into", dir.path(), &e))?;
+    // The source beside it, for whoever wants to read what ran.
+    let _ = dir.write(&format!("{key}.cpp"), job.source.as_bytes());
+    dlbridge_registry::trust::swap_point("sealed", dir.path());
+    Ok(bytes)
+}
+
+/// Opens `bytes` with `load` as a library: from a sealed file of this
+/// process's own (Linux: an anonymous memory file), so `dlopen` maps exactly
+/// what was checked.
+fn load_bytes<T>(bytes: &[u8], what: &str, load: &impl Fn(&HeldLibrary) -> Result<T>) -> Result<T> {
+    #[cfg(target_os = "linux")]
+    {
+        let held = dlbridge_registry::trust::sealed_memory_file("dlbridge-kernel", bytes)
+            .map_err(|e| Error::Runtime(format!("{what}: cannot hold the compiled library in memory: {e}")))?;
+        load(&held)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (bytes, what, load);
+        Err(Error::Runtime("kernels from source are loaded on Linux only".into()))
+    }
+}
+
+/// A private directory of this process's under the system's temporary
+/// directory, held open; removed when dropped.
+fn private_temp(what: &str) -> Result<TempTrusted> {
+    let tmp = tempfile::Builder::new()
         .prefix(".dlbridge-build-")
-        .tempdir_in(parent)
-        .map_err(|e| Error::Runtime(format!("{what}: cannot create a build directory in {}: {e}", parent.display())))
+        .tempdir()
+        .map_err(|e| io_error(what, "create a build directory in", &std::env::temp_dir(), &e))?;
+    let dir = TrustedDir::open(tmp.path())
+        .map_err(|why| Error::Runtime(format!("{what}: the build directory {} cannot be used: {why}", tmp.path().display())))?;
+    Ok(TempTrusted { dir, _tmp: tmp })
+}
+
+/// A [`TrustedDir`] over a temporary directory that goes when it is dropped.
+struct TempTrusted {
+    dir: TrustedDir,
+    _tmp: tempfile::TempDir,
+}
+
+impl std::ops::Deref for TempTrusted {
+    type Target = TrustedDir;
+    fn deref(&self) -> &TrustedDir {
+        &self.dir
+    }
+}
+
+/// An I/O error of the cache as an error naming the directory; a full disk
+/// says so.
+fn io_error(what: &str, doing: &str, dir: &Path, e: &std::io::Error) -> Error {
+    if e.kind() == std::io::ErrorKind::StorageFull || e.raw_os_error() == Some(28) {
+        return Error::Coded {
+            kind: dlbridge_core::ErrorKind::Runtime,
+            message: format!(
+                "{what}: cannot {doing} {}: no space left on its file system (free some, or set DLBRIDGE_CACHE_DIR to a directory with room)",
+                dir.display()
+            ),
+        };
+    }
+    Error::Runtime(format!("{what}: cannot {doing} {}: {e}", dir.display()))
 }
 
 /// The one entry point of a generated library (the plugin table).
 const GENERATED_ENTRY: &str = "dlbridge_plugin";
 
-/// Writes `source` into `dir` and compiles it there; returns the library's
-/// path. A marked source (a kernel's generated code around the user's texts)
+/// Compiles `source` in `dir` and returns the library's bytes, read back
+/// through the directory's handle and checked under `policy`
+/// ([`elf::check`]). The compiler reads its input from a pipe, never from a
+/// path; a marked source (a kernel's generated code around the user's texts)
 /// is preprocessed first, its fragments checked in the preprocessed text
-/// ([`fragments::check`]) and the library compiled from that very text. The
-/// library is checked under `policy` ([`elf::check`]) before anything opens it.
-fn build_in(
-    compiler: &Compiler,
-    dir: &Path,
-    source: &str,
-    extra: &[String],
-    what: &str,
-    user: &[(&str, &str)],
-    policy: Policy<'_>,
-) -> Result<PathBuf> {
-    let (cpp, so) = (dir.join("kernel.cpp"), dir.join("kernel.so"));
-    let write = |path: &Path, text: &str| {
-        std::fs::write(path, text).map_err(|e| Error::Runtime(format!("{what}: cannot write {}: {e}", path.display())))
-    };
-    write(&cpp, source)?;
+/// ([`fragments::check`]) and the library compiled from that very text.
+fn build_in(dir: &TrustedDir, job: &BuildJob<'_>) -> Result<Vec<u8>> {
+    let BuildJob { compiler, source, extra, what, user, policy, .. } = *job;
+    dir.write("kernel.cpp", source.as_bytes()).map_err(|e| io_error(what, "write kernel.cpp into", dir.path(), &e))?;
     let mut flags = extra.to_vec();
+    // The linker reads its version script by path: from a private directory
+    // of this process's under the system's temporary directory, not from one
+    // under the cache's root.
+    let script_dir = tempfile::Builder::new()
+        .prefix("dlbridge-exports-")
+        .tempdir()
+        .map_err(|e| io_error(what, "create a directory in", &std::env::temp_dir(), &e))?;
     if let Policy::Generated { exports } = policy {
-        let script = dir.join("exports.map");
-        write(&script, &elf::version_script(exports))?;
+        let script = script_dir.path().join("exports.map");
+        std::fs::write(&script, elf::version_script(exports))
+            .map_err(|e| io_error(what, "write the export list into", script_dir.path(), &e))?;
         flags.extend(elf::link_flags(&script));
     }
-    let input = match fragments::nonce_of(source) {
+    let (input, kind) = match fragments::nonce_of(source) {
         Some(nonce) if fragments::has_fragments(source, nonce) => {
-            let ii = compiler.preprocess(&cpp, what, user, extra)?;
-            let reference = dir.join("reference.cpp");
-            write(&reference, &fragments::blanked(source, nonce))?;
-            let reference = compiler.preprocess(&reference, what, &[], extra)?;
+            let (ii, reference) = match &job.preprocessed {
+                Some(pair) => pair.clone(),
+                None => preprocess(job, nonce)?,
+            };
             fragments::check(what, source, nonce, &ii, &reference)?;
-            let path = dir.join("kernel.ii");
-            write(&path, &ii)?;
-            path
+            (std::borrow::Cow::Owned(ii), Input::Preprocessed)
         }
-        _ => cpp,
+        _ => (std::borrow::Cow::Borrowed(source), Input::Source),
     };
-    compiler.compile_with(&input, &so, what, user, &flags)?;
-    elf::check(compiler, &so, what, policy)?;
-    Ok(so)
+    dlbridge_registry::trust::swap_point("checked", dir.path());
+    let so = dir.path().join("kernel.so");
+    compiler.compile_text(&input, kind, &so, what, user, &flags).map_err(|e| no_space(e, what, dir.path()))?;
+    let bytes = dir.read("kernel.so").ok_or_else(|| {
+        Error::Runtime(format!(
+            "{what}: the compiled library is not in the build directory {}: the directory was moved or replaced during the build",
+            dir.path().display()
+        ))
+    })?;
+    elf::check(compiler, &bytes, what, policy)?;
+    Ok(bytes)
 }
+
+/// A compiler failure that was the disk's: an error naming the directory.
+fn no_space(e: Error, what: &str, dir: &Path) -> Error {
+    if e.to_string().contains("No space left on device") {
+        return io_error(what, "build in", dir, &std::io::Error::from_raw_os_error(28));
+    }
+    e
+}
+
+pub(crate) use crate::toolchain::Input;
 
 /// Lower-case hex of `bytes`.
 fn hex(bytes: &[u8]) -> String {
@@ -294,31 +392,49 @@ fn hex(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
 
+    fn dir() -> (tempfile::TempDir, TrustedDir) {
+        let root = tempfile::tempdir().unwrap();
+        let d = TrustedDir::open(root.path()).unwrap();
+        (root, d)
+    }
+
     #[test]
     fn a_symlinked_library_is_never_intact() {
-        let root = tempfile::tempdir().unwrap();
-        let cache = LibraryCache::new(root.path().to_path_buf());
+        let (root, d) = dir();
         let elsewhere = root.path().join("elsewhere.so");
         std::fs::write(&elsewhere, b"not a library").unwrap();
         std::fs::write(root.path().join("k.seal"), seal(&seal_name("k"), b"not a library")).unwrap();
         std::os::unix::fs::symlink(&elsewhere, root.path().join("k.so")).unwrap();
-        assert!(!cache.intact("k"), "a symbolic link is not loaded, even with the right seal");
+        assert!(intact(&d, "k").is_none(), "a symbolic link is not loaded, even with the right seal");
         std::fs::remove_file(root.path().join("k.so")).unwrap();
         std::fs::copy(&elsewhere, root.path().join("k.so")).unwrap();
-        assert!(cache.intact("k"));
+        assert_eq!(intact(&d, "k").as_deref(), Some(&b"not a library"[..]));
     }
 
     #[test]
     fn a_library_with_its_sha256_but_not_its_seal_is_not_intact() {
-        let root = tempfile::tempdir().unwrap();
-        let cache = LibraryCache::new(root.path().to_path_buf());
+        let (root, d) = dir();
         std::fs::write(root.path().join("k.so"), b"planted").unwrap();
         // What anyone can compute: the digest of the bytes, or a seal of another file's.
         std::fs::write(root.path().join("k.seal"), hex(&Sha256::digest(b"planted"))).unwrap();
-        assert!(!cache.intact("k"));
+        assert!(intact(&d, "k").is_none());
         std::fs::write(root.path().join("k.seal"), seal(&seal_name("j"), b"planted")).unwrap();
-        assert!(!cache.intact("k"));
+        assert!(intact(&d, "k").is_none());
         std::fs::write(root.path().join("k.seal"), seal(&seal_name("k"), b"planted")).unwrap();
-        assert!(cache.intact("k"));
+        assert!(intact(&d, "k").is_some());
+    }
+
+    #[test]
+    fn a_full_disk_is_named_with_its_directory() {
+        let e = io_error("k", "write the library into", Path::new("/cache"), &std::io::Error::from_raw_os_error(28));
+        assert_eq!(
+            e.to_string(),
+            "k: cannot write the library into /cache: no space left on its file system (free some, or set DLBRIDGE_CACHE_DIR to a directory with room)"
+        );
+        let compiler_said = Error::Coded {
+            kind: dlbridge_core::ErrorKind::Value,
+            message: "k: the C++ compiler rejected the kernel\n  fatal error: error writing to /tmp/x.s: No space left on device".into(),
+        };
+        assert!(no_space(compiler_said, "k", Path::new("/cache")).to_string().contains("cannot build in /cache: no space left"));
     }
 }

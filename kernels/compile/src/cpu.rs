@@ -152,10 +152,12 @@ pub(crate) fn entry_prologue(src: &mut Src, name: &str, all: &[&Param], bind: &[
     src.line("  (void)_s;");
     src.line("  const dlbridge::detail::ContextScope _context(_stream);");
     src.line("  try {");
-    src.line("    using namespace dlbridge::detail;");
     tensor_tables(src, all, bind)?;
-    src.line("    if (_ns != 0) return fail(_err, _err_len, DLBRIDGE_ERR_VALUE, \"%s: called with %d scalars, expected none\", kKernel, static_cast<int>(_ns));");
-    src.line(&format!("    if (int32_t rc = check_tensors(kKernel, _t, _nt, {}, kNames, kTypes, _err, _err_len)) return rc;", all.len()));
+    src.line("    if (_ns != 0) return dlbridge::detail::fail(_err, _err_len, DLBRIDGE_ERR_VALUE, \"%s: called with %d scalars, expected none\", kKernel, static_cast<int>(_ns));");
+    src.line(&format!(
+        "    if (int32_t rc = dlbridge::detail::check_tensors(kKernel, _t, _nt, {}, kNames, kTypes, _err, _err_len)) return rc;",
+        all.len()
+    ));
     Ok(())
 }
 
@@ -185,8 +187,10 @@ pub fn elementwise_cpp(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Result
     src.line("using dlbridge_Walk = dlbridge::detail::Walk<dlbridge_kOperands>;");
     src.line("");
     src.line("template <bool dlbridge_kUnit>");
-    src.line("void dlbridge_chunk(const dlbridge_Walk& _w, void* const* _data, DLTensor* const* _t, const dlbridge::Indexer& _ind,");
-    src.line("                    ptrdiff_t _begin, ptrdiff_t _end) {");
+    src.line(
+        "void dlbridge_chunk(const dlbridge_Walk& _w, void* const* const _data, DLTensor* const* const _t, const dlbridge::Indexer& _ind,",
+    );
+    src.line("                    const ptrdiff_t _begin, const ptrdiff_t _end) {");
     src.line("  (void)_t;");
     if !all.iter().any(|p| p.name == "n") {
         // CuPy has no `n`; a parameter of that name takes it over.
@@ -202,8 +206,9 @@ pub fn elementwise_cpp(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Result
         src.user("loop_prep", &spec.loop_prep, ";");
     }
     // The operation is a function of its own, called once per element: a
-    // `return` in it ends that element only (as on CUDA), and it sees none of
-    // the loop's variables. Inputs come by value, read before anything is
+    // `return` in it ends that element only (as on CUDA). It captures what
+    // `loop_prep` declares, and so also the chunk's parameters (all `const`).
+    // Inputs come by value, read before anything is
     // written: an output that is exactly an input (`y = x + 1; y = y * x`
     // in place) still reads the old value. Outputs and `mut` inputs come by
     // reference.
@@ -250,17 +255,17 @@ pub fn elementwise_cpp(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Result
     let exact: Vec<&str> = ops.iter().map(|&(_, w)| if w { "true" } else { "false" }).collect();
     src.line(&format!("    static const int kOps[] = {{{}}};", op_list.join(", ")));
     src.line(&format!("    static const bool kExact[] = {{{}}};", exact.join(", ")));
-    src.line("    int64_t shape[kMaxDims];");
+    src.line("    int64_t shape[dlbridge::detail::kMaxDims];");
     src.line("    int nd = 0;");
-    src.line("    int64_t strides[dlbridge_kOperands][kMaxDims];");
-    src.line("    if (int32_t rc = broadcast(kKernel, _t, kNames, kOps, kExact, dlbridge_kOperands, shape, &nd, strides, _err, _err_len)) return rc;");
+    src.line("    int64_t strides[dlbridge_kOperands][dlbridge::detail::kMaxDims];");
+    src.line("    if (int32_t rc = dlbridge::detail::broadcast(kKernel, _t, kNames, kOps, kExact, dlbridge_kOperands, shape, &nd, strides, _err, _err_len)) return rc;");
     src.line("    dlbridge_Walk w;");
     src.line("    w.init(nd, shape, strides);");
     src.line("    if (w.size == 0) return DLBRIDGE_OK;");
     src.line("    void* data[dlbridge_kOperands];");
-    src.line("    for (int k = 0; k < dlbridge_kOperands; ++k) data[k] = base_of(_t[kOps[k]]);");
+    src.line("    for (int k = 0; k < dlbridge_kOperands; ++k) data[k] = dlbridge::detail::base_of(_t[kOps[k]]);");
     src.line("    const dlbridge::Indexer ind(w.size, nd, shape);");
-    src.line("    parallel_chunks(w.size, chunks_for(w.size, 1), [&](int, ptrdiff_t b, ptrdiff_t e) {");
+    src.line("    dlbridge::detail::parallel_chunks(w.size, dlbridge::detail::chunks_for(w.size, 1), [&](int, ptrdiff_t b, ptrdiff_t e) {");
     src.line("      if (w.unit) {");
     src.line("        dlbridge_chunk<true>(w, data, _t, ind, b, e);");
     src.line("      } else {");
@@ -366,8 +371,8 @@ pub fn reduction_cpp(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<Str
     src.line("      bool same = _t[k]->ndim == nx;");
     src.line("      for (int d = 0; same && d < nx; ++d) same = _t[k]->shape[d] == x->shape[d];");
     src.line("      if (!same) {");
-    src.line("        const ShapeText a(_t[k]->ndim, _t[k]->shape), b(nx, x->shape);");
-    src.line("        return fail(_err, _err_len, DLBRIDGE_ERR_VALUE, \"%s: input `%s` has shape %s, but `%s` has %s\", kKernel, kNames[k], a.text, kNames[0], b.text);");
+    src.line("        const dlbridge::detail::ShapeText a(_t[k]->ndim, _t[k]->shape), b(nx, x->shape);");
+    src.line("        return dlbridge::detail::fail(_err, _err_len, DLBRIDGE_ERR_VALUE, \"%s: input `%s` has shape %s, but `%s` has %s\", kKernel, kNames[k], a.text, kNames[0], b.text);");
     src.line("      }");
     src.line("    }");
     src.line("    for (int m = 0; m < dlbridge_kOut; ++m) {");
@@ -375,16 +380,16 @@ pub fn reduction_cpp(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<Str
     src.line("      bool ok = o->ndim == ny && ny <= nx;");
     src.line("      for (int d = 0; ok && d < ny; ++d) ok = o->shape[d] == x->shape[d];");
     src.line("      if (!ok) {");
-    src.line("        const ShapeText a(o->ndim, o->shape), b(nx, x->shape);");
-    src.line("        return fail(_err, _err_len, DLBRIDGE_ERR_VALUE,");
+    src.line("        const dlbridge::detail::ShapeText a(o->ndim, o->shape), b(nx, x->shape);");
+    src.line("        return dlbridge::detail::fail(_err, _err_len, DLBRIDGE_ERR_VALUE,");
     src.line("                    \"%s: output `%s` has shape %s; it must be the kept (leading) dims of the input shape %s, the reduced axes last\",");
     src.line("                    kKernel, kNames[dlbridge_kIn + m], a.text, b.text);");
     src.line("      }");
     src.line("    }");
     src.line("    dlbridge_Ctx c;");
     src.line("    {");
-    src.line("      int64_t kept[dlbridge_kIn + dlbridge_kOut][kMaxDims];");
-    src.line("      int64_t red[dlbridge_kIn][kMaxDims];");
+    src.line("      int64_t kept[dlbridge_kIn + dlbridge_kOut][dlbridge::detail::kMaxDims];");
+    src.line("      int64_t red[dlbridge_kIn][dlbridge::detail::kMaxDims];");
     src.line("      for (int k = 0; k < dlbridge_kIn + dlbridge_kOut; ++k) {");
     src.line("        for (int d = 0; d < ny; ++d) kept[k][d] = _t[k]->strides[d];");
     src.line("      }");
@@ -394,18 +399,18 @@ pub fn reduction_cpp(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<Str
     src.line("      c.kept.init(ny, x->shape, kept);");
     src.line("      c.red.init(nx - ny, x->shape + ny, red);");
     src.line("    }");
-    src.line("    for (int k = 0; k < dlbridge_kIn + dlbridge_kOut; ++k) c.data[k] = base_of(_t[k]);");
+    src.line("    for (int k = 0; k < dlbridge_kIn + dlbridge_kOut; ++k) c.data[k] = dlbridge::detail::base_of(_t[k]);");
     src.line("    const ptrdiff_t M = c.kept.size, J = c.red.size;");
     src.line("    if (M == 0) return DLBRIDGE_OK;");
     if spec.identity.is_none() {
         src.line("    if (J == 0) {");
-        src.line("      return fail(_err, _err_len, DLBRIDGE_ERR_VALUE,");
+        src.line("      return dlbridge::detail::fail(_err, _err_len, DLBRIDGE_ERR_VALUE,");
         src.line("                  \"%s: the reduction is over zero elements and the kernel has no identity to start from\", kKernel);");
         src.line("    }");
     }
-    src.line("    const int by_outputs = chunks_for(M, J), by_partials = chunks_for(J, 1);");
-    src.line("    if (by_outputs >= num_threads() || by_partials <= by_outputs || M > 64) {");
-    src.line("      parallel_chunks(M, by_outputs, [&](int, ptrdiff_t b, ptrdiff_t e) {");
+    src.line("    const int by_outputs = dlbridge::detail::chunks_for(M, J), by_partials = dlbridge::detail::chunks_for(J, 1);");
+    src.line("    if (by_outputs >= dlbridge::detail::num_threads() || by_partials <= by_outputs || M > 64) {");
+    src.line("      dlbridge::detail::parallel_chunks(M, by_outputs, [&](int, ptrdiff_t b, ptrdiff_t e) {");
     src.line("        c.kept.for_runs(b, e, [&](ptrdiff_t i0, ptrdiff_t len, const ptrdiff_t* off) {");
     src.line("          ptrdiff_t at[dlbridge_kIn + dlbridge_kOut];");
     src.line("          for (ptrdiff_t u = 0; u < len; ++u) {");
@@ -421,7 +426,7 @@ pub fn reduction_cpp(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<Str
     src.line("      ptrdiff_t at[dlbridge_kIn + dlbridge_kOut];");
     src.line("      for (ptrdiff_t o = 0; o < M; ++o) {");
     src.line("        c.kept.offsets(o, at);");
-    src.line("        parallel_chunks(J, by_partials, [&](int part, ptrdiff_t b, ptrdiff_t e) {");
+    src.line("        dlbridge::detail::parallel_chunks(J, by_partials, [&](int part, ptrdiff_t b, ptrdiff_t e) {");
     src.line("          parts[static_cast<size_t>(part)] = dlbridge_fold_any(c, at, o, b, e);");
     src.line("        });");
     src.line("        // reduce_expr and post_map_expr run here, on the calling thread: guarded too.");

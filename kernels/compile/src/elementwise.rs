@@ -33,7 +33,8 @@ impl SourceKernel<ElementwiseSpec> {
         let spec = ElementwiseSpec::new(in_params, out_params, operation, name, &opts.preamble, &opts.loop_prep, &opts.after_loop)?;
         // An output may be exactly an input (in place, `k(x, y, x)`), unless
         // a raw input can be read at any index.
-        let opts = KernelOpts { alias_outputs: !spec.inputs.iter().any(|p| p.raw), ..KernelOpts::DEFAULT };
+        let opts =
+            KernelOpts { alias_outputs: !spec.inputs.iter().any(|p| p.raw), per_element: !spec.reads_position(), ..KernelOpts::DEFAULT };
         let doc = format!("ElementwiseKernel: {}", one_line(&spec.operation));
         SourceKernel::from_spec(spec, build, opts, doc)
     }

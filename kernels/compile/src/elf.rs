@@ -54,27 +54,32 @@ struct LoadTime {
     init_fini: [u64; 2],
     /// Whether `DT_INIT` / `DT_FINI` point at the start of `.init` / `.fini`.
     at_start: [bool; 2],
+    /// Functions resolved at load (IFUNC: relocations of the resolver kind,
+    /// symbols of the GNU indirect-function type), whose resolvers run
+    /// inside `dlopen`, before any initialiser.
+    ifuncs: usize,
+    /// Whether loading it would make the process's stack executable (a
+    /// `PT_GNU_STACK` with `PF_X`, or none).
+    exec_stack: bool,
 }
 
 /// How many bytes of each initialiser's code are compared.
 const CODE_BYTES: usize = 4;
 
 #[cfg(target_os = "linux")]
-fn read(path: &Path, what: &str) -> Result<(LoadTime, Vec<String>)> {
+fn read(data: &[u8], what: &str) -> Result<(LoadTime, Vec<String>)> {
     use object::read::elf::{Dyn as _, ElfFile64};
     use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolFlags, elf};
 
-    let bad =
-        |m: String| Error::Coded { kind: ErrorKind::Runtime, message: format!("{what}: the compiled library {}: {m}", path.display()) };
-    let data = std::fs::read(path).map_err(|e| bad(format!("cannot be read: {e}")))?;
-    let file = ElfFile64::<object::Endianness>::parse(&*data).map_err(|e| bad(format!("is not a 64-bit ELF file: {e}")))?;
+    let bad = |m: String| Error::Coded { kind: ErrorKind::Runtime, message: format!("{what}: the compiled library {m}") };
+    let file = ElfFile64::<object::Endianness>::parse(data).map_err(|e| bad(format!("is not a 64-bit ELF file: {e}")))?;
     if file.kind() != object::ObjectKind::Dynamic {
         return Err(bad("is not a shared library".into()));
     }
     let endian = file.endian();
     let dynamic = file
         .elf_section_table()
-        .dynamic(endian, &*data)
+        .dynamic(endian, data)
         .map_err(|e| bad(format!("has a malformed dynamic section: {e}")))?
         .map_or(&[][..], |(d, _)| d);
     let tag = |t: elf::DynamicTag| dynamic.iter().find(|d| d.d_tag(endian) == t).map(|d| d.d_val(endian));
@@ -109,6 +114,24 @@ fn read(path: &Path, what: &str) -> Result<(LoadTime, Vec<String>)> {
         }
         Ok(out)
     };
+    // An IFUNC: a resolver run while the loader relocates (x86-64's and AArch64's kinds).
+    let irelative = |r: &object::Relocation| match r.flags() {
+        object::RelocationFlags::Elf { r_type } => {
+            r_type.0 == 37 && file.architecture() == object::Architecture::X86_64
+                || r_type.0 == 1032 && file.architecture() == object::Architecture::Aarch64
+        }
+        _ => false,
+    };
+    let ifunc_symbol = |s: &dyn Fn() -> object::SymbolFlags<object::SectionIndex, object::SymbolIndex>| matches!(s(), SymbolFlags::Elf { st_info, .. } if st_info.st_type().0 == 10);
+    let ifuncs = file.dynamic_relocations().map_or(0, |it| it.filter(|(_, r)| irelative(r)).count())
+        + file.symbols().filter(|sym| ifunc_symbol(&|| sym.flags())).count()
+        + file.dynamic_symbols().filter(|sym| ifunc_symbol(&|| sym.flags())).count();
+    let stack = file
+        .elf_program_headers()
+        .iter()
+        .find(|ph| object::read::elf::ProgramHeader::p_type(*ph, endian) == elf::PT_GNU_STACK)
+        .map(|ph| object::read::elf::ProgramHeader::p_flags(ph, endian).0 & elf::PF_X.0 != 0);
+    let exec_stack = stack.unwrap_or(true);
     let section_size = |name: &str| file.section_by_name(name).map_or(0, |s| s.size());
     let section_addr = |name: &str| file.section_by_name(name).map(|s| s.address());
     let load = LoadTime {
@@ -119,6 +142,8 @@ fn read(path: &Path, what: &str) -> Result<(LoadTime, Vec<String>)> {
         ],
         init_fini: [section_size(".init") + section_size(".ctors"), section_size(".fini") + section_size(".dtors")],
         at_start: [tag(elf::DT_INIT) == section_addr(".init"), tag(elf::DT_FINI) == section_addr(".fini")],
+        ifuncs,
+        exec_stack,
     };
     let mut exports: Vec<String> = file
         .dynamic_symbols()
@@ -137,8 +162,8 @@ fn read(path: &Path, what: &str) -> Result<(LoadTime, Vec<String>)> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn read(_path: &Path, _what: &str) -> Result<(LoadTime, Vec<String>)> {
-    Ok((LoadTime { arrays: Default::default(), init_fini: [0; 2], at_start: [true; 2] }, Vec::new()))
+fn read(_data: &[u8], _what: &str) -> Result<(LoadTime, Vec<String>)> {
+    Ok((LoadTime { arrays: Default::default(), init_fini: [0; 2], at_start: [true; 2], ifuncs: 0, exec_stack: false }, Vec::new()))
 }
 
 /// What an empty library built by `compiler` with its flags has: built once
@@ -152,7 +177,8 @@ fn baseline(compiler: &Compiler) -> Result<&'static (LoadTime, Vec<String>)> {
             .and_then(|()| std::fs::write(&script, version_script(&["dlbridge_empty"])))
             .map_err(|e| format!("cannot write the empty library's source: {e}"))?;
         compiler.compile_with(&cpp, &so, "the empty library", &[], &link_flags(&script)).map_err(|e| e.to_string())?;
-        read(&so, "the empty library").map_err(|e| e.to_string())
+        let bytes = std::fs::read(&so).map_err(|e| format!("cannot read the empty library: {e}"))?;
+        read(&bytes, "the empty library").map_err(|e| e.to_string())
     })
     .as_ref()
     .map_err(|m| Error::Coded {
@@ -166,10 +192,10 @@ pub(crate) fn link_flags(script: &Path) -> Vec<String> {
     if cfg!(target_os = "linux") { vec![format!("-Wl,--version-script={}", script.display())] } else { Vec::new() }
 }
 
-/// Checks the library at `path` under `policy`; `what` names the kernel in
+/// Checks the library `bytes` under `policy`; `what` names the kernel in
 /// errors. See the module's documentation.
-pub(crate) fn check(compiler: &Compiler, path: &Path, what: &str, policy: Policy<'_>) -> Result<()> {
-    let (load, exports) = read(path, what)?;
+pub(crate) fn check(compiler: &Compiler, bytes: &[u8], what: &str, policy: Policy<'_>) -> Result<()> {
+    let (load, exports) = read(bytes, what)?;
     let Policy::Generated { exports: allowed } = policy else { return Ok(()) };
     let (base, base_exports) = baseline(compiler)?;
     let refuse = |m: String| Error::Coded {
@@ -186,6 +212,16 @@ pub(crate) fn check(compiler: &Compiler, path: &Path, what: &str, policy: Policy
                 base.arrays[k].len()
             )));
         }
+    }
+    if load.ifuncs > base.ifuncs {
+        return Err(refuse(
+            "its compiled library has a function resolved at load (an IFUNC: `__attribute__((ifunc))`, `target_clones` or \
+             `@gnu_indirect_function`), whose resolver would run inside `dlopen`"
+                .into(),
+        ));
+    }
+    if load.exec_stack && !base.exec_stack {
+        return Err(refuse("its compiled library asks for an executable stack (`.note.GNU-stack` marked \"x\"), which loading it would give the whole process".into()));
     }
     if load.init_fini != base.init_fini || load.at_start != base.at_start {
         return Err(refuse("its compiled library adds code to the `.init` or `.fini` sections run at load and unload".into()));

@@ -311,9 +311,13 @@ fn user_line(ii_lines: &[&str], at: usize) -> Option<(String, usize)> {
     None
 }
 
+/// The names of namespace `dlbridge` a kernel's text may use.
+const PUBLIC: [&str; 3] = ["Raw", "Size", "Indexer"];
+
 /// Words a fragment other than the preamble and the operation may not hold:
-/// each would end more than the element it runs for.
-const ENDING: [&str; 4] = ["return", "co_return", "co_yield", "co_await"];
+/// each would end more than the element it runs for (a `goto`, computed or
+/// not, could skip the loop).
+const ENDING: [&str; 5] = ["return", "co_return", "co_yield", "co_await", "goto"];
 
 /// Checks the preprocessed marked source `ii` against `reference` (the
 /// preprocessed [`blanked`] source): see the module's documentation. `what`
@@ -437,11 +441,25 @@ pub(crate) fn check(what: &str, source: &str, nonce: &str, ii: &str, reference: 
             if t.text == "namespace" && toks.get(i + 1).is_some_and(|n| n.text.starts_with("dlbridge")) {
                 return Err(fail(format!("{} opens the namespace `{}`, which belongs to the generated code", at(t), toks[i + 1].text)));
             }
-            if t.text == "dlbridge"
-                && toks.get(i + 1).is_some_and(|n| n.text == "::")
-                && toks.get(i + 2).is_some_and(|n| n.text == "detail")
-            {
-                return Err(fail(format!("{} names `dlbridge::detail`, which belongs to the generated code", at(t))));
+            // The namespace `dlbridge` is named only to reach its public types
+            // (`dlbridge::Raw`, `dlbridge::Size`, `dlbridge::Indexer`): not aliased,
+            // not used whole, not entered (`dlbridge::detail`), so no text can
+            // declare, specialise or overload anything the generated code calls.
+            if t.text == "dlbridge" {
+                let public = toks.get(i + 1).is_some_and(|n| n.text == "::")
+                    && toks.get(i + 2).is_some_and(|n| PUBLIC.contains(&n.text))
+                    && !(i > 0 && toks[i - 1].text == "::");
+                if !public {
+                    let what = match toks.get(i + 2) {
+                        Some(n) if toks[i + 1].text == "::" => format!("`dlbridge::{}`", n.text),
+                        _ => "the namespace `dlbridge` itself".to_owned(),
+                    };
+                    return Err(fail(format!(
+                        "{} names {what}, which belongs to the generated code (a kernel's text may name `dlbridge::{}` only)",
+                        at(t),
+                        PUBLIC.join("`, `dlbridge::")
+                    )));
+                }
             }
         }
         if let Some(o) = stack.pop() {

@@ -138,6 +138,12 @@ pub struct InlineOptions {
     /// The C functions (of `c_source`) that take strides: they accept tensors
     /// of any layout (see the module docs).
     pub strided: Vec<String>,
+    /// C++ source files (torch's `load(sources=...)`), read when the library
+    /// is made and compiled after `c_source`, each under its own path in
+    /// diagnostics. Their directories are searched for quoted `#include`s,
+    /// and the cache key covers every file the sources include (the library
+    /// is keyed on the preprocessed text).
+    pub sources: Vec<std::path::PathBuf>,
 }
 
 /// One tensor of a function, in slot order (tensor parameters, then outputs).
@@ -386,8 +392,19 @@ impl InlineLibrary {
                 crate::params::shortened(flag)
             )));
         }
+        // The source files, after `c_source`, each numbered as its own file.
+        let mut combined = c_source.map(str::to_owned);
+        for path in &opts.sources {
+            let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Error::FileNotFound { path: path.clone() },
+                _ => value_error(format!("{what}: cannot read the source {}: {e}", path.display())),
+            })?;
+            let c = combined.get_or_insert_with(String::new);
+            c.push_str(&format!("\n#line 1 {}\n{text}\n", crate::codegen::c_string(&path.display().to_string())));
+        }
+        let c_source = combined.as_deref();
         if c_source.is_none() && cuda_source.is_none() {
-            return Err(value_error(format!("{what}: give c_source, cuda_source or both")));
+            return Err(value_error(format!("{what}: give c_source, cuda_source, sources, or several")));
         }
         if functions.is_empty() {
             return Err(value_error(format!("{what}: `functions` lists no function (give each one's signature)")));
@@ -562,6 +579,14 @@ impl InlineLibrary {
         if cfg!(target_os = "linux") {
             f.push("-Wl,--no-undefined".to_owned());
         }
+        // A C function defined with other parameters than its prototype is a
+        // C++ overload: this warning says where, for the error (see `explain_cpu`).
+        f.push("-Wmissing-declarations".to_owned());
+        // Quoted includes of the source files resolve beside them.
+        for dir in self.inner.opts.sources.iter().filter_map(|p| p.parent()) {
+            f.push("-iquote".to_owned());
+            f.push(if dir.as_os_str().is_empty() { ".".to_owned() } else { dir.display().to_string() });
+        }
         f.extend(self.inner.opts.extra_cflags.iter().cloned());
         f
     }
@@ -612,6 +637,9 @@ impl InlineLibrary {
         let s = &*self.inner;
         let (mut src, c_source) = self.begin(lib, s.c_source.as_deref(), C_SOURCE, crate::cpu::GENERATED_FILE, "")?;
         src.line(&format!("// Specialisation: {}.", if lib.is_empty() { "no type variables".into() } else { self.dtypes_text(lib) }));
+        // The generated code's own functions need no declarations (the
+        // warning is for the user's definitions: see `explain_cpu`).
+        src.line("#pragma GCC diagnostic ignored \"-Wmissing-declarations\"");
         src.push(&crate::headers::expand("dlbridge_compile/inline_runtime.h"));
         src.push(crate::cpu::DIVGUARD);
         src.line("");
@@ -658,11 +686,13 @@ impl InlineLibrary {
         src.line("  return &dlbridge_plugin_table;");
         src.line("}");
         src.line("");
+        // C++ as C++ (templates, `#include <vector>`, overloads): only the
+        // functions the signatures name have C linkage, from their `extern "C"`
+        // declarations above, which their definitions here inherit.
         src.line("// ---- the user's source ----");
+        src.line("#pragma GCC diagnostic warning \"-Wmissing-declarations\"");
         src.line("#define restrict __restrict__");
-        src.line("extern \"C\" {");
         src.user(C_SOURCE, c_source, "");
-        src.line("}  // extern \"C\"");
         Ok(src.text)
     }
 
@@ -727,10 +757,15 @@ impl InlineLibrary {
     /// The CPU build for the dtypes `lib`: from the cache, compiled if need be.
     fn cpu_build(&self, lib: &[DType]) -> Result<CpuBuild> {
         self.inner.cpu_builds.get(lib, || {
-            let source = self.cpu_source(lib)?;
+            let mut source = self.cpu_source(lib)?;
             let cache: &LibraryCache = self.inner.opts.cache.as_deref().unwrap_or_else(|| LibraryCache::global());
             let user = [(C_SOURCE, self.inner.c_source.as_deref().unwrap_or(""))];
             let what = self.what(lib);
+            if !self.inner.opts.sources.is_empty() {
+                // Keyed on what the files and every header they include say now.
+                let compiler = crate::toolchain::Compiler::get()?;
+                source = compiler.preprocess_text(&source, &what, &user, &self.cpu_flags()).map_err(|e| self.explain_cpu(e))?;
+            }
             cache
                 .get_or_build_with(&source, &self.dtypes_text(lib), &self.cpu_flags(), &what, &user, crate::elf::Policy::UserCode, |path| {
                     self.load(path, lib)
@@ -757,14 +792,34 @@ impl InlineLibrary {
             if !missing.is_empty() {
                 msg = format!("{msg}\nc_source mentions but does not define: {}", missing.join(", "));
             }
+            // A definition with other parameters is another function in C++
+            // (an overload): the compiler's -Wmissing-declarations says where.
+            for name in &missing {
+                let Some(line) =
+                    text.lines().find(|l| l.contains("warning: no previous declaration for '") && l.contains(&format!(" {name}(")))
+                else {
+                    continue;
+                };
+                let (at, rest) = line.split_once(": warning: ").unwrap_or((line, ""));
+                let mut parts = at.trim().rsplitn(3, ':');
+                let (col, ln, file) = (parts.next(), parts.next(), parts.next());
+                let defined = rest.split(['\'', '\u{2018}', '\u{2019}']).nth(1).unwrap_or(rest);
+                msg = format!(
+                    "{msg}\n{} line {}, column {}: `{name}` is defined as `{defined}`, not as its signature's prototype \
+                     (in C++ another parameter list is another function)",
+                    file.unwrap_or("c_source"),
+                    ln.unwrap_or("?"),
+                    col.unwrap_or("?")
+                );
+            }
         }
         msg.push_str(&self.prototypes_note(|f| f.cpu, ""));
         value_error(msg)
     }
 
     /// Opens a built library and takes each CPU function's entry.
-    fn load(&self, path: &std::path::Path, lib: &[DType]) -> Result<CpuBuild> {
-        let (_, defs) = Plugin::open(path)?.into_defs();
+    fn load(&self, path: &crate::cache::HeldLibrary, lib: &[DType]) -> Result<CpuBuild> {
+        let (_, defs) = Plugin::open_held(path)?.into_defs();
         let mut by_sig: HashMap<String, DynKernelFn> = HashMap::new();
         for d in defs {
             if let Impl::Dyn(f) = d.imp {
@@ -778,7 +833,8 @@ impl InlineLibrary {
                 continue;
             }
             let want = Signature::parse(&f.specialised(lib))?.to_string();
-            let entry = by_sig.remove(&want).ok_or_else(|| Error::Runtime(format!("{}: not the library of `{want}`", path.display())))?;
+            let entry =
+                by_sig.remove(&want).ok_or_else(|| Error::Runtime(format!("{}: not the library of `{want}`", path.path().display())))?;
             out.push(Some(entry));
         }
         Ok(Arc::new(out))
@@ -890,6 +946,13 @@ impl InlineLibrary {
             opts,
             origin: self.origin(),
             doc: format!("{what} of {ORIGIN} ({})", self.inner.name),
+            identity: format!(
+                "c_source:\n{}\ncuda_source:\n{}\nflags: {:?}\ncuda options: {:?}",
+                self.inner.c_source.as_deref().unwrap_or(""),
+                self.inner.cuda_source.as_deref().unwrap_or(""),
+                self.cpu_flags(),
+                self.inner.opts.cuda_options
+            ),
         };
         let (cpu, cuda) = (self.clone(), self.clone());
         let mut defs = Vec::with_capacity(2);

@@ -62,7 +62,7 @@ pub mod internals {
     }
 }
 
-pub use cache::LibraryCache;
+pub use cache::{HeldLibrary, LibraryCache};
 pub use elementwise::ElementwiseKernel;
 pub use inline::{InlineLibrary, InlineOptions};
 pub use params::{ElementwiseOptions, ElementwiseSpec, Param, Reduction, ReductionSpec, Spec};

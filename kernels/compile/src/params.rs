@@ -981,6 +981,29 @@ impl ElementwiseSpec {
         Ok(spec)
     }
 
+    /// Whether an element's result may depend on more than the inputs'
+    /// elements at its position: a raw input, a `loop_prep` or `after_loop`
+    /// (state shared by the elements of a chunk), or an operation or preamble
+    /// that names the flat index `i`, the size `n`, `_ind` or another name of
+    /// the generated code's (`_end`, `_t`: a macro in the preamble may name
+    /// them). Such a kernel cannot be batched as one call on stacked inputs
+    /// (`jax.vmap`).
+    pub fn reads_position(&self) -> bool {
+        let generated_name = |code: &str| {
+            // `_end`, `_t`, `_w`, ...: the generated code's own names, which say where
+            // the element is (or which chunk of the call).
+            code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .any(|w| w.starts_with('_') && w.len() > 1 && !w.starts_with("__"))
+        };
+        self.inputs.iter().any(|p| p.raw)
+            || !self.loop_prep.trim().is_empty()
+            || !self.after_loop.trim().is_empty()
+            || [&self.operation, &self.preamble].iter().any(|t| {
+                let code = scan(t).code;
+                ["i", "n", "_ind"].iter().any(|w| has_word(&code, w)) || generated_name(&code)
+            })
+    }
+
     /// Whether the caller passes the outputs: an output is raw (its shape is
     /// not the loop's), or its type placeholder is no input's (CuPy's
     /// `squared_diff_super_generic`, `X x, Y y` -> `Z z`), so only the array

@@ -113,6 +113,16 @@ impl<S: Spec + Send + Sync + 'static> SourceKernel<S> {
         KernelDef { device: DeviceType::CUDA, imp, ..self.def() }
     }
 
+    /// What defines it beyond its signature: its kind and every text it was
+    /// made from (part of the registry's [`Kernel::digest`](dlbridge_registry::Kernel::digest)).
+    pub fn identity(&self) -> String {
+        let mut out = String::from(S::KIND);
+        for (field, text) in self.spec.texts() {
+            out.push_str(&format!("\n{field} ({} bytes):\n{text}", text.len()));
+        }
+        out
+    }
+
     /// The CPU definition: the specialisation for the call's dtypes, built
     /// on first use.
     pub fn def(&self) -> KernelDef {
@@ -125,6 +135,7 @@ impl<S: Spec + Send + Sync + 'static> SourceKernel<S> {
             opts: self.opts,
             origin: format!("{ORIGIN_PREFIX} ({})", S::KIND),
             doc: self.doc.clone(),
+            identity: self.identity(),
         }
     }
 

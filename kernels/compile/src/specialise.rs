@@ -4,7 +4,6 @@
 //! library cache.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use dlbridge_core::{DType, Error, Result};
@@ -61,8 +60,9 @@ pub(crate) fn build_library<S: Spec>(spec: &S, bind: &[(char, DType)], source: &
 
 /// Opens a compiled library through the plugin loader and takes its one
 /// kernel, checking it is the expected specialisation.
-pub(crate) fn load_one(path: &Path, expected: &str) -> Result<DynKernelFn> {
-    let (info, defs) = Plugin::open(path)?.into_defs();
+pub(crate) fn load_one(held: &crate::cache::HeldLibrary, expected: &str) -> Result<DynKernelFn> {
+    let path = held.path();
+    let (info, defs) = Plugin::open_held(held)?.into_defs();
     let want = Signature::parse(expected)?.to_string();
     match defs.into_iter().next() {
         Some(KernelDef { imp: Impl::Dyn(f), signature, .. }) if info.kernels.len() == 1 && signature == want => Ok(f),

@@ -53,6 +53,15 @@ pub struct Compiler {
     pub divguard: &'static [&'static str],
 }
 
+/// What [`Compiler::compile_text`] is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Input {
+    /// C++ source.
+    Source,
+    /// C++ already preprocessed (`$CXX -E`'s output).
+    Preprocessed,
+}
+
 /// What to install when no compiler is found.
 const INSTALL_HINT: &str = "dlbridge compiles CPU kernels from source with the system C++ compiler: set $CXX to one, or install one \
      (Debian/Ubuntu: `apt install g++`; Fedora: `dnf install gcc-c++`; macOS: `xcode-select --install`)";
@@ -112,18 +121,16 @@ impl Compiler {
     /// secret ([`dlbridge_registry::trust::seal`]; a planted "0" could turn the
     /// integer-division guard off).
     fn probe_cached(&self, what: &str, probe: fn(&Compiler) -> bool) -> bool {
-        use dlbridge_registry::trust::{seal, sealed};
+        use dlbridge_registry::trust::{TrustedDir, seal, sealed};
         use sha2::{Digest, Sha256};
-        let dir = crate::dirs::cpu_cache_dir();
-        if dlbridge_registry::trust::trusted_dir(&dir).is_err() {
+        let Ok(dir) = TrustedDir::open(&crate::dirs::cpu_cache_dir()) else {
             return probe(self);
-        }
+        };
         let hash: String = Sha256::digest(self.identity.as_bytes()).iter().take(16).map(|b| format!("{b:02x}")).collect();
         let name = format!("toolchain-{hash}.{what}");
-        let file = dir.join(&name);
         let sealed_as = |answer: &str| format!("probe {name} {} {answer}", self.identity);
-        if dlbridge_registry::trust::is_plain_file(&file)
-            && let Ok(text) = std::fs::read_to_string(&file)
+        if let Some(bytes) = dir.read(&name)
+            && let Ok(text) = String::from_utf8(bytes)
             && let Some((answer, tag)) = text.trim().split_once(' ')
             && (answer == "1" || answer == "0")
             && sealed(&sealed_as(answer), b"", tag)
@@ -133,11 +140,7 @@ impl Compiler {
         let found = probe(self);
         let answer = if found { "1" } else { "0" };
         // Written whole under an unpredictable name, then renamed, like the libraries.
-        if let Ok(tmp) = tempfile::Builder::new().prefix(".dlbridge-probe-").tempfile_in(&dir)
-            && std::fs::write(tmp.path(), format!("{answer} {}\n", seal(&sealed_as(answer), b""))).is_ok()
-        {
-            let _ = tmp.persist(&file);
-        }
+        let _ = dir.write(&name, format!("{answer} {}\n", seal(&sealed_as(answer), b"")).as_bytes());
         found
     }
 
@@ -197,20 +200,12 @@ impl Compiler {
         f
     }
 
-    /// What the preprocessor makes of `cpp` with every flag a compilation
-    /// would use (they define macros) and `extra`: the text of `$CXX -E`.
-    /// A failure (a missing header, `#error`) is an error like a failed
-    /// compilation's.
-    pub fn preprocess(&self, cpp: &Path, what: &str, user: &[(&str, &str)], extra: &[String]) -> Result<String> {
-        let (program, pre) = self.command.split_first().ok_or_else(|| Error::Runtime("empty compiler command".into()))?;
-        let out = Command::new(program)
-            .args(pre)
-            .args(self.flags())
-            .args(extra)
-            .arg("-E")
-            .arg(cpp)
-            .output()
-            .map_err(|e| Error::Runtime(format!("{what}: cannot run `{}`: {e}", self.command.join(" "))))?;
+    /// What the preprocessor makes of `text` (C++ read from a pipe, never
+    /// from a path) with every flag a compilation would use and `extra`.
+    /// Quoted `#include`s resolve from the root directory (nothing is taken
+    /// from a directory another user may change).
+    pub fn preprocess_text(&self, text: &str, what: &str, user: &[(&str, &str)], extra: &[String]) -> Result<String> {
+        let out = self.run_with_input(&["-E", "-x", "c++", "-"], extra, text, what)?;
         if out.status.success() {
             return String::from_utf8(out.stdout).map_err(|_| Error::Coded {
                 kind: ErrorKind::Value,
@@ -219,6 +214,63 @@ impl Compiler {
         }
         let diag = String::from_utf8_lossy(&out.stderr);
         Err(Error::Coded { kind: ErrorKind::Value, message: explain(what, &self.version, &diag, user) })
+    }
+
+    /// Compiles `text` (read from a pipe: C++, or C++ already preprocessed)
+    /// into the shared library `so`, with [`Compiler::flags`] and `extra`.
+    pub fn compile_text(&self, text: &str, input: Input, so: &Path, what: &str, user: &[(&str, &str)], extra: &[String]) -> Result<()> {
+        let lang = match input {
+            Input::Source => "c++",
+            Input::Preprocessed => "c++-cpp-output",
+        };
+        let mut args: Vec<String> = extra.to_vec();
+        args.extend([
+            "-o".to_owned(),
+            so.display().to_string(),
+            "-x".to_owned(),
+            lang.to_owned(),
+            "-".to_owned(),
+            "-x".to_owned(),
+            "none".to_owned(),
+        ]);
+        if self.libmvec {
+            args.push("-lmvec".to_owned());
+        }
+        let out = self.run_with_input(&[], &args, text, what)?;
+        if out.status.success() {
+            return Ok(());
+        }
+        let diag = String::from_utf8_lossy(&out.stderr);
+        Err(Error::Coded { kind: ErrorKind::Value, message: explain(what, &self.version, &diag, user) })
+    }
+
+    /// Runs the compiler with its flags, `first`, then `rest`, `input` on its
+    /// standard input, in the root directory.
+    fn run_with_input(&self, first: &[&str], rest: &[String], input: &str, what: &str) -> Result<std::process::Output> {
+        use std::io::Write as _;
+        use std::process::Stdio;
+        let (program, pre) = self.command.split_first().ok_or_else(|| Error::Runtime("empty compiler command".into()))?;
+        let mut child = Command::new(program)
+            .args(pre)
+            .args(self.flags())
+            .args(rest)
+            .args(first)
+            .current_dir("/")
+            // Diagnostics in English and ASCII quotes, as `explain` reads them.
+            .env("LC_ALL", "C")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| Error::Runtime(format!("{what}: cannot run `{}`: {e}", self.command.join(" "))))?;
+        // Written from another thread: the compiler may fill its output pipes
+        // before it has read all of its input.
+        let mut stdin = child.stdin.take();
+        let text = input.to_owned();
+        let writer = std::thread::spawn(move || stdin.take().map(|mut s| s.write_all(text.as_bytes())));
+        let out = child.wait_with_output().map_err(|e| Error::Runtime(format!("{what}: `{}` failed: {e}", self.command.join(" "))))?;
+        let _ = writer.join();
+        Ok(out)
     }
 
     /// Compiles `source` (written to `cpp`) into the shared library `so`.
@@ -233,6 +285,7 @@ impl Compiler {
     pub fn compile_with(&self, cpp: &Path, so: &Path, what: &str, user: &[(&str, &str)], extra: &[String]) -> Result<()> {
         let (program, pre) = self.command.split_first().ok_or_else(|| Error::Runtime("empty compiler command".into()))?;
         let out = Command::new(program)
+            .env("LC_ALL", "C")
             .args(pre)
             .args(self.flags())
             .args(extra)

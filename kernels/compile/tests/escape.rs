@@ -150,3 +150,39 @@ fn legitimate_macros_digraphs_and_raw_strings_still_work() {
     .unwrap();
     assert!(z.iter().enumerate().all(|(i, &v)| v == 2.0 * i as f32 + 2.0), "{:?}", &z[..4]);
 }
+
+#[test]
+fn a_function_resolved_at_load_or_an_executable_stack_is_refused_before_the_library_is_opened() {
+    let ifunc = "extern \"C\" { static void dlb_impl(void) {} static void* dlb_resolver(void) { setenv(\"DLBRIDGE_ESCAPE_RAN\", \"1\", 1); return (void*)&dlb_impl; } }\n\
+                 static void dlb_f(void) __attribute__((ifunc(\"dlb_resolver\")));\n\
+                 __attribute__((used)) static void (*volatile dlb_ptr)(void) = &dlb_f;";
+    let asm_ifunc = "extern \"C\" void* dlb_res2(void) { return 0; }\n\
+                     asm(\".type dlb_if2, @gnu_indirect_function\\n.set dlb_if2, dlb_res2\\n.section .data.rel\\n.quad dlb_if2\\n.text\");";
+    for (k, pre) in [ifunc, asm_ifunc].iter().enumerate() {
+        let name = format!("ifunc_{k}");
+        let e = attempt(&name, "z = x", &format!("#include <cstdlib>\n{pre}"), "").expect_err(&name);
+        assert!(e.contains("resolved at load (an IFUNC"), "{name}: {e}");
+        assert!(!ran_at_load(), "{name}: the resolver ran");
+    }
+    let e = attempt("exec_stack", "z = x", "asm(\".section .note.GNU-stack,\\\"x\\\",@progbits\\n.text\");", "").expect_err("exec stack");
+    assert!(e.contains("asks for an executable stack"), "{e}");
+}
+
+#[test]
+fn the_generated_code_cannot_be_overloaded_aliased_or_skipped_from_the_text() {
+    // A global function that would win overload resolution against the runtime's.
+    let z = attempt("hj_base_of", "z = x + 1", "static float dlb_scratch[1 << 16];\ninline void* base_of(DLTensor*) { return dlb_scratch; }", "")
+        .expect("an unrelated global is fine: the generated code calls the runtime by its full name");
+    assert!(z.iter().enumerate().all(|(i, &v)| v == i as f32 + 1.0));
+    for (k, pre) in ["namespace dlbx = dlbridge;", "using namespace dlbridge;", "using dlbridge::detail::Walk;", "namespace dlbx = ::dlbridge;"].iter().enumerate() {
+        let name = format!("alias_{k}");
+        let e = attempt(&name, "z = x", pre, "").expect_err(&name);
+        assert!(e.contains("which belongs to the generated code"), "{name}: {e}");
+    }
+    // loop_prep may not jump past the loop, nor move the chunk's bounds.
+    let e = attempt("computed_goto", "z = x", "", "void* dlb_p = &&dlb_skip; goto *dlb_p; dlb_skip:;").expect_err("goto");
+    assert!(e.contains("loop_prep") && e.contains("`goto`"), "{e}");
+    let e = attempt("end_assign", "z = x", "", "_end = _begin;").expect_err("_end");
+    assert!(e.contains("loop_prep line 1"), "{e}");
+    attempt("uses_public_size", "dlbridge::Size s(3); z = x + (T)s.size();", "", "").expect("dlbridge::Size is public");
+}

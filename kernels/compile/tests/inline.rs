@@ -148,7 +148,7 @@ fn a_definition_that_does_not_match_its_signature_is_a_compile_error_at_its_c_so
     assert_eq!(e.kind(), ErrorKind::Value);
     let m = e.to_string();
     assert!(m.contains("load_inline rs_mismatch: the C++ compiler"), "{m}");
-    assert!(m.contains("c_source line 3, column"), "{m}");
+    assert!(m.contains("c_source line 3, column") && m.contains("`axpy` is defined as"), "{m}");
     assert!(m.contains("void axpy(const float* x, float* y, double a, long long N);"), "the expected prototype: {m}");
     // A syntax error, and a function the source does not define.
     let lib = InlineLibrary::new(
@@ -195,7 +195,7 @@ fn names_signatures_and_sources_are_checked_before_anything_compiles() {
         assert!(e.to_string().contains(&format!("extra_cflags `{flag}` would link a sanitizer runtime")), "{e}");
     }
     let e = InlineLibrary::new("rs_none", None, &["axpy(x: f32[N])"], None, Default::default()).unwrap_err();
-    assert!(e.to_string().contains("give c_source, cuda_source or both"), "{e}");
+    assert!(e.to_string().contains("give c_source, cuda_source, sources, or several"), "{e}");
     let e = InlineLibrary::new("rs_missing", Some(AXPY), &["nope(x: f32[N])"], None, Default::default()).unwrap_err();
     assert!(e.to_string().contains("function `nope` is listed in `functions`, but c_source does not mention it"), "{e}");
     let e = InlineLibrary::new("rs_bcast", Some("f"), &["f(x: f32[*S]) -> (y: f32[*S])"], None, Default::default()).unwrap_err();

@@ -107,14 +107,18 @@ fn the_disk_cache_builds_once_and_a_second_cache_finds_it() {
     let bind = [('T', DType::F32)];
     let source = dlbridge_compile::internals::elementwise_cpp(&spec, &bind).unwrap();
     let first = LibraryCache::new(dir.path().to_path_buf());
-    let load = |p: &std::path::Path| -> dlbridge_core::Result<std::path::PathBuf> {
-        dlbridge_registry::Plugin::open(p)?;
-        Ok(p.to_path_buf())
+    // What was loaded: the bytes the loader was given (held by this process, never the cache's path).
+    let load = |held: &dlbridge_compile::HeldLibrary| -> dlbridge_core::Result<Vec<u8>> {
+        dlbridge_registry::Plugin::open_held(held)?;
+        Ok(std::fs::read(held.path()).unwrap())
     };
-    let path = first.get_or_build(&source, "T=f32", "neg_cache", &[("operation", "y = -x")], load).unwrap();
+    let loaded = first.get_or_build(&source, "T=f32", "neg_cache", &[("operation", "y = -x")], load).unwrap();
     assert_eq!(first.stats.compiled.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let path =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|e| e == "so")).unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), loaded, "the cached library is the one loaded");
     let second = LibraryCache::new(dir.path().to_path_buf());
-    assert_eq!(second.get_or_build(&source, "T=f32", "neg_cache", &[], load).unwrap(), path);
+    assert_eq!(second.get_or_build(&source, "T=f32", "neg_cache", &[], load).unwrap(), loaded);
     assert_eq!(second.stats.compiled.load(std::sync::atomic::Ordering::Relaxed), 0);
     assert_eq!(second.stats.disk_hits.load(std::sync::atomic::Ordering::Relaxed), 1);
     // A damaged file is rebuilt, not trusted: one that does not load, and one

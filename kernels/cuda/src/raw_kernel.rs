@@ -262,6 +262,7 @@ pub fn raw_kernel(source: &str, entry: &str, signature: &str, options: &[String]
         opts: KernelOpts { contiguous: true, ..KernelOpts::DEFAULT },
         origin: format!("dlbridge.cuda.RawKernel ({entry})"),
         doc: format!("CUDA C kernel {entry}, compiled with NVRTC"),
+        identity: format!("CUDA source:\n{source}\noptions: {options:?}\nblock: {} grid: {:?}", launch.block, launch.grid),
     };
     Registry::new().register(def)
 }

@@ -56,7 +56,7 @@ pub fn source(spec: &TcSpec, bind: &[(char, DType)]) -> Result<CudaSource> {
     src.line("  const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;");
     src.line("  switch (stmt) {");
     for (k, s) in c.stmts.iter().enumerate() {
-        src.line(&format!("  case {k}: {{  // {}", s.text.replace('\n', " ")));
+        src.line(&format!("  case {k}: {{  // {}", crate::tc::emit::comment_text(&s.text)));
         emit::range_lines(&mut src, s, "    ");
         // A thread per output element; a gradient's scatter, a thread per iteration.
         let par = parallel_indices(s);

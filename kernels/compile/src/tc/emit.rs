@@ -430,7 +430,7 @@ pub(crate) fn tensor_locals(src: &mut Src, n: &Names<'_>, ctypes: &[String], ind
         let r = if t < n_params { TensorRef::Param(t) } else { TensorRef::Output(t - n_params) };
         let rank = c.rank(r);
         let qual = if t < n_params { "const " } else { "" };
-        src.line(&format!("{indent}{qual}{ct}* const {} = static_cast<{qual}{ct}*>(base_of(_t[{t}]));", n.tensor(r)));
+        src.line(&format!("{indent}{qual}{ct}* const {} = static_cast<{qual}{ct}*>(dlbridge::detail::base_of(_t[{t}]));", n.tensor(r)));
         if rank > 0 {
             src.line(&format!("{indent}int64_t st_{}[{rank}];", c.tensor_name(r)));
             src.line(&format!("{indent}dlbridge_tc_strides(_t[{t}], st_{});", c.tensor_name(r)));
@@ -463,7 +463,7 @@ pub(crate) fn cpu_statements(src: &mut Src, c: &Checked, ctypes: &[String]) {
             skip = group - 1;
             continue;
         }
-        src.line(&format!("    // statement {}: {}", k + 1, s.text.replace('\n', " ")));
+        src.line(&format!("    // statement {}: {}", k + 1, comment_text(&s.text)));
         src.line("    {");
         statement_prologue(src, &n, s);
         let out = TensorRef::Output(s.out);
@@ -579,7 +579,7 @@ fn fusible(c: &Checked, k: usize, zero: &[bool]) -> usize {
 fn fused(src: &mut Src, n: &Names<'_>, group: &[Statement], k: usize, ctypes: &[String], zero_first: bool) {
     let first = &group[0];
     for (j, s) in group.iter().enumerate() {
-        src.line(&format!("    // statement {} (fused): {}", k + j + 1, s.text.replace('\n', " ")));
+        src.line(&format!("    // statement {} (fused): {}", k + j + 1, comment_text(&s.text)));
     }
     src.line("    {");
     range_lines(src, first, "    ");
@@ -694,7 +694,7 @@ fn row(src: &mut Src, n: &Names<'_>, s: &Statement, ctypes: &[String], v: &str) 
 /// closes it with `}` and `});`.
 fn parallel_outer(src: &mut Src, outer: &[String], cost: &str) {
     src.line(&format!("      const ptrdiff_t cost = {cost};"));
-    src.line("      parallel_chunks(n_outer, chunks_for(n_outer, cost), [&](int, ptrdiff_t b, ptrdiff_t e) {");
+    src.line("      dlbridge::detail::parallel_chunks(n_outer, dlbridge::detail::chunks_for(n_outer, cost), [&](int, ptrdiff_t b, ptrdiff_t e) {");
     src.line("        for (ptrdiff_t q = b; q < e; ++q) {");
     src.line("          ptrdiff_t r = q;");
     for v in outer.iter().rev() {
@@ -772,3 +772,10 @@ inline void dlbridge_tc_strides(const DLTensor* t, int64_t* s) {
 #define DLBRIDGE_TC_SIMD_PLAIN
 #endif
 "#;
+
+/// A statement's text as one line of a C++ `//` comment: on one line, and no
+/// backslash (one at the end would continue the comment into the next line
+/// of generated code).
+pub(crate) fn comment_text(text: &str) -> String {
+    text.chars().map(|c| if c == '\n' || c == '\r' || c == '\\' { ' ' } else { c }).collect::<String>().trim_end().to_owned()
+}

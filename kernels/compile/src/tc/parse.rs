@@ -509,6 +509,15 @@ impl Parser<'_> {
             return Err(self.err(at, format!("expected `def`, found `{kw}`")));
         }
         let (name, pos) = self.name("the definition's name")?;
+        // The name becomes a registered kernel's, a torch operator's
+        // (`torch.ops.dlbridge.NAME`) and an attribute of what `dlbridge.define`
+        // returns: a leading `_` would meet those objects' own attributes.
+        if name.starts_with('_') {
+            return Err(self.err(
+                pos,
+                format!("`def {name}`: a definition's name may not start with `_` (names starting with `_` belong to the objects it becomes: rename it, e.g. `{}`)", name.trim_start_matches('_')),
+            ));
+        }
         self.expect("(", "to open the parameters")?;
         let mut params = Vec::new();
         if !self.eat(")") {
