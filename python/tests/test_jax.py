@@ -350,11 +350,16 @@ def test_an_exported_program_runs_the_kernel_it_was_built_for_in_another_process
 
 
 @pytest.mark.parametrize(
-    "operation",
-    ["y = x + i", "y = x + _ind.size()", "y = x * n"],
+    "operation, preamble",
+    [
+        ("y = x + i", ""),
+        ("y = x + _ind.size()", ""),
+        ("y = x * n", ""),
+        ("y = x + (T)CAT(_, ind).size()", "#define CAT(a, b) a##b"),
+    ],
 )
-def test_vmap_of_an_elementwise_kernel_that_reads_its_position_matches_calls_per_element(operation):
-    k = dlbridge.ElementwiseKernel("T x", "T y", operation, f"positional_{abs(hash(operation)) % 10**6}")
+def test_vmap_of_an_elementwise_kernel_that_reads_its_position_matches_calls_per_element(operation, preamble):
+    k = dlbridge.ElementwiseKernel("T x", "T y", operation, f"positional_{abs(hash(operation)) % 10**6}", preamble=preamble)
     assert not k.kernel.per_element
     op = djax.as_op(k)
     xs = arange(3, 5)
@@ -362,6 +367,15 @@ def test_vmap_of_an_elementwise_kernel_that_reads_its_position_matches_calls_per
     one_by_one = np.stack([np.asarray(op(x)) for x in xs])
     np.testing.assert_array_equal(batched, one_by_one)
     assert dlbridge.ElementwiseKernel("T x", "T y", "y = x * 2", "not_positional").kernel.per_element
+
+
+@pytest.mark.parametrize("operation", ["static int count = 0; y = x + (T)(count++)", "y = x + (T)(((size_t)&y / sizeof(T)) % 7)"])
+def test_an_elementwise_kernel_with_state_or_addresses_is_batched_one_call_per_element(operation):
+    # Such a kernel gives other values from call to call: what vmap must not do is
+    # run the batch as one call, where the state or addresses span the batch.
+    k = dlbridge.ElementwiseKernel("T x", "T y", operation, f"stateful_{abs(hash(operation)) % 10**6}")
+    assert not k.kernel.per_element
+    assert djax._vmap_method(k.kernel) == "sequential"
 
 
 @pytest.mark.parametrize("value", [np.uint64(2**64 - 1), 2**63, -(2**63) - 1])

@@ -16,9 +16,9 @@ import dlbridge.cuda
 torch = pytest.importorskip("torch")
 
 
-def _in_child(code: str) -> subprocess.CompletedProcess:
+def _in_child(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """Runs `code` in a fresh interpreter (code that ran at load must not touch this one)."""
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300, env=env)
 
 
 @pytest.mark.parametrize(
@@ -157,3 +157,32 @@ def test_an_in_place_call_equals_the_out_of_place_result_in_every_layout(x_layou
     want = k(x.copy(), y.copy())
     assert k(x, y, out=out) is out
     np.testing.assert_array_equal(out, want)
+
+
+def test_a_full_disk_is_an_error_naming_the_directory_not_a_compile_error(tmp_path):
+    # A compiler that preprocesses, then fails as GCC does when its disk is full.
+    fake = tmp_path / "fullcxx"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case " $* " in *" --version "*) echo "g++ (full disk) 12"; exit 0;; esac\n'
+        'case " $* " in *" -E "*) exec c++ "$@";; esac\n'
+        'echo "fatal error: error writing to /tmp/ccAbCd.s: No space left on device" >&2\n'
+        "exit 1\n"
+    )
+    fake.chmod(0o755)
+    cache = tmp_path / "cache"
+    r = _in_child(
+        """
+        import numpy as np, dlbridge
+        k = dlbridge.ElementwiseKernel("T x", "T z", "z = x + 1", "full_disk")
+        try:
+            k(np.arange(4, dtype=np.float32))
+        except Exception as e:
+            print(type(e).__name__, e)
+        """,
+        env={**os.environ, "CXX": str(fake), "DLBRIDGE_CACHE_DIR": str(cache)},
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("RuntimeError full_disk: ElementwiseKernel full_disk"), r.stdout
+    assert f"cannot build in {cache}" in r.stdout and "no space left on its file system" in r.stdout, r.stdout
+    assert "rejected the kernel" not in r.stdout, r.stdout

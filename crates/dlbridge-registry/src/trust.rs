@@ -161,6 +161,11 @@ impl TrustedDir {
             abs = std::env::current_dir().map_err(|e| format!("the current directory cannot be read: {e}"))?.join(dir);
             &abs
         };
+        // The part of the path that exists is checked before anything is created
+        // in it (a directory made through another user's link would be theirs to use).
+        if let Some(existing) = dir.ancestors().find(|a| std::fs::symlink_metadata(a).is_ok()) {
+            trusted_path(existing)?;
+        }
         trusted_dir(dir)?;
         trusted_path(dir)?;
         swap_point("checked", dir);
@@ -440,7 +445,7 @@ fn random_key() -> std::io::Result<Vec<u8>> {
 
 fn load_or_create(file: &Path) -> Result<Vec<u8>, String> {
     let dir = file.parent().unwrap_or(Path::new("."));
-    trusted_dir(dir).map_err(|why| format!("its directory is not usable: {why}"))?;
+    trusted_dir(dir).and_then(|()| trusted_path(dir)).map_err(|why| format!("its directory is not usable: {why}"))?;
     // Written whole into a file of its own, then linked into place: the key
     // file is never seen half written. Of two processes creating it at once,
     // one link wins and the other reads its key.

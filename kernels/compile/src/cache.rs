@@ -222,15 +222,16 @@ struct BuildJob<'a> {
     preprocessed: Option<(String, String)>,
 }
 
-/// Whether any of the user's texts includes a file (`#include`,
-/// `%:include`, `__has_include`, `#embed`): what the file says is then part
-/// of the library, so the key is taken from the preprocessed text.
+/// Whether any of the user's texts may include a file (it has a directive,
+/// `##` pasting or `_Pragma`: `#include`, `__has_include`, `#embed`, or a
+/// macro that builds them): what a file says is then part of the library, so
+/// the key is taken from the preprocessed text.
 fn includes_files(user: &[(&str, &str)]) -> bool {
+    // Any directive or pasting: a macro may build `__has_include` or the name
+    // of a file, so only the preprocessor can say what is read.
     user.iter().any(|(_, t)| {
-        crate::params::scan(t).code.lines().any(|l| {
-            let l = l.trim_start();
-            (l.starts_with('#') && (l.contains("include") || l.contains("embed"))) || l.contains("__has_include")
-        })
+        let code = crate::params::scan(t).code;
+        code.contains("##") || code.contains("_Pragma") || code.lines().any(|l| l.trim_start().starts_with('#'))
     })
 }
 
@@ -362,7 +363,16 @@ fn build_in(dir: &TrustedDir, job: &BuildJob<'_>) -> Result<Vec<u8>> {
     };
     dlbridge_registry::trust::swap_point("checked", dir.path());
     let so = dir.path().join("kernel.so");
-    compiler.compile_text(&input, kind, &so, what, user, &flags).map_err(|e| no_space(e, what, dir.path()))?;
+    compiler.compile_text(&input, kind, &so, what, user, &flags).map_err(|e| no_space(e, what, dir.path())).map_err(|e| {
+        // The linker writes the library by path: a directory swapped under it is not ours.
+        if e.to_string().contains("cannot open output file") && dir.read("kernel.cpp").is_some() {
+            return Error::Runtime(format!(
+                "{what}: the compiled library could not be written to the build directory {}: the directory was moved or replaced during the build",
+                dir.path().display()
+            ));
+        }
+        e
+    })?;
     let bytes = dir.read("kernel.so").ok_or_else(|| {
         Error::Runtime(format!(
             "{what}: the compiled library is not in the build directory {}: the directory was moved or replaced during the build",

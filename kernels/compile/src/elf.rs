@@ -61,7 +61,20 @@ struct LoadTime {
     /// Whether loading it would make the process's stack executable (a
     /// `PT_GNU_STACK` with `PF_X`, or none).
     exec_stack: bool,
+    /// Loadable segments both writable and executable.
+    wx_segments: usize,
+    /// Hooks the C runtime's own start-up and tear-down code calls when the
+    /// library defines them (`__gmon_start__` from `_init`, the
+    /// `_ITM_*TMCloneTable` pair from `frame_dummy`, `__cxa_finalize`), that
+    /// it defines, and the size of `.tm_clone_table`.
+    runtime_hooks: Vec<String>,
+    tm_clone_table: u64,
 }
+
+/// What the C runtime's start-up and tear-down code (crti, crtbegin) calls
+/// when a library defines it.
+const RUNTIME_HOOKS: [&str; 5] =
+    ["__gmon_start__", "_ITM_registerTMCloneTable", "_ITM_deregisterTMCloneTable", "__cxa_finalize", "_Jv_RegisterClasses"];
 
 /// How many bytes of each initialiser's code are compared.
 const CODE_BYTES: usize = 4;
@@ -132,6 +145,24 @@ fn read(data: &[u8], what: &str) -> Result<(LoadTime, Vec<String>)> {
         .find(|ph| object::read::elf::ProgramHeader::p_type(*ph, endian) == elf::PT_GNU_STACK)
         .map(|ph| object::read::elf::ProgramHeader::p_flags(ph, endian).0 & elf::PF_X.0 != 0);
     let exec_stack = stack.unwrap_or(true);
+    let wx_segments = file
+        .elf_program_headers()
+        .iter()
+        .filter(|ph| object::read::elf::ProgramHeader::p_type(*ph, endian) == elf::PT_LOAD)
+        .filter(|ph| {
+            let f = object::read::elf::ProgramHeader::p_flags(*ph, endian).0;
+            f & elf::PF_W.0 != 0 && f & elf::PF_X.0 != 0
+        })
+        .count();
+    let mut runtime_hooks: Vec<String> = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|sym| !sym.is_undefined())
+        .filter_map(|sym| sym.name().ok().filter(|n| RUNTIME_HOOKS.contains(n)).map(str::to_owned))
+        .collect();
+    runtime_hooks.sort();
+    runtime_hooks.dedup();
+    let tm_clone_table = file.section_by_name(".tm_clone_table").map_or(0, |s| s.size());
     let section_size = |name: &str| file.section_by_name(name).map_or(0, |s| s.size());
     let section_addr = |name: &str| file.section_by_name(name).map(|s| s.address());
     let load = LoadTime {
@@ -144,6 +175,9 @@ fn read(data: &[u8], what: &str) -> Result<(LoadTime, Vec<String>)> {
         at_start: [tag(elf::DT_INIT) == section_addr(".init"), tag(elf::DT_FINI) == section_addr(".fini")],
         ifuncs,
         exec_stack,
+        wx_segments,
+        runtime_hooks,
+        tm_clone_table,
     };
     let mut exports: Vec<String> = file
         .dynamic_symbols()
@@ -163,7 +197,19 @@ fn read(data: &[u8], what: &str) -> Result<(LoadTime, Vec<String>)> {
 
 #[cfg(not(target_os = "linux"))]
 fn read(_data: &[u8], _what: &str) -> Result<(LoadTime, Vec<String>)> {
-    Ok((LoadTime { arrays: Default::default(), init_fini: [0; 2], at_start: [true; 2], ifuncs: 0, exec_stack: false }, Vec::new()))
+    Ok((
+        LoadTime {
+            arrays: Default::default(),
+            init_fini: [0; 2],
+            at_start: [true; 2],
+            ifuncs: 0,
+            exec_stack: false,
+            wx_segments: 0,
+            runtime_hooks: Vec::new(),
+            tm_clone_table: 0,
+        },
+        Vec::new(),
+    ))
 }
 
 /// What an empty library built by `compiler` with its flags has: built once
@@ -222,6 +268,19 @@ pub(crate) fn check(compiler: &Compiler, bytes: &[u8], what: &str, policy: Polic
     }
     if load.exec_stack && !base.exec_stack {
         return Err(refuse("its compiled library asks for an executable stack (`.note.GNU-stack` marked \"x\"), which loading it would give the whole process".into()));
+    }
+    if load.wx_segments > base.wx_segments {
+        return Err(refuse("its compiled library has a segment both writable and executable".into()));
+    }
+    if let Some(h) = load.runtime_hooks.iter().find(|h| !base.runtime_hooks.contains(h)) {
+        return Err(refuse(format!(
+            "its compiled library defines `{h}`, which the C runtime's own code calls when the library is loaded or unloaded"
+        )));
+    }
+    if load.tm_clone_table > base.tm_clone_table {
+        return Err(refuse(
+            "its compiled library has a `.tm_clone_table`, which the C runtime registers when the library is loaded".into(),
+        ));
     }
     if load.init_fini != base.init_fini || load.at_start != base.at_start {
         return Err(refuse("its compiled library adds code to the `.init` or `.fini` sections run at load and unload".into()));

@@ -311,6 +311,16 @@ fn user_line(ii_lines: &[&str], at: usize) -> Option<(String, usize)> {
     None
 }
 
+/// The generated code's names a kernel's text may use (docs/compile.md).
+const DOCUMENTED: [&str; 6] = ["_ind", "_i", "_j", "_in_ind", "_out_ind", "_type_reduce"];
+
+/// Whether `w` is spelled like a name of the generated code's own: `_` and a
+/// lower-case letter or digit (`_end`, `_q0`; not `__restrict__`, not `_Bool`).
+fn is_private_name(w: &str) -> bool {
+    let mut c = w.chars();
+    c.next() == Some('_') && c.next().is_some_and(|d| d.is_ascii_lowercase() || d.is_ascii_digit())
+}
+
 /// The names of namespace `dlbridge` a kernel's text may use.
 const PUBLIC: [&str; 3] = ["Raw", "Size", "Indexer"];
 
@@ -366,6 +376,15 @@ pub(crate) fn check(what: &str, source: &str, nonce: &str, ii: &str, reference: 
                 }
             };
             return Err(fail(m));
+        }
+    }
+    // The generated code's own names after the preamble (`_end`, `_data`,
+    // `_q0`, ...): a fragment that names one reaches into the loop's state.
+    // Taken from the reference itself, so every name it will ever have counts.
+    let mut private: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+    for part in r.iter().skip(1) {
+        if let Ok((toks, _)) = tokens(part) {
+            private.extend(toks.iter().map(|t| t.text).filter(|w| is_private_name(w)));
         }
     }
     for s in &ours {
@@ -438,6 +457,23 @@ pub(crate) fn check(what: &str, source: &str, nonce: &str, ii: &str, reference: 
                     t.text
                 )));
             }
+            if private.contains(t.text) && !DOCUMENTED.contains(&t.text) {
+                return Err(fail(format!(
+                    "{} uses `{}`, a name of the generated code's own (a kernel's text may use `{}`)",
+                    at(t),
+                    t.text,
+                    DOCUMENTED.join("`, `")
+                )));
+            }
+            if t.text.starts_with("dlbridge") && t.text != "dlbridge" {
+                return Err(fail(format!("{} uses `{}`: names starting with `dlbridge` belong to the generated code", at(t), t.text)));
+            }
+            if (t.text.starts_with('"') || t.text.contains("R\"")) && (t.text.contains(".incbin") || t.text.contains(".include")) {
+                return Err(fail(format!(
+                    "{} has an assembler `.incbin`/`.include`: a file read by the assembler is not part of what the kernel's cache entry is keyed on; use `#include`",
+                    at(t)
+                )));
+            }
             if t.text == "namespace" && toks.get(i + 1).is_some_and(|n| n.text.starts_with("dlbridge")) {
                 return Err(fail(format!("{} opens the namespace `{}`, which belongs to the generated code", at(t), toks[i + 1].text)));
             }
@@ -446,9 +482,13 @@ pub(crate) fn check(what: &str, source: &str, nonce: &str, ii: &str, reference: 
             // not used whole, not entered (`dlbridge::detail`), so no text can
             // declare, specialise or overload anything the generated code calls.
             if t.text == "dlbridge" {
+                // Before it (past a leading `::`): no `class`/`struct`/... declaring or
+                // specialising one of its types.
+                let before = if i > 0 && toks[i - 1].text == "::" { i.checked_sub(2) } else { i.checked_sub(1) };
+                let declares = before.is_some_and(|b| matches!(toks[b].text, "class" | "struct" | "union" | "enum" | "friend"));
                 let public = toks.get(i + 1).is_some_and(|n| n.text == "::")
                     && toks.get(i + 2).is_some_and(|n| PUBLIC.contains(&n.text))
-                    && !(i > 0 && toks[i - 1].text == "::");
+                    && !declares;
                 if !public {
                     let what = match toks.get(i + 2) {
                         Some(n) if toks[i + 1].text == "::" => format!("`dlbridge::{}`", n.text),

@@ -982,12 +982,14 @@ impl ElementwiseSpec {
     }
 
     /// Whether an element's result may depend on more than the inputs'
-    /// elements at its position: a raw input, a `loop_prep` or `after_loop`
-    /// (state shared by the elements of a chunk), or an operation or preamble
-    /// that names the flat index `i`, the size `n`, `_ind` or another name of
-    /// the generated code's (`_end`, `_t`: a macro in the preamble may name
-    /// them). Such a kernel cannot be batched as one call on stacked inputs
-    /// (`jax.vmap`).
+    /// elements at its position, as far as the text shows: a raw input, a
+    /// `loop_prep` or `after_loop` (state shared by the elements of a chunk), a
+    /// preamble with directives (a macro may paste any name), an operation
+    /// with `static` or `thread_local` state or an `&` (an element's
+    /// address), or one that names the flat index `i`, the size `n`, `_ind` or
+    /// another name of the generated code's (`_end`). Such a kernel is not
+    /// batched as one call on stacked inputs (`jax.vmap`); the test errs on
+    /// the side of per-element calls.
     pub fn reads_position(&self) -> bool {
         let generated_name = |code: &str| {
             // `_end`, `_t`, `_w`, ...: the generated code's own names, which say where
@@ -995,13 +997,17 @@ impl ElementwiseSpec {
             code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
                 .any(|w| w.starts_with('_') && w.len() > 1 && !w.starts_with("__"))
         };
+        let op = scan(&self.operation).code;
+        let pre = scan(&self.preamble).code;
         self.inputs.iter().any(|p| p.raw)
             || !self.loop_prep.trim().is_empty()
             || !self.after_loop.trim().is_empty()
-            || [&self.operation, &self.preamble].iter().any(|t| {
-                let code = scan(t).code;
-                ["i", "n", "_ind"].iter().any(|w| has_word(&code, w)) || generated_name(&code)
-            })
+            // A macro of the preamble may spell any of these (`a##b` pasting `_ind`).
+            || pre.lines().any(|l| l.trim_start().starts_with('#'))
+            // State kept across elements, or an element's address.
+            || ["static", "thread_local"].iter().any(|w| has_word(&op, w))
+            || op.replace("&&", "").contains('&')
+            || [&op, &pre].iter().any(|code| ["i", "n", "_ind"].iter().any(|w| has_word(code, w)) || generated_name(code))
     }
 
     /// Whether the caller passes the outputs: an output is raw (its shape is

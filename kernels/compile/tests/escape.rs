@@ -171,10 +171,19 @@ fn a_function_resolved_at_load_or_an_executable_stack_is_refused_before_the_libr
 #[test]
 fn the_generated_code_cannot_be_overloaded_aliased_or_skipped_from_the_text() {
     // A global function that would win overload resolution against the runtime's.
-    let z = attempt("hj_base_of", "z = x + 1", "static float dlb_scratch[1 << 16];\ninline void* base_of(DLTensor*) { return dlb_scratch; }", "")
-        .expect("an unrelated global is fine: the generated code calls the runtime by its full name");
+    let z = attempt(
+        "hj_base_of",
+        "z = x + 1",
+        "static float dlb_scratch[1 << 16];\ninline void* base_of(DLTensor*) { return dlb_scratch; }",
+        "",
+    )
+    .expect("an unrelated global is fine: the generated code calls the runtime by its full name");
     assert!(z.iter().enumerate().all(|(i, &v)| v == i as f32 + 1.0));
-    for (k, pre) in ["namespace dlbx = dlbridge;", "using namespace dlbridge;", "using dlbridge::detail::Walk;", "namespace dlbx = ::dlbridge;"].iter().enumerate() {
+    for (k, pre) in
+        ["namespace dlbx = dlbridge;", "using namespace dlbridge;", "using dlbridge::detail::Walk;", "namespace dlbx = ::dlbridge;"]
+            .iter()
+            .enumerate()
+    {
         let name = format!("alias_{k}");
         let e = attempt(&name, "z = x", pre, "").expect_err(&name);
         assert!(e.contains("which belongs to the generated code"), "{name}: {e}");
@@ -183,6 +192,59 @@ fn the_generated_code_cannot_be_overloaded_aliased_or_skipped_from_the_text() {
     let e = attempt("computed_goto", "z = x", "", "void* dlb_p = &&dlb_skip; goto *dlb_p; dlb_skip:;").expect_err("goto");
     assert!(e.contains("loop_prep") && e.contains("`goto`"), "{e}");
     let e = attempt("end_assign", "z = x", "", "_end = _begin;").expect_err("_end");
-    assert!(e.contains("loop_prep line 1"), "{e}");
+    assert!(e.contains("`loop_prep` line 1 uses `_end`"), "{e}");
     attempt("uses_public_size", "dlbridge::Size s(3); z = x + (T)s.size();", "", "").expect("dlbridge::Size is public");
+}
+
+#[test]
+fn hooks_the_c_runtime_calls_at_load_and_writable_code_are_refused() {
+    let cases = [
+        (
+            "gmon",
+            "#include <cstdlib>\nextern \"C\" void __gmon_start__(void) { setenv(\"DLBRIDGE_ESCAPE_RAN\", \"1\", 1); }",
+            "`__gmon_start__`",
+        ),
+        (
+            "itm",
+            "#include <cstdlib>\nextern \"C\" void _ITM_registerTMCloneTable(void*, unsigned long) { setenv(\"DLBRIDGE_ESCAPE_RAN\", \"1\", 1); }\n\
+             asm(\".pushsection .tm_clone_table,\\\"aw\\\",@progbits\\n .quad 0,0\\n .popsection\");",
+            "TMCloneTable",
+        ),
+        ("wx", "asm(\".pushsection .wtext,\\\"awx\\\",@progbits\\n nop\\n .popsection\");", "both writable and executable"),
+    ];
+    for (name, pre, says) in cases {
+        let e = attempt(name, "z = x", pre, "").expect_err(name);
+        assert!(e.contains(says) && e.contains("may not run when its library is loaded") || e.contains(says), "{name}: {e}");
+        assert!(!ran_at_load(), "{name}: ran at load");
+    }
+}
+
+#[test]
+fn the_texts_may_not_name_the_generated_codes_own_names() {
+    let cases = [
+        (
+            "hj_chunk",
+            "template <bool B, class W, class D, class T, class I> void dlbridge_chunk(W& w, D d, T t, I& ind, long b, long e) {}",
+            "z = x",
+            "",
+            "`dlbridge_chunk`",
+        ),
+        (
+            "hj_raw",
+            "template <> class dlbridge::Raw<const float> { public: Raw(DLTensor*, const char*) {} };",
+            "z = x",
+            "",
+            "`dlbridge::Raw`",
+        ),
+        ("cc_end", "", "z = x", "const_cast<ptrdiff_t&>(_end) = _begin;", "`_end`"),
+        ("cc_data", "", "z = x", "const_cast<void**>(_data)[1] = const_cast<void**>(_data)[0];", "`_data`"),
+        ("op_w", "", "z = x + (T)_w.size", "", "`_w`"),
+        ("incbin", "asm(\".pushsection .rodata\\nincb_d: .incbin \\\"/etc/hostname\\\"\\n.popsection\");", "z = x", "", "`.incbin`"),
+    ];
+    for (name, pre, op, prep, says) in cases {
+        let e = attempt(name, op, pre, prep).expect_err(name);
+        assert!(e.contains(says), "{name}: {e}");
+    }
+    // The documented names and a leading `::` stay usable.
+    attempt("doc_names", "z = x + (T)_ind.size() * 0", "typedef ::dlbridge::Size dlb_size_t;", "").expect("documented names");
 }
