@@ -127,7 +127,8 @@ pub(crate) fn plugin_table(src: &mut Src, name: &str, signature: &str, flags: &s
     ));
     src.line("};");
     src.line("extern \"C\" __attribute__((visibility(\"default\"))) const DLBridgePlugin* dlbridge_plugin(void) {");
-    src.line("  return &dlbridge_plugin_table;");
+    // Not `&`: a unary `&` on a class may call an `operator&` a preamble declares.
+    src.line("  return __builtin_addressof(dlbridge_plugin_table);");
     src.line("}");
 }
 /// The opening of `dlbridge_entry`, the same for every kind of kernel: its

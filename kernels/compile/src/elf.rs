@@ -297,6 +297,41 @@ pub(crate) fn check(compiler: &Compiler, bytes: &[u8], what: &str, policy: Polic
 mod tests {
     use super::*;
 
+    /// The bytes of a library built from `body` (plus the entry point) with
+    /// the kernels' flags.
+    fn library(c: &Compiler, body: &str) -> Vec<u8> {
+        let dir = tempfile::tempdir().unwrap();
+        let (cpp, so) = (dir.path().join("t.cpp"), dir.path().join("t.so"));
+        std::fs::write(&cpp, format!("{body}\nextern \"C\" __attribute__((visibility(\"default\"))) void dlbridge_empty(void) {{}}\n"))
+            .unwrap();
+        c.compile_with(&cpp, &so, "t", &[], &[]).unwrap();
+        std::fs::read(&so).unwrap()
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn code_that_would_run_at_load_is_refused_from_the_elf_file_alone() {
+        let c = Compiler::get().expect("a C++ compiler");
+        let policy = Policy::Generated { exports: &["dlbridge_empty"] };
+        check(c, &library(c, ""), "t", policy).expect("an empty library passes");
+        let cases = [
+            ("volatile int g; __attribute__((constructor)) static void f() { g = 1; }", "initialiser functions"),
+            ("volatile int g; struct S { S() { g = 2; } } s;", "initialiser functions"),
+            ("asm(\".section .note.GNU-stack,\\\"x\\\",@progbits\\n.text\");", "executable stack"),
+            ("asm(\".pushsection .wtext,\\\"awx\\\",@progbits\\n nop\\n .popsection\");", "both writable and executable"),
+            ("extern \"C\" void __gmon_start__(void) {}", "`__gmon_start__`"),
+            (
+                "extern \"C\" void* dlb_res(void) { return 0; }\nasm(\".type dlb_if, @gnu_indirect_function\\n.set dlb_if, dlb_res\\n.section .data.rel\\n.quad dlb_if\\n.text\");",
+                "IFUNC",
+            ),
+            ("extern \"C\" __attribute__((visibility(\"default\"))) void extra(void) {}", "exports `extra`"),
+        ];
+        for (body, says) in cases {
+            let e = check(c, &library(c, body), "t", policy).expect_err(body).to_string();
+            assert!(e.contains(says), "{body}: {e}");
+        }
+    }
+
     #[test]
     fn the_version_script_keeps_only_the_entry_points() {
         assert_eq!(version_script(&["dlbridge_plugin"]), "{\n  global: dlbridge_plugin;\n  local: *;\n};\n");

@@ -379,17 +379,36 @@ pub(crate) fn check(what: &str, source: &str, nonce: &str, ii: &str, reference: 
         }
     }
     // The generated code's own names after the preamble (`_end`, `_data`,
-    // `_q0`, ...): a fragment that names one reaches into the loop's state.
+    // `_q0`, `dlbridge_chunk`, ...): a fragment that names one reaches into the
+    // loop's state or overloads what the generated code calls. (The runtime's
+    // names before the preamble, `dlbridge_rsqrt` behind `rsqrt`, stay usable.)
     // Taken from the reference itself, so every name it will ever have counts.
     let mut private: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
     for part in r.iter().skip(1) {
         if let Ok((toks, _)) = tokens(part) {
-            private.extend(toks.iter().map(|t| t.text).filter(|w| is_private_name(w)));
+            private.extend(toks.iter().map(|t| t.text).filter(|w| is_private_name(w) || (w.starts_with("dlbridge") && *w != "dlbridge")));
         }
     }
     for s in &ours {
         let text = ii_lines[s.lines.clone()].join("\n");
-        let (toks, directives) = tokens(&text).map_err(|m| fail(format!("`{}` has {m}", s.label)))?;
+        let (all_toks, directives) = tokens(&text).map_err(|m| fail(format!("`{}` has {m}", s.label)))?;
+        // What a system header the text includes brings (`/usr/include`: root's,
+        // its `extern "C"` blocks and `namespace std` included) is not the text's
+        // own: the line markers say which lines come from one (flag 3).
+        let mut system = vec![false; text.lines().count() + 2];
+        let mut in_system = false;
+        for (n, l) in text.lines().enumerate() {
+            if let Some(rest) = l.trim_start().strip_prefix('#')
+                && let Some(after_file) = rest
+                    .trim_start()
+                    .split_once('"')
+                    .and_then(|(num, r)| num.trim().chars().all(|c| c.is_ascii_digit()).then_some(r).and_then(|r| r.rsplit_once('"')))
+            {
+                in_system = after_file.1.split_whitespace().any(|f| f == "3");
+            }
+            system[n + 1] = in_system;
+        }
+        let toks: Vec<Tok<'_>> = all_toks.into_iter().filter(|t| !system.get(t.line).copied().unwrap_or(false)).collect();
         let at = |t: &Tok<'_>| match user_line(&ii_lines, s.lines.start + t.line - 1) {
             Some((f, l)) if f == s.label => format!("`{}` line {l}", s.label),
             _ => format!("`{}`", s.label),
@@ -457,6 +476,13 @@ pub(crate) fn check(what: &str, source: &str, nonce: &str, ii: &str, reference: 
                     t.text
                 )));
             }
+            if private.contains(t.text) && t.text.starts_with("dlbridge") {
+                return Err(fail(format!(
+                    "{} uses `{}`: names of the generated code's own, starting with `dlbridge`, are not the text's",
+                    at(t),
+                    t.text
+                )));
+            }
             if private.contains(t.text) && !DOCUMENTED.contains(&t.text) {
                 return Err(fail(format!(
                     "{} uses `{}`, a name of the generated code's own (a kernel's text may use `{}`)",
@@ -465,12 +491,43 @@ pub(crate) fn check(what: &str, source: &str, nonce: &str, ii: &str, reference: 
                     DOCUMENTED.join("`, `")
                 )));
             }
-            if t.text.starts_with("dlbridge") && t.text != "dlbridge" {
-                return Err(fail(format!("{} uses `{}`: names starting with `dlbridge` belong to the generated code", at(t), t.text)));
-            }
+
             if (t.text.starts_with('"') || t.text.contains("R\"")) && (t.text.contains(".incbin") || t.text.contains(".include")) {
                 return Err(fail(format!(
                     "{} has an assembler `.incbin`/`.include`: a file read by the assembler is not part of what the kernel's cache entry is keyed on; use `#include`",
+                    at(t)
+                )));
+            }
+            // Nothing is defined where the generated code or the libraries it
+            // calls would find it: not in `std` (a specialisation of a container
+            // the runtime uses), not with C linkage (a `memset` the compiler's own
+            // calls bind to), not the global allocation functions, and no `asm`
+            // at file scope or as a symbol name (which names any symbol, the
+            // runtime's included).
+            let next = |k: usize| toks.get(i + k).map_or("", |n| n.text);
+            let prev = if i > 0 { toks[i - 1].text } else { "" };
+            let refused = match t.text {
+                "namespace" if next(1) == "std" || (next(1) == "::" && next(2) == "std") => Some("opens the namespace `std`"),
+                "std"
+                    if matches!(prev, "class" | "struct" | "union" | "enum")
+                        || (prev == "::" && i > 1 && matches!(toks[i - 2].text, "class" | "struct" | "union" | "enum")) =>
+                {
+                    Some("declares a type of the namespace `std`")
+                }
+                "extern" if next(1).starts_with('"') => Some("gives a declaration a language linkage (`extern \"C\"`)"),
+                "operator" if matches!(next(1), "new" | "delete") => {
+                    Some("defines an allocation function (`operator new`/`operator delete`)")
+                }
+                "asm" | "__asm" | "__asm__" if s.label == "preamble" => Some("has `asm` at file scope"),
+                // A statement starts after these; anywhere else `asm` is a label.
+                "asm" | "__asm" | "__asm__" if !matches!(prev, "" | ";" | "{" | "}" | "<%" | "%>" | ":") => {
+                    Some("uses `asm` to name a symbol (an `asm` label)")
+                }
+                _ => None,
+            };
+            if let Some(why) = refused {
+                return Err(fail(format!(
+                    "{} {why}: a kernel's text may not define anything the generated code or the libraries it calls could bind to",
                     at(t)
                 )));
             }

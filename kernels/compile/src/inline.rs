@@ -683,7 +683,8 @@ impl InlineLibrary {
         ));
         src.line("};");
         src.line("extern \"C\" __attribute__((visibility(\"default\"))) const DLBridgePlugin* dlbridge_plugin(void) {");
-        src.line("  return &dlbridge_plugin_table;");
+        // Not `&`: a unary `&` on a class may call an `operator&` a preamble declares.
+        src.line("  return __builtin_addressof(dlbridge_plugin_table);");
         src.line("}");
         src.line("");
         // C++ as C++ (templates, `#include <vector>`, overloads): only the
