@@ -14,10 +14,36 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 step="starting"
-log() { step="$*"; printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+# Seconds per step, printed as a table when the run ends (passed or failed).
+step_names=()
+step_secs=()
+now_ms() { local t=${EPOCHREALTIME//[!0-9]/}; echo $((t / 1000)); }
+step_start=$(now_ms)
+end_step() {
+    if [ "$step" != "starting" ]; then
+        step_names+=("$step")
+        step_secs+=($(($(now_ms) - step_start)))
+    fi
+}
+log() {
+    end_step
+    step="$*"
+    step_start=$(now_ms)
+    printf '\033[1m==> %s\033[0m\n' "$*" >&2
+}
+print_steps() {
+    [ "${#step_names[@]}" -gt 0 ] || return 0
+    local total=0 i
+    printf '\n%8s  %s\n' "seconds" "step" >&2
+    for i in "${!step_names[@]}"; do
+        printf '%6d.%d  %s\n' $((step_secs[i] / 1000)) $((step_secs[i] % 1000 / 100)) "${step_names[$i]:0:90}" >&2
+        total=$((total + step_secs[i]))
+    done
+    printf '%6d.%d  %s\n' $((total / 1000)) $((total % 1000 / 100)) "total" >&2
+}
 # The last line of a failed run names the step that failed (a log shown only in part, as CI's
 # may be, still says where to look).
-trap 'rc=$?; [ "$rc" -eq 0 ] || printf "\033[1m==> FAILED (exit %s) in: %s\033[0m\n" "$rc" "$step" >&2' EXIT
+trap 'rc=$?; end_step; print_steps; [ "$rc" -eq 0 ] || printf "\033[1m==> FAILED (exit %s) in: %s\033[0m\n" "$rc" "$step" >&2' EXIT
 
 find_python() {
     # >= 3.11: the abi3 extension needs the buffer protocol of the 3.11 limited API (pyproject.toml).
@@ -57,9 +83,18 @@ setup() {
              "libraries) and target/ about 10 GiB more: free some space and run again" >&2
         exit 1
     fi
-    log "installing Python dependencies into .venv (torch is large: this takes a few minutes once)"
-    # No pip cache: it would keep a second copy of every wheel (about 3 GiB for torch alone).
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-cache-dir -r "$req"
+    # Downloading and installing are two steps, so the table at the end tells the network's
+    # share apart. No pip cache: it would keep a second copy of every wheel (about 3 GiB for
+    # torch alone); the downloaded wheels go once installed.
+    local wheels
+    wheels=$(mktemp -d "${TMPDIR:-/tmp}/dlbridge-wheels.XXXXXX")
+    log "pip download: Python dependencies (torch is large: this takes a few minutes once)"
+    .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-cache-dir \
+        -d "$wheels" -r "$req"
+    log "pip install: Python dependencies into .venv"
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-cache-dir \
+        --no-index --find-links "$wheels" -r "$req"
+    rm -rf "$wheels"
     rm -f .venv/.dlbridge-setup-*
     touch "$stamp"
 }
