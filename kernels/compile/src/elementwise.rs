@@ -18,9 +18,9 @@
 use dlbridge_core::{DType, Result};
 use dlbridge_registry::{DynKernelFn, KernelOpts};
 
-use crate::params::{ElementwiseOptions, ElementwiseSpec};
+use crate::builder::specialise::build_library;
 use crate::source_kernel::SourceKernel;
-use crate::specialise::build_library;
+use crate::spec::{ElementwiseOptions, ElementwiseSpec};
 
 /// A kernel compiled from an elementwise operation, one specialisation per
 /// combination of dtypes, built on first use.
@@ -48,5 +48,5 @@ fn one_line(s: &str) -> String {
 
 /// Generates, compiles (or finds) and loads the specialisation for `bind`.
 fn build(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Result<DynKernelFn> {
-    build_library(spec, bind, &crate::cpu::elementwise_cpp(spec, bind)?)
+    build_library(spec, bind, &crate::codegen::cpu::elementwise_cpp(spec, bind)?)
 }

@@ -11,12 +11,21 @@
 //! | [`InlineLibrary`] | `dlbridge.load_inline`: the user's own C / CUDA C functions, typed by signatures, glue generated |
 //! | [`LibraryCache`] | the disk cache of compiled libraries (write, then rename; shared by processes) |
 //!
-//! Inside (private modules): `params.rs` (the parameter language and the
-//! signature derived from it), `codegen.rs` with `cpu.rs` and `cuda.rs` (C++
-//! per dtype combination, loaded as a plugin through the plugin ABI; CUDA C
-//! compiled with NVRTC and run on the call's stream), `toolchain.rs` (the
-//! system C++ compiler, `$CXX` else `c++`, its diagnostics mapped to the
-//! user's text) and `cache.rs`.
+//! | [`tc`] | Tensor Comprehensions' language: `def`s of tensor comprehensions, and their derived backwards |
+//!
+//! # The crate's map
+//! One axis per folder; arrows run down this list only.
+//!
+//! | where | what lives there | where a new ... goes |
+//! |---|---|---|
+//! | `elementwise.rs`, `reduction.rs`, `source_kernel.rs` | the kinds of kernel from source: the public types and their registration | a new kind of kernel |
+//! | `spec.rs` | the specification every kind shares ([`Spec`]) and CuPy's two ([`ElementwiseSpec`], [`ReductionSpec`]) | a new rule about a whole kernel |
+//! | `params/` | CuPy's parameter language: parameters (`mod.rs`), reserved names (`names.rs`), scanning the C++ fragments (`scan.rs`) | a new parameter keyword; a newly reserved name |
+//! | `codegen/` | code generation per backend: `cpu.rs` (C++), `cuda.rs` (CUDA C), the C++ both share (`headers.rs`, `halfs.rs`) | a new backend |
+//! | `launch.rs` | CUDA at call time: operands, launch geometry, the registry implementation | a new launch layout |
+//! | `builder/` | building: the compiler (`toolchain.rs`), the checks of what it made (`fragments.rs`, `elf.rs`), the cache (`cache.rs`, `dirs.rs`), specialisations (`specialise.rs`) | a new cache rule; a new check of a build |
+//! | `inline/` | `load_inline`: the library, each function's C glue (`function.rs`), its CUDA side (`cuda.rs`) | a new calling convention |
+//! | `tc/` | the TC language: its spec (`mod.rs`), `parse.rs`, `check.rs` with `size.rs`, `grad.rs`, the shared emission (`emit.rs`) and the two emitters `cpu.rs` (with `contraction.rs`, GEMM) and `cuda.rs` | a new TC builtin; a TC backend |
 //!
 //! Both kernels register a CPU and a CUDA implementation under one
 //! signature: the registry picks by the tensors' device.
@@ -26,33 +35,26 @@
 //! plugin loader.
 #![forbid(unsafe_code)]
 
-mod cache;
+mod builder;
 mod codegen;
-mod cpu;
-mod cuda;
-mod dirs;
 mod elementwise;
-mod elf;
-mod fragments;
-mod halfs;
-mod headers;
 pub mod inline;
+mod launch;
 mod params;
 mod reduction;
 mod source_kernel;
-mod specialise;
+mod spec;
 pub mod tc;
-mod toolchain;
 
 /// The code generators one step at a time, for this crate's own tests: the
 /// `internals` feature, which only they turn on, makes this module public.
 #[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod internals {
-    pub use crate::cpu::{elementwise_cpp, reduction_cpp};
-    pub use crate::cuda::{CUDA_DTYPES, CudaSource, GENERATED_FILE as CUDA_GENERATED_FILE, elementwise_source, reduction_source};
+    pub use crate::builder::toolchain::Compiler;
+    pub use crate::codegen::cpu::{elementwise_cpp, reduction_cpp};
+    pub use crate::codegen::cuda::{CUDA_DTYPES, CudaSource, GENERATED_FILE as CUDA_GENERATED_FILE, elementwise_source, reduction_source};
     pub use crate::tc::cuda_source as tc_cuda_source;
-    pub use crate::toolchain::Compiler;
 
     /// What a definition's CUDA call launches for tensors of these shapes
     /// (parameters, then outputs): the size symbols' values in order and each
@@ -62,9 +64,10 @@ pub mod internals {
     }
 }
 
-pub use cache::{HeldLibrary, LibraryCache};
+pub use builder::cache::{HeldLibrary, LibraryCache};
 pub use elementwise::ElementwiseKernel;
 pub use inline::{InlineLibrary, InlineOptions};
-pub use params::{ElementwiseOptions, ElementwiseSpec, Param, Reduction, ReductionSpec, Spec};
+pub use params::Param;
 pub use reduction::ReductionKernel;
 pub use source_kernel::{SourceKernel, derived_registry_name, registry_name};
+pub use spec::{ElementwiseOptions, ElementwiseSpec, Reduction, ReductionSpec, Spec};

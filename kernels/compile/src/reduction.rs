@@ -12,9 +12,10 @@ use dlbridge_array::Array;
 use dlbridge_core::{DType, Error, Result};
 use dlbridge_registry::{Arg, DynKernelFn, Kernel, KernelOpts};
 
-use crate::params::{ParamType, Reduction, ReductionSpec};
+use crate::builder::specialise::build_library;
+use crate::params::ParamType;
 use crate::source_kernel::SourceKernel;
-use crate::specialise::build_library;
+use crate::spec::{Reduction, ReductionSpec};
 
 /// A kernel compiled from a map / reduce / post-map description, one
 /// specialisation per combination of dtypes, built on first use.
@@ -101,5 +102,5 @@ fn reshape_contiguous(a: Array, shape: &[i64]) -> Result<Array> {
 
 /// Generates, compiles (or finds) and loads the specialisation for `bind`.
 fn build(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<DynKernelFn> {
-    build_library(spec, bind, &crate::cpu::reduction_cpp(spec, bind)?)
+    build_library(spec, bind, &crate::codegen::cpu::reduction_cpp(spec, bind)?)
 }

@@ -8,15 +8,15 @@ use std::sync::Arc;
 use dlbridge_core::{DType, DeviceType, Error, Result};
 use dlbridge_registry::{DynKernelFn, Kernel, KernelDef, KernelOpts, Registry, Signature};
 
-use crate::cuda::{CudaSpecialisations, Launcher, cuda_impl};
-use crate::params::Spec;
-use crate::specialise::{ORIGIN_PREFIX, Specialisations, replaceable, specialising};
+use crate::builder::specialise::{ORIGIN_PREFIX, Specialisations, replaceable, specialising};
+use crate::launch::{CudaSpecialisations, Launcher, cuda_impl};
+use crate::spec::Spec;
 
 /// Generates, compiles (or finds) and loads a spec's CPU specialisation for the bound dtypes.
 pub(crate) type BuildFn<S> = fn(&S, &[(char, DType)]) -> Result<DynKernelFn>;
 
-/// A kernel compiled from source (`S`: [`ElementwiseSpec`](crate::params::ElementwiseSpec)
-/// or [`ReductionSpec`](crate::params::ReductionSpec)), one specialisation per
+/// A kernel compiled from source (`S`: [`ElementwiseSpec`](crate::spec::ElementwiseSpec)
+/// or [`ReductionSpec`](crate::spec::ReductionSpec)), one specialisation per
 /// combination of dtypes (and CUDA device), built on first use.
 pub struct SourceKernel<S> {
     spec: Arc<S>,

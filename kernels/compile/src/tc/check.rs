@@ -435,18 +435,122 @@ fn size_of(cx: &Ctx<'_>, e: &Expr, pos: Pos) -> Result<Size> {
     })
 }
 
+/// Checks one statement against the definition and the statements before it
+/// (`cx`), and on an output's first statement fixes its shape and type.
 fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
-    let out = match cx.tensor(&s.lhs) {
-        Some(TensorRef::Output(i)) => i,
+    let out = written_output(cx, s)?;
+    let lhs = lhs_indices(cx, s, out)?;
+    let (reduced, mut accesses) = rhs_names(cx, s, &lhs)?;
+    // Numbers the generated code computes with stay small (no overflow there).
+    if !accesses.iter().all(|a| a.index.iter().all(|ix| ix.konst.small() && ix.vars.values().all(|k| k.abs() <= size::MAX_COEFFICIENT))) {
+        return Err(cx.too_big(s));
+    }
+    // Indices inside accesses' index expressions were collected above
+    // (walk visits the arguments); index names used as values too.
+    if s.op == Op::Assign && !reduced.is_empty() {
+        return Err(cx.err(
+            s.pos,
+            format!(
+                "`{}` appears only on the right of `=`: an index only on the right is reduced, which needs a reduction (`+=!`, `*=!`, `max=!`, `min=!`)",
+                reduced[0]
+            ),
+        ));
+    }
+    if !s.init && s.op != Op::Assign && cx.outputs[out].is_none() {
+        return Err(cx.err(
+            s.pos,
+            format!(
+                "`{}` is the first statement writing `{}`, whose start value is unset: write `{}` (start from the reduction's identity) or assign `{}` first",
+                s.text,
+                s.lhs,
+                s.op.text(true),
+                s.lhs
+            ),
+        ));
+    }
+    // The left access, when the output's shape is known already.
+    let lhs_text = format!("{}({})", s.lhs, lhs.join(", "));
+    let lhs_access = Access {
+        tensor: TensorRef::Output(out),
+        index: lhs.iter().map(|v| Affine { vars: BTreeMap::from([(v.clone(), 1)]), konst: Size::default() }).collect(),
+        text: lhs_text,
+    };
+    own_reads(cx, s, out, &accesses, &lhs_access, &reduced)?;
+    let mut constraining = accesses.clone();
+    let shaped = cx.outputs[out].is_some();
+    if shaped {
+        constraining.push(lhs_access.clone());
+    } else if let Some(decl) = cx.def.outputs[out].decl.as_ref().filter(|d| !d.dims.is_empty()) {
+        if decl.dims.len() != lhs.len() {
+            return Err(
+                cx.err(s.pos, format!("`{}` is declared with {} dims but written with {} indices", s.lhs, decl.dims.len(), lhs.len()))
+            );
+        }
+        cx.outputs[out] = Some(Output {
+            name: s.lhs.clone(),
+            ty: OutType::Float,
+            dims: decl
+                .dims
+                .iter()
+                .map(|d| match d {
+                    DimDecl::Sym(n, _) => Size::sym(n),
+                    DimDecl::Int(n) => Size::c(*n),
+                })
+                .collect(),
+        });
+        constraining.push(lhs_access.clone());
+    }
+    let ranges = index_ranges(cx, s, &lhs, &reduced, &constraining)?;
+    check_reach(cx, s, &ranges, accesses.iter().chain(shaped.then_some(&lhs_access)))?;
+    // The output's shape and type, on its first statement.
+    if cx.outputs[out].is_none() || !shaped {
+        let mut dims = Vec::new();
+        for v in &lhs {
+            let (lo, hi) = &ranges[v];
+            if lo.as_const().is_some_and(|c| c < 0) {
+                return Err(cx.err(
+                    s.pos,
+                    format!("in `{}`: index `{v}` may be negative (its range starts at {})", s.text, lo.text(&|n| n.to_owned())),
+                ));
+            }
+            dims.push(hi.clone());
+        }
+        let declared = cx.def.outputs[out].decl.as_ref().map(|d| d.ty);
+        let ty = match declared {
+            Some(ElemType::Float) => OutType::Float,
+            Some(ElemType::Fixed(d)) => OutType::Fixed(d),
+            None => written_type(cx, s, None),
+        };
+        let dims = cx.outputs[out].as_ref().map_or(dims, |o| o.dims.clone());
+        cx.outputs[out] = Some(Output { name: s.lhs.clone(), ty, dims });
+    } else if cx.def.outputs[out].decl.is_none() {
+        // An untyped output widens to what every statement writes it
+        // (`O(i) = 2` then `O(i) += A(i)` is floating), never truncated.
+        let ty = written_type(cx, s, cx.outputs[out].as_ref().map(|o| o.ty));
+        if let Some(o) = cx.outputs[out].as_mut() {
+            o.ty = ty;
+        }
+    }
+    accesses.push(lhs_access);
+    Ok(Statement { out, lhs, reduced, ranges, op: s.op, init: s.init, rhs: s.rhs.clone(), accesses, text: s.text.clone(), scatter: None })
+}
+
+/// The output statement `s` writes.
+fn written_output(cx: &Ctx<'_>, s: &super::parse::Stmt) -> Result<usize> {
+    match cx.tensor(&s.lhs) {
+        Some(TensorRef::Output(i)) => Ok(i),
         Some(TensorRef::Param(_)) => {
-            return Err(cx.err(s.pos, format!("`{}` is a parameter: a statement writes an output (parameters are read-only)", s.lhs)));
+            Err(cx.err(s.pos, format!("`{}` is a parameter: a statement writes an output (parameters are read-only)", s.lhs)))
         }
         None => {
             let outs: Vec<&str> = cx.def.outputs.iter().map(|o| o.name.as_str()).collect();
-            return Err(cx.err(s.pos, format!("`{}` is not an output of this definition (its outputs: {})", s.lhs, outs.join(", "))));
+            Err(cx.err(s.pos, format!("`{}` is not an output of this definition (its outputs: {})", s.lhs, outs.join(", "))))
         }
-    };
-    // The left side's indices.
+    }
+}
+
+/// The left side's indices: names that are neither sizes nor tensors, each once.
+fn lhs_indices(cx: &Ctx<'_>, s: &super::parse::Stmt, out: usize) -> Result<Vec<String>> {
     let mut lhs: Vec<String> = Vec::new();
     for (v, p) in &s.index {
         if cx.is_symbol(v) || cx.tensor(v).is_some() {
@@ -462,7 +566,12 @@ fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
     {
         return Err(cx.err(s.pos, format!("`{}` has {r} dims, but this statement writes it with {} indices", s.lhs, lhs.len())));
     }
-    // Names on the right.
+    Ok(lhs)
+}
+
+/// The names on the right side: the indices it reduces over (those not on
+/// the left) and its tensor accesses, each checked against its tensor's rank.
+fn rhs_names(cx: &Ctx<'_>, s: &super::parse::Stmt, lhs: &[String]) -> Result<(Vec<String>, Vec<Access>)> {
     let mut reduced: Vec<String> = Vec::new();
     let mut accesses = Vec::new();
     let mut problem: Option<dlbridge_core::Error> = None;
@@ -524,43 +633,13 @@ fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
     if let Some(e) = problem {
         return Err(e);
     }
-    // Numbers the generated code computes with stay small (no overflow there).
-    if !accesses.iter().all(|a| a.index.iter().all(|ix| ix.konst.small() && ix.vars.values().all(|k| k.abs() <= size::MAX_COEFFICIENT))) {
-        return Err(cx.too_big(s));
-    }
-    // Indices inside accesses' index expressions were collected above
-    // (walk visits the arguments); index names used as values too.
-    if s.op == Op::Assign && !reduced.is_empty() {
-        return Err(cx.err(
-            s.pos,
-            format!(
-                "`{}` appears only on the right of `=`: an index only on the right is reduced, which needs a reduction (`+=!`, `*=!`, `max=!`, `min=!`)",
-                reduced[0]
-            ),
-        ));
-    }
-    if !s.init && s.op != Op::Assign && cx.outputs[out].is_none() {
-        return Err(cx.err(
-            s.pos,
-            format!(
-                "`{}` is the first statement writing `{}`, whose start value is unset: write `{}` (start from the reduction's identity) or assign `{}` first",
-                s.text,
-                s.lhs,
-                s.op.text(true),
-                s.lhs
-            ),
-        ));
-    }
-    // The left access, when the output's shape is known already.
-    let lhs_text = format!("{}({})", s.lhs, lhs.join(", "));
-    let lhs_access = Access {
-        tensor: TensorRef::Output(out),
-        index: lhs.iter().map(|v| Affine { vars: BTreeMap::from([(v.clone(), 1)]), konst: Size::default() }).collect(),
-        text: lhs_text,
-    };
-    // A statement reads its own output only at the element it writes, and
-    // a reduction not at all: any other read would see elements this
-    // statement has or has not written yet, by the order the loops run in.
+    Ok((reduced, accesses))
+}
+
+/// A statement reads its own output only at the element it writes, and a
+/// reduction not at all: any other read would see elements this statement
+/// has or has not written yet, by the order the loops run in.
+fn own_reads(cx: &Ctx<'_>, s: &super::parse::Stmt, out: usize, accesses: &[Access], lhs_access: &Access, reduced: &[String]) -> Result<()> {
     let mut reads_itself_0d = false;
     walk(&s.rhs, &mut |e| reads_itself_0d |= matches!(e, Expr::Name(n, _) if *n == s.lhs));
     let whole = Access { tensor: TensorRef::Output(out), index: Vec::new(), text: s.lhs.clone() };
@@ -586,32 +665,20 @@ fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
             ),
         ));
     }
-    let mut constraining = accesses.clone();
-    let shaped = cx.outputs[out].is_some();
-    if shaped {
-        constraining.push(lhs_access.clone());
-    } else if let Some(decl) = cx.def.outputs[out].decl.as_ref().filter(|d| !d.dims.is_empty()) {
-        if decl.dims.len() != lhs.len() {
-            return Err(
-                cx.err(s.pos, format!("`{}` is declared with {} dims but written with {} indices", s.lhs, decl.dims.len(), lhs.len()))
-            );
-        }
-        cx.outputs[out] = Some(Output {
-            name: s.lhs.clone(),
-            ty: OutType::Float,
-            dims: decl
-                .dims
-                .iter()
-                .map(|d| match d {
-                    DimDecl::Sym(n, _) => Size::sym(n),
-                    DimDecl::Int(n) => Size::c(*n),
-                })
-                .collect(),
-        });
-        constraining.push(lhs_access.clone());
-    }
-    // Ranges: `where` first, then rounds of inference.
-    let all_vars: Vec<String> = lhs.iter().chain(&reduced).cloned().collect();
+    Ok(())
+}
+
+/// Each index's range: its `where` range, else inferred in rounds from the
+/// accesses it appears in (`constraining`), once the other indices there
+/// have theirs.
+fn index_ranges(
+    cx: &Ctx<'_>,
+    s: &super::parse::Stmt,
+    lhs: &[String],
+    reduced: &[String],
+    constraining: &[Access],
+) -> Result<BTreeMap<String, (Size, Size)>> {
+    let all_vars: Vec<String> = lhs.iter().chain(reduced).cloned().collect();
     let mut ranges: BTreeMap<String, (Size, Size)> = BTreeMap::new();
     for w in &s.wheres {
         if !all_vars.contains(&w.var) {
@@ -629,7 +696,7 @@ fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
         }
         let mut found: BTreeMap<String, (Size, Size)> = BTreeMap::new();
         for v in &unknown {
-            for a in &constraining {
+            for a in constraining {
                 for (d, ix) in a.index.iter().enumerate() {
                     let Some(&k) = ix.vars.get(*v) else { continue };
                     if ix.vars.keys().any(|o| o != *v && !ranges.contains_key(o)) {
@@ -676,20 +743,28 @@ fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
     if !ranges.values().all(|(lo, hi)| lo.small() && hi.small()) {
         return Err(cx.too_big(s));
     }
-    // An access that certainly leaves its tensor (a `where` range wider than
-    // the tensor, by a constant): an error now rather than at the call.
-    // Only where every range surely has an element (sizes are >= 0).
+    Ok(ranges)
+}
+
+/// An access that certainly leaves its tensor (a `where` range wider than
+/// the tensor, by a constant) is an error now rather than at the call; only
+/// where every range surely has an element (sizes are >= 0).
+fn check_reach<'a>(
+    cx: &Ctx<'_>,
+    s: &super::parse::Stmt,
+    ranges: &BTreeMap<String, (Size, Size)>,
+    accesses: impl Iterator<Item = &'a Access>,
+) -> Result<()> {
     let nonempty = |v: &String| match ranges[v].1.sub(&ranges[v].0) {
         Size::Lin(l) => l.c > 0 && l.terms.values().all(|k| *k >= 0),
         _ => false,
     };
-    let checked_accesses = accesses.iter().chain(shaped.then_some(&lhs_access));
-    for a in checked_accesses.filter(|a| cx.rank(a.tensor).is_some()) {
+    for a in accesses.filter(|a| cx.rank(a.tensor).is_some()) {
         for (d, ix) in a.index.iter().enumerate() {
             if !ix.vars.keys().all(nonempty) {
                 continue;
             }
-            let (lo, hi) = extremes(ix, &ranges, None);
+            let (lo, hi) = extremes(ix, ranges, None);
             let size = cx.dim(a.tensor, d);
             let name = |x: &Size| x.as_const().map_or_else(|| x.text(&|n| n.to_owned()), |k| k.to_string());
             let past = hi.sub(&size).as_const().is_some_and(|k| k >= 0);
@@ -708,37 +783,7 @@ fn check_stmt(cx: &mut Ctx<'_>, s: &super::parse::Stmt) -> Result<Statement> {
             }
         }
     }
-    // The output's shape and type, on its first statement.
-    if cx.outputs[out].is_none() || !shaped {
-        let mut dims = Vec::new();
-        for v in &lhs {
-            let (lo, hi) = &ranges[v];
-            if lo.as_const().is_some_and(|c| c < 0) {
-                return Err(cx.err(
-                    s.pos,
-                    format!("in `{}`: index `{v}` may be negative (its range starts at {})", s.text, lo.text(&|n| n.to_owned())),
-                ));
-            }
-            dims.push(hi.clone());
-        }
-        let declared = cx.def.outputs[out].decl.as_ref().map(|d| d.ty);
-        let ty = match declared {
-            Some(ElemType::Float) => OutType::Float,
-            Some(ElemType::Fixed(d)) => OutType::Fixed(d),
-            None => written_type(cx, s, None),
-        };
-        let dims = cx.outputs[out].as_ref().map_or(dims, |o| o.dims.clone());
-        cx.outputs[out] = Some(Output { name: s.lhs.clone(), ty, dims });
-    } else if cx.def.outputs[out].decl.is_none() {
-        // An untyped output widens to what every statement writes it
-        // (`O(i) = 2` then `O(i) += A(i)` is floating), never truncated.
-        let ty = written_type(cx, s, cx.outputs[out].as_ref().map(|o| o.ty));
-        if let Some(o) = cx.outputs[out].as_mut() {
-            o.ty = ty;
-        }
-    }
-    accesses.push(lhs_access);
-    Ok(Statement { out, lhs, reduced, ranges, op: s.op, init: s.init, rhs: s.rhs.clone(), accesses, text: s.text.clone(), scatter: None })
+    Ok(())
 }
 
 /// The type statement `s` gives an untyped output, which statements before
@@ -866,139 +911,4 @@ pub(crate) fn expr_type(e: &Expr, tensor_ty: &dyn Fn(TensorRef) -> Ty, classify:
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::tc::parse::parse;
-
-    fn checked(text: &str) -> Checked {
-        let d = parse(text).unwrap();
-        check(&d[0], text).unwrap()
-    }
-    fn dims(c: &Checked, o: usize) -> Vec<String> {
-        c.outputs[o].dims.iter().map(|d| d.text(&|n| n.to_owned())).collect()
-    }
-
-    #[test]
-    fn matmul_ranges_and_output_shape() {
-        let c = checked("def matmul(float(M,N) A, float(N,K) B) -> (output) { output(i, j) +=! A(i, kk) * B(kk, j) }");
-        assert_eq!(c.stmts[0].lhs, vec!["i", "j"]);
-        assert_eq!(c.stmts[0].reduced, vec!["kk"]);
-        assert_eq!(dims(&c, 0), vec!["M", "K"]);
-        assert_eq!(c.outputs[0].ty, OutType::Float);
-    }
-
-    #[test]
-    fn convolution_and_pooling_shapes_follow_tc() {
-        let c = checked(
-            "def conv(float(N,C,H,W) I, float(M,C,KH,KW) W1) -> (O) { O(n, m, h, w) +=! I(n, c, h + kh, w + kw) * W1(m, c, kh, kw) }",
-        );
-        assert_eq!(dims(&c, 0), vec!["N", "M", "H - KH + 1", "W - KW + 1"]);
-        let c = checked(
-            "def avgpool(float(B, C, H, W) input) -> (output) {\n output(b, c, h, w) +=! input(b, c, h * 2 + r_kh, w * 2 + r_kw) / 4.0 where r_kh in 0:2, r_kw in 0:2\n}",
-        );
-        assert_eq!(dims(&c, 0), vec!["B", "C", "(H - 2) / 2 + 1", "(W - 2) / 2 + 1"]);
-    }
-
-    #[test]
-    fn an_index_without_a_range_is_named_with_its_accesses() {
-        let text = "def f(float(N) A) -> (O) { O(i) +=! A(i + j + k) }";
-        let e = check(&parse(text).unwrap()[0], text).unwrap_err().to_string();
-        assert!(e.contains("the range of index `i` cannot be inferred"), "{e}");
-        assert!(e.contains("A(i + j + k)"), "{e}");
-        let text = "def f(float(N) A) -> (O) { O(i) = 1.0 }";
-        let e = check(&parse(text).unwrap()[0], text).unwrap_err().to_string();
-        assert!(e.contains("is used in no tensor access"), "{e}");
-    }
-
-    #[test]
-    fn misuse_is_named() {
-        for (text, want) in [
-            ("def f(float(N) A) -> (O) { O(i) = A(i, i) }", "`A` has 1 dims but is read with 2"),
-            ("def f(float(N) A) -> (O) { O(i) = foo(A(i)) }", "`foo` is neither a tensor"),
-            ("def f(float(N) A) -> (O) { O(i) = A(i * i) }", "in `A(i * i)`: `i * i` multiplies two indices"),
-            ("def f(float(N) A) -> (O) { O(i) = A(i * N) }", "`i * N` multiplies an index by a size"),
-            ("def f(float(N) A) -> (O) { O(i) = A(i / 2) }", "`i / 2` divides an index; only a size is divided (`K / 2`)"),
-            ("def f(float(N) A) -> (O) { O(i) = A(N / 0) where i in 0:N }", "`N / 0` divides by `0`, not by a positive integer"),
-            ("def f(float(N) A) -> (O) { O(i) = A(i) where i in 0:N*N }", "in the bound `N * N`: it multiplies two sizes"),
-            ("def f(float(N) A) -> (O) { O(i) = A(i) where i in 0:M }", "in the bound `M`: `M` is not a size symbol (the parameters': N)"),
-            ("def f(float(N) A) -> (O) { A(i) = A(i) }", "is a parameter"),
-            ("def f(float(N) A) -> (O) { O(i) = A(j) }", "appears only on the right of `=`"),
-            ("def f(float(N) A) -> (O, P) { O(i) = A(i) }", "output `P` is never written"),
-            ("def f(float(N) A) -> (O) { O(i) = P(i) }", "neither a tensor"),
-            ("def f(float(N) A) -> (O, P) { O(i) = P(i)\n P(i) = A(i) }", "`P` is read before any statement writes it"),
-            ("def f(float(N) A) -> (O) { O(i) = A(i * 4000000 * 4000000 * 4000000 * 4000000 - i * 7) }", "beyond 1048576"),
-            ("def f(float(N) A) -> (O) { O(i) +=! A(i + j) where j in 0:2000000 }", "beyond 1048576"),
-            (
-                "def f(float(N) A) -> (O) { O(i) = A(i)\n O(i) = O(i) + O(N - 1 - i) }",
-                "reads `O(N - 1 - i)`, another element of `O` than it writes: a statement reads its own output only at the element it writes (O(i))",
-            ),
-            ("def f(float(N) A) -> (O) { O(i) = A(i)\n O(i) = O(i - 1) where i in 1:N }", "reads `O(i - 1)`, another element"),
-            ("def f(float(N, N) A) -> (O) { O(i, j) = A(i, j)\n O(i, j) += O(i, k) * A(k, j) }", "reads `O(i, k)`, another element"),
-            ("def f(float(N, N) A) -> (O) { O(i) = A(i, 0)\n O(i) +=! O(i) * A(i, k) }", "reads `O(i)` while it reduces over `k`"),
-            ("def f(float(N) A) -> (O) { O = A(0)\n O max= O * A(i) }", "reads `O` while it reduces over `i`"),
-        ] {
-            let e = check(&parse(text).unwrap()[0], text).unwrap_err().to_string();
-            assert!(e.contains(want), "{text}: {e}");
-        }
-    }
-
-    #[test]
-    fn a_where_range_past_a_tensor_is_an_error_at_define_time() {
-        for (text, want) in [
-            (
-                "def f(float(N) A) -> (O) {\n O(i) = A(i) where i in 0:2\n O(i) += A(i) where i in 0:4\n}",
-                "line 3, column 2: def f: in `O(i) += A(i) where i in 0:4`: `O(i)` reaches index 3 along dim 0, which has size 2",
-            ),
-            ("def f(float(N, 3) A) -> (O) { O(i) +=! A(i, k) where k in 0:5 }", "`A(i, k)` reaches index 4 along dim 1, which has size 3"),
-            ("def f(float(N) A) -> (O) { O(i) = A(i) where i in 0:N + 1 }", "`A(i)` reaches index N along dim 0, which has size N"),
-            ("def f(float(N) A) -> (O) { O(i) = A(i - 1) where i in 0:2 }", "`A(i - 1)` reaches index -1"),
-        ] {
-            let e = check(&parse(text).unwrap()[0], text).unwrap_err().to_string();
-            assert!(e.contains(want), "{text}: {e}");
-        }
-        // Empty or unknown ranges are left to the call.
-        checked("def f(float(N, M) A) -> (O) { O(i) +=! A(i, k) where k in 0:M }");
-        checked("def f(float(N) A) -> (O) { O(i) +=! A(i + k) where k in 0:N }");
-        checked("def f(float(N) A) -> (O) { O(i) = A(i) where i in 0:N }");
-    }
-
-    #[test]
-    fn a_statement_may_read_its_own_element() {
-        let c = checked("def f(float(N) A) -> (O) { O(i) = A(i)\n O(i) = O(i) * O(i) + 1 }");
-        assert_eq!(c.stmts.len(), 2);
-    }
-
-    /// An output's index is never below 0: `A(-i)` leaves only `i = 0`.
-    #[test]
-    fn an_output_index_range_starts_at_zero_or_above() {
-        let c = checked("def f(float(N) A) -> (O) { O(i) = A(-i) }");
-        assert_eq!(dims(&c, 0), vec!["1"]);
-        let (lo, hi) = &c.stmts[0].ranges["i"];
-        assert_eq!((lo.eval(&|_| Some(5)), hi.eval(&|_| Some(5))), (Some(0), Some(1)));
-        let c = checked("def f(float(N) A) -> (O) { O(i) = A(N - 1 - i) }");
-        assert_eq!(dims(&c, 0), vec!["N"]);
-    }
-
-    #[test]
-    fn too_many_tensors_or_sizes_are_named_where_the_def_starts() {
-        let outs: Vec<String> = (0..17).map(|k| format!("O{k}")).collect();
-        let body: Vec<String> = outs.iter().map(|o| format!("{o}(i) = A(i)")).collect();
-        let text = format!("def many(float(N) A) -> ({}) {{\n{}\n}}", outs.join(", "), body.join("\n"));
-        let e = check(&parse(&text).unwrap()[0], &text).unwrap_err().to_string();
-        assert!(e.starts_with("line 1, column 5: def many: 18 parameters and outputs; a kernel takes at most 16 together"), "{e}");
-        let dims: Vec<String> = (0..17).map(|k| format!("D{k}")).collect();
-        let text = format!("def wide(float({}) A) -> (O) {{ O(i) = A({}) }}", dims.join(", "), vec!["i"; 17].join(", "));
-        let e = check(&parse(&text).unwrap()[0], &text).unwrap_err().to_string();
-        assert!(e.contains("def wide: 17 size symbols; a kernel takes at most 16"), "{e}");
-    }
-
-    #[test]
-    fn softmax_with_intermediate_outputs() {
-        let c = checked(
-            "def softmax(float(N, D) I) -> (O, maxVal, expDistance, expSum) {\n  maxVal(n) max=! I(n, d)\n  expDistance(n, d) = exp(I(n, d) - maxVal(n))\n  expSum(n) +=! expDistance(n, d)\n  O(n, d) = expDistance(n, d) / expSum(n)\n}",
-        );
-        assert_eq!(dims(&c, 0), vec!["N", "D"]);
-        assert_eq!(dims(&c, 1), vec!["N"]);
-        assert_eq!(c.stmts.len(), 4);
-    }
-}
+mod tests;

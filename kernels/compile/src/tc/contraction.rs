@@ -427,7 +427,7 @@ pub(crate) fn cpu_kernel(spec: &TcSpec, bind: &[(char, DType)]) -> Result<Option
             match &*slot {
                 Some(f) => f.clone(),
                 None => {
-                    let f = crate::specialise::build_library(&spec, &bind, &super::cpp_source(&spec, &bind)?)?;
+                    let f = crate::builder::specialise::build_library(&spec, &bind, &super::cpp_source(&spec, &bind)?)?;
                     *slot = Some(f.clone());
                     f
                 }
@@ -449,7 +449,7 @@ mod tests {
     fn a_convolution_gathers_its_input_and_loops_over_images() {
         let text =
             "def conv(float(N,C,H,W) I, float(M,C,KH,KW) W1) -> (O) { O(n, m, h, w) +=! I(n, c, h + kh, w + kw) * W1(m, c, kh, kw) }";
-        let c = crate::tc::check::check(&crate::tc::parse::parse(text).unwrap()[0], text).unwrap();
+        let c = super::super::check::check(&super::super::parse::parse(text).unwrap()[0], text).unwrap();
         let k = Contraction::of(&c).unwrap();
         let (side, gather) = k.gather.clone().unwrap();
         assert_eq!(side, Side::X);

@@ -18,9 +18,10 @@ use super::check::{Checked, TensorRef};
 use super::contraction::Contraction;
 use super::emit::{self, Names};
 use super::{TcSpec, acc_ctype};
+use crate::codegen::cuda::{CUDA, CudaSource};
 use crate::codegen::{Head, head};
-use crate::cuda::{CUDA, CudaSource, Launcher, check_devices, operands, unmerged};
-use crate::params::Spec;
+use crate::launch::{Launcher, check_devices, operands, unmerged};
+use crate::spec::Spec;
 
 /// The statement number that zeroes output `o` (`ZERO + o`).
 const ZERO: i32 = 1 << 20;
@@ -56,7 +57,7 @@ pub fn source(spec: &TcSpec, bind: &[(char, DType)]) -> Result<CudaSource> {
     src.line("  const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;");
     src.line("  switch (stmt) {");
     for (k, s) in c.stmts.iter().enumerate() {
-        src.line(&format!("  case {k}: {{  // {}", crate::tc::emit::comment_text(&s.text)));
+        src.line(&format!("  case {k}: {{  // {}", emit::comment_text(&s.text)));
         emit::range_lines(&mut src, s, "    ");
         // A thread per output element; a gradient's scatter, a thread per iteration.
         let par = parallel_indices(s);

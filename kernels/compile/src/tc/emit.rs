@@ -1,4 +1,6 @@
-//! C++ (and CUDA C) from a checked definition.
+//! What both emitters (`cpu.rs`, `cuda.rs`) generate alike from a checked
+//! definition: expressions, index arithmetic, each statement's access checks
+//! and one element's update.
 //!
 //! Each statement becomes a loop nest: its output indices outside, split
 //! into chunks over dlbridge's threads (CPU) or one GPU thread per output
@@ -265,12 +267,12 @@ impl Names<'_> {
     }
 }
 
-fn op_text(op: Bin) -> &'static str {
+pub(super) fn op_text(op: Bin) -> &'static str {
     op.text()
 }
 
 /// An index expression the checker accepted, again as an [`Affine`].
-fn to_affine(n: &Names<'_>, e: &Expr) -> Affine {
+pub(super) fn to_affine(n: &Names<'_>, e: &Expr) -> Affine {
     super::check::affine_of(e, &|x| n.classify(x)).unwrap_or(Affine { vars: Default::default(), konst: Default::default() })
 }
 
@@ -285,7 +287,7 @@ pub(crate) fn affine_cpp(a: &Affine) -> String {
 }
 
 /// The smallest and largest value of `a` over the ranges `lo_<v>`/`hi_<v>`.
-fn affine_bounds(a: &Affine) -> (String, String) {
+pub(super) fn affine_bounds(a: &Affine) -> (String, String) {
     let k = a.konst.cpp(&|s| format!("s_{s}"));
     let (mut mn, mut mx) = (vec![k.clone()], vec![k]);
     for (v, c) in &a.vars {
@@ -298,7 +300,7 @@ fn affine_bounds(a: &Affine) -> (String, String) {
 }
 
 /// The reduction's C++: its identity and how a value joins the accumulator.
-fn reduction(op: Op, acc_ty: &str) -> (String, &'static str) {
+pub(super) fn reduction(op: Op, acc_ty: &str) -> (String, &'static str) {
     match op {
         Op::Add | Op::Assign => (format!("{acc_ty}(0)"), "+"),
         Op::Mul => (format!("{acc_ty}(1)"), "*"),
@@ -307,7 +309,7 @@ fn reduction(op: Op, acc_ty: &str) -> (String, &'static str) {
     }
 }
 
-fn combine(op: Op, acc: &str, value: &str) -> String {
+pub(super) fn combine(op: Op, acc: &str, value: &str) -> String {
     match op {
         Op::Add | Op::Assign => format!("{acc} + {value}"),
         Op::Mul => format!("{acc} * {value}"),
@@ -317,7 +319,7 @@ fn combine(op: Op, acc: &str, value: &str) -> String {
 }
 
 /// The type a statement accumulates in.
-fn acc_type(n: &Names<'_>, s: &Statement, ctypes: &[String]) -> String {
+pub(super) fn acc_type(n: &Names<'_>, s: &Statement, ctypes: &[String]) -> String {
     let out = TensorRef::Output(s.out);
     if n.c.is_float(out) { "dlbridge_tc_acc".to_owned() } else { ctypes[n.c.params.len() + s.out].clone() }
 }
@@ -326,14 +328,14 @@ fn acc_type(n: &Names<'_>, s: &Statement, ctypes: &[String]) -> String {
 /// its accesses, as C++ lines, inside the statement's block; `live_out`
 /// says whether every output index range is non-empty, `live_all` whether
 /// every range is.
-pub(crate) fn statement_prologue(src: &mut Src, n: &Names<'_>, s: &Statement) {
+pub(super) fn statement_prologue(src: &mut Src, n: &Names<'_>, s: &Statement) {
     range_lines(src, s, "    ");
     statement_checks(src, n, s);
 }
 
 /// `live_out`, `live_all` and the access checks of a statement whose ranges
 /// are declared.
-fn statement_checks(src: &mut Src, n: &Names<'_>, s: &Statement) {
+pub(super) fn statement_checks(src: &mut Src, n: &Names<'_>, s: &Statement) {
     let live = |vars: &mut dyn Iterator<Item = &String>| {
         let parts: Vec<String> = vars.map(|v| format!("hi_{v} > lo_{v}")).collect();
         if parts.is_empty() { "true".to_owned() } else { parts.join(" && ") }
@@ -356,7 +358,7 @@ fn statement_checks(src: &mut Src, n: &Names<'_>, s: &Statement) {
 }
 
 /// `lo_v` and `hi_v` of every index of a statement.
-pub(crate) fn range_lines(src: &mut Src, s: &Statement, indent: &str) {
+pub(super) fn range_lines(src: &mut Src, s: &Statement, indent: &str) {
     for v in s.lhs.iter().chain(&s.reduced) {
         let (lo, hi) = &s.ranges[v];
         let sym = |x: &str| format!("s_{x}");
@@ -369,7 +371,7 @@ pub(crate) fn range_lines(src: &mut Src, s: &Statement, indent: &str) {
 /// indices (innermost last) and the store.
 /// With `parallel_scatter`, a gradient's scatter is one iteration, whose
 /// indices the caller set, added atomically (CUDA); else its own loops.
-pub(crate) fn element(src: &mut Src, n: &Names<'_>, s: &Statement, ctypes: &[String], indent: &str, parallel_scatter: bool) {
+pub(super) fn element(src: &mut Src, n: &Names<'_>, s: &Statement, ctypes: &[String], indent: &str, parallel_scatter: bool) {
     let out = TensorRef::Output(s.out);
     let out_ct = &ctypes[n.c.params.len() + s.out];
     let lhs_index: Vec<Affine> =
@@ -447,268 +449,11 @@ pub(crate) fn tensor_locals(src: &mut Src, n: &Names<'_>, ctypes: &[String], ind
     }
 }
 
-/// The CPU code of every statement, in order, inside the entry point.
-pub(crate) fn cpu_statements(src: &mut Src, c: &Checked, ctypes: &[String]) {
-    let n = Names { c };
-    let zero = zero_before(c);
-    let mut skip = 0;
-    for (k, s) in c.stmts.iter().enumerate() {
-        if skip > 0 {
-            skip -= 1;
-            continue;
-        }
-        let group = fusible(c, k, &zero);
-        if group > 1 {
-            fused(src, &n, &c.stmts[k..k + group], k, ctypes, zero[k]);
-            skip = group - 1;
-            continue;
-        }
-        src.line(&format!("    // statement {}: {}", k + 1, comment_text(&s.text)));
-        src.line("    {");
-        statement_prologue(src, &n, s);
-        let out = TensorRef::Output(s.out);
-        // An output whose first statement leaves some elements unwritten
-        // (an index range not starting at 0) is zero there.
-        if zero[k] {
-            zero_fill(src, &n, out);
-        }
-        src.line("    if (live_out) {");
-        let lhs = &s.lhs;
-        let ext = |v: &String| format!("(hi_{v} - lo_{v})");
-        let work: Vec<String> = s.reduced.iter().map(ext).collect();
-        let work = if work.is_empty() { "1".to_owned() } else { work.join(" * ") };
-        if lhs.is_empty() {
-            src.line("      const bool dlbridge_tc_live = live_all; (void)dlbridge_tc_live;");
-            element(src, &n, s, ctypes, "      ", false);
-        } else {
-            // Chunks over the outer output indices; the last one is a loop of its own.
-            let (outer, inner) = if lhs.len() == 1 { (&lhs[..], None) } else { (&lhs[..lhs.len() - 1], lhs.last()) };
-            let count: Vec<String> = outer.iter().map(ext).collect();
-            src.line(&format!("      const ptrdiff_t n_outer = {};", count.join(" * ")));
-            let inner_ext = inner.map_or("1".to_owned(), ext);
-            parallel_outer(src, outer, &format!("{inner_ext} * {work}"));
-            match inner {
-                Some(v) if row_mode(s) => unit_stride_versions(src, &n, std::slice::from_ref(s), v, &mut |src| row(src, &n, s, ctypes, v)),
-                Some(v) => {
-                    let simd = simd_ok(s);
-                    unit_stride_versions(src, &n, std::slice::from_ref(s), v, &mut |src| {
-                        if simd {
-                            src.line("          DLBRIDGE_TC_SIMD_PLAIN");
-                        }
-                        src.line(&format!("          for (int64_t v_{v} = lo_{v}; v_{v} < hi_{v}; ++v_{v}) {{"));
-                        element(src, &n, s, ctypes, "            ", false);
-                        src.line("          }");
-                    });
-                }
-                None => element(src, &n, s, ctypes, "          ", false),
-            }
-            src.line("        }");
-            src.line("      });");
-        }
-        src.line("    }");
-        src.line("    }");
-    }
-}
-
-/// The innermost loop (over `v`) twice: where every stride that `v`
-/// multiplies is 1 (contiguous tensors), with those strides the constant 1,
-/// so the compiler vectorises with plain loads; else as it is.
-fn unit_stride_versions(src: &mut Src, n: &Names<'_>, stmts: &[Statement], v: &str, body: &mut dyn FnMut(&mut Src)) {
-    let mut strides: Vec<String> = Vec::new();
-    for a in stmts.iter().flat_map(|s| &s.accesses) {
-        for (d, ix) in a.index.iter().enumerate() {
-            let st = n.stride(a.tensor, d);
-            if ix.vars.contains_key(v) && !strides.contains(&st) {
-                strides.push(st);
-            }
-        }
-    }
-    if strides.is_empty() {
-        body(src);
-        return;
-    }
-    let cond: Vec<String> = strides.iter().map(|st| format!("{st} == 1")).collect();
-    src.line(&format!("          if ({}) {{", cond.join(" && ")));
-    let ones: Vec<String> = strides.iter().map(|st| format!("{st} = 1")).collect();
-    src.line(&format!("          const int64_t {};", ones.join(", ")));
-    body(src);
-    src.line("          } else {");
-    body(src);
-    src.line("          }");
-}
-
-/// How many statements from `k` on run in one loop nest, element by
-/// element: consecutive `=` statements over the same output indices and
-/// ranges, where every read of an output any of them writes is of the
-/// element being computed (so no element depends on another's order).
-fn fusible(c: &Checked, k: usize, zero: &[bool]) -> usize {
-    let first = &c.stmts[k];
-    let plain_elementwise = |s: &Statement| s.op == Op::Assign && s.scatter.is_none() && s.reduced.is_empty() && !s.lhs.is_empty();
-    if !plain_elementwise(first) {
-        return 1;
-    }
-    let mut end = k + 1;
-    while end < c.stmts.len() {
-        let s = &c.stmts[end];
-        if !plain_elementwise(s) || zero[end] || s.lhs != first.lhs || s.lhs.iter().any(|v| s.ranges[v] != first.ranges[v]) {
-            break;
-        }
-        end += 1;
-    }
-    // Shrink until every read of a written output is of the own element.
-    while end > k + 1 {
-        let group = &c.stmts[k..end];
-        let written: Vec<TensorRef> = group.iter().map(|s| TensorRef::Output(s.out)).collect();
-        let own = |a: &super::check::Access| {
-            a.index.len() == first.lhs.len()
-                && a.index
-                    .iter()
-                    .zip(&first.lhs)
-                    .all(|(ix, v)| ix.konst == Default::default() && ix.vars.len() == 1 && ix.vars.get(v) == Some(&1))
-        };
-        if group.iter().all(|s| s.accesses.iter().filter(|a| written.contains(&a.tensor)).all(own)) {
-            return end - k;
-        }
-        end -= 1;
-    }
-    1
-}
-
-/// Statements [`fusible`] found, in one loop nest: per element, each
-/// statement in order.
-fn fused(src: &mut Src, n: &Names<'_>, group: &[Statement], k: usize, ctypes: &[String], zero_first: bool) {
-    let first = &group[0];
-    for (j, s) in group.iter().enumerate() {
-        src.line(&format!("    // statement {} (fused): {}", k + j + 1, comment_text(&s.text)));
-    }
-    src.line("    {");
-    range_lines(src, first, "    ");
-    for s in group {
-        src.line("    {");
-        statement_checks(src, n, s);
-        src.line("    }");
-    }
-    if zero_first {
-        zero_fill(src, n, TensorRef::Output(first.out));
-    }
-    let lhs = &first.lhs;
-    let ext = |v: &String| format!("(hi_{v} - lo_{v})");
-    src.line(&format!("    if ({}) {{", lhs.iter().map(|v| format!("hi_{v} > lo_{v}")).collect::<Vec<_>>().join(" && ")));
-    let (outer, inner) = if lhs.len() == 1 { (&lhs[..], None) } else { (&lhs[..lhs.len() - 1], lhs.last()) };
-    let count: Vec<String> = outer.iter().map(ext).collect();
-    src.line(&format!("      const ptrdiff_t n_outer = {};", count.join(" * ")));
-    let inner_ext = inner.map_or("1".to_owned(), ext);
-    parallel_outer(src, outer, &format!("{inner_ext} * {}", group.len()));
-    match inner {
-        Some(v) => unit_stride_versions(src, n, group, v, &mut |src| {
-            src.line("          DLBRIDGE_TC_SIMD_PLAIN");
-            src.line(&format!("          for (int64_t v_{v} = lo_{v}; v_{v} < hi_{v}; ++v_{v}) {{"));
-            for s in group {
-                element(src, n, s, ctypes, "            ", false);
-            }
-            src.line("          }");
-        }),
-        None => {
-            for s in group {
-                element(src, n, s, ctypes, "          ", false);
-            }
-        }
-    }
-    src.line("        }");
-    src.line("      });");
-    src.line("    }");
-    src.line("    }");
-}
-
-/// Elements of a row the row-at-a-time reduction accumulates at once.
-const ROW_TILE: usize = 128;
-
-/// Whether a reduction runs a row of outputs at a time (the reduction loops
-/// outside, the last output index inside, vectorised over it) rather than
-/// one output element at a time (the reduction innermost): when the last
-/// output index is at least as often the last index of the accesses (the
-/// contiguous one, in row-major tensors) as the last reduction index is.
-/// A convolution's `w` and a matmul's `j` are; a row sum's reduced `d` is.
-fn row_mode(s: &Statement) -> bool {
-    let (Some(v), Some(r)) = (s.lhs.last(), s.reduced.last()) else { return false };
-    if s.op == Op::Assign || s.scatter.is_some() || s.lhs.len() < 2 {
-        return false;
-    }
-    let last_has = |var: &String| s.accesses.iter().filter(|a| a.index.last().is_some_and(|ix| ix.vars.get(var) == Some(&1))).count();
-    last_has(v) >= last_has(r)
-}
-
-/// Whether an elementwise statement's innermost loop may run its iterations
-/// in SIMD lanes: it reads the output it writes only at the element it
-/// writes, so no iteration reads what another writes.
-fn simd_ok(s: &Statement) -> bool {
-    if s.op != Op::Assign || s.scatter.is_some() {
-        return false;
-    }
-    let written = s.accesses.last().map(|a| a.tensor);
-    let at_own = |a: &super::check::Access| {
-        a.index.iter().zip(&s.lhs).all(|(ix, v)| ix.konst == Default::default() && ix.vars.len() == 1 && ix.vars.get(v) == Some(&1))
-            && a.index.len() == s.lhs.len()
-    };
-    s.accesses.iter().filter(|a| Some(a.tensor) == written).all(at_own)
-}
-
-/// A row of a reduction's outputs (the last output index `v`, in tiles):
-/// accumulators for the tile, the reduction loops outside, the tile's
-/// elements inside (one SIMD loop per reduction point).
-fn row(src: &mut Src, n: &Names<'_>, s: &Statement, ctypes: &[String], v: &str) {
-    let out = TensorRef::Output(s.out);
-    let out_ct = &ctypes[n.c.params.len() + s.out];
-    let lhs_index: Vec<Affine> =
-        s.lhs.iter().map(|x| Affine { vars: std::collections::BTreeMap::from([(x.clone(), 1)]), konst: Default::default() }).collect();
-    let place = format!("{}[{}]", n.tensor(out), n.offset(out, &lhs_index));
-    let acc_ty = acc_type(n, s, ctypes);
-    let (identity, _) = reduction(s.op, &acc_ty);
-    let start = if s.init { identity } else { format!("static_cast<{acc_ty}>({place})") };
-    let value = n.expr(&s.rhs);
-    src.line(&format!("          for (int64_t w0 = lo_{v}; w0 < hi_{v}; w0 += {ROW_TILE}) {{"));
-    src.line(&format!("            const int64_t w1 = w0 + {ROW_TILE} < hi_{v} ? w0 + {ROW_TILE} : hi_{v};"));
-    src.line(&format!("            {acc_ty} acc[{ROW_TILE}];"));
-    src.line(&format!("            for (int64_t v_{v} = w0; v_{v} < w1; ++v_{v}) acc[v_{v} - w0] = {start};"));
-    let mut ind = "            ".to_owned();
-    for r in &s.reduced {
-        src.line(&format!("{ind}for (int64_t v_{r} = lo_{r}; v_{r} < hi_{r}; ++v_{r}) {{"));
-        ind.push_str("  ");
-    }
-    src.line(&format!("{ind}DLBRIDGE_TC_SIMD_PLAIN"));
-    src.line(&format!("{ind}for (int64_t v_{v} = w0; v_{v} < w1; ++v_{v}) {{"));
-    src.line(&format!("{ind}  {acc_ty}& a = acc[v_{v} - w0];"));
-    src.line(&format!("{ind}  a = {};", combine(s.op, "a", &format!("static_cast<{acc_ty}>({value})"))));
-    src.line(&format!("{ind}}}"));
-    for _ in &s.reduced {
-        ind.truncate(ind.len() - 2);
-        src.line(&format!("{ind}}}"));
-    }
-    src.line(&format!("            for (int64_t v_{v} = w0; v_{v} < w1; ++v_{v}) {place} = static_cast<{out_ct}>(acc[v_{v} - w0]);"));
-    src.line("          }");
-}
-
-/// Opens the parallel loop over the outer output indices `outer` (chunks of
-/// their flattened range on dlbridge's threads, each element's indices
-/// decoded from its flat index), `cost` the work per element; the caller
-/// closes it with `}` and `});`.
-fn parallel_outer(src: &mut Src, outer: &[String], cost: &str) {
-    src.line(&format!("      const ptrdiff_t cost = {cost};"));
-    src.line("      dlbridge::detail::parallel_chunks(n_outer, dlbridge::detail::chunks_for(n_outer, cost), [&](int, ptrdiff_t b, ptrdiff_t e) {");
-    src.line("        for (ptrdiff_t q = b; q < e; ++q) {");
-    src.line("          ptrdiff_t r = q;");
-    for v in outer.iter().rev() {
-        src.line(&format!("          const int64_t v_{v} = lo_{v} + r % (hi_{v} - lo_{v});"));
-        src.line(&format!("          r /= (hi_{v} - lo_{v});"));
-    }
-    src.line("          (void)r;");
-}
-
 /// Per statement: whether its output is zeroed first (its first statement
 /// may leave some elements unwritten: an index range that may not start at
 /// 0, or may end before the output's size, as a `where` clause on an output
 /// of declared sizes does).
-pub(crate) fn zero_before(c: &Checked) -> Vec<bool> {
+pub(super) fn zero_before(c: &Checked) -> Vec<bool> {
     let mut written = vec![false; c.outputs.len()];
     c.stmts
         .iter()
@@ -721,61 +466,9 @@ pub(crate) fn zero_before(c: &Checked) -> Vec<bool> {
         .collect()
 }
 
-fn zero_fill(src: &mut Src, n: &Names<'_>, out: TensorRef) {
-    let rank = n.c.rank(out);
-    let mut ind = "    ".to_owned();
-    src.line(&format!("{ind}{{"));
-    for d in 0..rank {
-        src.line(&format!("{ind}  for (int64_t z{d} = 0; z{d} < {}; ++z{d}) {{", n.shape(out, d)));
-        ind.push_str("  ");
-    }
-    let off: Vec<String> = (0..rank).map(|d| format!("z{d} * {}", n.stride(out, d))).collect();
-    let off = if off.is_empty() { "0".to_owned() } else { off.join(" + ") };
-    let elem = format!("{}[{off}]", n.tensor(out));
-    src.line(&format!("{ind}  {elem} = decltype(+{elem})(0);"));
-    for _ in 0..rank {
-        src.line(&format!("{ind}}}"));
-        ind.truncate(ind.len() - 2);
-    }
-    src.line(&format!("{ind}}}"));
-}
-
-/// The check every access makes before its statement runs.
-pub(crate) const CHECK_CPP: &str = r#"[[noreturn]] inline void dlbridge_tc_oob(const char* kernel, const char* stmt, const char* access, int d, int64_t at, int64_t size) {
-  char buf[768];
-  (void)kernel;  // the host names the kernel
-  std::snprintf(buf, sizeof buf, "in `%s`: %s reaches index %lld along dim %d, which has size %lld",
-                stmt, access, static_cast<long long>(at), d, static_cast<long long>(size));
-  throw std::runtime_error(buf);
-}
-inline void dlbridge_tc_check(const char* kernel, const char* stmt, const char* access, int d, int64_t lo, int64_t hi, int64_t size) {
-  if (lo < 0) dlbridge_tc_oob(kernel, stmt, access, d, lo, size);
-  if (hi >= size) dlbridge_tc_oob(kernel, stmt, access, d, hi, size);
-}
-inline void dlbridge_tc_strides(const DLTensor* t, int64_t* s) {
-  if (t->strides != nullptr) {
-    for (int d = 0; d < t->ndim; ++d) s[d] = t->strides[d];
-    return;
-  }
-  int64_t acc = 1;
-  for (int d = t->ndim - 1; d >= 0; --d) {
-    s[d] = acc;
-    acc *= t->shape[d];
-  }
-}
-#if defined(_OPENMP) || defined(DLBRIDGE_LIBMVEC)
-#define DLBRIDGE_TC_PRAGMA(x) _Pragma(#x)
-#define DLBRIDGE_TC_SIMD(op, acc) DLBRIDGE_TC_PRAGMA(omp simd reduction(op : acc))
-#define DLBRIDGE_TC_SIMD_PLAIN DLBRIDGE_TC_PRAGMA(omp simd)
-#else
-#define DLBRIDGE_TC_SIMD(op, acc)
-#define DLBRIDGE_TC_SIMD_PLAIN
-#endif
-"#;
-
 /// A statement's text as one line of a C++ `//` comment: on one line, and no
 /// backslash (one at the end would continue the comment into the next line
 /// of generated code).
-pub(crate) fn comment_text(text: &str) -> String {
+pub(super) fn comment_text(text: &str) -> String {
     text.chars().map(|c| if c == '\n' || c == '\r' || c == '\\' { ' ' } else { c }).collect::<String>().trim_end().to_owned()
 }

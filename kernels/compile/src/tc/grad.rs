@@ -356,7 +356,48 @@ pub fn derive(c: &Checked) -> Result<Checked, Why> {
     if !c.has_float {
         return Err(format!("`{}` has no floating-point input to differentiate", c.name));
     }
-    // Every statement after an output's first must write all of it.
+    writes_whole(c)?;
+    let mut l = layout(c)?;
+    let symbols: BTreeSet<String> = c.symbols.iter().map(|(s, ..)| s.clone()).collect();
+    let mut b = Builder { params: std::mem::take(&mut l.params), outputs: std::mem::take(&mut l.outputs), symbols, stmts: Vec::new() };
+    let fw = forward(c, &l, &mut b)?;
+    let (gbuf, grad_out, grad_in, fresh_vars) = (&l.gbuf, &l.grad_out, &l.grad_in, &l.fresh_vars);
+    let latest = &fw.latest;
+    // The gradients' start: the outputs' gradients for their final
+    // versions, zero for the others and for the inputs' gradients.
+    for (k, s) in c.stmts.iter().enumerate() {
+        if let Some(g) = &gbuf[k] {
+            if latest[s.out] == Some(k) {
+                let given = grad_out[s.out].clone();
+                b.fill(g, fresh_vars, |z| read(&given, z));
+            } else {
+                b.fill(g, fresh_vars, |_| num(0.0));
+            }
+        }
+    }
+    for g in grad_in.iter().flatten() {
+        b.fill(g, fresh_vars, |_| num(0.0));
+    }
+    // The statements in reverse.
+    for (k, s) in c.stmts.iter().enumerate().rev() {
+        backward_of(c, k, s, &l, &fw, &mut b);
+    }
+    let tensors = b.params.len() + b.outputs.len();
+    if tensors > dlbridge_registry::signature::MAX_PARAMS {
+        return Err(format!(
+            "the backward of `{}` needs {tensors} tensors (inputs, gradients, a version of each statement's output), more than a kernel takes ({}): write fewer statements per output, or give a backward",
+            c.name,
+            dlbridge_registry::signature::MAX_PARAMS
+        ));
+    }
+    let name = format!("{}_backward", c.name);
+    let text =
+        format!("# the backward of `{}`, derived\n{}", c.name, b.stmts.iter().map(|s| s.text.clone()).collect::<Vec<_>>().join("\n"));
+    Ok(Checked { name, params: b.params, outputs: b.outputs, stmts: b.stmts, symbols: c.symbols.clone(), has_float: true, text })
+}
+
+/// Every statement after an output's first must write all of it.
+fn writes_whole(c: &Checked) -> Result<(), Why> {
     let mut first = vec![true; c.outputs.len()];
     for s in &c.stmts {
         let o = &c.outputs[s.out];
@@ -373,14 +414,34 @@ pub fn derive(c: &Checked) -> Result<Checked, Why> {
         }
         first[s.out] = false;
     }
-    // Names the backward introduces must be new.
+    Ok(())
+}
+
+/// The tensors the backward takes and writes beyond the definition's own:
+/// the outputs' gradients (parameters), the inputs' gradients, a version of
+/// each statement's output with its gradient, and the counts `*=`, `max=`
+/// and `min=` need; with fresh index names for filling them.
+struct Layout {
+    params: Vec<Param>,
+    outputs: Vec<Output>,
+    grad_out: Vec<String>,
+    grad_in: Vec<Option<String>>,
+    version: Vec<String>,
+    gbuf: Vec<Option<String>>,
+    /// Per `*=` statement: the scratch tensors counting its zero factors and
+    /// holding the product of the others; per `max=`/`min=` statement: the
+    /// one counting the ties for the result.
+    counts: Vec<Option<(String, Option<String>)>>,
+    fresh_vars: Vec<String>,
+}
+
+fn layout(c: &Checked) -> Result<Layout, Why> {
     let mut used: BTreeSet<String> = c.params.iter().map(|p| p.name.clone()).collect();
     used.extend(c.outputs.iter().map(|o| o.name.clone()));
     used.extend(c.symbols.iter().map(|(s, ..)| s.clone()));
     for s in &c.stmts {
         used.extend(s.ranges.keys().cloned());
     }
-    let symbols: BTreeSet<String> = c.symbols.iter().map(|(s, ..)| s.clone()).collect();
     // `want`, or `want_2`, ... where the definition (or the backward so far) uses it.
     let fresh_name = |want: String, used: &mut BTreeSet<String>| -> Result<String, Why> {
         let name =
@@ -448,9 +509,21 @@ pub fn derive(c: &Checked) -> Result<Checked, Why> {
     for d in 0..max_rank {
         fresh_vars.push(fresh_name(format!("z{d}"), &mut used)?);
     }
-    let mut b = Builder { params, outputs, symbols, stmts: Vec::new() };
+    Ok(Layout { params, outputs, grad_out, grad_in, version, gbuf, counts, fresh_vars })
+}
 
-    // The forward, each statement writing a version of its own.
+/// The forward as the backward runs it: which statement last wrote each
+/// output (`latest`), the version each accumulating statement starts from
+/// (`prev_of`) and each statement's right side over versions (`rhs_v`).
+struct Forward {
+    latest: Vec<Option<usize>>,
+    prev_of: Vec<Option<usize>>,
+    rhs_v: Vec<Expr>,
+}
+
+/// The forward, each statement writing a version of its own.
+fn forward(c: &Checked, l: &Layout, b: &mut Builder) -> Result<Forward, Why> {
+    let version = &l.version;
     let mut latest: Vec<Option<usize>> = vec![None; c.outputs.len()];
     let mut prev_of: Vec<Option<usize>> = vec![None; c.stmts.len()];
     let mut rhs_v: Vec<Expr> = Vec::new();
@@ -468,151 +541,129 @@ pub fn derive(c: &Checked) -> Result<Checked, Why> {
         latest[s.out] = Some(k);
         rhs_v.push(rhs);
     }
-    // The gradients' start: the outputs' gradients for their final
-    // versions, zero for the others and for the inputs' gradients.
-    for (k, s) in c.stmts.iter().enumerate() {
-        if let Some(g) = &gbuf[k] {
-            if latest[s.out] == Some(k) {
-                let given = grad_out[s.out].clone();
-                b.fill(g, &fresh_vars, |z| read(&given, z));
-            } else {
-                b.fill(g, &fresh_vars, |_| num(0.0));
-            }
-        }
-    }
-    for g in grad_in.iter().flatten() {
-        b.fill(g, &fresh_vars, |_| num(0.0));
-    }
-    // The statements in reverse.
+    Ok(Forward { latest, prev_of, rhs_v })
+}
+
+/// The backward of statement `k`: its gradient carried to what it reads and
+/// to the version it started from.
+fn backward_of(c: &Checked, k: usize, s: &Statement, l: &Layout, fw: &Forward, b: &mut Builder) {
+    let (version, gbuf, grad_in, counts) = (&l.version, &l.gbuf, &l.grad_in, &l.counts);
+    let (prev_of, rhs_v) = (&fw.prev_of, &fw.rhs_v);
     let version_index = |n: &str| version.iter().position(|v| v == n);
-    for (k, s) in c.stmts.iter().enumerate().rev() {
-        let Some(gk) = gbuf[k].clone() else { continue };
-        let rhs = &rhs_v[k];
-        let vk = read(&version[k], &s.lhs);
-        let gk_read = read(&gk, &s.lhs);
-        let names: BTreeSet<String> = b.params.iter().map(|p| p.name.clone()).chain(b.outputs.iter().map(|o| o.name.clone())).collect();
-        let is_tensor = |n: &str| names.contains(n);
-        let mut rs = Vec::new();
-        reads(rhs, &is_tensor, &mut rs);
-        let all_vars: Vec<String> = s.lhs.iter().chain(&s.reduced).cloned().collect();
-        let lhs_ranges: BTreeMap<String, (Size, Size)> = s.lhs.iter().map(|v| (v.clone(), s.ranges[v].clone())).collect();
-        let vj = prev_of[k].map(|j| read(&version[j], &s.lhs));
-        let eq = |a: Expr, b: Expr| bin(Bin::Eq, a, b);
-        let pick = |c: Expr, a: Expr, b: Expr| Expr::Select(Box::new(c), Box::new(a), Box::new(b));
-        // The derivative of the statement's result with respect to one of
-        // its factors (`*=`) or candidates (`max=`, `min=`): `x`.
-        let mut of_result: Box<dyn Fn(&Expr) -> Expr> = Box::new(|_| num(1.0));
-        if let Some((n, p)) = counts[k].clone() {
-            let (nr, start_n) = (read(&n, &s.lhs), |x: &Expr| pick(eq(x.clone(), num(0.0)), num(1.0), num(0.0)));
-            match (s.op, p) {
-                // The product of the others: the result over `x` where no
-                // factor is zero; where one is, the product of the others
-                // for that one and 0 for the rest; 0 where more are.
-                (Op::Mul, Some(p)) => {
-                    let pr = read(&p, &s.lhs);
-                    b.gather(&n, s.lhs.clone(), Vec::new(), lhs_ranges.clone(), Op::Assign, false, vj.as_ref().map_or(num(0.0), start_n));
-                    let p0 = vj.as_ref().map_or(num(1.0), |vj| pick(eq(vj.clone(), num(0.0)), num(1.0), vj.clone()));
-                    b.gather(&p, s.lhs.clone(), Vec::new(), lhs_ranges.clone(), Op::Assign, false, p0);
-                    b.gather(&n, s.lhs.clone(), s.reduced.clone(), s.ranges.clone(), Op::Add, false, start_n(rhs));
-                    b.gather(
-                        &p,
-                        s.lhs.clone(),
-                        s.reduced.clone(),
-                        s.ranges.clone(),
-                        Op::Mul,
-                        false,
-                        pick(eq(rhs.clone(), num(0.0)), num(1.0), rhs.clone()),
-                    );
-                    let vk = vk.clone();
-                    of_result = Box::new(move |x: &Expr| {
-                        let lone = pick(eq(nr.clone(), num(1.0)), pr.clone(), num(0.0));
-                        let none = pick(eq(nr.clone(), num(0.0)), div(vk.clone(), x.clone()), num(0.0));
-                        pick(eq(x.clone(), num(0.0)), lone, none)
-                    });
-                }
-                // Ties share the gradient evenly (as torch's amax).
-                _ => {
-                    let tie = |x: &Expr| pick(eq(x.clone(), vk.clone()), num(1.0), num(0.0));
-                    b.gather(&n, s.lhs.clone(), Vec::new(), lhs_ranges.clone(), Op::Assign, false, vj.as_ref().map_or(num(0.0), tie));
-                    b.gather(&n, s.lhs.clone(), s.reduced.clone(), s.ranges.clone(), Op::Add, false, tie(rhs));
-                    let vk = vk.clone();
-                    of_result = Box::new(move |x: &Expr| pick(eq(x.clone(), vk.clone()), div(num(1.0), nr.clone()), num(0.0)));
-                }
+    let Some(gk) = gbuf[k].clone() else { return };
+    let rhs = &rhs_v[k];
+    let vk = read(&version[k], &s.lhs);
+    let gk_read = read(&gk, &s.lhs);
+    let names: BTreeSet<String> = b.params.iter().map(|p| p.name.clone()).chain(b.outputs.iter().map(|o| o.name.clone())).collect();
+    let is_tensor = |n: &str| names.contains(n);
+    let mut rs = Vec::new();
+    reads(rhs, &is_tensor, &mut rs);
+    let all_vars: Vec<String> = s.lhs.iter().chain(&s.reduced).cloned().collect();
+    let lhs_ranges: BTreeMap<String, (Size, Size)> = s.lhs.iter().map(|v| (v.clone(), s.ranges[v].clone())).collect();
+    let vj = prev_of[k].map(|j| read(&version[j], &s.lhs));
+    let eq = |a: Expr, b: Expr| bin(Bin::Eq, a, b);
+    let pick = |c: Expr, a: Expr, b: Expr| Expr::Select(Box::new(c), Box::new(a), Box::new(b));
+    // The derivative of the statement's result with respect to one of
+    // its factors (`*=`) or candidates (`max=`, `min=`): `x`.
+    let mut of_result: Box<dyn Fn(&Expr) -> Expr> = Box::new(|_| num(1.0));
+    if let Some((n, p)) = counts[k].clone() {
+        let (nr, start_n) = (read(&n, &s.lhs), |x: &Expr| pick(eq(x.clone(), num(0.0)), num(1.0), num(0.0)));
+        match (s.op, p) {
+            // The product of the others: the result over `x` where no
+            // factor is zero; where one is, the product of the others
+            // for that one and 0 for the rest; 0 where more are.
+            (Op::Mul, Some(p)) => {
+                let pr = read(&p, &s.lhs);
+                b.gather(&n, s.lhs.clone(), Vec::new(), lhs_ranges.clone(), Op::Assign, false, vj.as_ref().map_or(num(0.0), start_n));
+                let p0 = vj.as_ref().map_or(num(1.0), |vj| pick(eq(vj.clone(), num(0.0)), num(1.0), vj.clone()));
+                b.gather(&p, s.lhs.clone(), Vec::new(), lhs_ranges.clone(), Op::Assign, false, p0);
+                b.gather(&n, s.lhs.clone(), s.reduced.clone(), s.ranges.clone(), Op::Add, false, start_n(rhs));
+                b.gather(
+                    &p,
+                    s.lhs.clone(),
+                    s.reduced.clone(),
+                    s.ranges.clone(),
+                    Op::Mul,
+                    false,
+                    pick(eq(rhs.clone(), num(0.0)), num(1.0), rhs.clone()),
+                );
+                let vk = vk.clone();
+                of_result = Box::new(move |x: &Expr| {
+                    let lone = pick(eq(nr.clone(), num(1.0)), pr.clone(), num(0.0));
+                    let none = pick(eq(nr.clone(), num(0.0)), div(vk.clone(), x.clone()), num(0.0));
+                    pick(eq(x.clone(), num(0.0)), lone, none)
+                });
+            }
+            // Ties share the gradient evenly (as torch's amax).
+            _ => {
+                let tie = |x: &Expr| pick(eq(x.clone(), vk.clone()), num(1.0), num(0.0));
+                b.gather(&n, s.lhs.clone(), Vec::new(), lhs_ranges.clone(), Op::Assign, false, vj.as_ref().map_or(num(0.0), tie));
+                b.gather(&n, s.lhs.clone(), s.reduced.clone(), s.ranges.clone(), Op::Add, false, tie(rhs));
+                let vk = vk.clone();
+                of_result = Box::new(move |x: &Expr| pick(eq(x.clone(), vk.clone()), div(num(1.0), nr.clone()), num(0.0)));
             }
         }
-        // Reads of the same element (`A(i) * A(i)`) share one derivative
-        // and one statement of the backward.
-        let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
-        for (r, (name, args)) in rs.iter().enumerate() {
-            let key = format!("{name}({})", args.iter().map(Expr::text).collect::<Vec<_>>().join(", "));
-            match groups.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, members)) => members.push(r),
-                None => groups.push((key, vec![r])),
-            }
+    }
+    // Reads of the same element (`A(i) * A(i)`) share one derivative
+    // and one statement of the backward.
+    let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+    for (r, (name, args)) in rs.iter().enumerate() {
+        let key = format!("{name}({})", args.iter().map(Expr::text).collect::<Vec<_>>().join(", "));
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, members)) => members.push(r),
+            None => groups.push((key, vec![r])),
         }
-        for (_, members) in &groups {
-            let (name, args) = rs[members[0]];
-            let target = match (c.params.iter().position(|p| p.name == name), version_index(name)) {
-                (Some(p), _) => grad_in[p].clone(),
-                (None, Some(j)) => gbuf[j].clone(),
+    }
+    for (_, members) in &groups {
+        let (name, args) = rs[members[0]];
+        let target = match (c.params.iter().position(|p| p.name == name), version_index(name)) {
+            (Some(p), _) => grad_in[p].clone(),
+            (None, Some(j)) => gbuf[j].clone(),
+            _ => None,
+        };
+        let Some(target) = target else { continue };
+        if !b.is_float(name) {
+            continue;
+        }
+        let mut d = Diff { targets: members, seen: 0, is_tensor: &is_tensor };
+        let Some(dr) = d.d(rhs) else { continue };
+        let factor = match s.op {
+            Op::Assign | Op::Add => dr,
+            Op::Mul | Op::Max | Op::Min => mul(of_result(rhs), dr),
+        };
+        let value = mul(gk_read.clone(), factor);
+        let index_vars: Option<Vec<String>> = args
+            .iter()
+            .map(|a| match a {
+                Expr::Name(v, _) if !b.symbols.contains(v) && all_vars.contains(v) => Some(v.clone()),
                 _ => None,
-            };
-            let Some(target) = target else { continue };
-            if !b.is_float(name) {
-                continue;
+            })
+            .collect();
+        match index_vars {
+            Some(vars) if vars.iter().collect::<BTreeSet<_>>().len() == vars.len() => {
+                let reduced: Vec<String> = all_vars.iter().filter(|v| !vars.contains(v)).cloned().collect();
+                b.gather(&target, vars, reduced, s.ranges.clone(), Op::Add, false, value);
             }
-            let mut d = Diff { targets: members, seen: 0, is_tensor: &is_tensor };
-            let Some(dr) = d.d(rhs) else { continue };
-            let factor = match s.op {
-                Op::Assign | Op::Add => dr,
-                Op::Mul | Op::Max | Op::Min => mul(of_result(rhs), dr),
-            };
-            let value = mul(gk_read.clone(), factor);
-            let index_vars: Option<Vec<String>> = args
-                .iter()
-                .map(|a| match a {
-                    Expr::Name(v, _) if !b.symbols.contains(v) && all_vars.contains(v) => Some(v.clone()),
-                    _ => None,
-                })
-                .collect();
-            match index_vars {
-                Some(vars) if vars.iter().collect::<BTreeSet<_>>().len() == vars.len() => {
-                    let reduced: Vec<String> = all_vars.iter().filter(|v| !vars.contains(v)).cloned().collect();
-                    b.gather(&target, vars, reduced, s.ranges.clone(), Op::Add, false, value);
-                }
-                _ => b.scatter(&target, args, all_vars.clone(), s.ranges.clone(), value),
-            }
-        }
-        if let Some(j) = prev_of[k]
-            && let Some(gj) = gbuf[j].clone()
-            && let Some(vj) = &vj
-        {
-            let factor = match s.op {
-                Op::Assign | Op::Add => num(1.0),
-                Op::Mul | Op::Max | Op::Min => of_result(vj),
-            };
-            b.gather(&gj, s.lhs.clone(), Vec::new(), lhs_ranges, Op::Add, false, mul(gk_read.clone(), factor));
+            _ => b.scatter(&target, args, all_vars.clone(), s.ranges.clone(), value),
         }
     }
-    let tensors = b.params.len() + b.outputs.len();
-    if tensors > dlbridge_registry::signature::MAX_PARAMS {
-        return Err(format!(
-            "the backward of `{}` needs {tensors} tensors (inputs, gradients, a version of each statement's output), more than a kernel takes ({}): write fewer statements per output, or give a backward",
-            c.name,
-            dlbridge_registry::signature::MAX_PARAMS
-        ));
+    if let Some(j) = prev_of[k]
+        && let Some(gj) = gbuf[j].clone()
+        && let Some(vj) = &vj
+    {
+        let factor = match s.op {
+            Op::Assign | Op::Add => num(1.0),
+            Op::Mul | Op::Max | Op::Min => of_result(vj),
+        };
+        b.gather(&gj, s.lhs.clone(), Vec::new(), lhs_ranges, Op::Add, false, mul(gk_read.clone(), factor));
     }
-    let name = format!("{}_backward", c.name);
-    let text =
-        format!("# the backward of `{}`, derived\n{}", c.name, b.stmts.iter().map(|s| s.text.clone()).collect::<Vec<_>>().join("\n"));
-    Ok(Checked { name, params: b.params, outputs: b.outputs, stmts: b.stmts, symbols: c.symbols.clone(), has_float: true, text })
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::check::check;
+    use super::super::parse::parse;
     use super::*;
-    use crate::tc::check::check;
-    use crate::tc::parse::parse;
 
     fn backward(text: &str) -> Checked {
         derive(&check(&parse(text).unwrap()[0], text).unwrap()).unwrap()

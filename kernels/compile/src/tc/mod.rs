@@ -18,14 +18,22 @@
 //! (O: T[N, M, (H - KH + 1), (W - KW + 1)])`. The registry checks every call
 //! against it and allocates the outputs in the caller's framework.
 //!
-//! The first call per dtype generates C++ (`gen.rs`), compiles it with the
-//! system compiler into a plugin (the disk cache, as for CuPy's kernels)
-//! and loads it. A definition that is one contraction of two tensors
-//! (matmul, batch matmul, tensordot, a fully connected layer) runs as a
-//! GEMM instead (`contraction.rs`).
+//! The first call per dtype generates C++ (`cpu.rs`, with `emit.rs`),
+//! compiles it with the system compiler into a plugin (the disk cache, as for
+//! CuPy's kernels) and loads it; on CUDA it generates CUDA C (`cuda.rs`). A
+//! definition that is one contraction of two tensors (matmul, batch matmul,
+//! tensordot, a fully connected layer) runs as a GEMM instead
+//! (`contraction.rs`).
+//!
+//! This folder: the definition's spec ([`TcSpec`], here), the front end
+//! (`parse.rs`, `check.rs` with the size algebra of `size.rs`), the derived
+//! backward (`grad.rs`, checked definition to checked definition) and the
+//! two emitters named by backend. It uses the crate's shared code generation
+//! (`codegen/`) and building (`builder/`), never the CuPy kinds.
 
 mod check;
 mod contraction;
+mod cpu;
 mod cuda;
 mod emit;
 mod grad;
@@ -35,17 +43,18 @@ mod size;
 use std::sync::Arc;
 
 use dlbridge_core::{DType, Result};
-use dlbridge_registry::{DynKernelFn, Kernel, KernelOpts, Registry};
+use dlbridge_registry::{Kernel, KernelOpts, Registry};
 
 pub use check::BUILTINS;
 use check::{Checked, OutType};
 use parse::ElemType;
 
-use crate::codegen::{Backend, Head, head};
-use crate::cpu::{GENERATED_FILE, entry_epilogue, entry_prologue, plugin_table};
-use crate::params::{Param as CParam, ParamType, Spec, check_bind, cpu_ctype, dtype_text};
+use cpu::build;
+pub use cpu::cpp_source;
+
+use crate::params::{Param as CParam, ParamType, check_bind, dtype_text};
 use crate::source_kernel::SourceKernel;
-use crate::specialise::build_library;
+use crate::spec::Spec;
 
 /// The dtypes the floating type `T` may take.
 pub const FLOAT_DTYPES: &[DType] = &[DType::F32, DType::F64, DType::F16, DType::BF16];
@@ -158,20 +167,8 @@ impl Spec for TcSpec {
     }
 }
 
-/// The CPU backend's head for a definition.
-const CPU: Backend = Backend {
-    label: "",
-    file: GENERATED_FILE,
-    ctype: cpu_ctype,
-    runtime: |src| {
-        src.line(&format!("#define DLBRIDGE_PARALLEL_MIN {}", crate::cpu::PARALLEL_THRESHOLD));
-        src.push(&crate::headers::expand("dlbridge_compile/cpu_runtime.h"));
-    },
-    marked: true,
-};
-
 /// The CUDA C of one specialisation (see `cuda.rs`).
-pub fn cuda_source(spec: &TcSpec, bind: &[(char, DType)]) -> Result<crate::cuda::CudaSource> {
+pub fn cuda_source(spec: &TcSpec, bind: &[(char, DType)]) -> Result<crate::codegen::cuda::CudaSource> {
     cuda::source(spec, bind)
 }
 
@@ -186,24 +183,6 @@ pub(crate) fn cuda_plan(spec: &TcSpec, shapes: &[&[i64]]) -> Result<CudaPlan> {
     Ok((p.symbols, p.launches))
 }
 
-/// The complete C++ source of one specialisation.
-pub fn cpp_source(spec: &TcSpec, bind: &[(char, DType)]) -> Result<String> {
-    let Head { mut src, signature, all, ctypes } = head(&CPU, spec, bind, "the statements")?;
-    let c = &spec.checked;
-    src.line("namespace {");
-    emit::helpers(&mut src, &emit::CPU, acc_ctype(bind));
-    src.push(emit::CHECK_CPP);
-    src.line("");
-    entry_prologue(&mut src, &spec.name, &all, bind)?;
-    src.line("    (void)kTypes;");
-    emit::tensor_locals(&mut src, &emit::Names { c }, &ctypes, "    ");
-    emit::cpu_statements(&mut src, c, &ctypes);
-    entry_epilogue(&mut src);
-    let doc = format!("tc.define: {}", crate::codegen::summary(&c.stmts.iter().map(|s| s.text.as_str()).collect::<Vec<_>>().join("; ")));
-    plugin_table(&mut src, &spec.name, &signature, "0", &doc);
-    Ok(src.text)
-}
-
 /// The type floating values are computed in: `double` for f64, else `float`
 /// (f16 and bf16 compute in f32).
 pub(crate) fn acc_ctype(bind: &[(char, DType)]) -> &'static str {
@@ -211,13 +190,6 @@ pub(crate) fn acc_ctype(bind: &[(char, DType)]) -> &'static str {
         Some(DType::F64) => "double",
         _ => "float",
     }
-}
-
-fn build(spec: &TcSpec, bind: &[(char, DType)]) -> Result<DynKernelFn> {
-    if let Some(f) = contraction::cpu_kernel(spec, bind)? {
-        return Ok(f);
-    }
-    build_library(spec, bind, &cpp_source(spec, bind)?)
 }
 
 /// Parses and checks every `def` of `lang`; each becomes a kernel named as
@@ -276,7 +248,7 @@ pub struct Defined {
 /// own name where that is free or held by an earlier kernel from source, else
 /// `name_2`, ... (a built-in keeps its name), with its derived backward.
 pub fn define_in(registry: &Registry, lang: &str) -> Result<Vec<Defined>> {
-    let kernels = define_named(lang, &|n| crate::registry_name(registry, n))?;
+    let kernels = define_named(lang, &|n| crate::source_kernel::registry_name(registry, n))?;
     kernels
         .into_iter()
         .map(|k| {
@@ -285,7 +257,7 @@ pub fn define_in(registry: &Registry, lang: &str) -> Result<Vec<Defined>> {
             // user's label: it never replaces a user's `<name>_backward`.
             let name = k.name();
             let base = format!("{name}_backward");
-            let backward_name = crate::derived_registry_name(registry, &base, &format!("{base} (derived from {name})"));
+            let backward_name = crate::source_kernel::derived_registry_name(registry, &base, &format!("{base} (derived from {name})"));
             let backward = backward_named(&k, &backward_name).and_then(|b| b.register(registry).map_err(|e| e.to_string()));
             Ok(Defined { kernel: k, registered, backward })
         })

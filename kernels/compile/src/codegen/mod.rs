@@ -1,13 +1,26 @@
-//! What the CPU and CUDA code generators share: the line-counting source
+//! Code generation, one file per backend: `cpu.rs` (C++ for the system
+//! compiler, loaded as a plugin), `cuda.rs` (CUDA C for NVRTC), the C++ both
+//! share (`headers.rs`: the runtime headers of `include/`, `halfs.rs`: the
+//! 2-byte float types). A new backend is a file here and a `Backend` below.
+//! Code generation reads a kernel's [`Spec`] and its parameters (`params/`);
+//! it builds nothing and runs nothing (that is `builder/` and `launch.rs`).
+//!
+//! This file holds what the generators share: the line-counting source
 //! buffer, C string literals, the head of every generated file (the
 //! generator's comment, the runtime, the placeholders' typedefs, the user's
 //! preamble) and a reduction's helper functions.
+
+pub(crate) mod cpu;
+pub(crate) mod cuda;
+mod halfs;
+pub(crate) mod headers;
 
 use std::fmt::Write as _;
 
 use dlbridge_core::{DType, Error, ErrorKind, Result};
 
-use crate::params::{Param, ParamType, ReductionSpec, Spec, bound_dtype, numpy_dtype};
+use crate::params::{Param, ParamType, bound_dtype, numpy_dtype};
+use crate::spec::{ReductionSpec, Spec};
 
 /// CuPy's `_in_ind` and `_out_ind` in a reduction's map and post-map
 /// (`_in_ind.size() / _out_ind.size()` is the reduced count, CuPy's mean
@@ -22,7 +35,7 @@ pub(crate) struct Src {
     newlines: usize,
     file: &'static str,
     /// The nonce of the fragment marks, for sources whose user fragments are
-    /// checked after preprocessing ([`crate::fragments`]).
+    /// checked after preprocessing ([`crate::builder::fragments`]).
     marks: Option<String>,
 }
 
@@ -32,12 +45,12 @@ impl Src {
         Src { text: String::with_capacity(32 * 1024), newlines: 0, file, marks: None }
     }
     /// A source whose every user fragment is marked (begin and end, with a
-    /// nonce no user text can know), so that [`crate::fragments::check`] finds
+    /// nonce no user text can know), so that [`crate::builder::fragments::check`] finds
     /// each one in the preprocessed file. The first line names the nonce.
     pub(crate) fn marked(file: &'static str) -> Src {
-        let nonce = crate::fragments::nonce();
+        let nonce = crate::builder::fragments::nonce();
         let mut src = Src::for_file(file);
-        src.line(&format!("{}{nonce}", crate::fragments::HEADER));
+        src.line(&format!("{}{nonce}", crate::builder::fragments::HEADER));
         src.marks = Some(nonce);
         src
     }
@@ -64,7 +77,7 @@ impl Src {
     /// the user's file, not in generated code.
     pub(crate) fn user(&mut self, label: &str, text: &str, closer: &str) {
         if let Some(nonce) = self.marks.clone() {
-            self.line(&crate::fragments::mark(&nonce, "begin", label));
+            self.line(&crate::builder::fragments::mark(&nonce, "begin", label));
         }
         self.line(&format!("#line 1 \"{label}\""));
         self.push(text);
@@ -73,7 +86,7 @@ impl Src {
         }
         if let Some(nonce) = self.marks.clone() {
             // The closer is generated code: checked as such, outside the fragment.
-            self.line(&crate::fragments::mark(&nonce, "end", label));
+            self.line(&crate::builder::fragments::mark(&nonce, "end", label));
         }
         if !closer.is_empty() {
             self.line(closer);

@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex};
 use dlbridge_core::{DType, Error, Result};
 use dlbridge_registry::{Call, DynKernelFn, Impl, Kernel, KernelDef, Plugin, Signature};
 
-use crate::cache::LibraryCache;
-use crate::params::{Spec, bind_text};
+use crate::builder::cache::LibraryCache;
+use crate::params::bind_text;
+use crate::spec::Spec;
 
 /// The origin every kernel compiled from source carries (and by which a later
 /// kernel of the same name may replace it).
@@ -60,7 +61,7 @@ pub(crate) fn build_library<S: Spec>(spec: &S, bind: &[(char, DType)], source: &
 
 /// Opens a compiled library through the plugin loader and takes its one
 /// kernel, checking it is the expected specialisation.
-pub(crate) fn load_one(held: &crate::cache::HeldLibrary, expected: &str) -> Result<DynKernelFn> {
+pub(crate) fn load_one(held: &crate::builder::cache::HeldLibrary, expected: &str) -> Result<DynKernelFn> {
     let path = held.path();
     let (info, defs) = Plugin::open_held(held)?.into_defs();
     let want = Signature::parse(expected)?.to_string();

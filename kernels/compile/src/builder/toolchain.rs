@@ -21,7 +21,7 @@ pub const CXX_FLAGS: &[&str] =
     &["-O3", "-march=native", "-ffp-contract=off", "-fwrapv", "-std=c++17", "-shared", "-fPIC", "-pthread", "-fvisibility=hidden"];
 
 /// Added when the compiler takes them: integer division or modulo by zero in
-/// a kernel becomes an error instead of a SIGFPE (see `cpu::DIVGUARD`). The
+/// a kernel becomes an error instead of a SIGFPE (see `include/dlbridge_compile/divguard.h`). The
 /// check calls a handler the generated source defines, so no sanitizer
 /// runtime is linked (`-static-libubsan` keeps GCC from adding libubsan).
 pub const DIVGUARD_FLAGS: &[&str] =
@@ -123,7 +123,7 @@ impl Compiler {
     fn probe_cached(&self, what: &str, probe: fn(&Compiler) -> bool) -> bool {
         use dlbridge_registry::trust::{TrustedDir, seal, sealed};
         use sha2::{Digest, Sha256};
-        let Ok(dir) = TrustedDir::open(&crate::dirs::cpu_cache_dir()) else {
+        let Ok(dir) = TrustedDir::open(&crate::builder::dirs::cpu_cache_dir()) else {
             return probe(self);
         };
         let hash: String = Sha256::digest(self.identity.as_bytes()).iter().take(16).map(|b| format!("{b:02x}")).collect();
@@ -163,7 +163,7 @@ impl Compiler {
         let text = format!(
             "{}\nextern \"C\" void probe(const int* x, const int* y, int* z, long n) {{\n  \
              dlbridge_divguard::guarded([&] {{ for (long i = 0; i < n; i++) z[i] = x[i] / y[i]; }});\n}}\n",
-            crate::cpu::DIVGUARD
+            include_str!("../../include/dlbridge_compile/divguard.h")
         );
         let link: &[&str] = if cfg!(target_os = "linux") { &["-Wl,--no-undefined"] } else { &[] };
         self.probe_builds(&text, flags, link)

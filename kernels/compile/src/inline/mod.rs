@@ -106,19 +106,24 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use dlbridge_core::{DType, Device, DeviceType, Error, ErrorKind, Result};
+use dlbridge_core::{DType, DeviceType, Error, ErrorKind, Result};
 use dlbridge_cuda::CudaDevice;
-use dlbridge_cuda::generated::{LaunchArg, Program};
-use dlbridge_cuda::raw_kernel::{CHECK_ARCH, RawLaunch, c_type};
-use dlbridge_registry::signature::{DTypeRef, Dim, ParamKind, ScalarKind};
-use dlbridge_registry::{Arg, Call, DynKernelFn, Impl, Kernel, KernelDef, KernelOpts, Plugin, Registry, Scalar, Signature};
+use dlbridge_cuda::generated::Program;
+use dlbridge_cuda::raw_kernel::{CHECK_ARCH, c_type};
+use dlbridge_registry::signature::{DTypeRef, Dim, ParamKind};
+use dlbridge_registry::{Call, DynKernelFn, Impl, Kernel, KernelDef, KernelOpts, Plugin, Registry, Signature};
 
-use crate::cache::LibraryCache;
+use crate::builder::cache::LibraryCache;
+use crate::builder::specialise::{Specialisations, replaceable};
 use crate::codegen::{Src, c_string};
-use crate::specialise::{Specialisations, replaceable};
+
+mod cuda;
+mod function;
+
+use function::{Function, SizeArg, TensorSlot, cpu_entry};
 
 /// The origin of every function of an inline library: `dlbridge.load_inline (NAME)`.
-pub use crate::specialise::INLINE_ORIGIN as ORIGIN;
+pub use crate::builder::specialise::INLINE_ORIGIN as ORIGIN;
 
 /// The file name diagnostics give the C source.
 pub const C_SOURCE: &str = "c_source";
@@ -144,148 +149,6 @@ pub struct InlineOptions {
     /// and the cache key covers every file the sources include (the library
     /// is keyed on the preprocessed text).
     pub sources: Vec<std::path::PathBuf>,
-}
-
-/// One tensor of a function, in slot order (tensor parameters, then outputs).
-#[derive(Debug, Clone)]
-struct TensorSlot {
-    name: String,
-    dtype: DTypeRef,
-    mutable: bool,
-    output: bool,
-}
-
-/// Where a size argument's value comes from: dims of tensor `slot`.
-#[derive(Debug, Clone)]
-struct SizeArg {
-    /// `N`, `...B`.
-    name: String,
-    slot: usize,
-    /// Position in the tensor's dims list, its length and where its `...` group is.
-    pos: usize,
-    len: usize,
-    rest_at: Option<usize>,
-    /// A `...` group: the product of its dims.
-    group: bool,
-}
-
-impl SizeArg {
-    /// The value for a tensor of shape `shape` (which the registry matched against the signature).
-    fn value(&self, shape: &[i64]) -> i64 {
-        let nd = shape.len();
-        if self.group {
-            let end = nd.saturating_sub(self.len - self.pos - 1);
-            return shape.get(self.pos..end).map_or(1, |s| s.iter().product());
-        }
-        let at = match self.rest_at {
-            Some(r) if self.pos > r => nd.saturating_sub(self.len - self.pos),
-            _ => self.pos,
-        };
-        shape.get(at).copied().unwrap_or(0)
-    }
-
-    /// The C++ expression of the value, for the DLTensor `_t[slot]`.
-    fn cpp(&self) -> String {
-        let t = format!("_t[{}]", self.slot);
-        if self.group {
-            return format!("dlbridge_inline::group({t}, {}, {})", self.pos, self.len - self.pos - 1);
-        }
-        match self.rest_at {
-            Some(r) if self.pos > r => format!("static_cast<long long>({t}->shape[{t}->ndim - {}])", self.len - self.pos),
-            _ => format!("static_cast<long long>({t}->shape[{}])", self.pos),
-        }
-    }
-}
-
-/// One function of the library.
-#[derive(Debug)]
-struct Function {
-    sig: Signature,
-    text: String,
-    /// The library type variable of each of its type variables.
-    vars: Vec<usize>,
-    tensors: Vec<TensorSlot>,
-    scalars: Vec<(String, ScalarKind)>,
-    sizes: Vec<SizeArg>,
-    cpu: bool,
-    cuda: bool,
-    /// Takes each tensor's strides after the sizes, and any layout.
-    strided: bool,
-}
-
-impl Function {
-    fn name(&self) -> &str {
-        &self.sig.name
-    }
-
-    /// The C type of a tensor's element: the type variable's name, or the dtype's C type.
-    fn elem(&self, d: DTypeRef) -> String {
-        match d {
-            DTypeRef::Var(i) => self.sig.type_vars[i].name.clone(),
-            DTypeRef::Concrete(d) => c_type(d).unwrap_or("void").to_owned(),
-        }
-    }
-
-    /// The dtype of a tensor under the library binding `lib`.
-    fn dtype(&self, d: DTypeRef, lib: &[DType]) -> DType {
-        match d {
-            DTypeRef::Var(i) => lib[self.vars[i]],
-            DTypeRef::Concrete(d) => d,
-        }
-    }
-
-    /// The C parameters `(type, name)` in calling-convention order.
-    fn c_params(&self) -> Vec<(String, String)> {
-        let mut p = Vec::new();
-        for t in self.tensors.iter().filter(|t| !t.output) {
-            let c = if t.mutable { "" } else { "const " };
-            p.push((format!("{c}{}*", self.elem(t.dtype)), t.name.clone()));
-        }
-        for (name, k) in &self.scalars {
-            p.push((scalar_c_type(*k).to_owned(), name.clone()));
-        }
-        for t in self.tensors.iter().filter(|t| t.output) {
-            p.push((format!("{}*", self.elem(t.dtype)), t.name.clone()));
-        }
-        for s in &self.sizes {
-            p.push(("long long".to_owned(), s.name.trim_start_matches("...").to_owned()));
-        }
-        if self.strided {
-            for t in &self.tensors {
-                p.push(("const long long*".to_owned(), format!("{}_strides", t.name)));
-            }
-        }
-        p
-    }
-
-    /// `void f(const T* x, T* y, double a, long long N)`, with `qualifier` in front.
-    fn prototype(&self, qualifier: &str, named: bool) -> String {
-        let params: Vec<String> = self.c_params().into_iter().map(|(t, n)| if named { format!("{t} {n}") } else { t }).collect();
-        let params = if params.is_empty() { "void".to_owned() } else { params.join(", ") };
-        format!("{qualifier}void {}({params})", self.name())
-    }
-
-    /// Its signature with every type variable replaced by its dtype under `lib`.
-    fn specialised(&self, lib: &[DType]) -> String {
-        let mut sig = self.sig.clone();
-        for p in sig.params.iter_mut().chain(sig.outputs.iter_mut()) {
-            if let ParamKind::Tensor(t) = &mut p.kind
-                && let DTypeRef::Var(i) = t.dtype
-            {
-                t.dtype = DTypeRef::Concrete(lib[self.vars[i]]);
-            }
-        }
-        sig.type_vars.clear();
-        sig.to_string()
-    }
-}
-
-fn scalar_c_type(k: ScalarKind) -> &'static str {
-    match k {
-        ScalarKind::F64 => "double",
-        ScalarKind::I64 => "long long",
-        ScalarKind::Bool => "int",
-    }
 }
 
 fn value_error(message: String) -> Error {
@@ -635,13 +498,13 @@ impl InlineLibrary {
     /// the user's source.
     pub fn cpu_source(&self, lib: &[DType]) -> Result<String> {
         let s = &*self.inner;
-        let (mut src, c_source) = self.begin(lib, s.c_source.as_deref(), C_SOURCE, crate::cpu::GENERATED_FILE, "")?;
+        let (mut src, c_source) = self.begin(lib, s.c_source.as_deref(), C_SOURCE, crate::codegen::cpu::GENERATED_FILE, "")?;
         src.line(&format!("// Specialisation: {}.", if lib.is_empty() { "no type variables".into() } else { self.dtypes_text(lib) }));
         // The generated code's own functions need no declarations (the
         // warning is for the user's definitions: see `explain_cpu`).
         src.line("#pragma GCC diagnostic ignored \"-Wmissing-declarations\"");
-        src.push(&crate::headers::expand("dlbridge_compile/inline_runtime.h"));
-        src.push(crate::cpu::DIVGUARD);
+        src.push(&crate::codegen::headers::expand("dlbridge_compile/inline_runtime.h"));
+        src.push(crate::codegen::cpu::DIVGUARD);
         src.line("");
         src.line("// ---- the library's types ----");
         for ((n, _), d) in s.vars.iter().zip(lib) {
@@ -697,56 +560,6 @@ impl InlineLibrary {
         Ok(src.text)
     }
 
-    /// The CUDA C for the dtypes `lib`: typedefs, declarations, the user's source.
-    pub fn cuda_source(&self, lib: &[DType]) -> Result<String> {
-        let s = &*self.inner;
-        let (mut src, cuda) = self.begin(lib, s.cuda_source.as_deref(), CUDA_SOURCE, crate::cuda::GENERATED_FILE, " (CUDA)")?;
-        crate::cuda::stdint_typedefs(&mut src);
-        src.line("#define restrict __restrict__");
-        for ((n, _), d) in s.vars.iter().zip(lib) {
-            src.line(&format!("typedef {} {n};", c_type(*d).unwrap_or("void")));
-        }
-        for f in s.functions.iter().filter(|f| f.cuda) {
-            src.line(&format!("{};", f.prototype("extern \"C\" __global__ ", false)));
-        }
-        src.user(CUDA_SOURCE, cuda, "");
-        Ok(src.text)
-    }
-
-    /// The NVRTC program for the dtypes `lib` (made once per combination).
-    fn program(&self, lib: &[DType]) -> Result<Arc<Program>> {
-        let mut map = self.inner.programs.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(p) = map.get(lib) {
-            return Ok(p.clone());
-        }
-        let mut options: Vec<String> = crate::cuda::OPTIONS.iter().map(|s| s.to_string()).collect();
-        options.extend(self.inner.opts.cuda_options.iter().cloned());
-        let p = Arc::new(Program::new(self.cuda_source(lib)?, format!("{}.cu", CUDA_SOURCE), &options));
-        map.insert(lib.to_vec(), p.clone());
-        Ok(p)
-    }
-
-    /// NVRTC's rejection pointing into `cuda_source`, with the prototypes; other errors unchanged.
-    fn explain_cuda(&self, lib: &[DType], e: Error) -> Error {
-        let text = e.to_string();
-        if !text.contains("NVRTC could not compile") {
-            return e;
-        }
-        let version =
-            dlbridge_cuda::nvrtc::nvrtc().map(|n| format!("NVRTC {}.{}", n.version.0, n.version.1)).unwrap_or_else(|_| "NVRTC".into());
-        let user = [(CUDA_SOURCE, self.inner.cuda_source.as_deref().unwrap_or(""))];
-        let mut msg = crate::cuda::explain(&self.what(lib), &version, &text, &user);
-        msg.push_str(&self.prototypes_note(|f| f.cuda, "extern \"C\" __global__ "));
-        value_error(msg)
-    }
-
-    /// The PTX of `cuda_source` for the dtypes `lib` and `arch`
-    /// (`--gpu-architecture=compute_75`); no GPU needed. A compile error
-    /// points into `cuda_source`.
-    pub fn cuda_ptx(&self, lib: &[DType], arch: &str) -> Result<Arc<str>> {
-        self.program(lib)?.ptx(arch).map_err(|e| self.explain_cuda(lib, e))
-    }
-
     fn prototypes_note(&self, which: impl Fn(&Function) -> bool, qualifier: &str) -> String {
         let mut s = String::from("\nthe prototypes the signatures declare (type variables are typedefs of the call's dtypes):");
         for f in self.inner.functions.iter().filter(|f| which(f)) {
@@ -764,13 +577,19 @@ impl InlineLibrary {
             let what = self.what(lib);
             if !self.inner.opts.sources.is_empty() {
                 // Keyed on what the files and every header they include say now.
-                let compiler = crate::toolchain::Compiler::get()?;
+                let compiler = crate::builder::toolchain::Compiler::get()?;
                 source = compiler.preprocess_text(&source, &what, &user, &self.cpu_flags()).map_err(|e| self.explain_cpu(e))?;
             }
             cache
-                .get_or_build_with(&source, &self.dtypes_text(lib), &self.cpu_flags(), &what, &user, crate::elf::Policy::UserCode, |path| {
-                    self.load(path, lib)
-                })
+                .get_or_build_with(
+                    &source,
+                    &self.dtypes_text(lib),
+                    &self.cpu_flags(),
+                    &what,
+                    &user,
+                    crate::builder::elf::Policy::UserCode,
+                    |path| self.load(path, lib),
+                )
                 .map_err(|e| self.explain_cpu(e))
         })
     }
@@ -819,7 +638,7 @@ impl InlineLibrary {
     }
 
     /// Opens a built library and takes each CPU function's entry.
-    fn load(&self, path: &crate::cache::HeldLibrary, lib: &[DType]) -> Result<CpuBuild> {
+    fn load(&self, path: &crate::builder::cache::HeldLibrary, lib: &[DType]) -> Result<CpuBuild> {
         let (_, defs) = Plugin::open_held(path)?.into_defs();
         let mut by_sig: HashMap<String, DynKernelFn> = HashMap::new();
         for d in defs {
@@ -859,61 +678,6 @@ impl InlineLibrary {
         let build = self.cpu_build(&lib)?;
         let f = build[k].as_ref().ok_or_else(|| call.layout_bug())?;
         f(call)
-    }
-
-    fn run_cuda(&self, k: usize, call: &mut Call<'_, '_>) -> Result<()> {
-        let f = &self.inner.functions[k];
-        let lib = self.call_lib(k, call)?;
-        let stream = call.stream();
-        let bug = call.layout_bug();
-        let (args, outs) = call.split();
-        let mut tensors: Vec<(u64, Vec<i64>, Device)> = Vec::with_capacity(f.tensors.len());
-        let mut scalars = Vec::with_capacity(f.scalars.len());
-        for a in args.iter_mut() {
-            match a {
-                Arg::Tensor(v) => tensors.push((v.data_ptr() as usize as u64, v.shape().to_vec(), v.device())),
-                Arg::TensorMut(v) => {
-                    let ptr = v.data_ptr_mut() as usize as u64;
-                    tensors.push((ptr, v.shape().to_vec(), v.device()));
-                }
-                Arg::Scalar(Scalar::F64(x)) => scalars.push(LaunchArg::F64(*x)),
-                Arg::Scalar(Scalar::I64(x)) => scalars.push(LaunchArg::I64(*x)),
-                Arg::Scalar(Scalar::Bool(b)) => scalars.push(LaunchArg::I32(i32::from(*b))),
-            }
-        }
-        let n_in = tensors.len();
-        for o in outs.iter_mut() {
-            let ptr = o.data_ptr_mut() as usize as u64;
-            tensors.push((ptr, o.shape().to_vec(), o.device()));
-        }
-        if tensors.len() != f.tensors.len() || scalars.len() != f.scalars.len() {
-            return Err(bug);
-        }
-        let name = f.name();
-        let device = tensors.first().map(|t| t.2).ok_or_else(|| Error::InvalidArgument(format!("{name}: no tensor argument")))?;
-        dlbridge_cuda::probe::driver().map_err(|u| Error::UnsupportedDevice {
-            got: device,
-            what: format!("{name} ({}) on {device}: CUDA is not available here: {u}", self.origin()),
-        })?;
-        for (t, slot) in tensors.iter().zip(&f.tensors) {
-            if t.2 != device {
-                return Err(Error::UnsupportedDevice {
-                    got: t.2,
-                    what: format!("{name}: `{}` is on {}, `{}` on {device}", slot.name, t.2, f.tensors[0].name),
-                });
-            }
-        }
-        let n = if tensors.len() > n_in { tensors[n_in].1.iter().product::<i64>() } else { tensors[0].1.iter().product::<i64>() };
-        let Some(cfg) = RawLaunch::default().for_elements(n.max(0) as u64) else { return Ok(()) };
-        let ordinal = usize::try_from(device.id).map_err(|_| Error::InvalidArgument(format!("{name}: device {device}")))?;
-        let dev = CudaDevice::get(ordinal)?;
-        let function = self.program(&lib)?.function(&dev, name).map_err(|e| self.explain_cuda(&lib, e))?;
-        let mut launch: Vec<LaunchArg> = Vec::with_capacity(tensors.len() + scalars.len() + f.sizes.len());
-        launch.extend(tensors[..n_in].iter().map(|t| LaunchArg::Ptr(t.0)));
-        launch.extend(scalars);
-        launch.extend(tensors[n_in..].iter().map(|t| LaunchArg::Ptr(t.0)));
-        launch.extend(f.sizes.iter().map(|s| LaunchArg::I64(s.value(&tensors[s.slot].1))));
-        function.launch(cfg, stream, &launch)
     }
 
     /// Compiles what a call would compile first, for the first dtype of
@@ -1004,118 +768,5 @@ impl InlineLibrary {
     }
 }
 
-/// One CPU entry point: checks, unpacks, calls function `k`.
-fn cpu_entry(src: &mut Src, k: usize, f: &Function, lib: &[DType]) {
-    let nt = f.tensors.len();
-    let names: Vec<String> = f.tensors.iter().map(|t| c_string(&t.name)).collect();
-    let types: Vec<String> = f
-        .tensors
-        .iter()
-        .map(|t| {
-            let d = f.dtype(t.dtype, lib);
-            format!("{{{}, {}, {}}}", d.code() as u8, d.bits(), d.lanes())
-        })
-        .collect();
-    src.line(&format!(
-        "int32_t dlbridge_entry_{k}(DLTensor* const* _t, int32_t _nt, const DLBridgeScalar* _s, int32_t _ns, void* _stream, char* _err, size_t _err_len) {{"
-    ));
-    src.line(&format!("  static const char kKernel[] = {};", c_string(f.name())));
-    src.line("  (void)_s;");
-    src.line("  (void)_stream;");
-    src.line("  try {");
-    if nt > 0 {
-        src.line(&format!("    static const char* const kNames[] = {{{}}};", names.join(", ")));
-        src.line(&format!("    static const DLDataType kTypes[] = {{{}}};", types.join(", ")));
-        src.line(&format!(
-            "    if (int32_t rc = dlbridge_inline::check(kKernel, _t, _nt, {nt}, kNames, kTypes, _err, _err_len, {})) return rc;",
-            f.strided
-        ));
-    } else {
-        src.line("    if (_nt != 0) return dlbridge_inline::fail(_err, _err_len, DLBRIDGE_ERR_VALUE, \"%s: called with %d tensors, expected none\", kKernel, static_cast<int>(_nt));");
-    }
-    src.line(&format!(
-        "    if (_ns != {0} || ({0} > 0 && _s == nullptr)) return dlbridge_inline::fail(_err, _err_len, DLBRIDGE_ERR_VALUE, \"%s: called with %d scalars, expected {0}\", kKernel, static_cast<int>(_ns));",
-        f.scalars.len()
-    ));
-    let mut args = Vec::new();
-    for (slot, t) in f.tensors.iter().enumerate().filter(|(_, t)| !t.output) {
-        let c = if t.mutable { "" } else { "const " };
-        args.push(format!("static_cast<{c}{}*>(dlbridge_inline::data(_t[{slot}]))", f.elem(t.dtype)));
-    }
-    for (i, (_, kind)) in f.scalars.iter().enumerate() {
-        args.push(match kind {
-            ScalarKind::F64 => format!("_s[{i}].f64"),
-            ScalarKind::I64 => format!("static_cast<long long>(_s[{i}].i64)"),
-            ScalarKind::Bool => format!("static_cast<int>(_s[{i}].boolean != 0)"),
-        });
-    }
-    for (slot, t) in f.tensors.iter().enumerate().filter(|(_, t)| t.output) {
-        args.push(format!("static_cast<{}*>(dlbridge_inline::data(_t[{slot}]))", f.elem(t.dtype)));
-    }
-    for s in &f.sizes {
-        args.push(s.cpp());
-    }
-    if f.strided {
-        for slot in 0..nt {
-            // Room for any tensor's dims (the registry refuses more).
-            src.line(&format!("    long long _st{slot}[{}];", dlbridge_core::layout::MAX_NDIM));
-            args.push(format!("dlbridge_inline::strides(_t[{slot}], _st{slot})"));
-        }
-    }
-    src.line(&format!("    dlbridge_divguard::guarded([&] {{ ::{}({}); }});", f.name(), args.join(", ")));
-    src.line("    return DLBRIDGE_OK;");
-    src.line("  } catch (...) {");
-    src.line("    return dlbridge_inline::from_exception(kKernel, _err, _err_len);");
-    src.line("  }");
-    src.line("}");
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_name_is_found_outside_comments_only() {
-        assert!(mentions("void axpy(float* x) {}", "axpy"));
-        assert!(!mentions("// axpy\n/* axpy */ void axpy2() {}", "axpy"));
-        assert!(!mentions("void my_axpy() {}", "axpy"));
-    }
-
-    #[test]
-    fn sizes_follow_the_order_of_first_appearance_and_groups_pass_their_count() {
-        let lib = InlineLibrary::new(
-            "sizes_doc",
-            Some("f g"),
-            &["f<T: f32|f64>(a: T[...B, M, K], b: T[K, N], s: i64, on: bool) -> (c: T[...B, M, N])", "g(x: i32[3, N])"],
-            None,
-            InlineOptions::default(),
-        )
-        .unwrap();
-        assert_eq!(
-            lib.prototype("f").unwrap(),
-            "void f(const T* a, const T* b, long long s, int on, T* c, long long B, long long M, long long K, long long N)"
-        );
-        assert_eq!(lib.prototype("g").unwrap(), "void g(const int* x, long long N)");
-        let f = &lib.inner.functions[0];
-        assert_eq!(f.sizes[0].value(&[2, 3, 4, 5]), 6);
-        assert_eq!(f.sizes[1].value(&[2, 3, 4, 5]), 4);
-        assert_eq!(f.sizes[2].value(&[2, 3, 4, 5]), 5);
-        assert_eq!(f.sizes[1].value(&[4, 5]), 4);
-        assert_eq!(f.sizes[0].value(&[4, 5]), 1);
-    }
-
-    #[test]
-    fn a_strided_function_takes_one_strides_array_per_tensor_after_the_sizes() {
-        let opts = || InlineOptions { strided: vec!["t".into()], ..Default::default() };
-        let lib = InlineLibrary::new("strided_doc", Some("t"), &["t(x: f64[M, N], s: f64) -> (y: f64[N, M])"], None, opts()).unwrap();
-        assert_eq!(
-            lib.prototype("t").unwrap(),
-            "void t(const double* x, double s, double* y, long long M, long long N, const long long* x_strides, const long long* y_strides)"
-        );
-        assert!(!lib.defs(0)[0].opts.contiguous, "any layout reaches it");
-        let e = InlineLibrary::new("strided_cuda", Some("t"), &["t(x: f64[N])"], Some("t"), opts()).unwrap_err();
-        assert!(e.to_string().contains("function `t` takes strides, which only C functions (c_source) are passed"), "{e}");
-        let e = InlineLibrary::new("strided_none", Some("u"), &["u(x: f64[N])"], None, opts()).unwrap_err();
-        assert!(e.to_string().contains("`strided` names `t`, which `functions` does not list"), "{e}");
-    }
-}
+mod tests;

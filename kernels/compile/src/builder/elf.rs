@@ -26,7 +26,7 @@ use std::sync::OnceLock;
 
 use dlbridge_core::{Error, ErrorKind, Result};
 
-use crate::toolchain::Compiler;
+use crate::builder::toolchain::Compiler;
 
 /// What a library may have.
 #[derive(Debug, Clone, Copy)]

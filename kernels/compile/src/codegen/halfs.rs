@@ -29,8 +29,8 @@
 mod tests {
     use std::process::Command;
 
-    use crate::headers::HALFS_H as HALF_TYPES;
-    use crate::toolchain::Compiler;
+    use crate::builder::toolchain::Compiler;
+    use crate::codegen::headers::HALFS_H as HALF_TYPES;
 
     /// The bit-level routines (`DLBRIDGE_SOFT_HALF`, what CUDA and compilers
     /// without `_Float16` use) against the compiler's own `_Float16`: every

@@ -1,5 +1,5 @@
 //! The CUDA backend: CUDA C generated from the same kernel specification as
-//! the [CPU backend](crate::cpu), compiled with NVRTC, run on the call's
+//! the [CPU backend](crate::codegen::cpu), compiled with NVRTC, run on the call's
 //! stream — what CuPy does with an `ElementwiseKernel` or `ReductionKernel`.
 //!
 //! [`ElementwiseKernel::register`](crate::ElementwiseKernel::register) and
@@ -61,7 +61,7 @@
 //!   to a scratch word, never outside the array.
 //! * complex dtypes are a Type error naming the dtype (NVRTC has no
 //!   `std::complex`); f16 and bf16 are the CPU's `float16`/`bfloat16`
-//!   (crate::halfs), converted bit by bit.
+//!   (crate::codegen::halfs), converted bit by bit.
 //! * At most 8 dims per operand after merging contiguous dims (8 per raw
 //!   input, unmerged).
 //!
@@ -73,16 +73,12 @@
 
 use std::sync::Arc;
 
-use dlbridge_core::{DType, Device, DeviceType, Error, ErrorKind, Result, TensorView};
-use dlbridge_cuda::CudaDevice;
-use dlbridge_cuda::generated::{Function, LaunchArg, Program};
-use dlbridge_cuda::indexer::{Indexer, MAX_DIMS};
-use dlbridge_cuda::launch::{self, Launch};
-use dlbridge_registry::{Arg, Call, DynKernelFn, Impl};
+use dlbridge_core::{DType, Error, ErrorKind, Result};
+use dlbridge_cuda::generated::Program;
 
 use crate::codegen::{Backend, Head, Src, head, reduction_helpers};
-use crate::params::{CPU_DTYPES, ElementwiseSpec, Param, ReductionSpec, Spec};
-use crate::specialise::Specialisations;
+use crate::params::CPU_DTYPES;
+use crate::spec::{ElementwiseSpec, ReductionSpec, Spec};
 
 /// The file name NVRTC's messages use for generated (non-user) lines.
 pub const GENERATED_FILE: &str = "dlbridge_generated.cu";
@@ -92,7 +88,7 @@ pub(crate) const CUDA: Backend = Backend {
     label: " (CUDA)",
     file: GENERATED_FILE,
     ctype: cuda_ctype,
-    runtime: |src| src.push(&crate::headers::expand("dlbridge_compile/cuda_runtime.cuh")),
+    runtime: |src| src.push(&crate::codegen::headers::expand("dlbridge_compile/cuda_runtime.cuh")),
     marked: false,
 };
 
@@ -201,14 +197,14 @@ pub fn explain(what: &str, version: &str, diag: &str, user: &[(&str, &str)]) -> 
             }
         }
     }
-    crate::toolchain::finish_explanation(&mut msg, !seen.is_empty(), "NVRTC output", &lines);
+    crate::builder::toolchain::finish_explanation(&mut msg, !seen.is_empty(), "NVRTC output", &lines);
     msg
 }
 
 /// `ptrdiff_t`, `size_t` and the `<stdint.h>` names, which NVRTC does not
 /// provide without the toolkit's headers (every generated CUDA source starts so).
 pub(crate) fn stdint_typedefs(src: &mut Src) {
-    src.push(crate::headers::text("dlbridge_compile/nvrtc_stdint.cuh"));
+    src.push(crate::codegen::headers::text("dlbridge_compile/nvrtc_stdint.cuh"));
 }
 
 /// The CUDA C of one specialisation of an elementwise kernel.
@@ -333,40 +329,11 @@ pub fn elementwise_source(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Res
     Ok(CudaSource::new(src, entry, spec, bind))
 }
 
-/// The CUDA C of one specialisation of a reduction kernel.
-///
-/// The function `dlbridge_<name>` takes, per input, its element-0 pointer,
-/// the `DlbIndexer` of its kept dims (over the outputs' shape) and of its
-/// reduced dims; per output, its pointer and `DlbIndexer`; then a pointer to
-/// the partial results of split reductions, `long long` outputs `M`, `long
-/// long` reduced count `J`, `int` "every input's reduced dims contiguous",
-/// `int` layout, `long long` splits, `long long` chunk (see
-/// [`reduction_launch`]). With more than one split it writes each piece's
-/// partial result, and `dlbridge_<name>_finish` (the partial results, then
-/// the outputs as above, `M`, `J`, splits; a warp per output) combines each
-/// output's pieces and runs `post_map_expr`.
-pub fn reduction_source(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<CudaSource> {
-    let Head { mut src, ctypes, .. } = head(&CUDA, spec, bind, "the reduction")?;
-    let (name, n_in, n_out) = (&spec.name, spec.inputs.len(), spec.outputs.len());
-    reduction_helpers(&mut src, spec, &ctypes, "__device__ __forceinline__", cuda_ctype, false)?;
-    src.line("");
-    let has_identity = spec.identity.is_some();
-    let mut params = Vec::new();
-    let mut args = Vec::new();
-    for (t, ct) in ctypes.iter().enumerate().take(n_in) {
-        params.push(format!("const {ct}* _p{t}, const DlbIndexer& _k{t}, const DlbIndexer& _r{t}"));
-        args.push(format!("_p{t}, _k{t}, _r{t}"));
-    }
-    let mut out_params = Vec::new();
-    let mut out_args = Vec::new();
-    for m in 0..n_out {
-        let t = n_in + m;
-        out_params.push(format!("{}* _p{t}, const DlbIndexer& _k{t}", ctypes[t]));
-        out_args.push(format!("_p{t}, _k{t}"));
-    }
-    params.extend(out_params.iter().cloned());
-    args.extend(out_args.iter().cloned());
-    // A value being reduced, and whether there is one yet (always, with an identity).
+/// The reduction's accumulator: a value being reduced and whether there is
+/// one yet (always, with an identity), folded, merged, and combined across a
+/// warp (shuffles of any reduce type, 32 bits at a time; the lower lane's
+/// value goes first) and a block.
+fn accumulator(src: &mut Src, has_identity: bool) {
     src.line(&format!("constexpr unsigned dlbridge_kMaxBlock = {MAX_REDUCTION_BLOCK};"));
     src.line("struct dlbridge_Acc {");
     src.line("  _type_reduce v;");
@@ -400,7 +367,6 @@ pub fn reduction_source(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<
     src.line("  r.has = true;");
     src.line("  return r;");
     src.line("}");
-    // Warp shuffles of any reduce type, 32 bits at a time; the lower lane's value goes first.
     src.line("__device__ __forceinline__ dlbridge_Acc dlbridge_warp_reduce(dlbridge_Acc a) {");
     src.line("  constexpr int W = (sizeof(dlbridge_Acc) + 3) / 4;");
     src.line("#pragma unroll");
@@ -425,6 +391,41 @@ pub fn reduction_source(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<
     src.line("  a = lane < nwarps ? s[lane] : dlbridge_none();");
     src.line("  return dlbridge_warp_reduce(a);");
     src.line("}");
+}
+
+/// The CUDA C of one specialisation of a reduction kernel.
+///
+/// The function `dlbridge_<name>` takes, per input, its element-0 pointer,
+/// the `DlbIndexer` of its kept dims (over the outputs' shape) and of its
+/// reduced dims; per output, its pointer and `DlbIndexer`; then a pointer to
+/// the partial results of split reductions, `long long` outputs `M`, `long
+/// long` reduced count `J`, `int` "every input's reduced dims contiguous",
+/// `int` layout, `long long` splits, `long long` chunk (see
+/// [`reduction_launch`]). With more than one split it writes each piece's
+/// partial result, and `dlbridge_<name>_finish` (the partial results, then
+/// the outputs as above, `M`, `J`, splits; a warp per output) combines each
+/// output's pieces and runs `post_map_expr`.
+pub fn reduction_source(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<CudaSource> {
+    let Head { mut src, ctypes, .. } = head(&CUDA, spec, bind, "the reduction")?;
+    let (name, n_in, n_out) = (&spec.name, spec.inputs.len(), spec.outputs.len());
+    reduction_helpers(&mut src, spec, &ctypes, "__device__ __forceinline__", cuda_ctype, false)?;
+    src.line("");
+    let mut params = Vec::new();
+    let mut args = Vec::new();
+    for (t, ct) in ctypes.iter().enumerate().take(n_in) {
+        params.push(format!("const {ct}* _p{t}, const DlbIndexer& _k{t}, const DlbIndexer& _r{t}"));
+        args.push(format!("_p{t}, _k{t}, _r{t}"));
+    }
+    let mut out_params = Vec::new();
+    let mut out_args = Vec::new();
+    for m in 0..n_out {
+        let t = n_in + m;
+        out_params.push(format!("{}* _p{t}, const DlbIndexer& _k{t}", ctypes[t]));
+        out_args.push(format!("_p{t}, _k{t}"));
+    }
+    params.extend(out_params.iter().cloned());
+    args.extend(out_args.iter().cloned());
+    accumulator(&mut src, spec.identity.is_some());
     src.line("");
     let outs: Vec<String> = (0..n_out).map(|m| format!("_p{0}[dlbridge_offset(_k{0}, _o)]", n_in + m)).collect();
     src.line("// Output _o's value of piece _q: its result, or its partial result when the reduction is split.");
@@ -524,475 +525,9 @@ pub fn reduction_source(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<
     Ok(CudaSource::new(src, entry, spec, bind))
 }
 
-// ---------------------------------------------------------------------------
-// Host side: the registry implementation.
-// ---------------------------------------------------------------------------
-
-/// The specialisations of one kernel on CUDA, by dtypes and device ordinal.
-pub(crate) type CudaSpecialisations = Specialisations<(Vec<DType>, usize)>;
-
-/// How one kind of kernel from source is generated and launched on CUDA.
-pub(crate) trait Launcher: Send + Sync {
-    /// The CUDA C of the specialisation for `bind`.
-    fn source(&self, bind: &[(char, DType)]) -> Result<CudaSource>;
-    /// The functions a call may launch, the source's entry point first.
-    fn entries(&self, entry: &str) -> Vec<String> {
-        vec![entry.to_owned()]
-    }
-    /// Launches a compiled specialisation (its [`Launcher::entries`]) on the call's tensors.
-    fn run(&self, f: &[Function], call: &mut Call<'_, '_>) -> Result<()>;
-}
-
-impl Launcher for ElementwiseSpec {
-    fn source(&self, bind: &[(char, DType)]) -> Result<CudaSource> {
-        elementwise_source(self, bind)
-    }
-    fn run(&self, f: &[Function], call: &mut Call<'_, '_>) -> Result<()> {
-        run_elementwise(self, &f[0], call)
-    }
-}
-
-impl Launcher for ReductionSpec {
-    fn source(&self, bind: &[(char, DType)]) -> Result<CudaSource> {
-        reduction_source(self, bind)
-    }
-    fn entries(&self, entry: &str) -> Vec<String> {
-        vec![entry.to_owned(), format!("{entry}_finish")]
-    }
-    fn run(&self, f: &[Function], call: &mut Call<'_, '_>) -> Result<()> {
-        run_reduction(self, f, call)
-    }
-}
-
-/// The `cuda` implementation of a kernel compiled from source: the
-/// specialisation for the call's dtypes and device is generated, compiled and
-/// loaded on first use (once, under its own lock), then launched on the
-/// call's stream.
-pub(crate) fn cuda_impl(
-    kind: &'static str,
-    name: String,
-    vars: Vec<char>,
-    launcher: Arc<dyn Launcher>,
-    specs: Arc<CudaSpecialisations>,
-) -> Impl {
-    Impl::Dyn(Arc::new(move |call: &mut Call<'_, '_>| -> Result<()> {
-        let name = name.as_str();
-        let device = call_device(call).ok_or_else(|| Error::InvalidArgument(format!("{kind} {name}: no tensor argument")))?;
-        dlbridge_cuda::probe::driver().map_err(|u| Error::UnsupportedDevice {
-            got: device,
-            what: format!("{kind} {name} on {device}: CUDA is not available here: {u}"),
-        })?;
-        let ordinal = usize::try_from(device.id).map_err(|_| Error::InvalidArgument(format!("{kind} {name}: device {device}")))?;
-        let mut dtypes = Vec::with_capacity(vars.len());
-        for (i, v) in vars.iter().enumerate() {
-            dtypes.push(call.dtype(i).ok_or_else(|| Error::Runtime(format!("{name}: type variable {v} is not bound")))?);
-        }
-        let key = (dtypes, ordinal);
-        let f = specs.get(&key, || {
-            let bind: Vec<(char, DType)> = vars.iter().copied().zip(key.0.iter().copied()).collect();
-            let source = launcher.source(&bind)?;
-            let dev = CudaDevice::get(ordinal)?;
-            let program = source.program();
-            let functions = launcher
-                .entries(&source.entry)
-                .iter()
-                .map(|e| program.function(&dev, e).map_err(|e| source.explain(e)))
-                .collect::<Result<Vec<Function>>>()?;
-            let launcher = launcher.clone();
-            Ok(Arc::new(move |call: &mut Call<'_, '_>| launcher.run(&functions, call)) as DynKernelFn)
-        })?;
-        f(call)
-    }))
-}
-
-/// The device of the call's first tensor.
-fn call_device(call: &mut Call<'_, '_>) -> Option<Device> {
-    let (args, outs) = call.split();
-    args.iter().find_map(|a| a.tensor_meta().map(|(_, _, d)| d)).or_else(|| outs.first().map(|o| o.device()))
-}
-
-/// One tensor of a call: pointer, shape, strides (elements), device.
-pub(crate) struct Operand<'c> {
-    pub(crate) ptr: u64,
-    /// Bytes an element.
-    pub(crate) elem: usize,
-    pub(crate) shape: &'c [i64],
-    pub(crate) strides: &'c [i64],
-    pub(crate) device: Device,
-}
-
-fn operand<'c>(v: &'c TensorView<'_>) -> Operand<'c> {
-    let elem = (v.dtype().bits() as usize * v.dtype().lanes() as usize).div_ceil(8);
-    Operand { ptr: v.data_ptr() as usize as u64, elem, shape: v.shape(), strides: v.strides(), device: v.device() }
-}
-
-/// Every tensor of the call in signature order (arguments, then outputs).
-pub(crate) fn operands<'c>(call: &'c mut Call<'_, '_>) -> Result<Vec<Operand<'c>>> {
-    let bug = call.layout_bug();
-    let (args, outs) = call.split();
-    let mut ops = Vec::with_capacity(args.len() + outs.len());
-    for a in args.iter_mut() {
-        match a {
-            Arg::Tensor(v) => ops.push(operand(v)),
-            Arg::TensorMut(v) => {
-                let ptr = v.data_ptr_mut() as usize as u64;
-                let v = v.as_view();
-                ops.push(Operand { ptr, ..operand(v) });
-            }
-            _ => return Err(bug),
-        }
-    }
-    for o in outs.iter_mut() {
-        let ptr = o.data_ptr_mut() as usize as u64;
-        let v = o.as_view();
-        ops.push(Operand { ptr, ..operand(v) });
-    }
-    Ok(ops)
-}
-
-fn shape_text(s: &[i64]) -> String {
-    let t: Vec<String> = s.iter().map(|d| d.to_string()).collect();
-    format!("[{}]", t.join(", "))
-}
-
-/// All operands on the one CUDA device of the function.
-pub(crate) fn check_devices(name: &str, names: &[&str], ops: &[Operand<'_>], f: &Function) -> Result<()> {
-    for (o, n) in ops.iter().zip(names) {
-        if o.device.kind != DeviceType::CUDA || o.device.id as usize != f.device().ordinal() {
-            return Err(Error::UnsupportedDevice {
-                got: o.device,
-                what: format!("{name}: `{n}` is on {}, the kernel runs on cuda:{}", o.device, f.device().ordinal()),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// The `DlbIndexer` of a shape without merging (for `_ind` and raw inputs):
-/// more than 8 dims fold the leading ones into the first.
-pub(crate) fn unmerged(shape: &[i64], strides: Option<&[i64]>) -> Indexer {
-    let mut ix = Indexer::default();
-    let nd = shape.len();
-    let lead = nd.saturating_sub(MAX_DIMS);
-    for d in 0..nd.min(MAX_DIMS) {
-        let src = lead + d;
-        ix.shape[d] = if d == 0 { shape[..=src].iter().product() } else { shape[src] };
-        ix.strides[d] = strides.map_or(0, |s| s[src]);
-    }
-    ix.ndim = nd.min(MAX_DIMS) as i32;
-    ix
-}
-
-/// The call's tensors (arguments, then outputs): as many as the kernel has
-/// (`names`), on the device `f` was loaded for.
-/// Returns, in call order, the parameters, their names and the operands.
-#[allow(clippy::type_complexity)]
-fn checked_operands<'s, 'c, S: Spec>(
-    spec: &'s S,
-    f: &Function,
-    call: &'c mut Call<'_, '_>,
-) -> Result<(Vec<&'s Param>, Vec<&'s str>, Vec<Operand<'c>>)> {
-    let (name, (inputs, outputs)) = (spec.name(), spec.params());
-    let all: Vec<&Param> = inputs.iter().chain(outputs).collect();
-    let names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
-    let ops = operands(call)?;
-    if ops.len() != names.len() {
-        return Err(Error::InvalidArgument(format!("{name}: called with {} tensors, expected {}", ops.len(), names.len())));
-    }
-    check_devices(name, &names, &ops, f)?;
-    Ok((all, names, ops))
-}
-
-fn run_elementwise(spec: &ElementwiseSpec, f: &Function, call: &mut Call<'_, '_>) -> Result<()> {
-    let (name, stream, n_in) = (spec.name.as_str(), call.stream(), spec.inputs.len());
-    let (all, names, ops) = checked_operands(spec, f, call)?;
-    // Broadcast the non-raw operands (as the CPU backend does, with its messages).
-    let non_raw: Vec<usize> = (0..all.len()).filter(|&t| !all[t].raw).collect();
-    let nd = non_raw.iter().map(|&t| ops[t].shape.len()).max().unwrap_or(0);
-    let mut shape = vec![1i64; nd];
-    for &t in &non_raw {
-        let x = &ops[t];
-        let lead = nd - x.shape.len();
-        for (d, &s) in x.shape.iter().enumerate() {
-            let b = &mut shape[lead + d];
-            if s == *b || s == 1 {
-                continue;
-            }
-            if *b == 1 {
-                *b = s;
-                continue;
-            }
-            return Err(Error::InvalidArgument(format!(
-                "{name}: `{}` of shape {} does not broadcast with {}",
-                names[t],
-                shape_text(x.shape),
-                shape_text(&shape)
-            )));
-        }
-    }
-    let size: i64 = shape.iter().product();
-    let mut args = Vec::with_capacity(2 * all.len() + 3);
-    let mut contiguous = true;
-    for (t, x) in ops.iter().enumerate() {
-        if all[t].raw {
-            let n: i64 = x.shape.iter().product();
-            if x.shape.len() > MAX_DIMS {
-                return Err(Error::InvalidArgument(format!(
-                    "{name}: raw argument `{}` has {} dims; the CUDA backend takes raw arguments of at most {MAX_DIMS} dims",
-                    names[t],
-                    x.shape.len()
-                )));
-            }
-            let ix = unmerged(x.shape, Some(x.strides));
-            let merged = Indexer::new(x.shape, x.strides)?;
-            args.extend([
-                LaunchArg::Ptr(x.ptr),
-                LaunchArg::Indexer(ix),
-                LaunchArg::I64(n),
-                LaunchArg::I32(i32::from(merged.is_contiguous())),
-            ]);
-            continue;
-        }
-        let written = t >= n_in || all[t].mutable;
-        if written && x.shape != shape.as_slice() {
-            return Err(Error::InvalidArgument(format!(
-                "{name}: `{}` has shape {}, but it is written and must have the broadcast shape {}",
-                names[t],
-                shape_text(x.shape),
-                shape_text(&shape)
-            )));
-        }
-        let lead = nd - x.shape.len();
-        let strides: Vec<i64> = (0..nd).map(|d| if d < lead || x.shape[d - lead] == 1 { 0 } else { x.strides[d - lead] }).collect();
-        let ix = Indexer::new(&shape, &strides).map_err(|e| e.context(format!("{name}: `{}`", names[t])))?;
-        contiguous &= ix.is_contiguous();
-        args.extend([LaunchArg::Ptr(x.ptr), LaunchArg::Indexer(ix)]);
-    }
-    // The vector loop reads each read-only input VECTOR elements at a time: they must be aligned to that.
-    let aligned = (0..n_in).filter(|&t| !all[t].raw && !all[t].mutable).all(|t| ops[t].ptr % (ops[t].elem * VECTOR) as u64 == 0);
-    let vector = contiguous && aligned && size as u64 >= VECTOR as u64;
-    let threads = if vector { (size as u64).div_ceil(VECTOR as u64) } else { size as u64 };
-    let Some(cfg) = launch::elementwise(threads, f.device().sm_count()) else { return Ok(()) };
-    args.extend([
-        LaunchArg::Indexer(unmerged(&shape, None)),
-        LaunchArg::I64(size),
-        LaunchArg::I32(i32::from(contiguous)),
-        LaunchArg::I32(i32::from(vector)),
-    ]);
-    f.launch(cfg, stream, &args)
-}
-
-/// How a reduction of `M` outputs over `J` elements each is laid out (the
-/// generated kernel's `_layout`, `_splits`, `_chunk`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReductionLaunch {
-    /// Blocks and threads.
-    pub launch: Launch,
-    /// 0: a warp per output (or piece), 1: a block per output (or piece),
-    /// 2: outputs along a warp's lanes, the reduced elements along the
-    /// block's warps (when adjacent outputs are adjacent in memory, or the
-    /// reductions are short).
-    pub layout: i32,
-    /// Pieces each output's elements are cut into (more than 1: partial
-    /// results, then `dlbridge_<name>_finish`).
-    pub splits: u64,
-    /// Elements a piece.
-    pub chunk: u64,
-}
-
-/// Reductions of at most this many elements put their outputs along the
-/// lanes (a thread each) whatever the layout.
-pub const SHORT_REDUCTION: u64 = 16;
-
-/// The layout of a reduction of `m` outputs over `j` elements on a device with
-/// `sms` multiprocessors: `outputs_inner` when adjacent outputs are closer in
-/// memory than adjacent reduced elements; `splittable` when partial results
-/// may be kept (the reduce type's size is known). Like the built-in row
-/// reductions: a warp per output for up to 1024 elements, else a block
-/// (32..=[`MAX_REDUCTION_BLOCK`] threads); outputs along the lanes for
-/// `outputs_inner` or short reductions (with 1 to 16 warps over the
-/// elements, as many as fill the device); and when the outputs are too few to
-/// fill the device, each one's elements split into pieces that do.
-pub fn reduction_launch(m: u64, j: u64, outputs_inner: bool, splittable: bool, sms: u32) -> Option<ReductionLaunch> {
-    if m == 0 {
-        return None;
-    }
-    let sms64 = u64::from(sms.max(1));
-    let fill = sms64 * u64::from(launch::BLOCKS_PER_SM);
-    if outputs_inner || (j <= SHORT_REDUCTION && m > 1) {
-        let blocks_m = m.div_ceil(32);
-        let resident_threads = sms64 * launch::THREADS_PER_SM;
-        let warps = if j <= SHORT_REDUCTION { 1 } else { resident_threads.div_ceil(blocks_m * 32).next_power_of_two().clamp(1, 16) };
-        let block = 32 * warps;
-        let resident_blocks = sms64 * (launch::THREADS_PER_SM / block).max(1);
-        let mut splits = 1;
-        if splittable && blocks_m < resident_blocks {
-            // Pieces of at least 64 elements a thread.
-            splits = resident_blocks.div_ceil(blocks_m).min(j.div_ceil(warps * 64)).max(1);
-        }
-        let chunk = j.div_ceil(splits).max(1);
-        let splits = j.div_ceil(chunk).max(1);
-        let grid = (blocks_m * splits).min(fill).min(launch::MAX_GRID_X) as u32;
-        return Some(ReductionLaunch { launch: Launch { grid, block: block as u32, shared: 0 }, layout: 2, splits, chunk });
-    }
-    let mut rows = launch::rows_within(m, j, sms, MAX_REDUCTION_BLOCK)?;
-    if !splittable && rows.splits > 1 {
-        let block = launch::row_block(j, MAX_REDUCTION_BLOCK);
-        let grid = m.min(fill).min(launch::MAX_GRID_X) as u32;
-        rows = launch::RowLaunch { launch: Launch { grid, block, shared: 0 }, warp_rows: false, splits: 1, chunk: j };
-    }
-    let layout = if rows.warp_rows { 0 } else { 1 };
-    Some(ReductionLaunch { launch: rows.launch, layout, splits: rows.splits, chunk: rows.chunk.max(1) })
-}
-
-/// Bytes a partial result of a reduce type that is a dtype takes at most
-/// (`struct { T v; bool has; }` for an 8-byte `T`).
-const PARTIAL_BYTES: usize = 16;
-
-fn run_reduction(spec: &ReductionSpec, fs: &[Function], call: &mut Call<'_, '_>) -> Result<()> {
-    let (name, stream, n_in) = (spec.name.as_str(), call.stream(), spec.inputs.len());
-    let f = &fs[0];
-    let (all, names, ops) = checked_operands(spec, f, call)?;
-    let x = &ops[0];
-    for k in 1..n_in {
-        if ops[k].shape != x.shape {
-            return Err(Error::InvalidArgument(format!(
-                "{name}: input `{}` has shape {}, but `{}` has {}",
-                names[k],
-                shape_text(ops[k].shape),
-                names[0],
-                shape_text(x.shape)
-            )));
-        }
-    }
-    let ny = ops[n_in].shape.len();
-    for m in 0..spec.outputs.len() {
-        let o = &ops[n_in + m];
-        if !(o.shape.len() == ny && ny <= x.shape.len() && o.shape == &x.shape[..ny]) {
-            return Err(Error::InvalidArgument(format!(
-                "{name}: output `{}` has shape {}; it must be the kept (leading) dims of the input shape {}, the reduced axes last",
-                names[n_in + m],
-                shape_text(o.shape),
-                shape_text(x.shape)
-            )));
-        }
-    }
-    let (kept, red) = x.shape.split_at(ny);
-    let m_count: i64 = kept.iter().product();
-    let j_count: i64 = red.iter().product();
-    if m_count == 0 {
-        return Ok(());
-    }
-    if j_count == 0 && spec.identity.is_none() {
-        return Err(Error::InvalidArgument(format!(
-            "{name}: the reduction is over zero elements and the kernel has no identity to start from"
-        )));
-    }
-    let mut args = Vec::with_capacity(3 * all.len() + 7);
-    let mut out_args = Vec::with_capacity(2 * spec.outputs.len());
-    let mut contiguous = true;
-    // Whether adjacent outputs are closer in memory than adjacent reduced elements (the first input's layout).
-    let mut outputs_inner = false;
-    for (t, o) in ops.iter().enumerate() {
-        let ctx = |e: Error| e.context(format!("{name}: `{}`", names[t]));
-        let k = Indexer::new(kept, &o.strides[..ny]).map_err(ctx)?;
-        args.extend([LaunchArg::Ptr(o.ptr), LaunchArg::Indexer(k)]);
-        if t < n_in {
-            let r = Indexer::new(red, &o.strides[ny..]).map_err(ctx)?;
-            contiguous &= r.is_contiguous();
-            if t == 0 && k.ndim > 0 && r.ndim > 0 {
-                let inner = |ix: &Indexer| ix.strides[ix.ndim as usize - 1].unsigned_abs();
-                outputs_inner = inner(&k) < inner(&r);
-            }
-            args.push(LaunchArg::Indexer(r));
-        } else {
-            out_args.extend([LaunchArg::Ptr(o.ptr), LaunchArg::Indexer(k)]);
-        }
-    }
-    // Partial results need their size: known when the reduce type is a dtype.
-    let splittable = spec.reduce_type.as_deref().is_none_or(|t| crate::params::numpy_dtype(t.trim()).is_some());
-    let dev = f.device();
-    let Some(plan) = reduction_launch(m_count as u64, j_count as u64, outputs_inner, splittable, dev.sm_count()) else {
-        return Ok(());
-    };
-    let workspace = if plan.splits > 1 {
-        let bytes = (m_count as usize).checked_mul(plan.splits as usize).and_then(|n| n.checked_mul(PARTIAL_BYTES));
-        let bytes = bytes.ok_or_else(|| Error::Overflow { what: format!("{name}: the partial results of {m_count} outputs") })?;
-        Some(dev.workspace(bytes, stream)?)
-    } else {
-        None
-    };
-    let partial = workspace.as_ref().map_or(0, |w| w.ptr());
-    args.extend([
-        LaunchArg::Ptr(partial),
-        LaunchArg::I64(m_count),
-        LaunchArg::I64(j_count),
-        LaunchArg::I32(i32::from(contiguous)),
-        LaunchArg::I32(plan.layout),
-        LaunchArg::I64(plan.splits as i64),
-        LaunchArg::I64(plan.chunk as i64),
-    ]);
-    f.launch(plan.launch, stream, &args)?;
-    if plan.splits > 1 {
-        let finish = fs.get(1).ok_or_else(|| Error::Runtime(format!("{name}: the finishing kernel is missing")))?;
-        let mut fargs = Vec::with_capacity(out_args.len() + 4);
-        fargs.push(LaunchArg::Ptr(partial));
-        fargs.extend(out_args);
-        fargs.extend([LaunchArg::I64(m_count), LaunchArg::I64(j_count), LaunchArg::I64(plan.splits as i64)]);
-        let warps_per_block = u64::from(launch::WARP_ROWS_BLOCK / 32);
-        let fill = u64::from(dev.sm_count()) * u64::from(launch::BLOCKS_PER_SM);
-        let grid = (m_count as u64).div_ceil(warps_per_block).min(fill).min(launch::MAX_GRID_X) as u32;
-        finish.launch(Launch { grid, block: launch::WARP_ROWS_BLOCK, shared: 0 }, stream, &fargs)?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reductions_are_laid_out_by_length_memory_order_and_output_count() {
-        let l = |m, j, inner| reduction_launch(m, j, inner, true, 132).unwrap();
-        assert_eq!(reduction_launch(0, 10, false, true, 132), None);
-        // Rows along the reduced elements: a warp each up to 1024, a block beyond.
-        let r = l(4096, 1000, false);
-        assert_eq!((r.layout, r.splits, r.launch.block), (0, 1, 256));
-        let r = l(4096, 4096, false);
-        assert_eq!((r.layout, r.splits, r.launch.block), (1, 1, 512));
-        // Few long rows, and a reduction to a scalar: split into pieces that fill the device.
-        let r = l(1, 1 << 24, false);
-        assert_eq!((r.layout, r.launch.block), (1, 512));
-        assert!(r.splits >= 132 && r.chunk * r.splits >= 1 << 24 && r.chunk * (r.splits - 1) < 1 << 24, "{r:?}");
-        // Without a known partial size: never split.
-        let r = reduction_launch(1, 1 << 24, false, false, 132).unwrap();
-        assert_eq!((r.layout, r.splits, r.chunk, r.launch.grid), (1, 1, 1 << 24, 1));
-        // Adjacent outputs adjacent in memory (a column sum): outputs along the lanes.
-        let r = l(1 << 20, 64, true);
-        assert_eq!((r.layout, r.splits, r.launch.block), (2, 1, 32));
-        let r = l(64, 1 << 20, true);
-        assert_eq!((r.layout, r.launch.block), (2, 512));
-        assert!(r.splits > 100 && r.chunk * r.splits >= 1 << 20, "{r:?}");
-        // Short reductions: a thread per output whatever the layout.
-        let r = l(1 << 20, 4, false);
-        assert_eq!((r.layout, r.splits, r.chunk, r.launch.block), (2, 1, 4, 32));
-        // Zero elements (with an identity): one piece of nothing per output.
-        let r = l(10, 0, false);
-        assert_eq!((r.splits, r.chunk), (1, 1));
-        for (m, j, inner) in [(3u64, 1u64 << 40, true), (7, 100_003, false), (1 << 40, 3, false), (5, 1 << 30, true)] {
-            let r = l(m, j, inner);
-            assert!(r.chunk * r.splits >= j && r.chunk * (r.splits - 1) < j.max(1), "{m}x{j}: {r:?}");
-            assert!(r.launch.block.is_power_of_two() && r.launch.block <= MAX_REDUCTION_BLOCK && r.launch.grid >= 1);
-        }
-    }
-
-    #[test]
-    fn unmerged_indexers_keep_the_shape_and_fold_beyond_eight_dims() {
-        let ix = unmerged(&[2, 3], Some(&[1, 2]));
-        assert_eq!((ix.ndim, &ix.shape[..2], &ix.strides[..2]), (2, &[2, 3][..], &[1, 2][..]));
-        let ix = unmerged(&[2; 10], None);
-        assert_eq!((ix.ndim, ix.shape[0], ix.shape[1]), (8, 8, 2));
-    }
 
     #[test]
     fn nvrtc_diagnostics_point_into_the_users_text_once() {

@@ -339,21 +339,34 @@ pub(crate) fn check(what: &str, source: &str, nonce: &str, ii: &str, reference: 
     let theirs = spans(reference, nonce, &labels).map_err(|m| fail(format!("the generated code without the user's text: {m}")))?;
     let ii_lines: Vec<&str> = ii.lines().collect();
     let ref_lines: Vec<&str> = reference.lines().collect();
-    // The generated code, fragment by fragment apart: the same tokens.
-    let outside = |lines: &[&str], spans: &[Span<'_>]| -> Vec<String> {
-        let mut parts = Vec::with_capacity(spans.len() + 1);
-        let mut from = 0;
-        for s in spans {
-            parts.push(lines[from..s.lines.start].join("\n"));
-            from = s.lines.end;
-        }
-        parts.push(lines[from..].join("\n"));
-        parts
-    };
-    let (a, r) = (outside(&ii_lines, &ours), outside(&ref_lines, &theirs));
-    for (k, (pa, pr)) in a.iter().zip(&r).enumerate() {
-        let (ta, _) = tokens(pa).map_err(|m| fail(format!("the generated code after preprocessing has {m}")))?;
-        let (tr, _) = tokens(pr).map_err(|m| fail(format!("the generated code without the user's text has {m}")))?;
+    let r = outside(&ref_lines, &theirs);
+    same_generated_code(source, nonce, &outside(&ii_lines, &ours), &r, &ours).map_err(fail)?;
+    let private = private_names(&r);
+    for s in &ours {
+        check_fragment(s, &ii_lines, &private).map_err(fail)?;
+    }
+    Ok(())
+}
+
+/// The generated code of a file apart from its fragments: the text before,
+/// between and after them.
+fn outside(lines: &[&str], spans: &[Span<'_>]) -> Vec<String> {
+    let mut parts = Vec::with_capacity(spans.len() + 1);
+    let mut from = 0;
+    for s in spans {
+        parts.push(lines[from..s.lines.start].join("\n"));
+        from = s.lines.end;
+    }
+    parts.push(lines[from..].join("\n"));
+    parts
+}
+
+/// The generated code, fragment by fragment apart, has the same tokens in
+/// the user's file (`a`) as in the reference (`r`).
+fn same_generated_code(source: &str, nonce: &str, a: &[String], r: &[String], ours: &[Span<'_>]) -> std::result::Result<(), String> {
+    for (k, (pa, pr)) in a.iter().zip(r).enumerate() {
+        let (ta, _) = tokens(pa).map_err(|m| format!("the generated code after preprocessing has {m}"))?;
+        let (tr, _) = tokens(pr).map_err(|m| format!("the generated code without the user's text has {m}"))?;
         if let Some(at) = (0..ta.len().max(tr.len())).find(|&i| ta.get(i).map(|t| t.text) != tr.get(i).map(|t| t.text)) {
             let after = if k == 0 { "before the first fragment".to_owned() } else { format!("after `{}`", ours[k - 1].label) };
             // The macro at fault: one the user's text defines, among the
@@ -375,199 +388,196 @@ pub(crate) fn check(what: &str, source: &str, nonce: &str, ii: &str, reference: 
                     )
                 }
             };
-            return Err(fail(m));
+            return Err(m);
         }
     }
-    // The generated code's own names after the preamble (`_end`, `_data`,
-    // `_q0`, `dlbridge_chunk`, ...): a fragment that names one reaches into the
-    // loop's state or overloads what the generated code calls. (The runtime's
-    // names before the preamble, `dlbridge_rsqrt` behind `rsqrt`, stay usable.)
-    // Taken from the reference itself, so every name it will ever have counts.
+    Ok(())
+}
+
+/// The generated code's own names after the preamble (`_end`, `_data`,
+/// `_q0`, `dlbridge_chunk`, ...): a fragment that names one reaches into the
+/// loop's state or overloads what the generated code calls. (The runtime's
+/// names before the preamble, `dlbridge_rsqrt` behind `rsqrt`, stay usable.)
+/// Taken from the reference itself, so every name it will ever have counts.
+fn private_names(r: &[String]) -> std::collections::BTreeSet<&str> {
     let mut private: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
     for part in r.iter().skip(1) {
         if let Ok((toks, _)) = tokens(part) {
             private.extend(toks.iter().map(|t| t.text).filter(|w| is_private_name(w) || (w.starts_with("dlbridge") && *w != "dlbridge")));
         }
     }
-    for s in &ours {
-        let text = ii_lines[s.lines.clone()].join("\n");
-        let (all_toks, directives) = tokens(&text).map_err(|m| fail(format!("`{}` has {m}", s.label)))?;
-        // What a system header the text includes brings (`/usr/include`: root's,
-        // its `extern "C"` blocks and `namespace std` included) is not the text's
-        // own: the line markers say which lines come from one (flag 3).
-        let mut system = vec![false; text.lines().count() + 2];
-        let mut in_system = false;
-        for (n, l) in text.lines().enumerate() {
-            if let Some(rest) = l.trim_start().strip_prefix('#')
-                && let Some(after_file) = rest
-                    .trim_start()
-                    .split_once('"')
-                    .and_then(|(num, r)| num.trim().chars().all(|c| c.is_ascii_digit()).then_some(r).and_then(|r| r.rsplit_once('"')))
-            {
-                in_system = after_file.1.split_whitespace().any(|f| f == "3");
-            }
-            system[n + 1] = in_system;
-        }
-        let toks: Vec<Tok<'_>> = all_toks.into_iter().filter(|t| !system.get(t.line).copied().unwrap_or(false)).collect();
-        let at = |t: &Tok<'_>| match user_line(&ii_lines, s.lines.start + t.line - 1) {
-            Some((f, l)) if f == s.label => format!("`{}` line {l}", s.label),
-            _ => format!("`{}`", s.label),
-        };
-        for (line, d) in &directives {
-            let is_marker = d.trim_start_matches(['#', ' ', '\t']).starts_with(|c: char| c.is_ascii_digit());
-            let body = d.strip_prefix('#').or_else(|| d.strip_prefix("%:")).unwrap_or(d).trim_start();
-            if !is_marker && !body.starts_with("pragma") && !body.starts_with("line") {
-                let where_ = at(&Tok { text: "", line: *line });
-                return Err(fail(format!("{where_} makes the directive `{}` after preprocessing", d.trim())));
-            }
-        }
-        let mut stack: Vec<&Tok<'_>> = Vec::new();
-        for (i, t) in toks.iter().enumerate() {
-            let open = match t.text {
-                "(" => Some(")"),
-                "[" | "<:" => Some("]"),
-                "{" | "<%" => Some("}"),
-                _ => None,
-            };
-            let close = match t.text {
-                ")" => Some(")"),
-                "]" | ":>" => Some("]"),
-                "}" | "%>" => Some("}"),
-                _ => None,
-            };
-            if open.is_some() {
-                stack.push(t);
-            } else if let Some(c) = close {
-                let matching = stack.pop().map(|o| {
-                    (
-                        o,
-                        if matches!(o.text, "(") {
-                            ")"
-                        } else if matches!(o.text, "[" | "<:") {
-                            "]"
-                        } else {
-                            "}"
-                        },
-                    )
-                });
-                match matching {
-                    Some((_, want)) if want == c => {}
-                    Some((o, _)) => {
-                        return Err(fail(format!(
-                            "{} closes `{}` with `{}` after preprocessing: each fragment closes the brackets it opens, and no others",
-                            at(t),
-                            o.text,
-                            t.text
-                        )));
-                    }
-                    None => {
-                        return Err(fail(format!(
-                            "{} closes a `{}` it did not open (after preprocessing): it would end the generated code around it",
-                            at(t),
-                            t.text
-                        )));
-                    }
-                }
-            }
-            if s.label != "preamble" && s.label != "operation" && ENDING.contains(&t.text) {
-                return Err(fail(format!(
-                    "{} uses `{}` (after preprocessing), which would end more than one element here; use `continue` in the operation to skip an element",
-                    at(t),
-                    t.text
-                )));
-            }
-            if private.contains(t.text) && t.text.starts_with("dlbridge") {
-                return Err(fail(format!(
-                    "{} uses `{}`: names of the generated code's own, starting with `dlbridge`, are not the text's",
-                    at(t),
-                    t.text
-                )));
-            }
-            if private.contains(t.text) && !DOCUMENTED.contains(&t.text) {
-                return Err(fail(format!(
-                    "{} uses `{}`, a name of the generated code's own (a kernel's text may use `{}`)",
-                    at(t),
-                    t.text,
-                    DOCUMENTED.join("`, `")
-                )));
-            }
+    private
+}
 
-            if (t.text.starts_with('"') || t.text.contains("R\"")) && (t.text.contains(".incbin") || t.text.contains(".include")) {
-                return Err(fail(format!(
-                    "{} has an assembler `.incbin`/`.include`: a file read by the assembler is not part of what the kernel's cache entry is keyed on; use `#include`",
-                    at(t)
-                )));
-            }
-            // Nothing is defined where the generated code or the libraries it
-            // calls would find it: not in `std` (a specialisation of a container
-            // the runtime uses), not with C linkage (a `memset` the compiler's own
-            // calls bind to), not the global allocation functions, and no `asm`
-            // at file scope or as a symbol name (which names any symbol, the
-            // runtime's included).
-            let next = |k: usize| toks.get(i + k).map_or("", |n| n.text);
-            let prev = if i > 0 { toks[i - 1].text } else { "" };
-            let refused = match t.text {
-                "namespace" if next(1) == "std" || (next(1) == "::" && next(2) == "std") => Some("opens the namespace `std`"),
-                "std"
-                    if matches!(prev, "class" | "struct" | "union" | "enum")
-                        || (prev == "::" && i > 1 && matches!(toks[i - 2].text, "class" | "struct" | "union" | "enum")) =>
-                {
-                    Some("declares a type of the namespace `std`")
-                }
-                "extern" if next(1).starts_with('"') => Some("gives a declaration a language linkage (`extern \"C\"`)"),
-                "operator" if matches!(next(1), "new" | "delete") => {
-                    Some("defines an allocation function (`operator new`/`operator delete`)")
-                }
-                "asm" | "__asm" | "__asm__" if s.label == "preamble" => Some("has `asm` at file scope"),
-                // A statement starts after these; anywhere else `asm` is a label.
-                "asm" | "__asm" | "__asm__" if !matches!(prev, "" | ";" | "{" | "}" | "<%" | "%>" | ":") => {
-                    Some("uses `asm` to name a symbol (an `asm` label)")
-                }
-                _ => None,
-            };
-            if let Some(why) = refused {
-                return Err(fail(format!(
-                    "{} {why}: a kernel's text may not define anything the generated code or the libraries it calls could bind to",
-                    at(t)
-                )));
-            }
-            if t.text == "namespace" && toks.get(i + 1).is_some_and(|n| n.text.starts_with("dlbridge")) {
-                return Err(fail(format!("{} opens the namespace `{}`, which belongs to the generated code", at(t), toks[i + 1].text)));
-            }
-            // The namespace `dlbridge` is named only to reach its public types
-            // (`dlbridge::Raw`, `dlbridge::Size`, `dlbridge::Indexer`): not aliased,
-            // not used whole, not entered (`dlbridge::detail`), so no text can
-            // declare, specialise or overload anything the generated code calls.
-            if t.text == "dlbridge" {
-                // Before it (past a leading `::`): no `class`/`struct`/... declaring or
-                // specialising one of its types.
-                let before = if i > 0 && toks[i - 1].text == "::" { i.checked_sub(2) } else { i.checked_sub(1) };
-                let declares = before.is_some_and(|b| matches!(toks[b].text, "class" | "struct" | "union" | "enum" | "friend"));
-                let public = toks.get(i + 1).is_some_and(|n| n.text == "::")
-                    && toks.get(i + 2).is_some_and(|n| PUBLIC.contains(&n.text))
-                    && !declares;
-                if !public {
-                    let what = match toks.get(i + 2) {
-                        Some(n) if toks[i + 1].text == "::" => format!("`dlbridge::{}`", n.text),
-                        _ => "the namespace `dlbridge` itself".to_owned(),
-                    };
-                    return Err(fail(format!(
-                        "{} names {what}, which belongs to the generated code (a kernel's text may name `dlbridge::{}` only)",
-                        at(t),
-                        PUBLIC.join("`, `dlbridge::")
-                    )));
-                }
-            }
+/// One fragment's tokens after preprocessing: no directive but `#pragma` and
+/// line markers, its brackets closed within it, and none of the refusals of
+/// [`refused_token`].
+fn check_fragment(s: &Span<'_>, ii_lines: &[&str], private: &std::collections::BTreeSet<&str>) -> std::result::Result<(), String> {
+    let text = ii_lines[s.lines.clone()].join("\n");
+    let (all_toks, directives) = tokens(&text).map_err(|m| format!("`{}` has {m}", s.label))?;
+    // What a system header the text includes brings (`/usr/include`: root's,
+    // its `extern "C"` blocks and `namespace std` included) is not the text's
+    // own: the line markers say which lines come from one (flag 3).
+    let mut system = vec![false; text.lines().count() + 2];
+    let mut in_system = false;
+    for (n, l) in text.lines().enumerate() {
+        if let Some(rest) = l.trim_start().strip_prefix('#')
+            && let Some(after_file) = rest
+                .trim_start()
+                .split_once('"')
+                .and_then(|(num, r)| num.trim().chars().all(|c| c.is_ascii_digit()).then_some(r).and_then(|r| r.rsplit_once('"')))
+        {
+            in_system = after_file.1.split_whitespace().any(|f| f == "3");
         }
-        if let Some(o) = stack.pop() {
-            return Err(fail(format!(
-                "{} leaves `{}` open after preprocessing: it would take in the generated code after it",
-                at(o),
-                o.text
-            )));
+        system[n + 1] = in_system;
+    }
+    let toks: Vec<Tok<'_>> = all_toks.into_iter().filter(|t| !system.get(t.line).copied().unwrap_or(false)).collect();
+    let at = |t: &Tok<'_>| match user_line(ii_lines, s.lines.start + t.line - 1) {
+        Some((f, l)) if f == s.label => format!("`{}` line {l}", s.label),
+        _ => format!("`{}`", s.label),
+    };
+    for (line, d) in &directives {
+        let is_marker = d.trim_start_matches(['#', ' ', '\t']).starts_with(|c: char| c.is_ascii_digit());
+        let body = d.strip_prefix('#').or_else(|| d.strip_prefix("%:")).unwrap_or(d).trim_start();
+        if !is_marker && !body.starts_with("pragma") && !body.starts_with("line") {
+            let where_ = at(&Tok { text: "", line: *line });
+            return Err(format!("{where_} makes the directive `{}` after preprocessing", d.trim()));
         }
     }
+    let mut stack: Vec<&Tok<'_>> = Vec::new();
+    for (i, t) in toks.iter().enumerate() {
+        let open = match t.text {
+            "(" => Some(")"),
+            "[" | "<:" => Some("]"),
+            "{" | "<%" => Some("}"),
+            _ => None,
+        };
+        let close = match t.text {
+            ")" => Some(")"),
+            "]" | ":>" => Some("]"),
+            "}" | "%>" => Some("}"),
+            _ => None,
+        };
+        if open.is_some() {
+            stack.push(t);
+        } else if let Some(c) = close {
+            let matching = stack.pop().map(|o| {
+                (
+                    o,
+                    if matches!(o.text, "(") {
+                        ")"
+                    } else if matches!(o.text, "[" | "<:") {
+                        "]"
+                    } else {
+                        "}"
+                    },
+                )
+            });
+            match matching {
+                Some((_, want)) if want == c => {}
+                Some((o, _)) => {
+                    return Err(format!(
+                        "{} closes `{}` with `{}` after preprocessing: each fragment closes the brackets it opens, and no others",
+                        at(t),
+                        o.text,
+                        t.text
+                    ));
+                }
+                None => {
+                    return Err(format!(
+                        "{} closes a `{}` it did not open (after preprocessing): it would end the generated code around it",
+                        at(t),
+                        t.text
+                    ));
+                }
+            }
+        }
+        if let Some(why) = refused_token(s.label, &toks, i, private) {
+            return Err(format!("{} {why}", at(t)));
+        }
+    }
+    if let Some(o) = stack.pop() {
+        return Err(format!("{} leaves `{}` open after preprocessing: it would take in the generated code after it", at(o), o.text));
+    }
     Ok(())
+}
+
+/// Why token `i` of a fragment labelled `label` is refused, if it is.
+fn refused_token(label: &str, toks: &[Tok<'_>], i: usize, private: &std::collections::BTreeSet<&str>) -> Option<String> {
+    let t = &toks[i];
+    if label != "preamble" && label != "operation" && ENDING.contains(&t.text) {
+        return Some(format!(
+            "uses `{}` (after preprocessing), which would end more than one element here; use `continue` in the operation to skip an element",
+            t.text
+        ));
+    }
+    if private.contains(t.text) && t.text.starts_with("dlbridge") {
+        return Some(format!("uses `{}`: names of the generated code's own, starting with `dlbridge`, are not the text's", t.text));
+    }
+    if private.contains(t.text) && !DOCUMENTED.contains(&t.text) {
+        return Some(format!(
+            "uses `{}`, a name of the generated code's own (a kernel's text may use `{}`)",
+            t.text,
+            DOCUMENTED.join("`, `")
+        ));
+    }
+    if (t.text.starts_with('"') || t.text.contains("R\"")) && (t.text.contains(".incbin") || t.text.contains(".include")) {
+        return Some("has an assembler `.incbin`/`.include`: a file read by the assembler is not part of what the kernel's cache entry is keyed on; use `#include`".to_string());
+    }
+    // Nothing is defined where the generated code or the libraries it
+    // calls would find it: not in `std` (a specialisation of a container
+    // the runtime uses), not with C linkage (a `memset` the compiler's own
+    // calls bind to), not the global allocation functions, and no `asm`
+    // at file scope or as a symbol name (which names any symbol, the
+    // runtime's included).
+    let next = |k: usize| toks.get(i + k).map_or("", |n| n.text);
+    let prev = if i > 0 { toks[i - 1].text } else { "" };
+    let refused = match t.text {
+        "namespace" if next(1) == "std" || (next(1) == "::" && next(2) == "std") => Some("opens the namespace `std`"),
+        "std"
+            if matches!(prev, "class" | "struct" | "union" | "enum")
+                || (prev == "::" && i > 1 && matches!(toks[i - 2].text, "class" | "struct" | "union" | "enum")) =>
+        {
+            Some("declares a type of the namespace `std`")
+        }
+        "extern" if next(1).starts_with('"') => Some("gives a declaration a language linkage (`extern \"C\"`)"),
+        "operator" if matches!(next(1), "new" | "delete") => Some("defines an allocation function (`operator new`/`operator delete`)"),
+        "asm" | "__asm" | "__asm__" if label == "preamble" => Some("has `asm` at file scope"),
+        // A statement starts after these; anywhere else `asm` is a label.
+        "asm" | "__asm" | "__asm__" if !matches!(prev, "" | ";" | "{" | "}" | "<%" | "%>" | ":") => {
+            Some("uses `asm` to name a symbol (an `asm` label)")
+        }
+        _ => None,
+    };
+    if let Some(why) = refused {
+        return Some(format!("{why}: a kernel's text may not define anything the generated code or the libraries it calls could bind to"));
+    }
+    if t.text == "namespace" && toks.get(i + 1).is_some_and(|n| n.text.starts_with("dlbridge")) {
+        return Some(format!("opens the namespace `{}`, which belongs to the generated code", toks[i + 1].text));
+    }
+    // The namespace `dlbridge` is named only to reach its public types
+    // (`dlbridge::Raw`, `dlbridge::Size`, `dlbridge::Indexer`): not aliased,
+    // not used whole, not entered (`dlbridge::detail`), so no text can
+    // declare, specialise or overload anything the generated code calls.
+    if t.text == "dlbridge" {
+        // Before it (past a leading `::`): no `class`/`struct`/... declaring or
+        // specialising one of its types.
+        let before = if i > 0 && toks[i - 1].text == "::" { i.checked_sub(2) } else { i.checked_sub(1) };
+        let declares = before.is_some_and(|b| matches!(toks[b].text, "class" | "struct" | "union" | "enum" | "friend"));
+        let public =
+            toks.get(i + 1).is_some_and(|n| n.text == "::") && toks.get(i + 2).is_some_and(|n| PUBLIC.contains(&n.text)) && !declares;
+        if !public {
+            let what = match toks.get(i + 2) {
+                Some(n) if toks[i + 1].text == "::" => format!("`dlbridge::{}`", n.text),
+                _ => "the namespace `dlbridge` itself".to_owned(),
+            };
+            return Some(format!(
+                "names {what}, which belongs to the generated code (a kernel's text may name `dlbridge::{}` only)",
+                PUBLIC.join("`, `dlbridge::")
+            ));
+        }
+    }
+    None
 }
 
 #[cfg(test)]

@@ -34,10 +34,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use dlbridge_core::{Error, Result};
 use sha2::{Digest, Sha256};
 
-pub use crate::dirs::cpu_cache_dir;
-use crate::elf::{self, Policy};
-use crate::fragments;
-use crate::toolchain::{Compiler, cpu_fingerprint};
+pub use crate::builder::dirs::cpu_cache_dir;
+use crate::builder::elf::{self, Policy};
+use crate::builder::fragments;
+use crate::builder::toolchain::{Compiler, cpu_fingerprint};
 pub use dlbridge_registry::trust::{HeldLibrary, TrustedDir};
 use dlbridge_registry::trust::{seal, sealed};
 
@@ -391,7 +391,7 @@ fn no_space(e: Error, what: &str, dir: &Path) -> Error {
     e
 }
 
-pub(crate) use crate::toolchain::Input;
+pub(crate) use crate::builder::toolchain::Input;
 
 /// Lower-case hex of `bytes`.
 fn hex(bytes: &[u8]) -> String {

@@ -7,24 +7,24 @@
 use dlbridge_registry::plugin::PLUGIN_H;
 
 /// Integer division by zero as an error (`dlbridge_divguard::guarded`).
-pub(crate) const DIVGUARD_H: &str = include_str!("../include/dlbridge_compile/divguard.h");
+pub(crate) const DIVGUARD_H: &str = include_str!("../../include/dlbridge_compile/divguard.h");
 /// `float16` and `bfloat16`, for both backends.
-pub(crate) const HALFS_H: &str = include_str!("../include/dlbridge_compile/halfs.h");
+pub(crate) const HALFS_H: &str = include_str!("../../include/dlbridge_compile/halfs.h");
 /// The runtime of generated CUDA kernels (on `dlbridge_common.cuh` and the half types).
-pub(crate) const CUDA_RUNTIME_CUH: &str = include_str!("../include/dlbridge_compile/cuda_runtime.cuh");
+pub(crate) const CUDA_RUNTIME_CUH: &str = include_str!("../../include/dlbridge_compile/cuda_runtime.cuh");
 
 /// dlbridge's headers by the name an `#include "..."` gives them.
 pub(crate) const FILES: [(&str, &str); 10] = [
     ("dlbridge/plugin.h", PLUGIN_H),
     ("dlbridge_common.cuh", dlbridge_cuda::builtins::COMMON),
-    ("dlbridge_compile/nvrtc_stdint.cuh", include_str!("../include/dlbridge_compile/nvrtc_stdint.cuh")),
+    ("dlbridge_compile/nvrtc_stdint.cuh", include_str!("../../include/dlbridge_compile/nvrtc_stdint.cuh")),
     ("dlbridge_compile/divguard.h", DIVGUARD_H),
-    ("dlbridge_compile/errors.h", include_str!("../include/dlbridge_compile/errors.h")),
+    ("dlbridge_compile/errors.h", include_str!("../../include/dlbridge_compile/errors.h")),
     ("dlbridge_compile/halfs.h", HALFS_H),
-    ("dlbridge_compile/libmvec.h", include_str!("../include/dlbridge_compile/libmvec.h")),
-    ("dlbridge_compile/cpu_runtime.h", include_str!("../include/dlbridge_compile/cpu_runtime.h")),
+    ("dlbridge_compile/libmvec.h", include_str!("../../include/dlbridge_compile/libmvec.h")),
+    ("dlbridge_compile/cpu_runtime.h", include_str!("../../include/dlbridge_compile/cpu_runtime.h")),
     ("dlbridge_compile/cuda_runtime.cuh", CUDA_RUNTIME_CUH),
-    ("dlbridge_compile/inline_runtime.h", include_str!("../include/dlbridge_compile/inline_runtime.h")),
+    ("dlbridge_compile/inline_runtime.h", include_str!("../../include/dlbridge_compile/inline_runtime.h")),
 ];
 
 /// The text of header `name` as it is on disk.
@@ -82,7 +82,7 @@ mod tests {
     /// without glibc's vector math declared.
     #[test]
     fn each_cpu_header_compiles_alone_without_warnings() {
-        let Ok(cxx) = crate::toolchain::Compiler::get() else {
+        let Ok(cxx) = crate::builder::toolchain::Compiler::get() else {
             eprintln!("skipped: no C++ compiler");
             return;
         };
@@ -120,7 +120,7 @@ mod tests {
         for (name, _) in FILES.iter().filter(|(n, _)| n.ends_with(".cuh") && n.starts_with("dlbridge_compile/")) {
             let text = expand(name);
             for arch in ["--gpu-architecture=compute_75", "--gpu-architecture=compute_90"] {
-                let mut options: Vec<String> = crate::cuda::OPTIONS.iter().map(|s| s.to_string()).collect();
+                let mut options: Vec<String> = crate::codegen::cuda::OPTIONS.iter().map(|s| s.to_string()).collect();
                 options.push(arch.into());
                 dlbridge_cuda::nvrtc::compile_ptx(&text, name, &options).unwrap_or_else(|e| panic!("{name} for {arch}: {e}"));
             }

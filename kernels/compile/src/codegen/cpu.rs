@@ -8,7 +8,7 @@
 //!
 //! # What a kernel body sees (CuPy's semantics)
 //! * `typedef <ctype> T;` for every bound placeholder (f16/bf16 are the
-//!   `float16`/`bfloat16` of `crate::halfs`, computed in float; c64/c128 are
+//!   `float16`/`bfloat16` of `crate::codegen::halfs`, computed in float; c64/c128 are
 //!   `std::complex`, mixing with real values as CuPy's `thrust::complex`
 //!   does); CUDA spellings compile
 //!   (`__device__`, `__host__`, `__global__`, `__forceinline__`); `<cmath>`,
@@ -71,7 +71,8 @@ use dlbridge_core::{DType, Result};
 
 pub(crate) use crate::codegen::Src;
 use crate::codegen::{Backend, Head, c_string, head, reduction_helpers, summary};
-use crate::params::{ElementwiseSpec, Param, ReductionSpec, bound_dtype, cpu_ctype};
+use crate::params::{Param, bound_dtype, cpu_ctype};
+use crate::spec::{ElementwiseSpec, ReductionSpec};
 
 /// The file name diagnostics use for generated (non-user) lines.
 pub const GENERATED_FILE: &str = "dlbridge_generated.cpp";
@@ -92,7 +93,7 @@ pub const PARALLEL_THRESHOLD: usize = 1 << 16;
 /// may: a skipped `std::lock_guard` leaves its mutex locked). `INT_MIN / -1` is
 /// not checked (it still traps), nor is a division in threads the user's own
 /// code starts (OpenMP, std::thread): there the check traps (SIGILL).
-pub(crate) const DIVGUARD: &str = crate::headers::DIVGUARD_H;
+pub(crate) const DIVGUARD: &str = crate::codegen::headers::DIVGUARD_H;
 
 /// The CPU backend's head: the plugin header and C++ runtime.
 const CPU: Backend = Backend {
@@ -101,7 +102,7 @@ const CPU: Backend = Backend {
     ctype: cpu_ctype,
     runtime: |src| {
         src.line(&format!("#define DLBRIDGE_PARALLEL_MIN {PARALLEL_THRESHOLD}"));
-        src.push(&crate::headers::expand("dlbridge_compile/cpu_runtime.h"));
+        src.push(&crate::codegen::headers::expand("dlbridge_compile/cpu_runtime.h"));
     },
     marked: true,
 };
