@@ -71,6 +71,11 @@ def platforms() -> tuple[str, ...]:
     return tuple(served)
 
 
+# Registered on import: a program deserialised in this process (`jax.export`)
+# finds the handler even before any `as_op` of this process's runs.
+platforms()
+
+
 def _lead(kernel: dlbridge.Kernel) -> str | None:
     """The one group every tensor (parameters and outputs) leads with, if any."""
     leads = {(d[0] if d else None) for d in (t.dims for t in [*kernel.params, *kernel.outputs] if t.kind == "tensor")}

@@ -39,6 +39,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -1037,6 +1038,9 @@ def _follow(proc: subprocess.Popen, rfd: int, run: _Run, timeout: float) -> None
                 proc.wait(timeout=min(left, 0.1))
 
 
+_DEATH = re.compile(r"did not finish within [0-9.]+ s|crashed the process: killed by signal|exited with status -?\d+ before reporting")
+
+
 def _death(run: _Run) -> str:
     """How a child that did not finish ended, naming who ran in it."""
     if run.rc is None:
@@ -1396,7 +1400,8 @@ def _yours(args: Any) -> int:
         for r in rs:
             print(f"  {r}")
             rule = rules.get(r.name)
-            if r.status == "fail" and rule:
+            # A check whose child hung, crashed or exited says so; the rule's fix is not about that.
+            if r.status == "fail" and rule and not _DEATH.search(r.detail):
                 print(f"      rule: {rule[0]}")
                 print(f"      fix:  {rule[1]}")
         counts = _tally(rs, names)

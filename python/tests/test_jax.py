@@ -314,7 +314,7 @@ sys.stdout.buffer.write(exported.serialize())
 
 _LOADER = """
 import sys, numpy as np, jax, jax.numpy as jnp, dlbridge, dlbridge.jax as djax
-djax.platforms()
+# No call through as_op before the program runs: importing dlbridge.jax registers the handler.
 # Kernels defined first take the handle numbers the exporting process gave its kernel.
 for k in range(8):
     djax.as_op(dlbridge.ElementwiseKernel("T x", "T y", f"y = x * {k + 2}", f"collider_{k}"))
@@ -369,11 +369,20 @@ def test_vmap_of_an_elementwise_kernel_that_reads_its_position_matches_calls_per
     assert dlbridge.ElementwiseKernel("T x", "T y", "y = x * 2", "not_positional").kernel.per_element
 
 
-@pytest.mark.parametrize("operation", ["static int count = 0; y = x + (T)(count++)", "y = x + (T)(((size_t)&y / sizeof(T)) % 7)"])
-def test_an_elementwise_kernel_with_state_or_addresses_is_batched_one_call_per_element(operation):
+@pytest.mark.parametrize(
+    "operation, preamble",
+    [
+        ("static int count = 0; y = x + (T)(count++)", ""),
+        ("y = x + (T)(((size_t)&y / sizeof(T)) % 7)", ""),
+        ("y = x + (T)((reinterpret_cast<unsigned long>(__builtin_addressof(y)) % 64) / sizeof(T))", ""),
+        ("y = x + (T)((reinterpret_cast<unsigned long>(std::addressof(y)) % 64) / sizeof(T))", "#include <memory>"),
+        ("y = x + (T)(where_of(y) % 7)", "template <class V> unsigned long where_of(const V& v) { return (unsigned long)&v / sizeof(V); }"),
+    ],
+)
+def test_an_elementwise_kernel_with_state_or_addresses_is_batched_one_call_per_element(operation, preamble):
     # Such a kernel gives other values from call to call: what vmap must not do is
     # run the batch as one call, where the state or addresses span the batch.
-    k = dlbridge.ElementwiseKernel("T x", "T y", operation, f"stateful_{abs(hash(operation)) % 10**6}")
+    k = dlbridge.ElementwiseKernel("T x", "T y", operation, f"stateful_{abs(hash(operation)) % 10**6}", preamble=preamble)
     assert not k.kernel.per_element
     assert djax._vmap_method(k.kernel) == "sequential"
 

@@ -27,6 +27,8 @@ pub struct SourceKernel<S> {
     launcher: Arc<dyn Launcher>,
     specs: Arc<Specialisations>,
     cuda_specs: Arc<CudaSpecialisations>,
+    /// What the files its texts include said when it was made.
+    included: Option<String>,
 }
 
 impl<S> Clone for SourceKernel<S> {
@@ -40,6 +42,7 @@ impl<S> Clone for SourceKernel<S> {
             launcher: self.launcher.clone(),
             specs: self.specs.clone(),
             cuda_specs: self.cuda_specs.clone(),
+            included: self.included.clone(),
         }
     }
 }
@@ -61,6 +64,7 @@ impl<S: Spec + Send + Sync + 'static> SourceKernel<S> {
         // The derived signature must be one the registry accepts (a bug here, not the user's).
         Signature::parse(&signature)
             .map_err(|e| Error::Runtime(format!("{} {}: derived signature `{signature}`: {e}", S::KIND, spec.name())))?;
+        let included = crate::builder::cache::included_digest(&spec.texts(), &[]);
         let spec = Arc::new(spec);
         Ok(SourceKernel {
             launcher: spec.clone(),
@@ -71,6 +75,7 @@ impl<S: Spec + Send + Sync + 'static> SourceKernel<S> {
             build,
             specs: Arc::new(Specialisations::default()),
             cuda_specs: Arc::new(Specialisations::default()),
+            included,
         })
     }
 
@@ -113,12 +118,16 @@ impl<S: Spec + Send + Sync + 'static> SourceKernel<S> {
         KernelDef { device: DeviceType::CUDA, imp, ..self.def() }
     }
 
-    /// What defines it beyond its signature: its kind and every text it was
-    /// made from (part of the registry's [`Kernel::digest`](dlbridge_registry::Kernel::digest)).
+    /// What defines it beyond its signature: its kind, every text it was
+    /// made from and, when they include files, what those said when it was
+    /// made (part of the registry's [`Kernel::digest`](dlbridge_registry::Kernel::digest)).
     pub fn identity(&self) -> String {
         let mut out = String::from(S::KIND);
         for (field, text) in self.spec.texts() {
             out.push_str(&format!("\n{field} ({} bytes):\n{text}", text.len()));
+        }
+        if let Some(included) = &self.included {
+            out.push_str(&format!("\n{included}"));
         }
         out
     }

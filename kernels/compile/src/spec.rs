@@ -125,6 +125,22 @@ fn check_signature(kind: &str, name: &str, signature: &str) -> Result<()> {
 
 const EW: &str = "ElementwiseKernel";
 
+/// Words through which a text can learn where an element lies without `&`
+/// (`std::addressof(y)`, `std::ref(y)` bit-cast, a `memcpy` of a pointer).
+const ADDRESS_WORDS: [&str; 11] = [
+    "addressof",
+    "__builtin_addressof",
+    "reference_wrapper",
+    "ref",
+    "cref",
+    "tie",
+    "forward_as_tuple",
+    "bit_cast",
+    "__builtin_bit_cast",
+    "__builtin_frame_address",
+    "__builtin_return_address",
+];
+
 /// The input that gives the loop its shape when every declared input is raw
 /// (see [`ElementwiseSpec::sized_by_caller`]).
 pub(crate) const LOOP: &str = "_loop";
@@ -224,10 +240,11 @@ impl ElementwiseSpec {
     /// Whether an element's result may depend on more than the inputs'
     /// elements at its position, as far as the text shows: a raw input, a
     /// `loop_prep` or `after_loop` (state shared by the elements of a chunk), a
-    /// preamble with directives (a macro may paste any name), an operation
-    /// with `static` or `thread_local` state or an `&` (an element's
-    /// address), or one that names the flat index `i`, the size `n`, `_ind` or
-    /// another name of the generated code's (`_end`). Such a kernel is not
+    /// preamble with directives (a macro may paste any name), an operation or
+    /// preamble with `static` or `thread_local` state, an `&` or another way
+    /// to an element's address (`std::addressof`, `std::ref`, `bit_cast`), or
+    /// one that names the flat index `i`, the size `n`, `_ind` or another
+    /// name of the generated code's (`_end`). Such a kernel is not
     /// batched as one call on stacked inputs (`jax.vmap`); the test errs on
     /// the side of per-element calls.
     pub fn reads_position(&self) -> bool {
@@ -244,10 +261,15 @@ impl ElementwiseSpec {
             || !self.after_loop.trim().is_empty()
             // A macro of the preamble may spell any of these (`a##b` pasting `_ind`).
             || pre.lines().any(|l| l.trim_start().starts_with('#'))
-            // State kept across elements, or an element's address.
-            || ["static", "thread_local"].iter().any(|w| has_word(&op, w))
-            || op.replace("&&", "").contains('&')
-            || [&op, &pre].iter().any(|code| ["i", "n", "_ind"].iter().any(|w| has_word(code, w)) || generated_name(code))
+            // State kept across elements, or an element's address (through a
+            // function of the preamble's too: `where(const T& v)`).
+            || [&op, &pre].iter().any(|code| {
+                ["static", "thread_local"].iter().any(|w| has_word(code, w))
+                    || code.replace("&&", "").contains('&')
+                    || ADDRESS_WORDS.iter().any(|w| has_word(code, w))
+                    || ["i", "n", "_ind"].iter().any(|w| has_word(code, w))
+                    || generated_name(code)
+            })
     }
 
     /// Whether the caller passes the outputs: an output is raw (its shape is

@@ -79,7 +79,9 @@ fn code_in_the_preamble_that_would_run_at_load_is_refused_before_the_library_is_
         for spelled in [loader.clone(), loader.replace('{', "<%").replace('}', "%>")] {
             let name = format!("loader_{l}_{}", spelled.len());
             let e = attempt(&name, "z = x", &format!("#include <cstdlib>\n{spelled}"), "").expect_err(&name);
-            assert!(e.contains("may not run when its library is loaded"), "{name}: {e}");
+            // A `section` attribute is refused in the text; the others by the ELF check.
+            let says = if spelled.contains("section(") { "uses the attribute `section`" } else { "may not run when its library is loaded" };
+            assert!(e.contains(says), "{name}: {e}");
             assert!(!ran_at_load(), "{name}: code ran at load");
         }
     }
@@ -280,6 +282,72 @@ fn nothing_is_defined_where_the_generated_code_or_its_libraries_would_bind_to_it
             }
         }
     }
-    // Inline asm as a statement in the operation stays usable.
-    attempt("asm_stmt", "asm volatile(\"\" ::: \"memory\"); z = x", "", "").expect("an asm statement");
+    // Not even an empty `asm` statement: assembler text is refused whole.
+    let e = attempt("asm_stmt", "asm volatile(\"\" ::: \"memory\"); z = x", "", "").expect_err("an asm statement");
+    assert!(e.contains("`operation` line 1 uses `asm`"), "{e}");
+}
+
+/// Defines `_setjmp` (which the generated code calls before any element runs)
+/// to set [`FLAG`]: the text's code would run outside its element.
+fn setjmp_hijacks(dir: &std::path::Path) -> Vec<(&'static str, String, String, &'static str)> {
+    let set = "#include <cstdlib>\n\
+               __attribute__((used, noinline)) void dlb_mark() { setenv(\"DLBRIDGE_ESCAPE_RAN\", \"1\", 1); }\n";
+    let body = ".globl _setjmp\\n.type _setjmp,@function\\n_setjmp:\\n push %rdi\\n call _Z8dlb_markv@PLT\\n pop %rdi\\n xor %esi, %esi\\n jmp __sigsetjmp@PLT";
+    let header = dir.join("dlb_hidden.h");
+    std::fs::write(&header, "#pragma GCC system_header\nextern \"C\" int dlb_hidden(void) { return 1; }\n").unwrap();
+    vec![
+        (
+            "hj_asm_op",
+            set.to_owned(),
+            format!(
+                "asm volatile(\".ifndef dlb_once\\n.set dlb_once, 1\\n.pushsection .text.dlbhj,\\\"ax\\\",@progbits\\n{body}\\n.popsection\\n.endif\" ::: \"memory\");\nz = x * 2"
+            ),
+            "uses `asm`",
+        ),
+        (
+            "hj_section",
+            format!("{set}__attribute__((section(\".text.dlbhj,\\\"ax\\\",@progbits\\n{body}\\n#\"))) void dlb_carrier() {{}}\n"),
+            "z = x * 2".to_owned(),
+            "uses the attribute `section`",
+        ),
+        (
+            "hj_section_spelt",
+            format!("{set}[[gnu::__section__(\".text.dlbhj,\\\"ax\\\",@progbits\\n{body}\\n#\")]] void dlb_carrier() {{}}\n"),
+            "z = x * 2".to_owned(),
+            "uses the attribute `__section__`",
+        ),
+        ("hj_pragma_weak", format!("{set}#pragma weak _setjmp = _Z8dlb_markv\n"), "z = x * 2".to_owned(), "has `#pragma weak"),
+        ("hj_pragma_pasted", format!("{set}_Pragma(\"weak _setjmp = _Z8dlb_markv\")\n"), "z = x * 2".to_owned(), "has `#pragma weak"),
+        (
+            "hj_system_header",
+            format!("#include \"{}\"\n", header.display()),
+            "z = x * (T)dlb_hidden()".to_owned(),
+            "gives a declaration a language linkage",
+        ),
+        (
+            "hj_global",
+            "int stderr_copy = 0;\n".to_owned(),
+            "z = x * 2".to_owned(),
+            "defines `stderr_copy` under a name outside C++'s mangling",
+        ),
+    ]
+}
+
+#[test]
+fn the_text_cannot_define_a_symbol_the_generated_code_or_its_libraries_call() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, pre, op, says) in setjmp_hijacks(dir.path()) {
+        let e = attempt(name, &op, &pre, "").expect_err(name);
+        assert!(e.contains(says), "{name}: {e}");
+        assert!(!ran_at_load(), "{name}: the text's code ran");
+    }
+    // Globals in a namespace, or of internal linkage, are the text's own.
+    let z = attempt(
+        "ns_global",
+        "k::calls += 1; z = x * 2 + (T)k::table[0] + (T)one",
+        "namespace k { int calls = 0; float table[2] = {0, 0}; }\nstatic int one = 0;",
+        "",
+    )
+    .expect("namespaced globals");
+    assert!(z.iter().enumerate().all(|(i, &v)| v == 2.0 * i as f32), "{:?}", &z[..4]);
 }

@@ -267,6 +267,32 @@ fn a_second_cache_over_the_same_directory_finds_the_build_on_disk() {
 }
 
 #[test]
+fn a_header_the_c_source_includes_is_part_of_the_cache_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = dir.path().join("factor.h");
+    let c = format!(
+        "#include \"{}\"\nvoid scale(const float* x, float* y, long long n) {{ for (long long j = 0; j < n; ++j) y[j] = x[j] * FACTOR; }}\n",
+        header.display()
+    );
+    let run = |cache: Arc<LibraryCache>| {
+        let opts = InlineOptions { cache: Some(cache), ..Default::default() };
+        let lib = InlineLibrary::new("rs_header_key", Some(&c), &["scale(x: f32[N]) -> (y: f32[N])"], None, opts).unwrap();
+        let reg = Registry::new();
+        let k = lib.register(&reg).unwrap().remove(0);
+        let x = Array::from_slice(&[1.0f32, 2.0], &[2]).unwrap();
+        let mut y = Array::zeros(DType::F32, &[2]).unwrap();
+        k.call(&mut [Arg::Tensor(x.view())], &mut [y.view_mut().unwrap()]).unwrap();
+        y.to_vec::<f32>().unwrap()
+    };
+    let (_d, cache) = private_cache();
+    std::fs::write(&header, "#define FACTOR 2\n").unwrap();
+    assert_eq!(run(cache.clone()), vec![2.0, 4.0]);
+    // Another process (a new library over the same cache) after the header changed.
+    std::fs::write(&header, "#define FACTOR 3\n").unwrap();
+    assert_eq!(run(Arc::new(LibraryCache::new(cache.dir().to_path_buf()))), vec![3.0, 6.0], "the changed header is compiled");
+}
+
+#[test]
 fn concurrent_first_calls_with_new_dtypes_build_once() {
     let (_dir, cache) = private_cache();
     let reg = Registry::new();

@@ -140,6 +140,13 @@ fn the_disk_cache_builds_once_and_a_second_cache_finds_it() {
     assert!(names.iter().all(|n| !n.contains(".tmp")), "no temporary files left: {names:?}");
     assert_eq!(names.iter().filter(|n| n.ends_with(".so")).count(), 1, "{names:?}");
     assert_eq!(names.iter().filter(|n| n.ends_with(".seal")).count(), 1, "{names:?}");
+    // A directory where the library goes costs the cache entry, not the kernel.
+    std::fs::remove_file(&path).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    let fifth = LibraryCache::new(dir.path().to_path_buf());
+    assert_eq!(fifth.get_or_build(&source, "T=f32", "neg_cache", &[], load).unwrap().len(), loaded.len(), "built and loaded from memory");
+    assert_eq!(fifth.stats.compiled.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert!(path.is_dir(), "the directory is left alone");
 }
 
 #[test]
@@ -191,4 +198,26 @@ fn integer_division_by_zero_in_a_body_is_an_error_not_a_crash() {
             assert_eq!((q[i], r[i]), (a / b, a % b), "element {i}");
         }
     }
+}
+
+#[test]
+fn a_kernels_digest_covers_what_the_files_its_text_includes_say() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = dir.path().join("factor.h");
+    let preamble = format!("#include \"{}\"\n", header.display());
+    let digest = |factor: &str| {
+        std::fs::write(&header, format!("#define FACTOR {factor}\n")).unwrap();
+        let opts = dlbridge_compile::ElementwiseOptions { preamble: preamble.clone(), ..Default::default() };
+        let k = ElementwiseKernel::new("T x", "T y", "y = x * FACTOR", "digest_include", opts).unwrap();
+        let kernel = k.register(&Registry::new()).unwrap();
+        kernel.digest()
+    };
+    let two = digest("2");
+    assert_eq!(digest("2"), two, "the same text and header: the same kernel");
+    assert_ne!(digest("3"), two, "the header says another factor: another kernel");
+    // Without an include, the header is not read.
+    let plain = |op: &str| {
+        ElementwiseKernel::new("T x", "T y", op, "digest_plain", Default::default()).unwrap().register(&Registry::new()).unwrap().digest()
+    };
+    assert_eq!(plain("y = x * 2"), plain("y = x * 2"));
 }

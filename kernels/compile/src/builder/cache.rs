@@ -42,7 +42,12 @@ pub use dlbridge_registry::trust::{HeldLibrary, TrustedDir};
 use dlbridge_registry::trust::{seal, sealed};
 
 /// Bumped when the code generation changes in a way the source text does not show.
-const FORMAT: &str = "dlbridge-compile cpu v2";
+const FORMAT: &str = "dlbridge-compile cpu v3";
+
+/// The checks a build passes before its library is cached (the fragments'
+/// and the ELF file's): part of every key, so a library cached under other
+/// checks is never loaded without passing these.
+const CHECKS: [&str; 2] = [include_str!("fragments.rs"), include_str!("elf.rs")];
 
 /// What a library's seal is bound to: its file and its kind.
 fn seal_name(key: &str) -> String {
@@ -116,7 +121,7 @@ impl LibraryCache {
         let mut h = Sha256::new();
         // The nonce of a marked source is new each time: not part of the key.
         let source = fragments::unmarked(source);
-        for part in [FORMAT, &compiler.identity, &compiler.flags().join(" "), &cpu_fingerprint(), dtypes, &source] {
+        for part in [FORMAT, CHECKS[0], CHECKS[1], &compiler.identity, &compiler.flags().join(" "), &cpu_fingerprint(), dtypes, &source] {
             h.update((part.len() as u64).to_le_bytes());
             h.update(part.as_bytes());
         }
@@ -165,7 +170,7 @@ impl LibraryCache {
         load: impl Fn(&HeldLibrary) -> Result<T>,
     ) -> Result<T> {
         let compiler = Compiler::get()?;
-        let mut job = BuildJob { compiler, source, extra, what, user, policy, preprocessed: None };
+        let mut job = BuildJob { compiler, source, extra, what, user, policy, preprocessed: None, expanded: None };
         // A text that includes a file: keyed on what the preprocessor makes of it
         // now (a changed header is another library).
         let key = match fragments::nonce_of(source) {
@@ -173,6 +178,13 @@ impl LibraryCache {
                 let (ii, reference) = preprocess(&job, nonce)?;
                 let key = LibraryCache::key_with(compiler, &ii.replace(nonce, "NONCE"), dtypes, extra);
                 job.preprocessed = Some((ii, reference));
+                key
+            }
+            // The user's own C++ (`load_inline`): compiled from the same text.
+            None if includes_files(user) => {
+                let ii = compiler.preprocess_text(source, what, user, extra)?;
+                let key = LibraryCache::key_with(compiler, &ii, dtypes, extra);
+                job.expanded = Some(ii);
                 key
             }
             _ => LibraryCache::key_with(compiler, source, dtypes, extra),
@@ -220,6 +232,55 @@ struct BuildJob<'a> {
     /// The marked source preprocessed, and its blanked reference, when they
     /// were made before the build (to key a source that includes files).
     preprocessed: Option<(String, String)>,
+    /// An unmarked source preprocessed, when its key was taken from that.
+    expanded: Option<String>,
+}
+
+/// What the files `user`'s texts include say, as a digest, when they may
+/// include any ([`includes_files`]): the SHA-256 of the texts preprocessed
+/// now with their macros (`-dD`), each after a `#line 1 "label"`. `None` for texts that include
+/// nothing. Part of a kernel's identity, so that a program built for a
+/// kernel is refused where its headers say something else.
+pub(crate) fn included_digest(user: &[(&str, &str)], extra: &[String]) -> Option<String> {
+    if !includes_files(user) {
+        return None;
+    }
+    // The preamble first, as in the generated file; `-dD` keeps the macros
+    // a header defines in the output.
+    let mut texts = user.to_vec();
+    texts.sort_by_key(|(label, _)| *label != "preamble");
+    let unit: String = texts.iter().map(|(label, text)| format!("#line 1 \"{label}\"\n{text}\n")).collect();
+    let flags: Vec<String> = extra.iter().cloned().chain(["-dD".to_owned()]).collect();
+    let text = match Compiler::get().and_then(|c| c.preprocess_text(&unit, "the kernel's included files", user, &flags)) {
+        Ok(ii) => format!("preprocessed, SHA-256 {}", hex(&Sha256::digest(own_lines(&ii).as_bytes()))),
+        Err(e) => format!("not preprocessed: {e}"),
+    };
+    Some(format!("included files: {text}"))
+}
+
+/// The lines of preprocessed text that come from the user's texts and the
+/// files they include: not the compiler's predefined macros, not system
+/// headers (line marker flag 3: they differ between machines, not between
+/// kernels), not the line markers themselves (a header's path is not what it
+/// says).
+fn own_lines(ii: &str) -> String {
+    let mut keep = true;
+    let mut out = String::new();
+    for l in ii.lines() {
+        if let Some(rest) = l.strip_prefix("# ")
+            && rest.starts_with(|c: char| c.is_ascii_digit())
+        {
+            let file = rest.split('"').nth(1).unwrap_or("");
+            let system = rest.rsplit('"').next().is_some_and(|flags| flags.split_whitespace().any(|f| f == "3"));
+            keep = !system && !file.starts_with('<');
+            continue;
+        }
+        if keep {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// Whether any of the user's texts may include a file (it has a directive,
@@ -259,8 +320,16 @@ fn build(dir: &TrustedDir, key: &str, job: &BuildJob<'_>) -> Result<Vec<u8>> {
     // seal is never loaded (damaged or replaced files would otherwise run).
     dlbridge_registry::trust::swap_point("built", dir.path());
     let tag = seal(&seal_name(key), &bytes);
-    dir.write(&format!("{key}.seal"), tag.as_bytes()).map_err(|e| io_error(what, "write the seal into", dir.path(), &e))?;
-    dir.write(&format!("{key}.so"), &bytes).map_err(|e| io_error(what, "write the library into", dir.path(), &e))?;
+    let placed = dir.write(&format!("{key}.seal"), tag.as_bytes()).and_then(|()| dir.write(&format!("{key}.so"), &bytes));
+    if let Err(e) = placed {
+        // A full disk is the user's to know; anything else in the way (a
+        // directory where the library goes) only costs the cache entry: the
+        // checked bytes are loaded from memory all the same.
+        if e.raw_os_error() == Some(28) || e.kind() == std::io::ErrorKind::StorageFull {
+            return Err(io_error(what, "write the library into", dir.path(), &e));
+        }
+        return Ok(bytes);
+    }
     // The source beside it, for whoever wants to read what ran.
     let _ = dir.write(&format!("{key}.cpp"), job.source.as_bytes());
     dlbridge_registry::trust::swap_point("sealed", dir.path());
@@ -356,10 +425,13 @@ fn build_in(dir: &TrustedDir, job: &BuildJob<'_>) -> Result<Vec<u8>> {
                 Some(pair) => pair.clone(),
                 None => preprocess(job, nonce)?,
             };
-            fragments::check(what, source, nonce, &ii, &reference)?;
+            fragments::check(what, source, nonce, &ii, &reference, &compiler.system_dirs)?;
             (std::borrow::Cow::Owned(ii), Input::Preprocessed)
         }
-        _ => (std::borrow::Cow::Borrowed(source), Input::Source),
+        _ => match &job.expanded {
+            Some(ii) => (std::borrow::Cow::Borrowed(ii.as_str()), Input::Preprocessed),
+            None => (std::borrow::Cow::Borrowed(source), Input::Source),
+        },
     };
     dlbridge_registry::trust::swap_point("checked", dir.path());
     let so = dir.path().join("kernel.so");

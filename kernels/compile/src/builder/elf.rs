@@ -69,7 +69,14 @@ struct LoadTime {
     /// it defines, and the size of `.tm_clone_table`.
     runtime_hooks: Vec<String>,
     tm_clone_table: u64,
+    /// The symbols it defines (functions, data, labels; any binding) under
+    /// names outside C++'s mangling (not `_Z...`), sorted.
+    plain_symbols: Vec<String>,
 }
+
+/// Unmangled symbols the generated code's runtime defines itself: the
+/// handler the integer-division check calls (`dlbridge_compile/divguard.h`).
+const RUNTIME_DEFINES: [&str; 1] = ["__ubsan_handle_divrem_overflow_abort"];
 
 /// What the C runtime's start-up and tear-down code (crti, crtbegin) calls
 /// when a library defines it.
@@ -163,6 +170,14 @@ fn read(data: &[u8], what: &str) -> Result<(LoadTime, Vec<String>)> {
     runtime_hooks.sort();
     runtime_hooks.dedup();
     let tm_clone_table = file.section_by_name(".tm_clone_table").map_or(0, |s| s.size());
+    let mut plain_symbols: Vec<String> = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|sym| !sym.is_undefined() && !matches!(sym.kind(), object::SymbolKind::Section | object::SymbolKind::File))
+        .filter_map(|sym| sym.name().ok().filter(|n| !n.is_empty() && !n.starts_with("_Z") && !n.contains('.')).map(str::to_owned))
+        .collect();
+    plain_symbols.sort();
+    plain_symbols.dedup();
     let section_size = |name: &str| file.section_by_name(name).map_or(0, |s| s.size());
     let section_addr = |name: &str| file.section_by_name(name).map(|s| s.address());
     let load = LoadTime {
@@ -178,6 +193,7 @@ fn read(data: &[u8], what: &str) -> Result<(LoadTime, Vec<String>)> {
         wx_segments,
         runtime_hooks,
         tm_clone_table,
+        plain_symbols,
     };
     let mut exports: Vec<String> = file
         .dynamic_symbols()
@@ -207,6 +223,7 @@ fn read(_data: &[u8], _what: &str) -> Result<(LoadTime, Vec<String>)> {
             wx_segments: 0,
             runtime_hooks: Vec::new(),
             tm_clone_table: 0,
+            plain_symbols: Vec::new(),
         },
         Vec::new(),
     ))
@@ -285,6 +302,26 @@ pub(crate) fn check(compiler: &Compiler, bytes: &[u8], what: &str, policy: Polic
     if load.init_fini != base.init_fini || load.at_start != base.at_start {
         return Err(refuse("its compiled library adds code to the `.init` or `.fini` sections run at load and unload".into()));
     }
+    // A symbol of a name outside C++'s mangling is what C code and the
+    // libraries the generated code calls bind to (`_setjmp`, `stderr`): the
+    // text defines none (assembler text, a symbol attribute, `#pragma weak`,
+    // a global variable outside any namespace would).
+    let plain: Vec<&String> = load
+        .plain_symbols
+        .iter()
+        .filter(|n| !allowed.contains(&n.as_str()) && !RUNTIME_DEFINES.contains(&n.as_str()) && !base.plain_symbols.contains(n))
+        .collect();
+    if let Some(first) = plain.first() {
+        let list: Vec<String> = plain.iter().take(5).map(|e| format!("`{e}`")).collect();
+        return Err(Error::Coded {
+            kind: ErrorKind::Value,
+            message: format!(
+                "{what}: its compiled library defines {} under a name outside C++'s mangling, which the libraries the generated code calls could bind to \
+                 (a global variable outside any namespace? make it `static` or put it in a namespace: `namespace k {{ ... }}`; `{first}` may not be defined)",
+                list.join(", ")
+            ),
+        });
+    }
     let extra: Vec<&String> = exports.iter().filter(|e| !allowed.contains(&e.as_str()) && !base_exports.contains(e)).collect();
     if !extra.is_empty() {
         let list: Vec<String> = extra.iter().take(5).map(|e| format!("`{e}`")).collect();
@@ -324,7 +361,9 @@ mod tests {
                 "extern \"C\" void* dlb_res(void) { return 0; }\nasm(\".type dlb_if, @gnu_indirect_function\\n.set dlb_if, dlb_res\\n.section .data.rel\\n.quad dlb_if\\n.text\");",
                 "IFUNC",
             ),
-            ("extern \"C\" __attribute__((visibility(\"default\"))) void extra(void) {}", "exports `extra`"),
+            ("namespace k { __attribute__((visibility(\"default\"))) void extra() {} }", "exports `_ZN1k5extraEv`"),
+            ("int dlb_plain = 1;", "defines `dlb_plain` under a name outside C++'s mangling"),
+            ("asm(\".globl _setjmp\\n_setjmp: ret\");", "defines `_setjmp` under a name"),
         ];
         for (body, says) in cases {
             let e = check(c, &library(c, body), "t", policy).expect_err(body).to_string();

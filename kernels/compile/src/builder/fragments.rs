@@ -329,10 +329,35 @@ const PUBLIC: [&str; 3] = ["Raw", "Size", "Indexer"];
 /// not, could skip the loop).
 const ENDING: [&str; 5] = ["return", "co_return", "co_yield", "co_await", "goto"];
 
+/// GCC attributes (also spelt `__name__`) whose argument the assembler reads
+/// as a symbol or section name: pasted into the assembly verbatim, a newline
+/// in it starts an assembler directive.
+const SYMBOL_ATTRIBUTES: [&str; 5] = ["section", "alias", "weakref", "symver", "ifunc"];
+
+/// The pragmas a kernel's text may use: loop and diagnostic hints. The others
+/// are refused: `weak`, `redefine_extname` and `GCC visibility` make or
+/// rename symbols, `GCC system_header` hides the text from these checks.
+const ALLOWED_PRAGMAS: [&str; 9] = ["omp", "GCC unroll", "GCC ivdep", "unroll", "GCC diagnostic", "once", "pack", "message", "STDC"];
+
+/// Whether `#pragma` followed by `rest` is one of [`ALLOWED_PRAGMAS`].
+fn pragma_allowed(rest: &str) -> bool {
+    let words: Vec<&str> = rest.split(|c: char| c.is_whitespace() || c == '(').filter(|w| !w.is_empty()).collect();
+    ALLOWED_PRAGMAS.iter().any(|p| {
+        let want: Vec<&str> = p.split(' ').collect();
+        words.len() >= want.len() && words[..want.len()] == want[..]
+    })
+}
+
+/// Whether `file` (a line marker's path) lies in one of the compiler's
+/// system include directories, once `..` and links are resolved.
+fn in_system_dir(file: &str, system_dirs: &[std::path::PathBuf]) -> bool {
+    std::fs::canonicalize(file).is_ok_and(|f| system_dirs.iter().any(|d| f.starts_with(d)))
+}
+
 /// Checks the preprocessed marked source `ii` against `reference` (the
 /// preprocessed [`blanked`] source): see the module's documentation. `what`
 /// names the kernel in errors.
-pub(crate) fn check(what: &str, source: &str, nonce: &str, ii: &str, reference: &str) -> Result<()> {
+pub(crate) fn check(what: &str, source: &str, nonce: &str, ii: &str, reference: &str, system_dirs: &[std::path::PathBuf]) -> Result<()> {
     let fail = |m: String| Error::Coded { kind: ErrorKind::Value, message: format!("{what}: {m}") };
     let labels = labels_of(source, nonce);
     let ours = spans(ii, nonce, &labels).map_err(fail)?;
@@ -343,7 +368,7 @@ pub(crate) fn check(what: &str, source: &str, nonce: &str, ii: &str, reference: 
     same_generated_code(source, nonce, &outside(&ii_lines, &ours), &r, &ours).map_err(fail)?;
     let private = private_names(&r);
     for s in &ours {
-        check_fragment(s, &ii_lines, &private).map_err(fail)?;
+        check_fragment(s, &ii_lines, &private, system_dirs).map_err(fail)?;
     }
     Ok(())
 }
@@ -412,36 +437,53 @@ fn private_names(r: &[String]) -> std::collections::BTreeSet<&str> {
 /// One fragment's tokens after preprocessing: no directive but `#pragma` and
 /// line markers, its brackets closed within it, and none of the refusals of
 /// [`refused_token`].
-fn check_fragment(s: &Span<'_>, ii_lines: &[&str], private: &std::collections::BTreeSet<&str>) -> std::result::Result<(), String> {
+fn check_fragment(
+    s: &Span<'_>,
+    ii_lines: &[&str],
+    private: &std::collections::BTreeSet<&str>,
+    system_dirs: &[std::path::PathBuf],
+) -> std::result::Result<(), String> {
     let text = ii_lines[s.lines.clone()].join("\n");
     let (all_toks, directives) = tokens(&text).map_err(|m| format!("`{}` has {m}", s.label))?;
-    // What a system header the text includes brings (`/usr/include`: root's,
-    // its `extern "C"` blocks and `namespace std` included) is not the text's
-    // own: the line markers say which lines come from one (flag 3).
+    // What a system header the text includes brings (`/usr/include`: its
+    // `extern "C"` blocks and `namespace std` included) is not the text's own:
+    // the line markers say which lines come from one (flag 3), and the file
+    // must lie in one of the compiler's own system directories (a file of the
+    // user's that says `#pragma GCC system_header` gets flag 3 too).
     let mut system = vec![false; text.lines().count() + 2];
     let mut in_system = false;
     for (n, l) in text.lines().enumerate() {
         if let Some(rest) = l.trim_start().strip_prefix('#')
-            && let Some(after_file) = rest
+            && let Some((file, flags)) = rest
                 .trim_start()
                 .split_once('"')
                 .and_then(|(num, r)| num.trim().chars().all(|c| c.is_ascii_digit()).then_some(r).and_then(|r| r.rsplit_once('"')))
         {
-            in_system = after_file.1.split_whitespace().any(|f| f == "3");
+            in_system = flags.split_whitespace().any(|f| f == "3") && in_system_dir(file, system_dirs);
         }
         system[n + 1] = in_system;
     }
-    let toks: Vec<Tok<'_>> = all_toks.into_iter().filter(|t| !system.get(t.line).copied().unwrap_or(false)).collect();
+    let own = |line: usize| !system.get(line).copied().unwrap_or(false);
+    let toks: Vec<Tok<'_>> = all_toks.into_iter().filter(|t| own(t.line)).collect();
     let at = |t: &Tok<'_>| match user_line(ii_lines, s.lines.start + t.line - 1) {
         Some((f, l)) if f == s.label => format!("`{}` line {l}", s.label),
         _ => format!("`{}`", s.label),
     };
-    for (line, d) in &directives {
+    for (line, d) in directives.iter().filter(|(line, _)| own(*line)) {
         let is_marker = d.trim_start_matches(['#', ' ', '\t']).starts_with(|c: char| c.is_ascii_digit());
         let body = d.strip_prefix('#').or_else(|| d.strip_prefix("%:")).unwrap_or(d).trim_start();
-        if !is_marker && !body.starts_with("pragma") && !body.starts_with("line") {
-            let where_ = at(&Tok { text: "", line: *line });
-            return Err(format!("{where_} makes the directive `{}` after preprocessing", d.trim()));
+        let where_ = || at(&Tok { text: "", line: *line });
+        if let Some(pragma) = body.strip_prefix("pragma") {
+            if !pragma_allowed(pragma) {
+                return Err(format!(
+                    "{} has `{}`: a kernel's text may use the pragmas {} only (others can rename, alias or hide symbols)",
+                    where_(),
+                    d.trim(),
+                    ALLOWED_PRAGMAS.iter().map(|p| format!("`#pragma {p}`")).collect::<Vec<_>>().join(", ")
+                ));
+            }
+        } else if !is_marker && !body.starts_with("line") {
+            return Err(format!("{} makes the directive `{}` after preprocessing", where_(), d.trim()));
         }
     }
     let mut stack: Vec<&Tok<'_>> = Vec::new();
@@ -532,20 +574,29 @@ fn refused_token(label: &str, toks: &[Tok<'_>], i: usize, private: &std::collect
     // runtime's included).
     let next = |k: usize| toks.get(i + k).map_or("", |n| n.text);
     let prev = if i > 0 { toks[i - 1].text } else { "" };
-    let refused = match t.text {
-        "namespace" if next(1) == "std" || (next(1) == "::" && next(2) == "std") => Some("opens the namespace `std`"),
+    let refused: Option<String> = match t.text {
+        "namespace" if next(1) == "std" || (next(1) == "::" && next(2) == "std") => Some("opens the namespace `std`".to_owned()),
         "std"
             if matches!(prev, "class" | "struct" | "union" | "enum")
                 || (prev == "::" && i > 1 && matches!(toks[i - 2].text, "class" | "struct" | "union" | "enum")) =>
         {
-            Some("declares a type of the namespace `std`")
+            Some("declares a type of the namespace `std`".to_owned())
         }
-        "extern" if next(1).starts_with('"') => Some("gives a declaration a language linkage (`extern \"C\"`)"),
-        "operator" if matches!(next(1), "new" | "delete") => Some("defines an allocation function (`operator new`/`operator delete`)"),
-        "asm" | "__asm" | "__asm__" if label == "preamble" => Some("has `asm` at file scope"),
-        // A statement starts after these; anywhere else `asm` is a label.
-        "asm" | "__asm" | "__asm__" if !matches!(prev, "" | ";" | "{" | "}" | "<%" | "%>" | ":") => {
-            Some("uses `asm` to name a symbol (an `asm` label)")
+        "extern" if next(1).starts_with('"') => Some("gives a declaration a language linkage (`extern \"C\"`)".to_owned()),
+        "operator" if matches!(next(1), "new" | "delete") => {
+            Some("defines an allocation function (`operator new`/`operator delete`)".to_owned())
+        }
+        // Assembler text defines symbols and reads files no check sees (an
+        // `asm` statement's `.globl`, `.incbin`, `.section`, an `asm` label).
+        "asm" | "__asm" | "__asm__" => Some("uses `asm`: a CPU kernel's text may not hold assembler text".to_owned()),
+        // The attributes whose argument goes to the assembler as a symbol or
+        // section name (GCC pastes it in verbatim).
+        a if SYMBOL_ATTRIBUTES.contains(&a.trim_start_matches("__").trim_end_matches("__"))
+            && next(1) == "("
+            && prev != "."
+            && prev != "->" =>
+        {
+            Some(format!("uses the attribute `{a}`, whose argument the assembler reads as a symbol or section name"))
         }
         _ => None,
     };

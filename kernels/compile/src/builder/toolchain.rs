@@ -51,6 +51,9 @@ pub struct Compiler {
     /// error instead of a SIGFPE ([`DIVGUARD_FLAGS`], or the variant this
     /// compiler takes); empty when it takes neither.
     pub divguard: &'static [&'static str],
+    /// The directories it searches for `#include <...>` (`-v`'s list),
+    /// resolved: what lies there is the system's, not a kernel's text.
+    pub system_dirs: Vec<PathBuf>,
 }
 
 /// What [`Compiler::compile_text`] is given.
@@ -60,6 +63,23 @@ pub enum Input {
     Source,
     /// C++ already preprocessed (`$CXX -E`'s output).
     Preprocessed,
+}
+
+/// The directories `command` searches for `#include <...>`, resolved (from
+/// `-v`'s "#include <...> search starts here:" list).
+fn system_include_dirs(command: &[String]) -> Vec<PathBuf> {
+    let Some((program, pre)) = command.split_first() else { return Vec::new() };
+    let Ok(out) = Command::new(program).args(pre).args(["-E", "-v", "-x", "c++", "/dev/null"]).env("LC_ALL", "C").output() else {
+        return Vec::new();
+    };
+    let text = String::from_utf8_lossy(&out.stderr);
+    text.lines()
+        .skip_while(|l| !l.starts_with("#include <...> search starts here:"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("End of search list."))
+        // clang marks framework directories: `/path (framework directory)`.
+        .filter_map(|l| std::fs::canonicalize(l.trim().trim_end_matches(" (framework directory)")).ok())
+        .collect()
 }
 
 /// What to install when no compiler is found.
@@ -88,12 +108,14 @@ impl Compiler {
                     let version = text.lines().next().unwrap_or("").trim().to_owned();
                     let path = which(program).map_or_else(|| program.clone(), |p| p.display().to_string());
                     let native = native_target(&command);
+                    let system_dirs = system_include_dirs(&command);
                     let mut c = Compiler {
                         identity: format!("{path}\n{}\n{text}\n-march=native: {native}", command.join(" ")),
                         command,
                         version,
                         libmvec: false,
                         divguard: &[],
+                        system_dirs,
                     };
                     c.libmvec = c.probe_cached("libmvec", Compiler::probe_libmvec);
                     c.divguard = if c.probe_cached("divguard-linked", |c| c.probe_divguard(DIVGUARD_FLAGS)) {

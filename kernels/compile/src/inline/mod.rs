@@ -168,6 +168,8 @@ struct Shared {
     functions: Vec<Function>,
     cpu_builds: Specialisations<Vec<DType>, CpuBuild>,
     programs: Mutex<HashMap<Vec<DType>, Arc<Program>>>,
+    /// What the files its C++ includes said when it was made.
+    included: Option<String>,
 }
 
 /// A library of the user's C / CUDA C functions (see the [module docs](self)).
@@ -369,7 +371,7 @@ impl InlineLibrary {
         if let Some(s) = opts.strided.iter().find(|s| !out.iter().any(|f| f.name() == s.as_str())) {
             return Err(value_error(format!("{what}: `strided` names `{}`, which `functions` does not list", crate::params::shortened(s))));
         }
-        Ok(InlineLibrary {
+        let mut lib = InlineLibrary {
             inner: Arc::new(Shared {
                 name: name.to_owned(),
                 c_source: c_source.map(str::to_owned),
@@ -379,8 +381,22 @@ impl InlineLibrary {
                 functions: out,
                 cpu_builds: Specialisations::default(),
                 programs: Mutex::default(),
+                included: None,
             }),
-        })
+        };
+        // The C++ it compiles, preprocessed now, when it includes files (or is given as files).
+        let c = lib.inner.c_source.as_deref().unwrap_or("");
+        let included = if !lib.inner.opts.sources.is_empty() {
+            lib.cpu_source(&lib.first_dtypes()).ok().and_then(|src| {
+                crate::builder::cache::included_digest(&[(C_SOURCE, &format!("#include <cstddef>\n{src}"))], &lib.cpu_flags())
+            })
+        } else {
+            crate::builder::cache::included_digest(&[(C_SOURCE, c)], &lib.cpu_flags())
+        };
+        if let Some(shared) = Arc::get_mut(&mut lib.inner) {
+            shared.included = included;
+        }
+        Ok(lib)
     }
 
     /// [`new`](Self::new) from `(name, signature)` pairs (Python's
@@ -712,11 +728,12 @@ impl InlineLibrary {
             origin: self.origin(),
             doc: format!("{what} of {ORIGIN} ({})", self.inner.name),
             identity: format!(
-                "c_source:\n{}\ncuda_source:\n{}\nflags: {:?}\ncuda options: {:?}",
+                "c_source:\n{}\ncuda_source:\n{}\nflags: {:?}\ncuda options: {:?}\n{}",
                 self.inner.c_source.as_deref().unwrap_or(""),
                 self.inner.cuda_source.as_deref().unwrap_or(""),
                 self.cpu_flags(),
-                self.inner.opts.cuda_options
+                self.inner.opts.cuda_options,
+                self.inner.included.as_deref().unwrap_or("")
             ),
         };
         let (cpu, cuda) = (self.clone(), self.clone());
