@@ -322,8 +322,16 @@ fn setjmp_hijacks(dir: &std::path::Path) -> Vec<(&'static str, String, String, &
             "hj_system_header",
             format!("#include \"{}\"\n", header.display()),
             "z = x * (T)dlb_hidden()".to_owned(),
-            "gives a declaration a language linkage",
+            "which is not in the compiler's system include directories",
         ),
+        (
+            "hj_line_marker",
+            "# 1 \"/usr/include/stdio.h\" 3\nnamespace q { inline int f() { int r; __asm__(\"mov $7, %0\" : \"=r\"(r)); return r; } }\n"
+                .to_owned(),
+            "z = x + (T)q::f()".to_owned(),
+            "sets line numbers",
+        ),
+        ("hj_line_digraph", "%:line 1 \"/usr/include/stdio.h\"\n".to_owned(), "z = x".to_owned(), "sets line numbers"),
         (
             "hj_global",
             "int stderr_copy = 0;\n".to_owned(),

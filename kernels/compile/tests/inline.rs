@@ -293,6 +293,31 @@ fn a_header_the_c_source_includes_is_part_of_the_cache_key() {
 }
 
 #[test]
+fn a_functions_digest_covers_what_the_files_its_c_source_includes_say() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = dir.path().join("factor.h");
+    let c = format!(
+        "#include \"{}\"\nvoid scale(const float* x, float* y, long long n) {{ for (long long j = 0; j < n; ++j) y[j] = x[j] * FACTOR; }}\n",
+        header.display()
+    );
+    let digest = |factor: &str| {
+        std::fs::write(&header, format!("#define FACTOR {factor}\n")).unwrap();
+        let lib = InlineLibrary::new("rs_header_digest", Some(&c), &["scale(x: f32[N]) -> (y: f32[N])"], None, Default::default()).unwrap();
+        lib.register(&Registry::new()).unwrap().remove(0).digest()
+    };
+    let two = digest("2");
+    assert_eq!(digest("2"), two, "the same text and header: the same function");
+    assert_ne!(digest("3"), two, "the header says another factor: another function");
+    // A header that calls itself a system header is still the source's.
+    let hidden = |factor: &str| {
+        std::fs::write(&header, format!("#pragma GCC system_header\n#define FACTOR {factor}\n")).unwrap();
+        let lib = InlineLibrary::new("rs_header_digest", Some(&c), &["scale(x: f32[N]) -> (y: f32[N])"], None, Default::default()).unwrap();
+        lib.register(&Registry::new()).unwrap().remove(0).digest()
+    };
+    assert_ne!(hidden("2"), hidden("3"));
+}
+
+#[test]
 fn concurrent_first_calls_with_new_dtypes_build_once() {
     let (_dir, cache) = private_cache();
     let reg = Registry::new();

@@ -201,23 +201,24 @@ fn integer_division_by_zero_in_a_body_is_an_error_not_a_crash() {
 }
 
 #[test]
-fn a_kernels_digest_covers_what_the_files_its_text_includes_say() {
+fn a_kernel_from_source_includes_system_headers_only() {
     let dir = tempfile::tempdir().unwrap();
     let header = dir.path().join("factor.h");
-    let preamble = format!("#include \"{}\"\n", header.display());
-    let digest = |factor: &str| {
-        std::fs::write(&header, format!("#define FACTOR {factor}\n")).unwrap();
-        let opts = dlbridge_compile::ElementwiseOptions { preamble: preamble.clone(), ..Default::default() };
-        let k = ElementwiseKernel::new("T x", "T y", "y = x * FACTOR", "digest_include", opts).unwrap();
-        let kernel = k.register(&Registry::new()).unwrap();
-        kernel.digest()
+    std::fs::write(&header, "#define FACTOR 2\n").unwrap();
+    let reg = Registry::new();
+    let opts = dlbridge_compile::ElementwiseOptions {
+        preamble: format!("#include \"{}\"\n#include <cmath>\n", header.display()),
+        ..Default::default()
     };
-    let two = digest("2");
-    assert_eq!(digest("2"), two, "the same text and header: the same kernel");
-    assert_ne!(digest("3"), two, "the header says another factor: another kernel");
-    // Without an include, the header is not read.
-    let plain = |op: &str| {
-        ElementwiseKernel::new("T x", "T y", op, "digest_plain", Default::default()).unwrap().register(&Registry::new()).unwrap().digest()
-    };
-    assert_eq!(plain("y = x * 2"), plain("y = x * 2"));
+    let kernel = ElementwiseKernel::new("T x", "T y", "y = x * FACTOR", "own_header", opts).unwrap().register(&reg).unwrap();
+    let x = f32s(&[1.0], &[1]);
+    let mut y = Array::zeros(DType::F32, &[1]).unwrap();
+    let e = kernel.call(&mut [Arg::Tensor(x.view())], &mut [y.view_mut().unwrap()]).unwrap_err().to_string();
+    assert!(e.contains("`preamble` includes") && e.contains("factor.h") && e.contains("system headers only"), "{e}");
+    // A system header is fine.
+    let opts = dlbridge_compile::ElementwiseOptions { preamble: "#include <cmath>\n".into(), ..Default::default() };
+    let kernel = ElementwiseKernel::new("T x", "T y", "y = std::fabs(x)", "system_header", opts).unwrap().register(&reg).unwrap();
+    let x = f32s(&[-3.0], &[1]);
+    kernel.call(&mut [Arg::Tensor(x.view())], &mut [y.view_mut().unwrap()]).unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![3.0]);
 }

@@ -237,47 +237,48 @@ struct BuildJob<'a> {
 }
 
 /// What the files `user`'s texts include say, as a digest, when they may
-/// include any ([`includes_files`]): the SHA-256 of the texts preprocessed
-/// now with their macros (`-dD`), each after a `#line 1 "label"`. `None` for texts that include
-/// nothing. Part of a kernel's identity, so that a program built for a
-/// kernel is refused where its headers say something else.
+/// include any ([`includes_files`]): the SHA-256 of the bytes of every file
+/// the preprocessor enters that is not in the compiler's system include
+/// directories (those differ between machines, not between kernels), in the
+/// order it enters them. `None` for texts that include nothing. Part of a
+/// kernel's identity, so that a program built for a kernel is refused where
+/// its headers say something else.
 pub(crate) fn included_digest(user: &[(&str, &str)], extra: &[String]) -> Option<String> {
     if !includes_files(user) {
         return None;
     }
-    // The preamble first, as in the generated file; `-dD` keeps the macros
-    // a header defines in the output.
-    let mut texts = user.to_vec();
-    texts.sort_by_key(|(label, _)| *label != "preamble");
-    let unit: String = texts.iter().map(|(label, text)| format!("#line 1 \"{label}\"\n{text}\n")).collect();
-    let flags: Vec<String> = extra.iter().cloned().chain(["-dD".to_owned()]).collect();
-    let text = match Compiler::get().and_then(|c| c.preprocess_text(&unit, "the kernel's included files", user, &flags)) {
-        Ok(ii) => format!("preprocessed, SHA-256 {}", hex(&Sha256::digest(own_lines(&ii).as_bytes()))),
+    let unit: String = user.iter().map(|(label, text)| format!("#line 1 \"{label}\"\n{text}\n")).collect();
+    let compiler = match Compiler::get() {
+        Ok(c) => c,
+        Err(e) => return Some(format!("included files: not preprocessed: {e}")),
+    };
+    let text = match compiler.preprocess_text(&unit, "the kernel's included files", user, extra) {
+        Ok(ii) => {
+            let mut h = Sha256::new();
+            for file in entered_files(&ii).into_iter().filter(|f| !fragments::in_system_dir(f, &compiler.system_dirs)) {
+                let bytes = std::fs::read(&file).unwrap_or_else(|e| format!("unreadable: {e}").into_bytes());
+                h.update((bytes.len() as u64).to_le_bytes());
+                h.update(&bytes);
+            }
+            format!("the files' bytes, SHA-256 {}", hex(&h.finalize()))
+        }
         Err(e) => format!("not preprocessed: {e}"),
     };
     Some(format!("included files: {text}"))
 }
 
-/// The lines of preprocessed text that come from the user's texts and the
-/// files they include: not the compiler's predefined macros, not system
-/// headers (line marker flag 3: they differ between machines, not between
-/// kernels), not the line markers themselves (a header's path is not what it
-/// says).
-fn own_lines(ii: &str) -> String {
-    let mut keep = true;
-    let mut out = String::new();
+/// The files preprocessed text enters (line markers with flag 1), in order,
+/// each once.
+fn entered_files(ii: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
     for l in ii.lines() {
-        if let Some(rest) = l.strip_prefix("# ")
-            && rest.starts_with(|c: char| c.is_ascii_digit())
-        {
-            let file = rest.split('"').nth(1).unwrap_or("");
-            let system = rest.rsplit('"').next().is_some_and(|flags| flags.split_whitespace().any(|f| f == "3"));
-            keep = !system && !file.starts_with('<');
+        let Some(rest) = l.strip_prefix("# ") else { continue };
+        if !rest.starts_with(|c: char| c.is_ascii_digit()) {
             continue;
         }
-        if keep {
-            out.push_str(l);
-            out.push('\n');
+        let Some((file, flags)) = rest.split_once('"').and_then(|(_, tail)| tail.rsplit_once('"')) else { continue };
+        if flags.split_whitespace().any(|f| f == "1") && !out.iter().any(|o| o == file) {
+            out.push(file.to_owned());
         }
     }
     out

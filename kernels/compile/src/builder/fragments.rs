@@ -350,7 +350,7 @@ fn pragma_allowed(rest: &str) -> bool {
 
 /// Whether `file` (a line marker's path) lies in one of the compiler's
 /// system include directories, once `..` and links are resolved.
-fn in_system_dir(file: &str, system_dirs: &[std::path::PathBuf]) -> bool {
+pub(crate) fn in_system_dir(file: &str, system_dirs: &[std::path::PathBuf]) -> bool {
     std::fs::canonicalize(file).is_ok_and(|f| system_dirs.iter().any(|d| f.starts_with(d)))
 }
 
@@ -460,6 +460,14 @@ fn check_fragment(
                 .and_then(|(num, r)| num.trim().chars().all(|c| c.is_ascii_digit()).then_some(r).and_then(|r| r.rsplit_once('"')))
         {
             in_system = flags.split_whitespace().any(|f| f == "3") && in_system_dir(file, system_dirs);
+            // Entering a file (flag 1): only the system's headers may be included.
+            if flags.split_whitespace().any(|f| f == "1") && !in_system_dir(file, system_dirs) {
+                return Err(format!(
+                    "`{}` includes `{file}`, which is not in the compiler's system include directories: a kernel's text includes \
+                     system headers only (put helper code in the preamble, or use `load_inline` for C++ of your own files)",
+                    s.label
+                ));
+            }
         }
         system[n + 1] = in_system;
     }

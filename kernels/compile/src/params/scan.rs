@@ -37,11 +37,24 @@ pub(crate) fn check_text(kind: &str, name: &str, field: &str, text: &str, requir
         )));
     }
     let code = scanned.code;
+    // Line numbers are the generated code's: its `#line`s map diagnostics back,
+    // and the preprocessor's line markers are how a build tells the system's
+    // headers from the text (`# 1 "/usr/include/stdio.h" 3` would pass the
+    // text's next lines off as the system's).
+    if let Some(line) = code
+        .lines()
+        .map(str::trim_start)
+        .find(|l| is_directive(l, "line") || l.strip_prefix('#').is_some_and(|r| r.trim_start().starts_with(|c: char| c.is_ascii_digit())))
+    {
+        return Err(invalid(format!(
+            "{kind} `{name}`: {field} sets line numbers (`{}`): a kernel's text may not (`#line` and `# N \"file\"` are the generated code's)",
+            shortened(line.trim())
+        )));
+    }
     // Fragments inside the generated function hold statements or expressions:
     // a macro defined there would go on rewriting the generated code after it.
     if field != "preamble"
-        && let Some(line) =
-            code.lines().map(str::trim_start).find(|l| ["define", "undef", "include", "line"].iter().any(|d| is_directive(l, d)))
+        && let Some(line) = code.lines().map(str::trim_start).find(|l| ["define", "undef", "include"].iter().any(|d| is_directive(l, d)))
     {
         return Err(invalid(format!(
             "{kind} `{name}`: {field} has the directive `{}`, which belongs in the preamble (it would go on acting on the generated code after it)",
