@@ -99,11 +99,12 @@ setup() {
     touch "$stamp"
 }
 
-# Builds the Python extension into .venv when any Rust or packaging input changed.
+# Builds the Python extension into .venv when any Rust, C, C++, CUDA or packaging input changed.
 build_python() {
     local stamp sum
     sum=$(find Cargo.toml Cargo.lock pyproject.toml crates adapters kernels python -type f \
-            \( -name '*.rs' -o -name '*.toml' -o -name '*.c' -o -name '*.h' -o -name Cargo.lock \) \
+            \( -name '*.rs' -o -name '*.toml' -o -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.cu' \
+               -o -name '*.cuh' -o -name Cargo.lock \) \
             -not -path '*/target/*' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
     stamp=".venv/.dlbridge-ext-$sum"
     if [ -f "$stamp" ]; then

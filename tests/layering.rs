@@ -229,3 +229,60 @@ fn the_import_reader_sees_groups_super_and_skips_comments() {
         [("a", "b"), ("b", "c"), ("c", "a"), ("d", "a")].iter().map(|(x, y)| (x.to_string(), BTreeSet::from([y.to_string()]))).collect();
     assert_eq!(circles(&g), vec![vec!["a".to_string(), "b".into(), "c".into()]]);
 }
+
+/// Folders a walk of the tree passes over: builds, environments, caches.
+const NOT_SOURCE: [&str; 9] = ["target", ".venv", ".git", "__pycache__", "site", "node_modules", ".pytest_cache", ".hypothesis", ".mypy_cache"];
+
+/// Extensions of source files.
+const SOURCE: [&str; 9] = ["rs", "py", "pyi", "c", "h", "cpp", "cu", "cuh", "tc"];
+
+/// The folders under `dir` (relative to `root`) that hold source files, but
+/// for test-only ones: a `tests` folder and what is under it, and a folder
+/// whose only source file is `tests.rs` (a module's tests beside it).
+fn source_folders(root: &Path, dir: &Path, out: &mut Vec<String>) {
+    let mut names: Vec<String> = Vec::new();
+    let mut entries: Vec<_> = fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    entries.sort();
+    for p in entries {
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if p.is_dir() {
+            if !NOT_SOURCE.contains(&name.as_str()) && name != "tests" && !name.starts_with('.') {
+                source_folders(root, &p, out);
+            }
+        } else if p.extension().is_some_and(|e| SOURCE.contains(&e.to_string_lossy().as_ref())) {
+            names.push(name);
+        }
+    }
+    if !names.is_empty() && names.iter().any(|n| n != "tests.rs") && dir != root {
+        out.push(dir.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/"));
+    }
+}
+
+#[test]
+fn every_source_folder_is_on_the_architecture_page_and_every_page_in_the_index() {
+    let root = root();
+    let page = fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let mut folders = Vec::new();
+    for top in ["crates", "kernels", "adapters", "python", "examples"] {
+        source_folders(&root, &root.join(top), &mut folders);
+    }
+    let missing: Vec<&String> = folders.iter().filter(|f| !page.contains(&format!("`{f}`"))).collect();
+    assert!(missing.is_empty(), "source folders docs/architecture.md (\"Every source folder\") does not name: {missing:?}");
+    // A crate's own map (its lib.rs) names each folder of its source.
+    for f in folders.iter().filter(|f| f.matches("/src/").count() == 1 && !f.ends_with("/src")) {
+        let (krate, sub) = f.split_once("/src/").unwrap();
+        if sub.contains('/') {
+            continue;
+        }
+        let lib = fs::read_to_string(root.join(krate).join("src/lib.rs")).unwrap();
+        assert!(lib.contains(&format!("`{sub}/`")), "{krate}/src/lib.rs's map does not name its folder `{sub}/`");
+    }
+    // docs/index.md lists every page.
+    let index = fs::read_to_string(root.join("docs/index.md")).unwrap();
+    for e in fs::read_dir(root.join("docs")).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".md") && name != "index.md" {
+            assert!(index.contains(&format!("]({name})")), "docs/index.md does not list {name}");
+        }
+    }
+}
