@@ -149,8 +149,13 @@ run_tests() {
     log "mkdocs build --strict (mkdocs.yml: a broken link or anchor, or a page left out of the nav, fails)"
     NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
     if compgen -G "python/tests/test_*.py" >/dev/null; then
-        log "pytest python/tests"
-        .venv/bin/python -m pytest python/tests -q
+        # One worker per core, at most 4 (each imports torch and JAX), a test file's
+        # tests on one worker (its module fixtures built once).
+        local cores workers
+        cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
+        workers=$(( cores < 4 ? cores : 4 ))
+        log "pytest python/tests (${workers} workers)"
+        .venv/bin/python -m pytest python/tests -q -n "$workers" --dist loadfile
     fi
 }
 

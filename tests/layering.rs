@@ -231,7 +231,8 @@ fn the_import_reader_sees_groups_super_and_skips_comments() {
 }
 
 /// Folders a walk of the tree passes over: builds, environments, caches.
-const NOT_SOURCE: [&str; 9] = ["target", ".venv", ".git", "__pycache__", "site", "node_modules", ".pytest_cache", ".hypothesis", ".mypy_cache"];
+const NOT_SOURCE: [&str; 9] =
+    ["target", ".venv", ".git", "__pycache__", "site", "node_modules", ".pytest_cache", ".hypothesis", ".mypy_cache"];
 
 /// Extensions of source files.
 const SOURCE: [&str; 9] = ["rs", "py", "pyi", "c", "h", "cpp", "cu", "cuh", "tc"];

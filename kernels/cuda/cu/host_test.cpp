@@ -1,5 +1,5 @@
 // CPU emulation test of the dlbridge CUDA kernels (no GPU needed): runs every
-// kernel body with one std::thread per CUDA thread (barriers emulate
+// kernel body with one fiber per CUDA thread (host_shim.h; barriers emulate
 // __syncthreads / __shfl_xor_sync) and checks against a double-precision
 // reference, including strided / negative-stride / 0-dim / empty cases.
 //   g++ -std=c++20 -O2 -pthread -o /tmp/dlb_host_test kernels/cuda/host_test.cpp && /tmp/dlb_host_test

@@ -1,5 +1,5 @@
 //! The built-in CUDA kernels' code run on the CPU (kernels/cuda/cu/host_test.cpp:
-//! one thread per CUDA thread, barriers for `__syncthreads` and the warp
+//! a fiber per CUDA thread, barriers for `__syncthreads` and the warp
 //! shuffles) against double-precision references: index math on random
 //! strided layouts, every bf16 rounding, elementwise kernels on strided,
 //! negative and broadcast layouts, softmax and sum for every block size.
