@@ -2,8 +2,8 @@
 //!
 //! `cargo bench -p dlbridge-cpu --bench kernels` (filter with a
 //! trailing argument: `... -- 'gelu/f32'`). The kernels' thread count follows
-//! `DLBRIDGE_NUM_THREADS`: `benches/compare.py` runs this bench at 1 and 2
-//! threads beside `benches/torch_kernels.py` (torch's medians for the same
+//! `DLBRIDGE_NUM_THREADS`: `python/bench/compare_kernels.py` runs this bench at 1 and 2
+//! threads beside `python/bench/torch_kernels.py` (torch's medians for the same
 //! cases at the same thread count) and prints the ratios, ours/torch and
 //! each layout over the contiguous case.
 //!

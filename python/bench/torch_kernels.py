@@ -1,13 +1,13 @@
-"""torch's medians for the cases of benches/kernels.rs, to compare with criterion's.
+"""torch's medians for the cases of kernels/cpu/benches/kernels.rs, to compare with criterion's.
 
-    .venv/bin/python kernels/cpu/benches/torch_kernels.py            # 1 and 2 threads
-    .venv/bin/python kernels/cpu/benches/torch_kernels.py 1 gelu     # 1 thread, names containing "gelu"
+    .venv/bin/python python/bench/torch_kernels.py            # 1 and 2 threads
+    .venv/bin/python python/bench/torch_kernels.py 1 gelu     # 1 thread, names containing "gelu"
 
 Every case writes into a preallocated output (``out=``) laid out as torch's own
 functional call lays out its result (``x.t() + x.t()`` is a transposed tensor),
 as the criterion bench writes into the layout dlbridge's adapters allocate (the
 same rule); the second column is the plain functional call, allocation
-included. Layouts of the 4096x1024 operand are those of benches/kernels.rs:
+included. Layouts of the 4096x1024 operand are those of kernels/cpu/benches/kernels.rs:
 contiguous, transposed (``.t()`` of a 1024x4096), into_contiguous (add, relu,
 gelu, softmax: transposed operands, a given row-major output: a transpose), broadcast
 (one row expanded; for add only

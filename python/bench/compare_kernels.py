@@ -1,15 +1,15 @@
 """Our kernels beside torch's at the same thread count, with ratios.
 
-    .venv/bin/python kernels/cpu/benches/compare.py              # 1 and 2 threads, every case
-    .venv/bin/python kernels/cpu/benches/compare.py 1 gelu       # 1 thread, kernels whose name contains "gelu"
-    .venv/bin/python kernels/cpu/benches/compare.py 1,2 --before /tmp/old/kernels/cpu/Cargo.toml
-    .venv/bin/python kernels/cpu/benches/compare.py 1 relu --quick   # a smoke run (used by the tests)
+    .venv/bin/python python/bench/compare_kernels.py              # 1 and 2 threads, every case
+    .venv/bin/python python/bench/compare_kernels.py 1 gelu       # 1 thread, kernels whose name contains "gelu"
+    .venv/bin/python python/bench/compare_kernels.py 1,2 --before /tmp/old/kernels/cpu/Cargo.toml
+    .venv/bin/python python/bench/compare_kernels.py 1 relu --quick   # a smoke run (used by the tests)
 
 For each thread count n and each kernel it runs the criterion bench
 (``cargo bench -p dlbridge-cpu --bench kernels``) filtered to that
 kernel with ``DLBRIDGE_NUM_THREADS=n`` (and ``RAYON_NUM_THREADS=n``, which
 older revisions used), then torch's cases for the same kernel with
-``torch.set_num_threads(n)`` (benches/torch_kernels.py), interleaved kernel by
+``torch.set_num_threads(n)`` (python/bench/torch_kernels.py), interleaved kernel by
 kernel so that a change in the machine's load hits both sides alike. It prints
 criterion's median, torch's median (``out=`` an output laid out as torch lays
 out its own result, as ours is laid out as the adapters allocate it; row-major
@@ -35,7 +35,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch_kernels  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ["add", "relu", "gelu", "softmax", "sum", "mean"]
 LAYOUTS = ["contiguous", "transposed", "into_contiguous", "broadcast", "sliced", "flipped"]
 
