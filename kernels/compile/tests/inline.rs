@@ -266,14 +266,20 @@ fn a_second_cache_over_the_same_directory_finds_the_build_on_disk() {
     assert_eq!(stats(&third), (1, 0));
 }
 
-#[test]
-fn a_header_the_c_source_includes_is_part_of_the_cache_key() {
-    let dir = tempfile::tempdir().unwrap();
-    let header = dir.path().join("factor.h");
+/// A header `factor.h` in `dir`, and C source that includes it: `scale` multiplies by its `FACTOR`.
+fn scale_by_header(dir: &std::path::Path) -> (std::path::PathBuf, String) {
+    let header = dir.join("factor.h");
     let c = format!(
         "#include \"{}\"\nvoid scale(const float* x, float* y, long long n) {{ for (long long j = 0; j < n; ++j) y[j] = x[j] * FACTOR; }}\n",
         header.display()
     );
+    (header, c)
+}
+
+#[test]
+fn a_header_the_c_source_includes_is_part_of_the_cache_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let (header, c) = scale_by_header(dir.path());
     let run = |cache: Arc<LibraryCache>| {
         let opts = InlineOptions { cache: Some(cache), ..Default::default() };
         let lib = InlineLibrary::new("rs_header_key", Some(&c), &["scale(x: f32[N]) -> (y: f32[N])"], None, opts).unwrap();
@@ -295,11 +301,7 @@ fn a_header_the_c_source_includes_is_part_of_the_cache_key() {
 #[test]
 fn a_functions_digest_covers_what_the_files_its_c_source_includes_say() {
     let dir = tempfile::tempdir().unwrap();
-    let header = dir.path().join("factor.h");
-    let c = format!(
-        "#include \"{}\"\nvoid scale(const float* x, float* y, long long n) {{ for (long long j = 0; j < n; ++j) y[j] = x[j] * FACTOR; }}\n",
-        header.display()
-    );
+    let (header, c) = scale_by_header(dir.path());
     let digest = |factor: &str| {
         std::fs::write(&header, format!("#define FACTOR {factor}\n")).unwrap();
         let lib = InlineLibrary::new("rs_header_digest", Some(&c), &["scale(x: f32[N]) -> (y: f32[N])"], None, Default::default()).unwrap();
