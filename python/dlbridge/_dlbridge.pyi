@@ -217,6 +217,14 @@ class Kernel:
     def abstract_outputs(self, *args: Any) -> list[tuple[list[int], str]]:
         """``(shape, dtype)`` of each output for arguments known by shape and
         dtype only: a ``(shape, dtype)`` pair per tensor, a number per scalar."""
+    def abstract_call(self, *args: Any) -> list[tuple[list[int], list[Any], str, list[int]]]:
+        """The call's own checks, and ``(shape, dims, dtype, order)`` of each
+        output, for arguments known by layout only: ``(shape, dtype)`` or
+        ``(shape, strides, dtype, (device_type, device_id))`` per tensor, a
+        number per scalar. ``dims`` says where each output dim comes from (an
+        int, ``("dim", arg, axis)``, or ``(op, a, b)`` with ``op`` one of ``+ -
+        * // min max``); ``order`` is the memory order, outermost dim first
+        (empty: row-major)."""
     def __call__(self, *args: Any, out: Any | Sequence[Any] | None = None) -> Any: ...
     def __eq__(self, other: object, /) -> bool:
         """The same registered kernel (a recompiled one, or one extended to a device, is another)."""

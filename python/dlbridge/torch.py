@@ -101,293 +101,96 @@ def schema_of(kernel: Any) -> str:
 
 
 # ---------------------------------------------------------------------------
-# The fake implementation: the binding layer's checks, on (possibly symbolic)
-# shapes, and the outputs' shapes from the bound symbols.
+# The fake implementation: the registry's own checks and output rule
+# (``Kernel.abstract_call``) run on the arguments' layouts, with the sizes
+# torch traces with; each output dim is then built from the argument dim (or
+# the arithmetic on argument dims) it comes from, so it stays a SymInt under
+# dynamic shapes.
+
+# torch device types -> DLPack's (kDLExtDev for the rest: only equality matters).
+_DL_DEVICES = {"cpu": 1, "cuda": 2, "mps": 8, "xpu": 14}
+_DIM_OPS: dict[str, Callable[[Any, Any], Any]] = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "//": operator.floordiv,
+    "min": lambda a, b: torch.sym_min(a, b),
+    "max": lambda a, b: torch.sym_max(a, b),
+}
 
 
-def _dims_text(dims: Sequence[Any]) -> str:
-    return "[" + ", ".join(str(d) for d in dims) + "]"
+def _hint(k: dlbridge.Kernel, name: str, v: Any) -> Any:
+    """The value a (possibly symbolic) size or scalar has in the traced call,
+    without adding a guard."""
+    if isinstance(v, (bool, int, float)):
+        return v
+    node = getattr(v, "node", None)
+    hint = getattr(node, "hint", None)
+    if hint is None:
+        raise ValueError(
+            f"{k.name}: argument {name}: {v} has no value at trace time (a data-dependent size?); "
+            "a dlbridge kernel checks its arguments' sizes when it is traced"
+        )
+    return hint
 
 
-def _shape_text(shape: Sequence[Any]) -> str:
-    return "[" + ", ".join(str(s) for s in shape) + "]"
+def _layout(k: dlbridge.Kernel, p: Any, t: Any) -> tuple[Any, ...]:
+    """``(shape, strides, dtype, device)`` of tensor ``t``, as ``abstract_call`` reads them."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{k.name}: argument {p.name}: expected a tensor {p.annotation}, got {type(t).__name__}")
+    shape = [_hint(k, p.name, n) for n in t.shape]
+    strides = [_hint(k, p.name, s) for s in t.stride()]
+    dtype = _DLBRIDGE_DTYPES.get(t.dtype) or str(t.dtype).removeprefix("torch.")
+    device = (_DL_DEVICES.get(t.device.type, 12), t.device.index or 0)
+    return shape, strides, dtype, device
 
 
-def _check_eq(got: Any, want: Any, message: Callable[[], str]) -> None:
-    """``got == want`` for ints or SymInts: a static mismatch raises now, a
-    symbolic one becomes a guard (or a runtime assert) through ``torch._check``."""
-    if isinstance(got, int) and isinstance(want, int):
-        if got != want:
-            raise ValueError(message())
-    else:
-        torch._check_value(got == want, message)
+def _size(origin: Any, args: Sequence[Any]) -> Any:
+    """An output dim from its origin: an int, ``("dim", arg, axis)`` or ``(op, a, b)``."""
+    if isinstance(origin, int):
+        return origin
+    if origin[0] == "dim":
+        return args[origin[1]].shape[origin[2]]
+    op, a, b = origin
+    return _DIM_OPS[op](_size(a, args), _size(b, args))
 
 
-class _Binder:
-    """Binds a signature's type variables and dims against arguments, as the
-    registry's binding layer does, with its error text."""
-
-    def __init__(self, kernel: dlbridge.Kernel) -> None:
-        self.kernel = kernel
-        self.types: dict[str, tuple[torch.dtype, str]] = {}
-        self.dims: dict[str, tuple[Any, str]] = {}
-        self.packs: dict[str, tuple[tuple[Any, ...], str]] = {}
-        self.broadcast: dict[str, tuple[Any, ...]] = {}
-        self.device: tuple[torch.device, str] | None = None
-
-    def fail(self, cls: type[Exception], arg: str, what: str) -> Exception:
-        return cls(f"{self.kernel.name}: argument {arg}: {what}")
-
-    def tensor(self, p: Any, t: Any) -> None:
-        if not isinstance(t, torch.Tensor):
-            raise self.fail(TypeError, p.name, f"expected a tensor {p.annotation}, got {type(t).__name__}")
-        if self.device is None:
-            self.device = (t.device, p.name)
-        elif t.device != self.device[0]:
-            raise self.fail(
-                ValueError, p.name, f"on {t.device}, but {self.device[1]} is on {self.device[0]} (one device per call)"
-            )
-        got = _DLBRIDGE_DTYPES.get(t.dtype, str(t.dtype))
-        if p.dtype in _TORCH_DTYPES:
-            if got != p.dtype:
-                raise self.fail(TypeError, p.name, f"dtype mismatch: expected {p.dtype}, got {got}")
-        elif p.dtype in self.types:
-            want, by = self.types[p.dtype]
-            if t.dtype != want:
-                raise self.fail(
-                    TypeError, p.name, f"dtype mismatch: expected {p.dtype} = {_DLBRIDGE_DTYPES[want]} (bound by {by}), got {got}"
-                )
-        else:
-            if got not in p.dtypes:
-                raise self.fail(
-                    TypeError, p.name, f"dtype mismatch: expected {p.dtype} (one of {', '.join(p.dtypes)}), got {got}"
-                )
-            self.types[p.dtype] = (t.dtype, p.name)
-        if p.mutable and not _non_overlapping(tuple(t.shape), t.stride()):
-            raise self.fail(
-                ValueError,
-                p.name,
-                f"writable view: shape {_shape_text(t.shape)} strides {_shape_text(t.stride())} map several elements to the same memory",
-            )
-        self.shape(p, tuple(t.shape))
-
-    def shape(self, p: Any, shape: tuple[Any, ...]) -> None:
-        dims = list(p.dims)
-        packs = [i for i, d in enumerate(dims) if isinstance(d, str) and d[:1] in ("*", ".")]
-        if packs:
-            at = packs[0]
-            before, after = dims[:at], dims[at + 1 :]
-            if len(shape) < len(before) + len(after):
-                raise self.fail(
-                    ValueError,
-                    p.name,
-                    f"expected at least {len(before) + len(after)} dims {_dims_text(dims)} but got {len(shape)} dims {_shape_text(shape)}",
-                )
-            cut = len(shape) - len(after)
-            fixed = list(zip(before, shape[: len(before)])) + list(zip(after, shape[cut:]))
-            self.pack(p, dims[at], shape[len(before) : cut])
-        else:
-            if len(shape) != len(dims):
-                raise self.fail(
-                    ValueError, p.name, f"expected {len(dims)} dims {_dims_text(dims)} but got {len(shape)} dims {_shape_text(shape)}"
-                )
-            fixed = list(zip(dims, shape))
-        for d, n in fixed:
-            if isinstance(d, int):
-                _check_eq(n, d, lambda d=d, n=n: f"{self.kernel.name}: argument {p.name}: dim expected {d} but got {n}")
-            elif not d.isidentifier():  # a dim expression of the sizes bound before: `(H - KH + 1)`
-                want = _eval_dim(d, {k: v[0] for k, v in self.dims.items()})
-                _check_eq(n, want, lambda d=d, n=n, want=want: f"{self.kernel.name}: argument {p.name}: dim {d} = {want} but got {n}")
-            elif d in self.dims:
-                want, by = self.dims[d]
-                _check_eq(
-                    n, want, lambda d=d, n=n, want=want, by=by: f"{self.kernel.name}: argument {p.name}: dim {d} = {want} (bound by {by}) but got {n}"
-                )
-            else:
-                self.dims[d] = (n, p.name)
-
-    def pack(self, p: Any, pack: str, part: tuple[Any, ...]) -> None:
-        if pack.startswith("*"):  # broadcast together (ElementwiseKernel's T[*S])
-            name = pack[1:]
-            if name in self.broadcast:
-                try:
-                    self.broadcast[name] = tuple(torch.broadcast_shapes(self.broadcast[name], part))
-                except RuntimeError as e:
-                    raise self.fail(ValueError, p.name, f"shape {_shape_text(part)} does not broadcast with {pack}: {e}") from None
-            else:
-                self.broadcast[name] = part
-            return
-        if pack in self.packs:
-            want, by = self.packs[pack]
-            message = lambda: f"{self.kernel.name}: argument {p.name}: {pack} = {_shape_text(want)} (bound by {by}) but got {_shape_text(part)}"  # noqa: E731
-            if len(want) != len(part):
-                raise ValueError(message())
-            for a, b in zip(part, want):
-                _check_eq(a, b, message)
-        else:
-            self.packs[pack] = (part, p.name)
-
-    def output_shape(self, o: Any) -> list[Any]:
-        shape: list[Any] = []
-        for d in o.dims:
-            if isinstance(d, int):
-                shape.append(d)
-            elif d.startswith("*"):
-                shape.extend(self.broadcast[d[1:]])
-            elif d.startswith("."):
-                shape.extend(self.packs[d][0])
-            elif d in self.dims:
-                shape.append(self.dims[d][0])
-            else:  # a dim expression of the inputs' sizes: `(H - KH + 1)`
-                shape.append(_eval_dim(d, {n: v[0] for n, v in self.dims.items()}))
-        return shape
-
-    def output_dtype(self, o: Any) -> torch.dtype:
-        return _TORCH_DTYPES[o.dtype] if o.dtype in _TORCH_DTYPES else self.types[o.dtype][0]
-
-
-def _eval_dim(text: str, dims: dict[str, Any]) -> Any:
-    """A signature's dim expression (``+ - *``, ``/`` rounding down, ``min``,
-    ``max``, sizes by name) with the sizes ``dims`` gives, which may be symbolic."""
-    import ast
-
-    def ev(n: ast.AST) -> Any:
-        if isinstance(n, ast.Expression):
-            return ev(n.body)
-        if isinstance(n, ast.Constant) and isinstance(n.value, int):
-            return n.value
-        if isinstance(n, ast.Name):
-            return dims[n.id]
-        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
-            return -ev(n.operand)
-        if isinstance(n, ast.BinOp):
-            a, b = ev(n.left), ev(n.right)
-            ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.floordiv}
-            if type(n.op) in ops:
-                return ops[type(n.op)](a, b)
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("min", "max") and len(n.args) == 2:
-            a, b = ev(n.args[0]), ev(n.args[1])
-            return (torch.sym_min if n.func.id == "min" else torch.sym_max)(a, b)
-        raise ValueError(f"not a dim expression: {text!r}")
-
-    return ev(ast.parse(text, mode="eval"))
-
-
-def _non_overlapping(shape: Sequence[Any], strides: Sequence[Any]) -> bool:
-    """Whether no two elements share memory, by the registry's test (the dims of
-    more than one element sorted by stride, each stride clears the span of the
-    smaller ones). Symbolic sizes are taken to pass: the kernel checks again."""
-    if not all(isinstance(v, int) for v in (*shape, *strides)):
-        return True
-    if 0 in shape:
-        return True
-    span = 0
-    for n, s in sorted(((n, abs(s)) for n, s in zip(shape, strides) if n > 1), key=lambda d: d[1]):
-        if s <= span:
-            return False
-        span += (n - 1) * s
-    return True
-
-
-def _memory_order(shape: Sequence[Any], inputs: Sequence[torch.Tensor]) -> list[int] | None:
-    """The memory order (outermost dim first) the registry gives an output of
-    ``shape`` shaped like ``inputs`` (elementwise, softmax), or None for row-major: the
-    same rule as the Rust side's (torch's TensorIterator: all contiguous inputs
-    of the output's shape give a row-major output, else ``reorder_dimensions``,
-    where a dim an input broadcasts, or has a zero stride in, tells nothing)."""
-    n = len(shape)
-    if n < 2 or all(tuple(t.shape) == tuple(shape) and t.is_contiguous() for t in inputs):
-        return None
-    aligned = [t for t in inputs if t.dim() <= n]
-
-    def stride(t: torch.Tensor, d: int) -> Any:
-        j = d - (n - t.dim())
-        if j < 0 or (t.shape[j] == 1 and shape[d] != 1) or t.stride(j) == 0:
-            return None
-        return t.stride(j)
-
-    def compare(d0: int, d1: int) -> int:
-        for t in aligned:
-            a, b = stride(t, d0), stride(t, d1)
-            if a is None or b is None:
-                continue
-            if a != b:
-                return -1 if a < b else 1
-            if shape[d0] > shape[d1]:
-                return 1
-        return 0
-
-    perm = list(reversed(range(n)))
-    for i in range(1, n):
-        dim1 = i
-        for dim0 in reversed(range(i)):
-            c = compare(perm[dim0], perm[dim1])
-            if c > 0:
-                perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
-                dim1 = dim0
-            elif c < 0:
-                break
-    perm.reverse()
-    return None if perm == list(range(n)) else perm
-
-
-def _empty(shape: list[Any], dtype: torch.dtype, device: torch.device, order: list[int] | None) -> torch.Tensor:
-    if order is None:
+def _empty(shape: list[Any], dtype: torch.dtype, device: torch.device, order: Sequence[int]) -> torch.Tensor:
+    """An empty tensor of ``shape`` laid out in memory ``order`` (outermost dim first; empty: row-major)."""
+    if not order:
         return torch.empty(shape, dtype=dtype, device=device)
-    strides: list[Any] = [0] * len(shape)
-    step: Any = 1
-    for d in reversed(order):
-        strides[d] = step
-        step = step * torch.sym_max(shape[d], 1)
-    return torch.empty_strided(shape, strides, dtype=dtype, device=device)
+    axes = [0] * len(order)
+    for i, d in enumerate(order):
+        axes[d] = i
+    return torch.empty([shape[d] for d in order], dtype=dtype, device=device).permute(axes)
 
 
 def fake_of(kernel: Any) -> Callable[..., Any]:
-    """The fake implementation of ``kernel``'s signature: checks the arguments
-    and returns empty outputs of the derived shapes, dtypes and device."""
+    """The fake implementation of ``kernel``: the kernel's own checks (with its
+    error text) on the arguments' layouts, and empty outputs of the shapes,
+    dtypes, memory order and device a call would give."""
     k = _kernel_of(kernel)
-    params, outputs = list(k.params), list(k.outputs)
-    reduction = _compile.is_reduction(k)
+    params = list(k.params)
 
     def fake(*args: Any) -> Any:
-        b = _Binder(k)
+        metas = []
+        device = None
         for p, a in zip(params, args, strict=True):
             if p.kind == "tensor":
-                b.tensor(p, a)
-        device = b.device[0] if b.device else torch.device("cpu")
-        if reduction:
-            _check_reduction(k, params, args)
-        outs = []
-        for o in outputs:
-            shape = b.output_shape(o)
-            # An output shaped like inputs (an elementwise one, softmax's) follows their
-            # memory order, as the kernel's does.
-            order = None
-            if k.outputs_follow_inputs:
-                order = _memory_order(shape, [a for p, a in zip(params, args) if p.kind == "tensor" and list(p.dims) == list(o.dims)])
-            outs.append(_empty(shape, b.output_dtype(o), device, order))
+                metas.append(_layout(k, p, a))
+                device = device or a.device
+            else:
+                metas.append(_hint(k, p.name, a))
+        outs = [
+            _empty([_size(d, args) for d in dims], _TORCH_DTYPES[dtype], device or torch.device("cpu"), order)
+            for _shape, dims, dtype, order in k.abstract_call(*metas)
+        ]
         return None if not outs else outs[0] if len(outs) == 1 else tuple(outs)
 
     fake.__name__ = f"{k.name}_fake"
     fake.__qualname__ = fake.__name__
     fake.__doc__ = _explain_fake(k)
     return fake
-
-
-def _check_reduction(k: dlbridge.Kernel, params: Sequence[Any], args: Sequence[Any]) -> None:
-    """A ``ReductionKernel``'s rule, which its signature cannot say: each output
-    (a ``mut`` parameter) has the kept (leading) dims of the inputs' broadcast
-    shape, the reduced axes last; the same refusal as the kernel's own."""
-    ins = [a for p, a in zip(params, args) if p.kind == "tensor" and not p.mutable]
-    shape = list(torch.broadcast_shapes(*(t.shape for t in ins))) if ins else []
-    for p, a in zip(params, args):
-        if p.kind == "tensor" and p.mutable:
-            got = list(a.shape)
-            if len(got) > len(shape) or any(g != s for g, s in zip(got, shape)):
-                raise ValueError(
-                    f"{k.name}: output `{p.name}` has shape {got}; it must be the kept (leading) dims of the "
-                    f"input shape {shape}, the reduced axes last"
-                )
 
 
 def _explain_fake(k: dlbridge.Kernel) -> str:
@@ -424,7 +227,10 @@ def _explain_fake(k: dlbridge.Kernel) -> str:
         lines.append(f"  returns {o.name}: empty {shape} of dtype {o.dtype}, on the inputs' device{order}")
     if not k.outputs:
         lines.append("  returns nothing (the kernel writes its mut inputs)")
-    lines.append("Dims bound from symbolic shapes stay symbolic (SymInt); a mismatch is the kernel's own error.")
+    lines.append(
+        "The checks are the kernel's own (Kernel.abstract_call), on the sizes traced with; "
+        "dims bound from symbolic shapes stay symbolic (SymInt)."
+    )
     return "\n".join(lines)
 
 

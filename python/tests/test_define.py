@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
 
 import dlbridge
 import dlbridge.torch as dtorch
@@ -165,6 +167,32 @@ def test_outputs_follow_range_inference():
     assert DEFS.avgpool(x).shape == (1, 2, 3, 4)
     w = torch.randn(3, 2, 4, 2)
     assert DEFS.convolution(x, w).shape == (1, 3, 4, 8)
+
+
+def test_a_convolution_given_too_small_an_input_is_refused_by_its_rule_when_traced():
+    op = dtorch.as_op(DEFS.convolution)
+    x, w = torch.randn(1, 2, 2, 3), torch.randn(3, 2, 4, 2)
+    want = r"convolution: output O: dim \(H - KH \+ 1\) is -1, below 0 with H = 2, KH = 4: the inputs are too small for it"
+    with pytest.raises(ValueError, match=want):
+        op(x, w)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=want):
+        torch.compile(op, fullgraph=True)(x, w)
+    with pytest.raises(ValueError, match=want), FakeTensorMode():
+        op(torch.empty(1, 2, 2, 3), torch.empty(3, 2, 4, 2))
+
+
+def test_an_output_dim_computed_from_input_dims_stays_symbolic_when_traced():
+    op = dtorch.as_op(DEFS.convolution)
+    gm = make_fx(op, tracing_mode="symbolic")(torch.randn(1, 2, 7, 9), torch.randn(3, 2, 4, 2))
+    (node,) = [n for n in gm.graph.nodes if n.op == "call_function"]
+    x, w = [p.meta["val"] for p in gm.graph.nodes if p.op == "placeholder"]
+    out = node.meta["val"]
+    assert str(out.shape[2]) == str(x.shape[2] - w.shape[2] + 1) and str(out.shape[3]) == str(x.shape[3] - w.shape[3] + 1)
+    compiled = torch.compile(op, fullgraph=True, dynamic=True)
+    for h in (7, 11):
+        x, w = torch.randn(1, 2, h, 9), torch.randn(3, 2, 4, 2)
+        torch.testing.assert_close(compiled(x, w), DEFS.convolution(x, w), rtol=1e-4, atol=1e-4)
 
 
 def test_f16_and_bf16_compute_in_f32():

@@ -633,52 +633,20 @@ impl PyKernel {
     /// as for a call (a mismatch is the call's error).
     #[pyo3(signature = (*args))]
     fn abstract_outputs(&self, args: &Bound<'_, PyTuple>) -> PyResult<Vec<(Vec<i64>, String)>> {
-        let sig = self.kernel.signature();
-        if args.len() != sig.params.len() {
-            return Err(PyTypeError::new_err(format!(
-                "{}.abstract_outputs() takes {} arguments ({}), got {}",
-                sig.name,
-                sig.params.len(),
-                sig.params.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
-                args.len()
-            )));
-        }
-        enum Given {
-            Tensor(Vec<i64>, DType),
-            Scalar(Scalar),
-        }
-        let mut given = Vec::with_capacity(args.len());
-        for (p, a) in sig.params.iter().zip(args.iter()) {
-            let fail = |what: String| PyTypeError::new_err(format!("{}: argument {}: {what}", sig.name, p.name));
-            given.push(match &p.kind {
-                ParamKind::Tensor(_) => {
-                    let (shape, name): (Vec<i64>, String) =
-                        a.extract().map_err(|_| fail(format!("expected a (shape, dtype) pair, got {a}")))?;
-                    let dtype = DType::from_numpy_name(&name)
-                        .or_else(|| name.parse().ok())
-                        .ok_or_else(|| fail(format!("unknown dtype {name:?}")))?;
-                    Given::Tensor(shape, dtype)
-                }
-                ParamKind::Scalar(kind) => Given::Scalar(match kind {
-                    ScalarKind::F64 => Scalar::F64(a.extract().map_err(|_| fail("expected an f64 scalar".into()))?),
-                    ScalarKind::I64 => Scalar::I64(a.extract().map_err(|_| fail("expected an i64 scalar".into()))?),
-                    ScalarKind::Bool => Scalar::Bool(a.extract().map_err(|_| fail("expected a bool scalar".into()))?),
-                }),
-            });
-        }
-        let mut call_args = Vec::with_capacity(given.len());
-        for (p, g) in sig.params.iter().zip(&given) {
-            call_args.push(match g {
-                Given::Tensor(shape, dtype) => dlbridge_registry::Arg::Tensor(
-                    dlbridge_core::TensorView::zeros_broadcast(*dtype, shape)
-                        .map_err(|e| e.at(sig.name.clone(), Slot::Argument(p.name.clone())))
-                        .py_err()?,
-                ),
-                Given::Scalar(s) => dlbridge_registry::Arg::Scalar(*s),
-            });
-        }
-        let specs = self.kernel.prepare_outputs(&call_args).py_err()?;
-        Ok(specs.iter().map(|s| (s.shape.to_vec(), s.dtype.numpy_name().map_or_else(|| s.dtype.to_string(), str::to_owned))).collect())
+        crate::meta::abstract_outputs(&self.kernel, args)
+    }
+
+    /// The call's checks and outputs for arguments known by layout only (a
+    /// traced call; `dlbridge.torch`'s fake implementations): a tensor
+    /// argument is `(shape, dtype)` or `(shape, strides, dtype, (device_type,
+    /// device_id))`, a scalar a Python value. For each output: `(shape, dims,
+    /// dtype, order)`, `dims` saying where each dim comes from (an int, `("dim",
+    /// arg, axis)`, or `(op, a, b)` with `op` one of `+ - * // min max`),
+    /// `order` the memory order (outermost dim first; empty for row-major).
+    /// A mismatch is the call's own error.
+    #[pyo3(signature = (*args))]
+    fn abstract_call(&self, py: Python<'_>, args: &Bound<'_, PyTuple>) -> PyResult<Vec<Py<PyAny>>> {
+        crate::meta::abstract_call(py, &self.kernel, args)
     }
 
     /// Runs the kernel; see the module docs.

@@ -46,6 +46,7 @@ pub mod import;
 #[allow(unsafe_code)]
 pub mod inspect;
 pub mod kernel;
+mod meta;
 #[allow(unsafe_code)]
 pub(crate) mod ndarray;
 #[allow(unsafe_code)]

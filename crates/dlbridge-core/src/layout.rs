@@ -286,6 +286,15 @@ fn compact<'a>(dims: impl Iterator<Item = (&'a i64, &'a i64)> + Clone) -> bool {
     true
 }
 
+/// A layout a writable view may have: no two logical elements share memory
+/// ([`is_non_overlapping`]); the error names the shape and strides.
+pub fn check_writable(shape: &[i64], strides: &[i64]) -> Result<()> {
+    if is_non_overlapping(shape, strides) {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument(format!("writable view: shape {shape:?} strides {strides:?} map several elements to the same memory")))
+}
+
 /// Whether no two logical elements share memory (a sufficient test: after
 /// sorting the dims by |stride|, each stride clears the span of the smaller ones).
 pub fn is_non_overlapping(shape: &[i64], strides: &[i64]) -> bool {

@@ -422,12 +422,7 @@ impl<'a> TensorViewMut<'a> {
         if view.is_read_only() {
             return Err(Error::ReadOnly { what: "writable view".into() });
         }
-        if !view.is_non_overlapping() {
-            return Err(Error::InvalidArgument(format!(
-                "writable view: shape {:?} strides {:?} map several elements to the same memory",
-                view.shape, &*view.strides
-            )));
-        }
+        crate::layout::check_writable(view.shape, &view.strides)?;
         Ok(TensorViewMut { view, _mut: PhantomData })
     }
 

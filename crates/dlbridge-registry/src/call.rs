@@ -10,6 +10,7 @@ use std::fmt;
 use dlbridge_core::{DType, Device, Error, Result, Slot, TensorView, TensorViewMut};
 use smallvec::SmallVec;
 
+use crate::meta::DimOrigin;
 use crate::signature::{DTypeRef, Dim, MAX_RESTS, MAX_SYMBOLS, MAX_TYPE_VARS, ParamKind, Scalar, ScalarKind, Signature, TensorType};
 
 /// One argument of a kernel call, in signature order.
@@ -430,19 +431,29 @@ pub(crate) fn solve_for_specs(sig: &Signature, args: &[Arg<'_>]) -> Result<Solut
 /// call's hot path does not move its solution around. `writes`: a read-only
 /// view in a `mut` slot is an error.
 pub(crate) fn solve_into(sig: &Signature, args: &[Arg<'_>], writes: bool, b: &mut Solution) -> Result<()> {
+    solve_on(sig, args, writes, None, b)
+}
+
+/// [`solve_into`], with each tensor argument's device taken from `devices`
+/// (indexed like `args`) instead of its view where given: a call known by
+/// layout only ([`crate::meta`]) has views of host memory standing in for
+/// tensors on any device.
+#[inline(always)]
+pub(crate) fn solve_on(sig: &Signature, args: &[Arg<'_>], writes: bool, devices: Option<&[Device]>, b: &mut Solution) -> Result<()> {
     if args.len() != sig.params.len() {
         return Err(arity_error(sig, args.len()));
     }
     let ctx = Ctx { sig, args };
+    let device = |i: usize, v: &TensorView<'_>| devices.and_then(|d| d.get(i).copied()).unwrap_or_else(|| v.device());
     for (i, (param, arg)) in sig.params.iter().zip(args).enumerate() {
         match (&param.kind, arg) {
             (ParamKind::Tensor(t), Arg::Tensor(v)) => {
                 if t.mutable && writes {
                     return Err(read_only_error(&ctx, i));
                 }
-                ctx.tensor(b, i, t, v.shape(), v.dtype(), v.device())?;
+                ctx.tensor(b, i, t, v.shape(), v.dtype(), device(i, v))?;
             }
-            (ParamKind::Tensor(t), Arg::TensorMut(v)) => ctx.tensor(b, i, t, v.shape(), v.dtype(), v.device())?,
+            (ParamKind::Tensor(t), Arg::TensorMut(v)) => ctx.tensor(b, i, t, v.shape(), v.dtype(), device(i, v.as_view()))?,
             (ParamKind::Scalar(kind), Arg::Scalar(s)) if s.kind() == *kind => {}
             (kind, other) => return Err(kind_error(&ctx, i, kind, other)),
         }
@@ -741,6 +752,18 @@ fn output_dim(sig: &Signature, b: &Solution, name: &str, e: usize) -> Result<i64
 /// shaped like inputs take their memory order (see [`OutputSpec::order`]); a
 /// kernel that takes only contiguous tensors gets row-major ones.
 pub fn output_specs(sig: &Signature, b: &Solution, args: &[Arg<'_>], follow_inputs: bool) -> Result<SmallVec<[OutputSpec; 2]>> {
+    output_specs_strided(sig, b, args, follow_inputs, None)
+}
+
+/// [`output_specs`], with each tensor argument's strides taken from `strides`
+/// (indexed like `args`) instead of its view where given (see [`solve_on`]).
+pub(crate) fn output_specs_strided(
+    sig: &Signature,
+    b: &Solution,
+    args: &[Arg<'_>],
+    follow_inputs: bool,
+    strides: Option<&[&[i64]]>,
+) -> Result<SmallVec<[OutputSpec; 2]>> {
     let device = b.device().unwrap_or(Device::CPU);
     let mut specs = SmallVec::new();
     for p in &sig.outputs {
@@ -758,7 +781,7 @@ pub fn output_specs(sig: &Signature, b: &Solution, args: &[Arg<'_>], follow_inpu
                 Dim::Expr(e) => shape.push(output_dim(sig, b, &p.name, e)?),
             }
         }
-        let order = if follow_inputs && shape.len() > 1 { memory_order(sig, &t.dims, &shape, args) } else { SmallVec::new() };
+        let order = if follow_inputs && shape.len() > 1 { memory_order(sig, &t.dims, &shape, args, strides) } else { SmallVec::new() };
         specs.push(OutputSpec { name: p.name.clone(), shape, dtype, device, order });
     }
     Ok(specs)
@@ -778,21 +801,24 @@ pub fn output_specs(sig: &Signature, b: &Solution, args: &[Arg<'_>], follow_inpu
 /// dims aside) give a row-major output at once. So `relu(x.t())`
 /// and `add(x.t(), x.t())` come out with `x.t()`'s strides, `add(x, b)` with a
 /// broadcast bias row-major, `add(x, y.t())` row-major (the first input decides).
-fn memory_order(sig: &Signature, dims: &[Dim], shape: &[i64], args: &[Arg<'_>]) -> SmallVec<[usize; 6]> {
+fn memory_order<'a>(sig: &Signature, dims: &[Dim], shape: &[i64], args: &'a [Arg<'_>], given: Option<&[&'a [i64]]>) -> SmallVec<[usize; 6]> {
     let n = shape.len();
     // (shape, strides) of each input with the output's dims, aligned to the
     // output's trailing dims (a shorter input broadcasts from the left).
     let mut inputs: SmallVec<[(&[i64], &[i64]); 4]> = SmallVec::new();
-    for (p, a) in sig.params.iter().zip(args) {
+    for (i, (p, a)) in sig.params.iter().zip(args).enumerate() {
         let Some(t) = p.tensor() else { continue };
         if t.dims.as_slice() != dims {
             continue;
         }
-        let v = match a {
+        let mut v = match a {
             Arg::Tensor(v) => (v.shape(), v.strides()),
             Arg::TensorMut(v) => (v.shape(), v.strides()),
             _ => continue,
         };
+        if let Some(s) = given.and_then(|g| g.get(i)) {
+            v.1 = s;
+        }
         if v.0.len() <= n {
             inputs.push(v);
         }
@@ -853,4 +879,74 @@ impl fmt::Display for OutputSpec {
         }
         Ok(())
     }
+}
+
+/// ReductionKernel's rule ([`crate::KernelOpts::kept_leading_dims`]): each
+/// `mut` tensor argument has the kept (leading) dims of the first read-only
+/// tensor argument's shape, the reduced axes being the trailing ones.
+pub(crate) fn check_kept_leading(sig: &Signature, args: &[Arg<'_>]) -> Result<()> {
+    let tensors = || sig.params.iter().zip(args).filter_map(|(p, a)| Some((p, p.tensor()?, a.tensor_meta()?.0)));
+    let Some((_, _, x)) = tensors().find(|(_, t, _)| !t.mutable) else { return Ok(()) };
+    for (p, _, o) in tensors().filter(|(_, t, _)| t.mutable) {
+        if !(o.len() <= x.len() && o == &x[..o.len()]) {
+            return Err(Error::InvalidArgument(format!(
+                "{}: output `{}` has shape {o:?}; it must be the kept (leading) dims of the input shape {x:?}, the reduced axes last",
+                sig.name, p.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Where each dim of an output of `dims` comes from, for the call `b` solves:
+/// a fixed size, a dim of an argument, or arithmetic on those (see
+/// [`crate::meta::DimOrigin`]). A broadcast group's dim comes from the first
+/// argument whose size there is the group's (a size of 1 is fixed).
+pub(crate) fn dim_origins(sig: &Signature, b: &Solution, args: &[Arg<'_>], dims: &[Dim]) -> Result<SmallVec<[DimOrigin; 6]>> {
+    let rank = |i: usize| args.get(i).and_then(Arg::tensor_meta).map_or(0, |(s, _, _)| s.len());
+    // The axis of argument `i` where its type's dim `at` (an index into the type's dims) lies.
+    let axis_of = |t: &TensorType, i: usize, at: usize| -> usize {
+        let rest_len = (rank(i) + usize::from(t.has_rest())).saturating_sub(t.dims.len());
+        t.dims[..at].iter().map(|d| if matches!(d, Dim::Rest(_)) { rest_len } else { 1 }).sum()
+    };
+    let symbol = |s: usize| -> Result<DimOrigin> {
+        if b.sym_mask & (1 << s) == 0 {
+            return Err(unbound(sig, &sig.symbols[s]));
+        }
+        let by = b.sym_by[s] as usize;
+        let t = sig.params.get(by).and_then(|p| p.tensor()).ok_or_else(|| unbound(sig, &sig.symbols[s]))?;
+        let at = t.dims.iter().position(|d| *d == Dim::Sym(s)).ok_or_else(|| unbound(sig, &sig.symbols[s]))?;
+        Ok(DimOrigin::Input { arg: by, axis: axis_of(t, by, at) })
+    };
+    let mut out = SmallVec::new();
+    for d in dims {
+        match *d {
+            Dim::Fixed(n) => out.push(DimOrigin::Fixed(n)),
+            Dim::Sym(s) => out.push(symbol(s)?),
+            Dim::Expr(e) => out.push(DimOrigin::of_expr(&sig.exprs[e], &symbol)?),
+            Dim::Rest(r) if b.bcast_mask & (1 << r) != 0 => {
+                let len = b.bshape.len();
+                for (k, &want) in b.bshape.iter().enumerate() {
+                    let from = sig.params.iter().enumerate().find_map(|(i, p)| {
+                        let t = p.tensor()?;
+                        let at = t.dims.iter().position(|d| *d == Dim::Rest(r))?;
+                        let (shape, _, _) = args.get(i)?.tensor_meta()?;
+                        let part = shape.len() + 1 - t.dims.len();
+                        let j = (k + part).checked_sub(len)?;
+                        let axis = axis_of(t, i, at) + j;
+                        (want != 1 && shape.get(axis) == Some(&want)).then_some(DimOrigin::Input { arg: i, axis })
+                    });
+                    out.push(from.unwrap_or(DimOrigin::Fixed(want)));
+                }
+            }
+            Dim::Rest(r) => {
+                if b.rest_mask & (1 << r) == 0 {
+                    return Err(unbound(sig, &sig.rests[r]));
+                }
+                let (by, start, len) = b.rests[r];
+                out.extend((0..len as usize).map(|k| DimOrigin::Input { arg: by as usize, axis: start as usize + k }));
+            }
+        }
+    }
+    Ok(out)
 }

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use dlbridge_core::{DType, DeviceType, Error, Result, Slot, TensorViewMut};
 use smallvec::SmallVec;
 
-use crate::call::{Arg, OutputSpec, Plan, Solution, check_call, output_specs, solve_for_specs};
+use crate::call::{Arg, OutputSpec, Plan, Solution, check_call, check_kept_leading, dim_origins, output_specs, output_specs_strided, solve_for_specs, solve_on};
+use crate::meta::{MetaArg, MetaOutput, StandIns};
 use crate::signature::{MAX_EXCERPT, MAX_PARAMS, Scalar, Signature, clip};
 
 /// Most bytes of an origin (`plugin NAME VERSION (PATH)`) an error message quotes.
@@ -65,11 +66,17 @@ pub struct KernelOpts {
     /// position only (no index, size, or read at another position): a batch
     /// of calls may be made as one call on the stacked tensors (`jax.vmap`).
     pub per_element: bool,
+    /// Each `mut` tensor argument receives a reduction of the inputs over
+    /// their trailing dims: its shape must be the leading dims of the first
+    /// read-only tensor argument's (ReductionKernel's outputs). Checked before
+    /// the implementation runs, and by [`Kernel::check_meta`].
+    pub kept_leading_dims: bool,
 }
 
 impl KernelOpts {
     /// No aliasing, any strides.
-    pub const DEFAULT: KernelOpts = KernelOpts { alias_outputs: false, contiguous: false, row_major_outputs: false, per_element: false };
+    pub const DEFAULT: KernelOpts =
+        KernelOpts { alias_outputs: false, contiguous: false, row_major_outputs: false, per_element: false, kept_leading_dims: false };
     /// Outputs may be exactly an input (elementwise kernels).
     pub const ELEMENTWISE: KernelOpts = KernelOpts { alias_outputs: true, ..KernelOpts::DEFAULT };
 
@@ -453,6 +460,38 @@ impl Kernel {
         output_specs(&self.sig, &b, args, self.opts.outputs_follow_inputs())
     }
 
+    /// The checks of a call on arguments known by layout only (a traced
+    /// call's), and its outputs: what [`Kernel::call`] would check before
+    /// running (the signature, a writable argument's layout, contiguity when
+    /// the kernel asks, its shape rule; not aliasing, which needs addresses),
+    /// with the same errors, and what it would allocate, with the origin of
+    /// every output dim. See [`crate::meta`].
+    pub fn check_meta(&self, args: &[MetaArg<'_>]) -> Result<SmallVec<[MetaOutput; 2]>> {
+        let stand = StandIns::new(&self.sig.name, &self.sig.params, args)?;
+        let mut b = Solution::default();
+        solve_on(&self.sig, &stand.args, false, Some(&stand.devices), &mut b)?;
+        for (i, (p, a)) in self.sig.params.iter().zip(args).enumerate() {
+            let (Some(t), MetaArg::Tensor(m)) = (p.tensor(), a) else { continue };
+            if t.mutable {
+                dlbridge_core::layout::check_writable(m.shape, m.strides).map_err(|e| e.at(self.sig.name.clone(), self.slot(i)))?;
+            }
+            if self.opts.contiguous && !dlbridge_core::layout::is_contiguous(m.shape, m.strides) {
+                return Err(Error::NotContiguous { what: "this kernel".into(), shape: m.shape.to_vec(), strides: m.strides.to_vec() }
+                    .at(self.sig.name.clone(), self.slot(i)));
+            }
+        }
+        if self.opts.kept_leading_dims {
+            check_kept_leading(&self.sig, &stand.args)?;
+        }
+        let specs = output_specs_strided(&self.sig, &b, &stand.args, self.opts.outputs_follow_inputs(), Some(&stand.strides))?;
+        let mut outs = SmallVec::new();
+        for (spec, p) in specs.into_iter().zip(self.sig.outputs.iter().filter(|p| p.tensor().is_some())) {
+            let dims = p.tensor().map_or(&[][..], |t| &t.dims[..]);
+            outs.push(MetaOutput { dims: dim_origins(&self.sig, &b, &stand.args, dims)?, spec });
+        }
+        Ok(outs)
+    }
+
     /// Checks every argument and output against the signature, then runs the
     /// implementation for the tensors' device. Nothing is written when a check fails.
     pub fn call<'a>(&self, args: &mut [Arg<'a>], outs: &mut [TensorViewMut<'a>]) -> Result<()> {
@@ -464,6 +503,9 @@ impl Kernel {
         let mut b = Solution::default();
         check_call(&self.sig, &self.plan, args, outs, &mut b)?;
         self.check_layouts(args, outs)?;
+        if self.opts.kept_leading_dims {
+            check_kept_leading(&self.sig, args)?;
+        }
         let device = b.device().map_or(DeviceType::CPU, |d| d.kind);
         let Some((_, imp, _)) = self.impls.iter().find(|(d, _, _)| *d == device) else {
             return Err(self.no_device(&b));

@@ -25,6 +25,7 @@ pub mod call;
 pub mod export;
 pub mod handles;
 pub mod kernel;
+pub mod meta;
 #[allow(unsafe_code)]
 pub mod plugin;
 pub mod registry;
@@ -37,6 +38,7 @@ pub use call::{Arg, OutputSpec, Solution};
 pub use dlbridge_array;
 pub use dlbridge_core;
 pub use dlbridge_core::DType;
+pub use meta::{DimOp, DimOrigin, MetaArg, MetaOutput, TensorMeta};
 pub use kernel::{Call, DynKernelFn, Impl, Inputs, Kernel, KernelDef, KernelFn, KernelOpts, Outputs};
 pub use plugin::{Plugin, PluginInfo, PluginKernel};
 pub use registry::{KernelEntry, Registry, StaticImpl, signature_is_well_formed};

@@ -352,6 +352,7 @@ impl Plugin {
                 contiguous: k.flags & FLAG_CONTIGUOUS != 0,
                 row_major_outputs: k.flags & FLAG_ROW_MAJOR_OUTPUTS != 0,
                 per_element: false,
+                kept_leading_dims: false,
             };
             kernels.push(PluginKernel { signature: sig.to_string(), device, opts, doc: doc.clone() });
             defs.push(KernelDef {

@@ -350,3 +350,99 @@ fn dim_expressions_shape_outputs_and_check_given_ones() {
     let e = reg.get("valid2").unwrap().prepare_outputs(&[Arg::Tensor(small.view()), Arg::Tensor(w.view())]).unwrap_err();
     assert_eq!(e.to_string(), "valid2: output y: dim (H - KH + 1) is -1, below 0 with H = 1, KH = 3: the inputs are too small for it");
 }
+
+mod traced {
+    //! A call known by layout only (`Kernel::check_meta`): its answers against a
+    //! table written by hand from each signature's meaning.
+    use dlbridge_core::{DType, Device, DeviceType};
+    use dlbridge_registry::{Call, DimOp, DimOrigin, KernelDef, KernelOpts, MetaArg, Registry, TensorMeta};
+
+    fn t<'a>(shape: &'a [i64], strides: &'a [i64]) -> MetaArg<'a> {
+        MetaArg::Tensor(TensorMeta { shape, strides, dtype: DType::F32, device: Device::CPU })
+    }
+
+    fn kernel(sig: &str, opts: KernelOpts) -> std::sync::Arc<dlbridge_registry::Kernel> {
+        let reg = Registry::new();
+        reg.register(KernelDef { opts, ..KernelDef::cpu(sig, |_: &mut Call<'_, '_>| Ok(())) }).unwrap()
+    }
+
+    fn input(arg: usize, axis: usize) -> DimOrigin {
+        DimOrigin::Input { arg, axis }
+    }
+
+    #[test]
+    fn output_dims_name_the_argument_dims_they_come_from() {
+        let k = kernel("mm(a: f32[M, K], b: f32[K, N]) -> (c: f32[M, N])", KernelOpts::DEFAULT);
+        let out = k.check_meta(&[t(&[3, 4], &[4, 1]), t(&[4, 5], &[5, 1])]).unwrap();
+        assert_eq!(out[0].spec.shape.as_slice(), &[3, 5]);
+        assert_eq!(out[0].dims.as_slice(), &[input(0, 0), input(1, 1)]);
+        let e = k.check_meta(&[t(&[3, 4], &[4, 1]), t(&[5, 2], &[2, 1])]).unwrap_err().to_string();
+        assert_eq!(e, "mm: argument b: dim K = 4 (bound by a) but got 5");
+
+        // A group after a fixed dim: its dims are the argument's, shifted.
+        let k = kernel("red(x: f32[2, ...B, N]) -> (y: f32[...B])", KernelOpts::DEFAULT);
+        let out = k.check_meta(&[t(&[2, 6, 7, 3], &[126, 21, 3, 1])]).unwrap();
+        assert_eq!(out[0].dims.as_slice(), &[input(0, 1), input(0, 2)]);
+
+        // A dim expression: arithmetic on the argument dims of its symbols.
+        let k = kernel("conv(x: f32[H], w: f32[K]) -> (y: f32[(H - K + 1)])", KernelOpts::DEFAULT);
+        let out = k.check_meta(&[t(&[9], &[1]), t(&[4], &[1])]).unwrap();
+        assert_eq!(out[0].spec.shape.as_slice(), &[6]);
+        let want = DimOrigin::Op(
+            DimOp::Add,
+            Box::new(DimOrigin::Op(DimOp::Sub, Box::new(input(0, 0)), Box::new(input(1, 0)))),
+            Box::new(DimOrigin::Fixed(1)),
+        );
+        assert_eq!(out[0].dims.as_slice(), &[want]);
+        let e = k.check_meta(&[t(&[2], &[1]), t(&[4], &[1])]).unwrap_err().to_string();
+        assert!(e.contains("dim (H - K + 1) is -1, below 0 with H = 2, K = 4"), "{e}");
+    }
+
+    #[test]
+    fn a_broadcast_dim_comes_from_the_first_argument_that_has_its_size() {
+        let k = kernel("add(x: f32[*S], y: f32[*S]) -> (z: f32[*S])", KernelOpts::ELEMENTWISE);
+        // [3, 1] with [4]: NumPy's [3, 4], the 3 from x, the 4 from y.
+        let out = k.check_meta(&[t(&[3, 1], &[1, 1]), t(&[4], &[1])]).unwrap();
+        assert_eq!(out[0].spec.shape.as_slice(), &[3, 4]);
+        assert_eq!(out[0].dims.as_slice(), &[input(0, 0), input(1, 0)]);
+        // [1] with [2, 1]: [2, 1], the 2 from y, the 1 a fixed 1.
+        let out = k.check_meta(&[t(&[1], &[1]), t(&[2, 1], &[1, 1])]).unwrap();
+        assert_eq!(out[0].dims.as_slice(), &[input(1, 0), DimOrigin::Fixed(1)]);
+        let e = k.check_meta(&[t(&[3], &[1]), t(&[4], &[1])]).unwrap_err().to_string();
+        assert!(e.contains("add: argument y: shape [4] does not broadcast with [3]"), "{e}");
+    }
+
+    #[test]
+    fn outputs_follow_the_inputs_memory_order_from_the_strides_given() {
+        let k = kernel("relu(x: f32[...S]) -> (y: f32[...S])", KernelOpts::ELEMENTWISE);
+        // x is a transpose: (4, 3) with strides (1, 4), dim 1 outermost.
+        let out = k.check_meta(&[t(&[4, 3], &[1, 4])]).unwrap();
+        assert_eq!(out[0].spec.order.as_slice(), &[1, 0]);
+        assert_eq!(out[0].spec.strides().as_slice(), &[1, 4]);
+        let out = k.check_meta(&[t(&[4, 3], &[3, 1])]).unwrap();
+        assert!(out[0].spec.order.is_empty());
+        // A kernel that allocates row-major outputs does so whatever the inputs.
+        let k = kernel("copy(x: f32[...S]) -> (y: f32[...S])", KernelOpts { row_major_outputs: true, ..KernelOpts::DEFAULT });
+        assert!(k.check_meta(&[t(&[4, 3], &[1, 4])]).unwrap()[0].spec.order.is_empty());
+    }
+
+    #[test]
+    fn layouts_devices_and_shape_rules_are_checked_as_a_call_checks_them() {
+        let k = kernel("axpy(x: f32[N], y: mut f32[N])", KernelOpts::DEFAULT);
+        let e = k.check_meta(&[t(&[3], &[1]), t(&[3], &[0])]).unwrap_err().to_string();
+        assert_eq!(e, "axpy: argument y: writable view: shape [3] strides [0] map several elements to the same memory");
+        assert!(k.check_meta(&[t(&[3], &[0]), t(&[3], &[2])]).unwrap().is_empty());
+        let cuda = MetaArg::Tensor(TensorMeta { shape: &[3], strides: &[1], dtype: DType::F32, device: Device { kind: DeviceType::CUDA, id: 0 } });
+        let e = k.check_meta(&[t(&[3], &[1]), cuda]).unwrap_err().to_string();
+        assert!(e.contains("argument y") && e.contains("x is on cpu; all tensors must share one device"), "{e}");
+
+        let k = kernel("dense(x: f32[N]) -> (y: f32[N])", KernelOpts { contiguous: true, ..KernelOpts::DEFAULT });
+        let e = k.check_meta(&[t(&[3], &[2])]).unwrap_err().to_string();
+        assert!(e.starts_with("dense: argument x:") && e.contains("contiguous"), "{e}");
+
+        let k = kernel("rsum(x: f32[...S], y: mut f32[...O])", KernelOpts { kept_leading_dims: true, ..KernelOpts::DEFAULT });
+        assert!(k.check_meta(&[t(&[2, 3], &[3, 1]), t(&[2], &[1])]).is_ok());
+        let e = k.check_meta(&[t(&[2, 3], &[3, 1]), t(&[3], &[1])]).unwrap_err().to_string();
+        assert_eq!(e, "rsum: output `y` has shape [3]; it must be the kept (leading) dims of the input shape [2, 3], the reduced axes last");
+    }
+}

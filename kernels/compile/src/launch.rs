@@ -357,18 +357,8 @@ fn run_reduction(spec: &ReductionSpec, fs: &[Function], call: &mut Call<'_, '_>)
             )));
         }
     }
+    // The registry checked that every output has `x`'s leading dims (`KernelOpts::kept_leading_dims`).
     let ny = ops[n_in].shape.len();
-    for m in 0..spec.outputs.len() {
-        let o = &ops[n_in + m];
-        if !(o.shape.len() == ny && ny <= x.shape.len() && o.shape == &x.shape[..ny]) {
-            return Err(Error::InvalidArgument(format!(
-                "{name}: output `{}` has shape {}; it must be the kept (leading) dims of the input shape {}, the reduced axes last",
-                names[n_in + m],
-                shape_text(o.shape),
-                shape_text(x.shape)
-            )));
-        }
-    }
     let (kept, red) = x.shape.split_at(ny);
     let m_count: i64 = kept.iter().product();
     let j_count: i64 = red.iter().product();

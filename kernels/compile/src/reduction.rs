@@ -2,8 +2,8 @@
 //!
 //! The registered signature takes the outputs as `mut` tensors
 //! (`l2norm<T: ...>(x: T[...S], y: mut T[...O])`): the kernel reduces each
-//! input over its trailing `x.ndim - y.ndim` dims into `y` (it checks that
-//! `y`'s shape is `x`'s leading dims). [`ReductionKernel::reduce`] (and the
+//! input over its trailing `x.ndim - y.ndim` dims into `y` (the registry
+//! checks that `y`'s shape is `x`'s leading dims: `KernelOpts::kept_leading_dims`). [`ReductionKernel::reduce`] (and the
 //! Python class) turn CuPy's `axis=` and `keepdims=` into that form with zero
 //! copies: the input is viewed with the reduced axes moved last, and the
 //! output is allocated with the kept dims.
@@ -31,7 +31,7 @@ impl SourceKernel<ReductionSpec> {
             "ReductionKernel: map `{}`, reduce `{}`, post-map `{}`; reduces each input over its last x.ndim - y.ndim dims",
             spec.map_expr, spec.reduce_expr, spec.post_map_expr
         );
-        SourceKernel::from_spec(spec, build, KernelOpts::DEFAULT, doc)
+        SourceKernel::from_spec(spec, build, KernelOpts { kept_leading_dims: true, ..KernelOpts::DEFAULT }, doc)
     }
 
     /// Runs `kernel` (this kernel, registered) on `inputs` reduced over
