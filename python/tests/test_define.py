@@ -14,50 +14,10 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import dlbridge
 import dlbridge.torch as dtorch
 
-# TC's documentation examples, as written there.
-TC_EXAMPLES = """
-def matmul(float(M,N) A, float(N,K) B) -> (output) {
-  output(i, j) +=! A(i, kk) * B(kk, j)
-}
-def batch_matmul(float(B, N, M) X, float(B, M, K) Y) -> (Z) {
-  Z(b, n, k) +=! X(b, n, m) * Y(b, m, k)
-}
-def tensordot(float(N, C1, C2, H, W) I0, float(N, C2, C3, H, W) I1) -> (O) {
-  O(n, c1, c3, h, w) +=! I0(n, c1, r_c2, h, w) * I1(n, r_c2, c3, h, w)
-}
-def fully_connected(float(B,M) I, float(N,M) W1, float(N) B1) -> (O1) {
-  O1(b, n) +=! I(b, m) * W1(n, m)
-  O1(b, n) = O1(b, n) + B1(n)
-}
-def fcrelu(float(B,M) I, float(N,M) W1, float(N) B1) -> (O1) {
-  O1(b, n) +=! I(b, m) * W1(n, m)
-  O1(b, n) = O1(b, n) + B1(n)
-  O1(b, n) = fmax(O1(b, n), 0)
-}
-def convolution(float(N,C,H,W) I, float(M,C,KH,KW) W1) -> (O) {
-  O(n, m, h, w) +=! I(n, c, h + kh, w + kw) * W1(m, c, kh, kw)
-}
-def group_convolution(float(N,G,C,H,W) I, float(G,F,C,KH,KW) W1, float(G,F) B) -> (O) {
-  O(n, g, f, h, w) +=! I(n, g, c, h + kh, w + kw) * W1(g, f, c, kh, kw)
-  O(n, g, f, h, w) = O(n, g, f, h, w) + B(g, f)
-}
-def avgpool(float(B, C, H, W) input) -> (output) {
-  output(b, c, h, w) +=! input(b, c, h * 2 + r_kh, w * 2 + r_kw) / 4.0 where r_kh in 0:2, r_kw in 0:2
-}
-def softmax(float(N, D) I) -> (O, maxVal, expDistance, expSum) {
-  maxVal(n) max=! I(n, d)
-  expDistance(n, d) = exp(I(n, d) - maxVal(n))
-  expSum(n) +=! expDistance(n, d)
-  O(n, d) = expDistance(n, d) / expSum(n)
-}
-def layernorm(float(T, B, C) I) -> (O, mean, centered, var) {
-  mean(t, b) +=! I(t, b, c) / C
-  centered(t, b, c) = I(t, b, c) - mean(t, b)
-  var(t, b) +=! centered(t, b, c) * centered(t, b, c)
-  var(t, b) = (var(t, b)) / C
-  O(t, b, c) = centered(t, b, c) / rsqrt(var(t, b))
-}
-"""
+from conftest import ROOT
+
+# TC's documentation examples, as written there (shared with the Rust tests).
+TC_EXAMPLES = (ROOT / "kernels/compile/tests/tc_examples.tc").read_text()
 
 DEFS = dlbridge.define(TC_EXAMPLES)
 
