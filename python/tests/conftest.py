@@ -68,3 +68,20 @@ def cupy_l2norm(name):
         "0",  # identity value
         name,  # kernel name
     )
+
+
+# CuPy's ElementwiseKernel examples (its user guide, "User-Defined Kernels"): one operation,
+# by name, with the parameters each writes.
+CUPY_SQUARED_DIFF_PARAMS = {
+    "squared_diff": ("float32 x, float32 y", "float32 z"),
+    "squared_diff_generic": ("T x, T y", "T z"),
+    "squared_diff_super_generic": ("X x, Y y", "Z z"),
+}
+
+
+def cupy_squared_diff(name):
+    """One of CuPy's squared-difference ElementwiseKernel examples, as written, by its name there."""
+    import dlbridge
+
+    in_params, out_params = CUPY_SQUARED_DIFF_PARAMS[name]
+    return dlbridge.ElementwiseKernel(in_params, out_params, "z = (x - y) * (x - y)", name)

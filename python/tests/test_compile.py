@@ -13,7 +13,7 @@ import pytest
 
 import dlbridge
 
-from conftest import cupy_l2norm, on_threads
+from conftest import cupy_l2norm, cupy_squared_diff, on_threads
 
 torch = pytest.importorskip("torch")
 
@@ -28,12 +28,7 @@ def _private_cache(tmp_path_factory, monkeypatch):
 
 
 def test_cupy_squared_difference_example_runs_as_written():
-    squared_diff = dlbridge.ElementwiseKernel(
-        "float32 x, float32 y",
-        "float32 z",
-        "z = (x - y) * (x - y)",
-        "squared_diff",
-    )
+    squared_diff = cupy_squared_diff("squared_diff")
     x = np.arange(10, dtype=np.float32).reshape(2, 5)
     y = np.arange(5, dtype=np.float32)
     got = squared_diff(x, y)
@@ -47,7 +42,7 @@ def test_cupy_squared_difference_example_runs_as_written():
 
 
 def test_cupy_generic_squared_difference_binds_T_from_the_arguments():
-    squared_diff_generic = dlbridge.ElementwiseKernel("T x, T y", "T z", "z = (x - y) * (x - y)", "squared_diff_generic")
+    squared_diff_generic = cupy_squared_diff("squared_diff_generic")
     for dtype in (np.float32, np.float64, np.int32, np.int64):
         x = np.arange(10, dtype=dtype).reshape(2, 5)
         y = np.arange(5, dtype=dtype)
@@ -63,12 +58,7 @@ def test_cupy_generic_squared_difference_binds_T_from_the_arguments():
 
 
 def test_cupy_super_generic_squared_difference_binds_Z_from_the_output_given():
-    squared_diff_super_generic = dlbridge.ElementwiseKernel(
-        "X x, Y y",
-        "Z z",
-        "z = (x - y) * (x - y)",
-        "squared_diff_super_generic",
-    )
+    squared_diff_super_generic = cupy_squared_diff("squared_diff_super_generic")
     x = np.arange(10, dtype=np.float32).reshape(2, 5)
     y = np.arange(5, dtype=np.int32)
     z = np.empty((2, 5), dtype=np.float64)

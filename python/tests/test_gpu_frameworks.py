@@ -11,6 +11,8 @@ import pytest
 import dlbridge
 import dlbridge.cuda
 
+from conftest import cupy_l2norm, cupy_squared_diff
+
 
 def _cupy_reason():
     try:
@@ -54,12 +56,7 @@ jax_gpu_only = pytest.mark.skipif(NO_JAX_GPU is not None, reason=str(NO_JAX_GPU)
 def test_cupys_elementwise_examples_run_as_written_on_cupy_arrays():
     import cupy as cp
 
-    squared_diff = dlbridge.ElementwiseKernel(
-        "float32 x, float32 y",
-        "float32 z",
-        "z = (x - y) * (x - y)",
-        "squared_diff",
-    )
+    squared_diff = cupy_squared_diff("squared_diff")
     x = cp.arange(10, dtype=np.float32).reshape(2, 5)
     y = cp.arange(5, dtype=np.float32)
     z = squared_diff(x, y)
@@ -71,16 +68,14 @@ def test_cupys_elementwise_examples_run_as_written_on_cupy_arrays():
     z = cp.empty((2, 5), dtype=np.float32)
     assert squared_diff(x, y, z) is z
 
-    squared_diff_generic = dlbridge.ElementwiseKernel("T x, T y", "T z", "z = (x - y) * (x - y)", "squared_diff_generic")
+    squared_diff_generic = cupy_squared_diff("squared_diff_generic")
     for dtype in (np.float32, np.float64, np.int32):
         a, b = cp.arange(10, dtype=dtype).reshape(2, 5), cp.arange(5, dtype=dtype)
         got = squared_diff_generic(a, b)
         assert isinstance(got, cp.ndarray) and got.dtype == dtype
         cp.testing.assert_array_equal(got, (a - b) * (a - b))
 
-    squared_diff_super_generic = dlbridge.ElementwiseKernel(
-        "X x, Y y", "Z z", "z = (x - y) * (x - y)", "squared_diff_super_generic"
-    )
+    squared_diff_super_generic = cupy_squared_diff("squared_diff_super_generic")
     z = cp.empty((2, 5), dtype=np.float64)
     squared_diff_super_generic(x, cp.arange(5, dtype=np.int32), z)
     cp.testing.assert_array_equal(z, (x.astype(np.float64) - cp.arange(5)) ** 2)
@@ -95,8 +90,6 @@ def test_cupys_elementwise_examples_run_as_written_on_cupy_arrays():
 @cupy_only
 def test_cupys_l2norm_reduction_runs_as_written_on_cupy_arrays():
     import cupy as cp
-
-    from conftest import cupy_l2norm
 
     l2norm_kernel = cupy_l2norm("l2norm")
     x = cp.arange(10, dtype=np.float32).reshape(2, 5)
