@@ -95,6 +95,27 @@ fn default_python() -> (String, bool) {
     (python, has)
 }
 
+/// The default interpreter where it has dlbridge; else `None`, said as a skip
+/// (the test above asserts the error the CLI gives then).
+fn python_with_dlbridge() -> Option<String> {
+    let (python, has) = default_python();
+    if !has {
+        eprintln!("skipped: {python} cannot import dlbridge");
+    }
+    has.then_some(python)
+}
+
+/// `dlbridge conformance --python PYTHON ARGS..` run in `dir`: its exit code, stdout and stderr.
+fn conformance_in(dir: &std::path::Path, python: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_dlbridge"))
+        .args(["conformance", "--python", python])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    (out.status.code(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
 #[test]
 fn conformance_runs_the_python_matrix_or_fails_saying_why() {
     let (ok, text, err) = dlbridge(&["conformance".as_ref()]);
@@ -117,20 +138,11 @@ fn conformance_runs_the_python_matrix_or_fails_saying_why() {
 
 #[test]
 fn conformance_checks_a_producer_of_your_own() {
-    let (python, has) = default_python();
-    if !has {
-        // Without dlbridge in Python the check cannot run; the test above asserts that error.
-        eprintln!("skipped: {python} cannot import dlbridge");
-        return;
-    }
+    let Some(python) = python_with_dlbridge() else { return };
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/conformance");
     let run = |factory: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_dlbridge"))
-            .args(["conformance", "--producer", factory, "--python", &python])
-            .current_dir(&dir)
-            .output()
-            .unwrap();
-        (out.status.code(), String::from_utf8(out.stdout).unwrap())
+        let (code, text, _) = conformance_in(&dir, &python, &["--producer", factory]);
+        (code, text)
     };
     let (code, text) = run("boxed:make");
     assert_eq!(code, Some(0), "{text}");
@@ -151,11 +163,7 @@ fn conformance_checks_a_producer_of_your_own() {
 
 #[test]
 fn conformance_fails_a_factory_that_exits_or_hangs_and_refuses_a_name_that_names_nothing() {
-    let (python, has) = default_python();
-    if !has {
-        eprintln!("skipped: {python} cannot import dlbridge");
-        return;
-    }
+    let Some(python) = python_with_dlbridge() else { return };
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("conformance_box");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
@@ -163,15 +171,7 @@ fn conformance_fails_a_factory_that_exits_or_hangs_and_refuses_a_name_that_names
         "import sys, time\n\ndef exits(shape, dtype):\n    sys.exit(0)\n\ndef hangs(shape, dtype):\n    time.sleep(600)\n",
     )
     .unwrap();
-    let run = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_dlbridge"))
-            .args(["conformance", "--python", &python])
-            .args(args)
-            .current_dir(&dir)
-            .output()
-            .unwrap();
-        (out.status.code(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
-    };
+    let run = |args: &[&str]| conformance_in(&dir, &python, args);
     // Exiting with status 0 is a failure that says so, never a passing run without a report.
     let (code, text, err) = run(&["--producer", "badlib:exits", "--timeout", "5"]);
     assert_eq!(code, Some(1), "{text}{err}");
