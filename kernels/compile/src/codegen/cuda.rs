@@ -71,8 +71,6 @@
 //! `dlbridge_generated.cu`, and NVRTC's `operation(2): error: ...` becomes
 //! `operation line 2: error: ...` with the user's line.
 
-use std::sync::Arc;
-
 use dlbridge_core::{DType, Error, ErrorKind, Result};
 use dlbridge_cuda::generated::Program;
 
@@ -141,7 +139,7 @@ impl CudaSource {
     /// Its PTX for `arch` (`--gpu-architecture=compute_75`, `sm_90`, ...); no
     /// GPU needed. A compile error is explained against the user's text.
     #[cfg(feature = "internals")]
-    pub fn ptx(&self, arch: &str) -> Result<Arc<str>> {
+    pub fn ptx(&self, arch: &str) -> Result<std::sync::Arc<str>> {
         self.program().ptx(arch).map_err(|e| self.explain(e))
     }
 
