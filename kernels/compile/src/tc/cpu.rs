@@ -307,12 +307,7 @@ fn parallel_outer(src: &mut Src, outer: &[String], cost: &str) {
     src.line(&format!("      const ptrdiff_t cost = {cost};"));
     src.line("      dlbridge::detail::parallel_chunks(n_outer, dlbridge::detail::chunks_for(n_outer, cost), [&](int, ptrdiff_t b, ptrdiff_t e) {");
     src.line("        for (ptrdiff_t q = b; q < e; ++q) {");
-    src.line("          ptrdiff_t r = q;");
-    for v in outer.iter().rev() {
-        src.line(&format!("          const int64_t v_{v} = lo_{v} + r % (hi_{v} - lo_{v});"));
-        src.line(&format!("          r /= (hi_{v} - lo_{v});"));
-    }
-    src.line("          (void)r;");
+    emit::unflatten(src, outer, "ptrdiff_t", "          ");
 }
 
 fn zero_fill(src: &mut Src, n: &Names<'_>, out: TensorRef) {

@@ -65,12 +65,7 @@ pub fn source(spec: &TcSpec, bind: &[(char, DType)]) -> Result<CudaSource> {
         let count = if ext.is_empty() { "1".to_owned() } else { ext.join(" * ") };
         src.line(&format!("    const long long n_out = {count};"));
         src.line("    for (long long q = first; q < n_out; q += step) {");
-        src.line("      long long r = q;");
-        for v in par.iter().rev() {
-            src.line(&format!("      const int64_t v_{v} = lo_{v} + r % (hi_{v} - lo_{v});"));
-            src.line(&format!("      r /= (hi_{v} - lo_{v});"));
-        }
-        src.line("      (void)r;");
+        emit::unflatten(&mut src, par, "long long", "      ");
         emit::element(&mut src, &n, s, &ctypes, "      ", true);
         src.line("    }");
         src.line("    break;");

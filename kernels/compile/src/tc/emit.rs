@@ -367,6 +367,17 @@ pub(super) fn range_lines(src: &mut Src, s: &Statement, indent: &str) {
     }
 }
 
+/// `v_x` of every index `x` of `indices` (the last the fastest), each in its
+/// range `lo_x..hi_x`, decoded from the flat index `q` of type `int_ty`.
+pub(super) fn unflatten(src: &mut Src, indices: &[String], int_ty: &str, indent: &str) {
+    src.line(&format!("{indent}{int_ty} r = q;"));
+    for v in indices.iter().rev() {
+        src.line(&format!("{indent}const int64_t v_{v} = lo_{v} + r % (hi_{v} - lo_{v});"));
+        src.line(&format!("{indent}r /= (hi_{v} - lo_{v});"));
+    }
+    src.line(&format!("{indent}(void)r;"));
+}
+
 /// The body of one output element: the accumulation over the reduction
 /// indices (innermost last) and the store.
 /// With `parallel_scatter`, a gradient's scatter is one iteration, whose
