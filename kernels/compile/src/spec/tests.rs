@@ -70,30 +70,28 @@ fn ew_err(op: &str, preamble: &str, prep: &str, after: &str) -> String {
 
 #[test]
 fn a_fragment_that_would_leave_its_place_is_refused() {
-    // `}` ends the generated function: what follows would be code at file scope.
-    let m = ew_err("z = x; } void evil() { z = x;", "", "", "");
-    assert!(m.contains("operation closes a `}` on line 1 that it did not open"), "{m}");
-    let m = ew_err("z = x", "int helper() {", "", "");
-    assert!(m.contains("preamble leaves the `{` of line 1 open"), "{m}");
-    let m = ew_err("z = (x", "", "", "");
-    assert!(m.contains("operation leaves the `(` of line 1 open"), "{m}");
-    let m = ew_err("z = x", "", "", "if (1) { (void)0; )");
-    assert!(m.contains("after_loop closes `{` (line 1) with `)` on line 1"), "{m}");
-    // A comment or string left open swallows the generated code after it.
-    let m = ew_err("z = x; /* and the rest", "", "", "");
-    assert!(m.contains("operation leaves a `/*` comment open (from line 1)"), "{m}");
-    let m = ew_err("z = x", "", "const char* s = \"open;", "");
-    assert!(m.contains("loop_prep leaves a string literal open (from line 1)"), "{m}");
-    let m = ew_err("z = x; // \\", "", "", "");
-    assert!(m.contains("operation ends in a backslash"), "{m}");
-    // `#if 0` left open in the preamble would compile the kernel out.
-    let m = ew_err("z = x", "#if 0\nint unused;", "", "");
-    assert!(m.contains("preamble leaves the `#if` of line 1 open (no `#endif`)"), "{m}");
-    let m = ew_err("z = x", "#endif", "", "");
-    assert!(m.contains("preamble has `#endif` on line 1 without its `#if`"), "{m}");
-    // Macros belong in the preamble; there none may rename what the generated code uses.
-    let m = ew_err("#define SQ(v) ((v) * (v))\nz = SQ(x)", "", "", "");
-    assert!(m.contains("operation has the directive `#define SQ(v) ((v) * (v))`, which belongs in the preamble"), "{m}");
+    for ((op, preamble, prep, after), says) in [
+        // `}` ends the generated function: what follows would be code at file scope.
+        (("z = x; } void evil() { z = x;", "", "", ""), "operation closes a `}` on line 1 that it did not open"),
+        (("z = x", "int helper() {", "", ""), "preamble leaves the `{` of line 1 open"),
+        (("z = (x", "", "", ""), "operation leaves the `(` of line 1 open"),
+        (("z = x", "", "", "if (1) { (void)0; )"), "after_loop closes `{` (line 1) with `)` on line 1"),
+        // A comment or string left open swallows the generated code after it.
+        (("z = x; /* and the rest", "", "", ""), "operation leaves a `/*` comment open (from line 1)"),
+        (("z = x", "", "const char* s = \"open;", ""), "loop_prep leaves a string literal open (from line 1)"),
+        (("z = x; // \\", "", "", ""), "operation ends in a backslash"),
+        // `#if 0` left open in the preamble would compile the kernel out.
+        (("z = x", "#if 0\nint unused;", "", ""), "preamble leaves the `#if` of line 1 open (no `#endif`)"),
+        (("z = x", "#endif", "", ""), "preamble has `#endif` on line 1 without its `#if`"),
+        // Macros belong in the preamble; there none may rename what the generated code uses.
+        (
+            ("#define SQ(v) ((v) * (v))\nz = SQ(x)", "", "", ""),
+            "operation has the directive `#define SQ(v) ((v) * (v))`, which belongs in the preamble",
+        ),
+    ] {
+        let m = ew_err(op, preamble, prep, after);
+        assert!(m.contains(says), "{m}");
+    }
     for (mac, why) in [
         ("i", "the generated code declares"),
         ("float", "keyword"),
@@ -373,23 +371,24 @@ fn kernel_texts_are_checked() {
 
 #[test]
 fn reduction_placement_rules() {
-    assert_eq!(err(red("raw T x", "T y")), "ReductionKernel `r`: in_params: input `x` is raw: reduction inputs are never raw");
-    assert_eq!(err(red("mut T x", "T y")), "ReductionKernel `r`: in_params: input `x` is `mut`: a reduction only reads its inputs");
-    assert_eq!(err(red("T x", "raw T y")), "ReductionKernel `r`: out_params: output `y` is raw: reduction outputs are never raw");
-    assert_eq!(
-        err(red("", "T y")).as_str(),
-        "ReductionKernel `r`: out_params: output `y` has type `T`, which no input has, so no call can bind it (give an input type `T` or use a concrete type)"
-    );
-    assert_eq!(err(red("", "float32 y")), "ReductionKernel `r`: in_params is empty: a reduction needs an input to reduce");
-    assert_eq!(err(red("T x", "")), "ReductionKernel `r`: out_params is empty: a reduction needs an output");
-    assert_eq!(
-        err(red("T x", "mut T y")),
-        "ReductionKernel `r`: out_params: output `y` is `mut`: outputs are always written, `mut` is for inputs"
-    );
-    assert_eq!(
-        err(red("T x", "T i")),
-        "ReductionKernel `r`: out_params: parameter name `i` is reserved: the generated code declares it (`i` the flat index, `_ind` the size)"
-    );
+    for ((i, o), says) in [
+        (("raw T x", "T y"), "in_params: input `x` is raw: reduction inputs are never raw"),
+        (("mut T x", "T y"), "in_params: input `x` is `mut`: a reduction only reads its inputs"),
+        (("T x", "raw T y"), "out_params: output `y` is raw: reduction outputs are never raw"),
+        (
+            ("", "T y"),
+            "out_params: output `y` has type `T`, which no input has, so no call can bind it (give an input type `T` or use a concrete type)",
+        ),
+        (("", "float32 y"), "in_params is empty: a reduction needs an input to reduce"),
+        (("T x", ""), "out_params is empty: a reduction needs an output"),
+        (("T x", "mut T y"), "out_params: output `y` is `mut`: outputs are always written, `mut` is for inputs"),
+        (
+            ("T x", "T i"),
+            "out_params: parameter name `i` is reserved: the generated code declares it (`i` the flat index, `_ind` the size)",
+        ),
+    ] {
+        assert_eq!(err(red(i, o)), format!("ReductionKernel `r`: {says}"), "in_params {i:?}, out_params {o:?}");
+    }
 }
 
 #[test]
