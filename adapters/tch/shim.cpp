@@ -33,6 +33,20 @@ int refusal(const at::Tensor& t) {
   return 0;
 }
 
+// f()'s result; where it throws, `failed`, with the exception's message in
+// `err` (`unknown` for what is no std::exception).
+template <typename R, typename F>
+R guarded(char* err, size_t err_len, const char* unknown, R failed, F f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    write_err(err, err_len, e.what());
+  } catch (...) {
+    write_err(err, err_len, unknown);
+  }
+  return failed;
+}
+
 }  // namespace
 
 extern "C" {
@@ -41,34 +55,22 @@ extern "C" {
 // failure torch leaks it, so the Rust side pre-checks what torch rejects).
 // Returns a new at::Tensor* (tch's C_tensor) or NULL with a message in `err`.
 void* dlbridge_tch_from_dlpack(DLManagedTensorVersioned* src, char* err, size_t err_len) {
-  try {
-    return new at::Tensor(at::fromDLPackVersioned(src));
-  } catch (const std::exception& e) {
-    write_err(err, err_len, e.what());
-  } catch (...) {
-    write_err(err, err_len, "unknown C++ exception in at::fromDLPackVersioned");
-  }
-  return nullptr;
+  return guarded<void*>(err, err_len, "unknown C++ exception in at::fromDLPackVersioned", nullptr,
+                        [&] { return new at::Tensor(at::fromDLPackVersioned(src)); });
 }
 
 // A new owning DLPack tensor sharing `tensor`'s storage (torch keeps the
 // storage alive until the deleter runs). NULL with a message on failure.
 DLManagedTensorVersioned* dlbridge_tch_to_dlpack(void* tensor, char* err, size_t err_len) {
-  try {
-    return at::toDLPackVersioned(*static_cast<at::Tensor*>(tensor));
-  } catch (const std::exception& e) {
-    write_err(err, err_len, e.what());
-  } catch (...) {
-    write_err(err, err_len, "unknown C++ exception in at::toDLPackVersioned");
-  }
-  return nullptr;
+  return guarded<DLManagedTensorVersioned*>(err, err_len, "unknown C++ exception in at::toDLPackVersioned", nullptr,
+                                            [&] { return at::toDLPackVersioned(*static_cast<at::Tensor*>(tensor)); });
 }
 
 // Fills `out` with a view of `tensor` (no allocation: shape, strides and data
 // point into the TensorImpl, valid while the tensor lives unmodified).
 // Returns 0, a refusal code (above), or -1 with the C++ exception's message in `err`.
 int dlbridge_tch_borrow(void* tensor, DLTensor* out, char* err, size_t err_len) {
-  try {
+  return guarded(err, err_len, "unknown C++ exception in at::toDLPackNonOwning", -1, [&] {
     const at::Tensor& t = *static_cast<at::Tensor*>(tensor);
     int code = refusal(t);
     if (code != 0) {
@@ -76,12 +78,7 @@ int dlbridge_tch_borrow(void* tensor, DLTensor* out, char* err, size_t err_len) 
     }
     at::toDLPackNonOwning(t, out);
     return 0;
-  } catch (const std::exception& e) {
-    write_err(err, err_len, e.what());
-  } catch (...) {
-    write_err(err, err_len, "unknown C++ exception in at::toDLPackNonOwning");
-  }
-  return -1;
+  });
 }
 
 // dlbridge_tch_borrow for `n` tensors in one call (a kernel call lends all of
@@ -107,17 +104,12 @@ void dlbridge_tch_borrow_n(void* const* tensors, size_t n, DLTensor* out, int32_
 // backend: no CUDA header is needed here. Returns 0, or -1 with a message (a
 // torch without CUDA, no such device).
 int dlbridge_tch_current_cuda_stream(int device_id, void** out, char* err, size_t err_len) {
-  try {
+  return guarded(err, err_len, "unknown C++ exception asking torch for its current CUDA stream", -1, [&] {
     c10::Device device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_id));
     c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device);
     *out = stream.native_handle();
     return 0;
-  } catch (const std::exception& e) {
-    write_err(err, err_len, e.what());
-  } catch (...) {
-    write_err(err, err_len, "unknown C++ exception asking torch for its current CUDA stream");
-  }
-  return -1;
+  });
 }
 
 }  // extern "C"

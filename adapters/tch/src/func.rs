@@ -212,29 +212,25 @@ impl TchKernel {
 
     /// Calls a kernel with one output and returns it.
     pub fn call1<'t>(&self, args: impl Args<'t>) -> KernelResult<Tensor> {
-        let n = self.kernel.signature().outputs.len();
-        if n != 1 {
-            return Err(Error::InvalidArgument(format!(
-                "{}: call1 is for kernels with one output; this one has {n} (use call)",
-                self.kernel.name()
-            ))
-            .into());
-        }
+        self.expect_outputs(1, "call1", "with one output")?;
         let mut outs = self.call(args)?;
         outs.pop().ok_or_else(|| Error::Runtime(format!("{}: no output came back", self.kernel.name())).into())
     }
 
     /// Calls a kernel without outputs (one that writes its `mut` tensors).
     pub fn call0<'t>(&self, args: impl Args<'t>) -> KernelResult<()> {
-        let n = self.kernel.signature().outputs.len();
-        if n != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "{}: call0 is for kernels without outputs; this one has {n} (use call)",
-                self.kernel.name()
-            ))
-            .into());
-        }
+        self.expect_outputs(0, "call0", "without outputs")?;
         self.call(args).map(drop)
+    }
+
+    /// Refuses `method` (for kernels `with`: "with one output") unless the
+    /// kernel has `want` outputs.
+    fn expect_outputs(&self, want: usize, method: &str, with: &str) -> KernelResult<()> {
+        let n = self.kernel.signature().outputs.len();
+        if n == want {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument(format!("{}: {method} is for kernels {with}; this one has {n} (use call)", self.kernel.name())).into())
     }
 
     /// Calls the kernel writing its outputs into `outputs` (destination-passing style).
