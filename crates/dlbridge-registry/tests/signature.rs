@@ -2,6 +2,13 @@ use dlbridge_core::{DType, ErrorKind};
 use dlbridge_registry::Signature;
 use dlbridge_registry::signature::{DTypeRef, Dim, ParamKind, ScalarKind};
 
+/// `text` parses, prints back as itself, and that parses to the same signature.
+fn assert_prints_back(text: &str) {
+    let sig = Signature::parse(text).unwrap();
+    assert_eq!(sig.to_string(), text);
+    assert_eq!(Signature::parse(&sig.to_string()).unwrap(), sig);
+}
+
 #[test]
 fn design_examples_parse_and_print_back() {
     for text in [
@@ -12,9 +19,7 @@ fn design_examples_parse_and_print_back() {
         "sum_all<T: f32>(x: T[...S]) -> (y: T[])",
         "fill(x: mut u8[4, ...R], value: i64, flag: bool)",
     ] {
-        let sig = Signature::parse(text).unwrap();
-        assert_eq!(sig.to_string(), text);
-        assert_eq!(Signature::parse(&sig.to_string()).unwrap(), sig);
+        assert_prints_back(text);
     }
 }
 
@@ -181,9 +186,7 @@ fn dim_expressions_parse_print_back_and_evaluate() {
         "pool(x: f32[H, W]) -> (y: f32[((H - 2) / 2 + 1), min(H, W)])",
         "scale(x: f32[N], g: f32[(2 * N - 1)]) -> (y: f32[max(N, 3)])",
     ] {
-        let sig = Signature::parse(text).unwrap();
-        assert_eq!(sig.to_string(), text);
-        assert_eq!(Signature::parse(&sig.to_string()).unwrap(), sig);
+        assert_prints_back(text);
     }
     let sig = Signature::parse("pool(x: f32[H, W]) -> (y: f32[((H - 2) / 2 + 1), min(H, W)])").unwrap();
     let out = sig.outputs[0].tensor().unwrap();
