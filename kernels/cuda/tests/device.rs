@@ -14,6 +14,15 @@ fn device_or_skip() -> Option<std::sync::Arc<CudaDevice>> {
     Some(CudaDevice::get(0).expect("a device the driver reports"))
 }
 
+/// [`device_or_skip`], and the global registry with the built-in CPU and CUDA
+/// kernels linked in.
+fn device_and_builtins_or_skip() -> Option<(std::sync::Arc<CudaDevice>, &'static dlbridge_registry::Registry)> {
+    let dev = device_or_skip()?;
+    dlbridge_cpu::link();
+    dlbridge_cuda::link();
+    Some((dev, dlbridge_registry::Registry::global()))
+}
+
 #[test]
 fn host_arrays_round_trip_through_device_memory() {
     let Some(dev) = device_or_skip() else { return };
@@ -114,10 +123,7 @@ fn close(got: &[f32], want: &[f32], tol: f32, what: &str) {
 
 #[test]
 fn builtin_cuda_kernels_match_the_cpu_kernels_on_every_layout() {
-    let Some(dev) = device_or_skip() else { return };
-    dlbridge_cpu::link();
-    dlbridge_cuda::link();
-    let reg = dlbridge_registry::Registry::global();
+    let Some((dev, reg)) = device_and_builtins_or_skip() else { return };
     let (r, c) = (64i64, 300i64);
     let a = Array::from_vec(values((r * c) as usize), &[r, c]).unwrap();
     let b = Array::from_vec(values((r * c) as usize + 7)[7..].to_vec(), &[r, c]).unwrap();
@@ -159,10 +165,7 @@ fn builtin_cuda_kernels_match_the_cpu_kernels_on_every_layout() {
 
 #[test]
 fn row_reductions_match_the_cpu_kernels_in_every_launch_shape() {
-    let Some(dev) = device_or_skip() else { return };
-    dlbridge_cpu::link();
-    dlbridge_cuda::link();
-    let reg = dlbridge_registry::Registry::global();
+    let Some((dev, reg)) = device_and_builtins_or_skip() else { return };
     // A warp a row, a block a row, rows split into pieces (few long rows), one long row.
     for (r, c) in [(300i64, 100i64), (50, 3000), (3, 200_000), (1, 1 << 21)] {
         let a = Array::from_vec(values((r * c) as usize), &[r, c]).unwrap();
@@ -198,10 +201,8 @@ fn a_strided_view_outside_the_array_is_refused() {
 
 #[test]
 fn matmul_through_cublas_matches_the_cpu_on_transposed_operands() {
-    let Some(dev) = device_or_skip() else { return };
-    dlbridge_cpu::link();
-    dlbridge_cuda::link();
-    let k = dlbridge_registry::Registry::global().get("matmul").unwrap();
+    let Some((dev, reg)) = device_and_builtins_or_skip() else { return };
+    let k = reg.get("matmul").unwrap();
     let (m, kk, n) = (37i64, 53i64, 29i64);
     let a = Array::from_vec(values((m * kk) as usize), &[m, kk]).unwrap();
     let b = Array::from_vec(values((kk * n) as usize + 3)[3..].to_vec(), &[kk, n]).unwrap();
