@@ -212,6 +212,25 @@ __device__ __forceinline__ bool dlb_aligned16(const T* p) {
     return (((unsigned long long)p) & 15ull) == 0;
 }
 
+// The elements of the q-th 16-byte chunk of p (16-byte aligned): one 16-byte
+// load, unpacked through memcpy (no type punning: registers either way once
+// compiled).
+template <typename S, int V>
+__device__ __forceinline__ void dlb_load16(const S* p, long long q, S (&e)[V]) {
+    static_assert(sizeof(S) * V == 16, "a chunk is 16 bytes");
+    const uint4 raw = reinterpret_cast<const uint4*>(p)[q];
+    memcpy(e, &raw, sizeof raw);
+}
+
+// Writes e as the q-th 16-byte chunk of p (16-byte aligned): one 16-byte store.
+template <typename S, int V>
+__device__ __forceinline__ void dlb_store16(S* p, long long q, const S (&e)[V]) {
+    static_assert(sizeof(S) * V == 16, "a chunk is 16 bytes");
+    uint4 raw;
+    memcpy(&raw, e, sizeof raw);
+    reinterpret_cast<uint4*>(p)[q] = raw;
+}
+
 // f(c, value) for every element c of a row of `cols` elements `cs` apart,
 // each thread of the group its share: 16-byte chunks (threads take chunks
 // round robin, so a warp reads consecutive 16-byte pieces) when contiguous
@@ -224,11 +243,8 @@ __device__ __forceinline__ void dlb_row_each(const DlbRowGroup& g, const typenam
     if (cs == 1 && dlb_aligned16(xr)) {
         const long long chunks = cols / V;
         for (long long q = g.tid; q < chunks; q += g.n) {
-            // One 16-byte load, unpacked through memcpy (no type punning:
-            // registers either way once compiled).
-            const uint4 raw = reinterpret_cast<const uint4*>(xr)[q];
             S e[V];
-            memcpy(e, &raw, sizeof raw);
+            dlb_load16(xr, q, e);
 #pragma unroll
             for (int j = 0; j < V; ++j) f(q * V + j, E::load(e[j]));
         }
@@ -248,14 +264,11 @@ __device__ __forceinline__ void dlb_row_map(const DlbRowGroup& g, const typename
     if (xcs == 1 && ycs == 1 && dlb_aligned16(xr) && dlb_aligned16(yr)) {
         const long long chunks = cols / V;
         for (long long q = g.tid; q < chunks; q += g.n) {
-            const uint4 raw = reinterpret_cast<const uint4*>(xr)[q];
             S e[V], o[V];
-            memcpy(e, &raw, sizeof raw);
+            dlb_load16(xr, q, e);
 #pragma unroll
             for (int j = 0; j < V; ++j) o[j] = E::store(h(E::load(e[j])));
-            uint4 out;
-            memcpy(&out, o, sizeof out);
-            reinterpret_cast<uint4*>(yr)[q] = out;
+            dlb_store16(yr, q, o);
         }
         for (long long c = chunks * V + g.tid; c < cols; c += g.n) yr[c] = E::store(h(E::load(xr[c])));
     } else {
@@ -358,6 +371,15 @@ __device__ __forceinline__ DlbPiece dlb_piece(long long u, long long splits, lon
     const long long left = cols - p.first;
     p.cols = left < 0 ? 0 : (left < chunk ? left : chunk);
     return p;
+}
+
+// f(u, piece) for each unit u of the `rows * splits` (a piece each) this group
+// takes.
+template <typename F>
+__device__ __forceinline__ void dlb_each_piece(const DlbRowGroup& g, long long rows, long long splits, long long chunk,
+                                               long long cols, F f) {
+    const long long units = rows * splits;
+    for (long long u = g.first; u < units; u += g.step) f(u, dlb_piece(u, splits, chunk, cols));
 }
 
 // The acc-typed traits (what a workspace of partial results holds).

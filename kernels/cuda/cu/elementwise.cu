@@ -71,15 +71,12 @@ __device__ __forceinline__ void dlb_binary(const typename E::storage* a, const D
         dlb_chunked(
             n, V,
             [&](long long q) {
-                const uint4 ra = reinterpret_cast<const uint4*>(a)[q], rb = reinterpret_cast<const uint4*>(b)[q];
                 S ea[V], eb[V], eo[V];
-                memcpy(ea, &ra, sizeof ra);
-                memcpy(eb, &rb, sizeof rb);
+                dlb_load16(a, q, ea);
+                dlb_load16(b, q, eb);
 #pragma unroll
                 for (int j = 0; j < V; ++j) eo[j] = E::store(op(E::load(ea[j]), E::load(eb[j])));
-                uint4 ro;
-                memcpy(&ro, eo, sizeof ro);
-                reinterpret_cast<uint4*>(out)[q] = ro;
+                dlb_store16(out, q, eo);
             },
             [&](long long i) { out[i] = E::store(op(E::load(a[i]), E::load(b[i]))); });
     } else if (contiguous) {
@@ -102,14 +99,11 @@ __device__ __forceinline__ void dlb_unary(const typename E::storage* x, const Dl
         dlb_chunked(
             n, V,
             [&](long long q) {
-                const uint4 rx = reinterpret_cast<const uint4*>(x)[q];
                 S ex[V], eo[V];
-                memcpy(ex, &rx, sizeof rx);
+                dlb_load16(x, q, ex);
 #pragma unroll
                 for (int j = 0; j < V; ++j) eo[j] = E::store(op(E::load(ex[j])));
-                uint4 ro;
-                memcpy(&ro, eo, sizeof ro);
-                reinterpret_cast<uint4*>(out)[q] = ro;
+                dlb_store16(out, q, eo);
             },
             [&](long long i) { out[i] = E::store(op(E::load(x[i]))); });
     } else if (contiguous) {

@@ -73,16 +73,14 @@ __device__ __forceinline__ void dlb_softmax_partial(const typename E::storage* x
     typedef typename E::acc A;
     __shared__ A sm[32], ss[32];
     const DlbRowGroup g = dlb_row_group(warp_rows);
-    const long long units = rows * splits;
-    for (long long u = g.first; u < units; u += g.step) {
-        const DlbPiece p = dlb_piece(u, splits, chunk, cols);
+    dlb_each_piece(g, rows, splits, chunk, cols, [&](long long u, const DlbPiece& p) {
         const DlbMaxSum<A> t =
             dlb_softmax_stats<E>(g, x + dlb_offset(xrows, p.row) + p.first * xcs, xcs, p.cols, sm, ss);
         if (g.tid == 0) {
             partial[2 * u] = t.m;
             partial[2 * u + 1] = t.s;
         }
-    }
+    });
 }
 
 template <typename E>
@@ -94,9 +92,7 @@ __device__ __forceinline__ void dlb_softmax_finish(const typename E::storage* x,
     typedef typename E::acc A;
     __shared__ A sm[32], ss[32];
     const DlbRowGroup g = dlb_row_group(warp_rows);
-    const long long units = rows * splits;
-    for (long long u = g.first; u < units; u += g.step) {
-        const DlbPiece p = dlb_piece(u, splits, chunk, cols);
+    dlb_each_piece(g, rows, splits, chunk, cols, [&](long long, const DlbPiece& p) {
         // The row's pieces merged by the group (a thread's share, then the
         // group's tree: the same order in every unit of the row).
         DlbMaxSum<A> t = dlb_ms_init<A>();
@@ -107,7 +103,7 @@ __device__ __forceinline__ void dlb_softmax_finish(const typename E::storage* x,
         typename E::storage* yr = y + dlb_offset(yrows, p.row) + p.first * ycs;
         const A inv = dlb_rcp(t.s);
         dlb_row_map<E>(g, xr, xcs, yr, ycs, p.cols, [&](A v) { return dlb_exp(v - t.m) * inv; });
-    }
+    });
 }
 
 #define DLB_SOFTMAX(T, E)                                                                                    \

@@ -60,12 +60,10 @@ __device__ __forceinline__ void dlb_sum_partial(const typename E::storage* x, co
     typedef typename E::acc A;
     __shared__ A scratch[32];
     const DlbRowGroup g = dlb_row_group(warp_rows);
-    const long long units = rows * splits;
-    for (long long u = g.first; u < units; u += g.step) {
-        const DlbPiece p = dlb_piece(u, splits, chunk, cols);
+    dlb_each_piece(g, rows, splits, chunk, cols, [&](long long u, const DlbPiece& p) {
         const A s = dlb_sum_piece<E>(g, x + dlb_offset(xrows, p.row) + p.first * xcs, xcs, p.cols, scratch);
         if (g.tid == 0) partial[u] = s;
-    }
+    });
 }
 
 template <typename E>
