@@ -35,6 +35,11 @@ fn private_cache() -> (tempfile::TempDir, Arc<LibraryCache>) {
     (dir, cache)
 }
 
+/// A C library of `functions` defined in `src`, built in `cache`.
+fn c_library_in(cache: &Arc<LibraryCache>, name: &str, src: &str, functions: &[&str]) -> InlineLibrary {
+    InlineLibrary::new(name, Some(src), functions, None, InlineOptions { cache: Some(cache.clone()), ..Default::default() }).unwrap()
+}
+
 #[test]
 fn axpy_writes_its_mut_argument_in_place() {
     let reg = Registry::new();
@@ -136,14 +141,7 @@ void count(const unsigned char* m, long long* out, long long S) {
 fn a_definition_that_does_not_match_its_signature_is_a_compile_error_at_its_c_source_line() {
     let (_dir, cache) = private_cache();
     let src = "// a comment\n\nvoid axpy(const float* x, float* y, float a, long long n) {\n  for (long long i = 0; i < n; ++i) y[i] += a * x[i];\n}\n";
-    let lib = InlineLibrary::new(
-        "rs_mismatch",
-        Some(src),
-        &["axpy(x: f32[N], y: mut f32[N], a: f64)"],
-        None,
-        InlineOptions { cache: Some(cache), ..Default::default() },
-    )
-    .unwrap();
+    let lib = c_library_in(&cache, "rs_mismatch", src, &["axpy(x: f32[N], y: mut f32[N], a: f64)"]);
     let e = lib.register(&Registry::new()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Value);
     let m = e.to_string();
@@ -281,8 +279,7 @@ fn a_header_the_c_source_includes_is_part_of_the_cache_key() {
     let dir = tempfile::tempdir().unwrap();
     let (header, c) = scale_by_header(dir.path());
     let run = |cache: Arc<LibraryCache>| {
-        let opts = InlineOptions { cache: Some(cache), ..Default::default() };
-        let lib = InlineLibrary::new("rs_header_key", Some(&c), &["scale(x: f32[N]) -> (y: f32[N])"], None, opts).unwrap();
+        let lib = c_library_in(&cache, "rs_header_key", &c, &["scale(x: f32[N]) -> (y: f32[N])"]);
         let reg = Registry::new();
         let k = lib.register(&reg).unwrap().remove(0);
         let x = Array::from_slice(&[1.0f32, 2.0], &[2]).unwrap();
@@ -324,14 +321,7 @@ fn concurrent_first_calls_with_new_dtypes_build_once() {
     let (_dir, cache) = private_cache();
     let reg = Registry::new();
     let src = "void square(const T* x, T* y, long long n) { for (long long i = 0; i < n; ++i) y[i] = x[i] * x[i]; }\n";
-    let lib = InlineLibrary::new(
-        "rs_threads",
-        Some(src),
-        &["square<T: f32|i32>(x: T[N]) -> (y: T[N])"],
-        None,
-        InlineOptions { cache: Some(cache.clone()), ..Default::default() },
-    )
-    .unwrap();
+    let lib = c_library_in(&cache, "rs_threads", src, &["square<T: f32|i32>(x: T[N]) -> (y: T[N])"]);
     let k = lib.register(&reg).unwrap().remove(0);
     assert_eq!(lib.cpu_specialisations(), 1, "register builds the first dtypes (f32)");
     for y in common::call_from_threads(&k, 100, 6) {
