@@ -21,7 +21,7 @@ const VARIANTS: &[(&str, &[&str])] = &[
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
-    let include = manifest.join("../../crates/dlbridge-registry/include");
+    let include = manifest.join("../../include");
     let source = manifest.join("example.c");
     println!("cargo:rerun-if-changed={}", source.display());
     println!("cargo:rerun-if-changed={}", include.join("dlbridge/plugin.h").display());

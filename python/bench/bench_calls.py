@@ -73,7 +73,7 @@ class DlpackOnly:
 def build_nop(tmp):
     out = Path(tmp) / "libdlbridge_bench_nop.so"
     cc = os.environ.get("CC", "cc")
-    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-std=c11", "-I", str(ROOT / "crates/dlbridge-registry/include"),
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-std=c11", "-I", str(ROOT / "include"),
                     str(HERE / "nop.c"), "-o", str(out)], check=True)
     return out
 

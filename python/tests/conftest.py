@@ -15,7 +15,7 @@ def c_plugin(tmp_path_factory):
     out = tmp_path_factory.mktemp("plugin") / "libdlbridge_plugin_example_c.so"
     cc = os.environ.get("CC", "cc")
     subprocess.run(
-        [cc, "-shared", "-fPIC", "-O2", "-std=c11", "-I", str(ROOT / "crates/dlbridge-registry/include"),
+        [cc, "-shared", "-fPIC", "-O2", "-std=c11", "-I", str(ROOT / "include"),
          str(ROOT / "kernels/plugin-c/example.c"), "-o", str(out), "-lm"],
         check=True,
     )

@@ -31,7 +31,7 @@ use crate::kernel::{Call, Impl, KernelDef, KernelOpts, Staging};
 
 /// The plugin ABI's C header, `include/dlbridge/plugin.h`, as text (for code
 /// generators that paste it into what they compile).
-pub const PLUGIN_H: &str = include_str!("../include/dlbridge/plugin.h");
+pub const PLUGIN_H: &str = include_str!("../../../include/dlbridge/plugin.h");
 use crate::signature::{MAX_SIGNATURE_LEN, Scalar, Signature, clip};
 
 /// The ABI version this build implements.

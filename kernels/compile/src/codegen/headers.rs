@@ -101,7 +101,7 @@ mod tests {
                     .arg("-I")
                     .arg(root.join("include"))
                     .arg("-I")
-                    .arg(root.join("../../crates/dlbridge-registry/include"))
+                    .arg(root.join("../../include"))
                     .arg(&cpp)
                     .output()
                     .unwrap();
