@@ -141,7 +141,7 @@ run_tests() {
     cargo fmt --check
     log "cargo test --workspace (all crates but the extension module)"
     # --no-fail-fast: every test target runs, and cargo ends by naming each one that failed.
-    cargo test --workspace --exclude dlbridge-py --quiet --no-fail-fast
+    cargo test --workspace --exclude dlbridge-python --quiet --no-fail-fast
     log "cargo clippy --workspace --all-targets (warnings are errors)"
     cargo clippy --workspace --all-targets --quiet -- -D warnings
     log "cargo doc --workspace --no-deps (rustdoc warnings, broken intra-doc links among them, are errors)"

@@ -77,16 +77,52 @@ fn exceptions(root: &Path) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The top-level modules of a crate's `src/` (file stems; `lib`/`main` the root).
+/// The top-level modules of a crate's `src/` (file stems; `lib`/`main` the
+/// root; a folder module is one node, the text of every file below it).
 fn modules(src: &Path) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
+    let mut out: BTreeMap<String, String> = BTreeMap::new();
     let Ok(entries) = fs::read_dir(src) else { return out };
     for e in entries.flatten() {
         let p = e.path();
+        let name = p.file_stem().unwrap().to_string_lossy().into_owned();
         if p.extension().is_some_and(|x| x == "rs") {
-            out.insert(p.file_stem().unwrap().to_string_lossy().into_owned(), fs::read_to_string(&p).unwrap());
+            out.entry(name).or_default().push_str(&fs::read_to_string(&p).unwrap());
+        } else if p.is_dir() {
+            let text = out.entry(name).or_default();
+            for f in rust_files(&p) {
+                if f.file_stem().is_some_and(|s| s == "tests") {
+                    continue; // a module's own tests may use anything
+                }
+                let body = fs::read_to_string(&f).unwrap();
+                let body = body.find("\n#[cfg(test)]\nmod ").map_or(&body[..], |at| &body[..at]);
+                text.push('\n');
+                if f.parent() == Some(p.as_path()) && f.file_stem().is_some_and(|s| s == "mod") {
+                    text.push_str(body);
+                } else {
+                    // Below the folder's root, `super::` names the folder's own modules.
+                    text.push_str(&body.replace("super::", "super_in_folder::"));
+                }
+            }
         }
     }
+    out
+}
+
+/// Every `.rs` file below `dir`, sorted.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
     out
 }
 

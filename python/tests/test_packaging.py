@@ -37,9 +37,9 @@ def meta():
 
 def abi3_floor():
     """The oldest CPython the extension's `pyo3/abi3-py3XX` feature builds for, as (3, XX)."""
-    features = toml("python/Cargo.toml")["dependencies"]["pyo3"]["features"]
+    features = toml("adapters/python/Cargo.toml")["dependencies"]["pyo3"]["features"]
     abi3 = [f for f in features if f.startswith("abi3")]
-    assert len(abi3) == 1, f"python/Cargo.toml: want exactly one abi3-py3XX pyo3 feature, got {features}"
+    assert len(abi3) == 1, f"adapters/python/Cargo.toml: want exactly one abi3-py3XX pyo3 feature, got {features}"
     m = re.fullmatch(r"abi3-py3(\d+)", abi3[0])
     assert m, abi3
     return (3, int(m.group(1)))
@@ -49,12 +49,12 @@ def test_one_pyproject_at_the_root_builds_the_extension_crate(pyproject):
     assert pyproject["build-system"]["build-backend"] == "maturin"
     assert any(r.startswith("maturin") for r in pyproject["build-system"]["requires"])
     maturin = pyproject["tool"]["maturin"]
-    assert maturin["manifest-path"] == "python/Cargo.toml"
+    assert maturin["manifest-path"] == "adapters/python/Cargo.toml"
     assert maturin["python-source"] == "python"
     assert maturin["module-name"] == "dlbridge._dlbridge"
     assert (ROOT / maturin["python-source"] / "dlbridge" / "__init__.py").is_file()
     # A second pyproject next to the manifest would be a second source of metadata.
-    assert not (ROOT / "python" / "pyproject.toml").exists()
+    assert not (ROOT / "python" / "pyproject.toml").exists() and not (ROOT / "adapters" / "python" / "pyproject.toml").exists()
 
 
 def test_requires_python_is_the_abi3_floor(pyproject):
@@ -100,7 +100,7 @@ def test_torch_and_numpy_are_optional(meta):
 @pytest.mark.skipif(shutil.which("cargo") is None, reason="cargo is not on PATH")
 def test_the_extension_does_not_build_the_cli_or_conformance_crates():
     out = subprocess.run(
-        ["cargo", "tree", "--offline", "-p", "dlbridge-py", "-e", "normal", "--prefix", "none", "--format", "{p}"],
+        ["cargo", "tree", "--offline", "-p", "dlbridge-python", "-e", "normal", "--prefix", "none", "--format", "{p}"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert out.returncode == 0, out.stderr

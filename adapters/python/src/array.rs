@@ -25,7 +25,7 @@ use std::ffi::{c_int, c_void};
 use dlbridge_array::{Array, Item};
 use dlbridge_core::layout::{is_contiguous, is_f_contiguous};
 use dlbridge_core::view::try_vec_with_capacity;
-use dlbridge_core::{DType, Flags, ManagedTensor};
+use dlbridge_core::{Flags, ManagedTensor};
 use dlpark::python::{DlpackExporter, ExportRequest, export_dlpack};
 use dlpark::{DlpackFlags, Managed};
 use pyo3::exceptions::{PyBufferError, PyIndexError, PyTypeError, PyValueError};
@@ -33,8 +33,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyList, PySlice, PyTuple};
 use pyo3::{IntoPyObjectExt, ffi};
 
-use crate::buffer::format_of;
 use crate::errors::IntoPy;
+use crate::raw::buffer::format_of;
 
 /// dlbridge's own n-dimensional array (host or CUDA memory, any DLPack dtype).
 #[pyclass(name = "Array", module = "dlbridge", frozen)]
@@ -561,11 +561,6 @@ fn index_value(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
     }
 }
 
-/// Keeps DType in scope for docs (dtype names are DType's Display).
-pub fn dtype_name(d: DType) -> String {
-    d.to_string()
-}
-
 /// A device as Python names it: `"cpu"`, `"cuda"` (device 0), `"cuda:N"`, or a
 /// `(device_type, device_id)` pair (DLPack's codes, `dlbridge.DLDeviceType` too).
 pub fn parse_device(d: &Bound<'_, PyAny>) -> PyResult<dlbridge_core::Device> {
@@ -577,7 +572,7 @@ pub fn parse_device(d: &Bound<'_, PyAny>) -> PyResult<dlbridge_core::Device> {
             _ => None,
         };
         return parsed.ok_or_else(|| {
-            PyValueError::new_err(format!("device {:?}: expected \"cpu\", \"cuda\" or \"cuda:N\"", crate::capsule::bounded(&s)))
+            PyValueError::new_err(format!("device {:?}: expected \"cpu\", \"cuda\" or \"cuda:N\"", crate::raw::capsule::bounded(&s)))
         });
     }
     if d.hasattr("__dlpack_device__")? && !d.is_instance_of::<PyTuple>() {
@@ -593,7 +588,7 @@ fn parse_dl_device(d: &Bound<'_, PyAny>) -> PyResult<(u32, i32)> {
     let (kind, id): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
         d.extract().map_err(|_| pyo3::exceptions::PyTypeError::new_err("dl_device must be a (device_type, device_id) tuple"))?;
     let field = |v: &Bound<'_, PyAny>, name: &str, range: &str| {
-        let shown = v.repr().map(|r| crate::capsule::bounded(&r.to_string())).unwrap_or_default();
+        let shown = v.repr().map(|r| crate::raw::capsule::bounded(&r.to_string())).unwrap_or_default();
         pyo3::exceptions::PyValueError::new_err(format!("dl_device: {name} = {shown} is out of range ({range})"))
     };
     let kind_v: u32 = kind.extract().map_err(|_| field(&kind, "device_type", "a DLDeviceType code, 0..=2^32-1"))?;

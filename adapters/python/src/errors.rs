@@ -146,3 +146,8 @@ impl<T> IntoPy<T> for Result<T, Error> {
         self.map_err(to_pyerr)
     }
 }
+
+/// An object's type name, for errors.
+pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
+}

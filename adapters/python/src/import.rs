@@ -7,7 +7,7 @@
 //!    carries the producer's flags — for every argument that is written, and
 //!    for calls that release the GIL;
 //! 3. `__dlpack__(max_version=(1, 3))`, the legacy call on `TypeError`, or an
-//!    existing capsule (see [`crate::capsule`]);
+//!    existing capsule (see [`crate::raw::capsule`]);
 //! 4. the buffer protocol.
 //!
 //! A read-only source stays read-only: asked for a writable tensor, it is an
@@ -26,13 +26,13 @@ use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
 
 use crate::array::PyArray;
-use crate::buffer::BufferTensor;
-use crate::capsule::{self, Consumed, Request};
 pub(crate) use crate::epoch::{epoch, python_may_run};
 use crate::errors::IntoPy;
-use crate::exchange::{self, Api};
-use crate::ndarray::NdArray;
-pub(crate) use crate::ndarray::is_ndarray;
+use crate::raw::buffer::BufferTensor;
+use crate::raw::capsule::{self, Consumed, Request};
+use crate::raw::exchange::{self, Api};
+use crate::raw::ndarray::NdArray;
+pub(crate) use crate::raw::ndarray::is_ndarray;
 
 /// Where an imported tensor's memory is held while a call uses it.
 #[derive(Debug)]
@@ -44,7 +44,7 @@ pub(crate) enum Held {
     /// read and written arguments alike (a lent DLTensor carries no flags,
     /// and torch has no read-only tensors).
     Lent(Lent),
-    /// An exact NumPy array, read in place (see [`crate::ndarray`]).
+    /// An exact NumPy array, read in place (see [`crate::raw::ndarray`]).
     NumPy(NdArray),
     /// A buffer-protocol export, held for the call.
     Buffer(Box<BufferTensor>),
@@ -312,7 +312,7 @@ fn import_any(obj: &Bound<'_, PyAny>, writable: bool, mode: Mode) -> PyResult<(H
     // (a read-only array asked for writing, a dtype the buffer protocol lacks)
     // takes the DLPack path and its errors.
     if is_ndarray(obj)
-        && let Ok(t) = crate::buffer::import_held(obj, writable)
+        && let Ok(t) = crate::raw::buffer::import_held(obj, writable)
     {
         let writable = !t.is_read_only();
         return Ok((Held::Buffer(Box::new(t)), None, writable));
@@ -322,7 +322,7 @@ fn import_any(obj: &Bound<'_, PyAny>, writable: bool, mode: Mode) -> PyResult<(H
         let writable = c.writable();
         return Ok((Held::Managed(Box::new(c.tensor)), None, writable));
     }
-    match crate::buffer::import_held(obj, writable) {
+    match crate::raw::buffer::import_held(obj, writable) {
         Ok(t) => {
             let writable = !t.is_read_only();
             Ok((Held::Buffer(Box::new(t)), None, writable))
@@ -491,7 +491,7 @@ pub fn buffer_to_array(obj: &Bound<'_, PyAny>) -> PyResult<dlbridge_array::Array
     if let Ok(a) = obj.cast::<PyArray>() {
         return Ok(a.get().array().clone());
     }
-    match crate::buffer::import(obj, false) {
+    match crate::raw::buffer::import(obj, false) {
         Ok(t) => dlbridge_array::Array::from_managed(t).py_err(),
         Err(e) if e.is_instance_of::<PyTypeError>(obj.py()) && has_dlpack(obj)? => from_dlpack(obj, None, None),
         Err(e) => Err(e),

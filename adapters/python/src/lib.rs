@@ -1,7 +1,20 @@
 //! # dlbridge-python
 //!
-//! The pyo3 glue between Python objects and dlbridge, used by the `dlbridge`
-//! extension module (`python/`).
+//! The Python binding: the extension module `dlbridge._dlbridge` (maturin
+//! builds this crate; `python/` holds the Python package around it) and the
+//! pyo3 glue between Python objects and dlbridge.
+//!
+//! | module | what |
+//! |--------|------|
+//! | `module` | the module's functions and classes |
+//! | `kernel` | `dlbridge.Kernel`: its Python-facing methods |
+//! | `call` | a call from Python: binding the arguments, the views, the outputs |
+//! | `alloc` | the allocators: outputs made by the caller's framework |
+//! | `param` | `dlbridge.Param`: a signature's parameters, for introspection |
+//! | `meta` | calls known by layout only (`abstract_call`, `abstract_outputs`) |
+//! | `array`, `import`, `frameworks`, `cuda`, `errors`, `epoch` | `dlbridge.Array`; views of imported tensors; the frameworks' allocators; CUDA devices and streams; errors; when Python code may have run |
+//! | `vectorcall`, `array_exchange` | the raw entry points of the binding's classes: `Kernel`'s vectorcall, the C exchange API `dlbridge.Array` offers |
+//! | `raw/` | the raw CPython and DLPack-exchange code that reads foreign objects: the C exchange API consumed (`exchange`), the buffer protocol, NumPy arrays read in place, capsules |
 //!
 //! | path in | zero copy | notes |
 //! |---------|-----------|-------|
@@ -21,43 +34,33 @@
 //! Devices: CPU and CUDA. The exchange API passes CUDA tensors and streams
 //! through to kernels registered for CUDA; `dlbridge.Array` holds host or
 //! CUDA memory (`cuda`: its stream rule, copies between devices, device
-//! memory for outputs). Unsafe code lives in `exchange` (the C
-//! exchange API, consumed), `array_exchange` (the C exchange API dlbridge.Array offers), `buffer` (the buffer protocol), `ndarray` (NumPy arrays read in place), `array` (buffer export),
-//! `capsule`, `import` (views of imported tensors), `inspect` and `vectorcall` (the Kernel type's vectorcall entry), each with its invariants written down.
+//! memory for outputs). Unsafe code lives in `raw/` (each of its
+//! modules opens with its invariants), `vectorcall`, `array_exchange`, `array`
+//! (buffer export) and `import` (views of imported tensors). Every module is private: the crate's only
+//! interface is the Python module.
 
 #![deny(unsafe_code)]
 
+mod alloc;
 #[allow(unsafe_code)]
-pub mod array;
+mod array;
 #[allow(unsafe_code)]
-pub mod array_exchange;
-#[allow(unsafe_code)]
-pub mod buffer;
-#[allow(unsafe_code)]
-pub mod capsule;
-pub mod cuda;
+mod array_exchange;
+mod call;
+mod cuda;
 mod epoch;
-pub mod errors;
+mod errors;
+mod frameworks;
 #[allow(unsafe_code)]
-pub mod exchange;
-pub mod frameworks;
-#[allow(unsafe_code)]
-pub mod import;
-#[allow(unsafe_code)]
-pub mod inspect;
-pub mod kernel;
+mod import;
+mod kernel;
 mod meta;
+mod module;
+mod param;
 #[allow(unsafe_code)]
-pub(crate) mod ndarray;
+mod raw;
 #[allow(unsafe_code)]
-pub mod vectorcall;
+mod vectorcall;
 
-pub use array::PyArray;
-pub use kernel::PyKernel;
-
-/// Whether exact NumPy arrays are read in place (NumPy is installed and its
-/// array layout is the one `ndarray` reads, checked once), rather than through
-/// the buffer protocol.
-pub fn numpy_read_in_place(py: pyo3::Python<'_>) -> bool {
-    ndarray::in_place(py)
-}
+use array::PyArray;
+use kernel::PyKernel;

@@ -53,9 +53,8 @@ fn read(kernel: &Kernel, method: &str, args: &Bound<'_, PyTuple>) -> PyResult<Ve
                     _ => return Err(layout()),
                 };
                 let name: String = dtype.extract().map_err(|_| layout())?;
-                let dtype = DType::from_numpy_name(&name)
-                    .or_else(|| name.parse().ok())
-                    .ok_or_else(|| fail(format!("unknown dtype {name:?}")))?;
+                let dtype =
+                    DType::from_numpy_name(&name).or_else(|| name.parse().ok()).ok_or_else(|| fail(format!("unknown dtype {name:?}")))?;
                 let strides = match strides {
                     Some(s) => s,
                     None => dlbridge_core::layout::contiguous_strides(&shape).py_err()?.to_vec(),
@@ -84,7 +83,9 @@ fn check(kernel: &Kernel, given: &[Given]) -> PyResult<smallvec::SmallVec<[MetaO
     let args: Vec<MetaArg<'_>> = given
         .iter()
         .map(|g| match g {
-            Given::Tensor { shape, strides, dtype, device } => MetaArg::Tensor(TensorMeta { shape, strides, dtype: *dtype, device: *device }),
+            Given::Tensor { shape, strides, dtype, device } => {
+                MetaArg::Tensor(TensorMeta { shape, strides, dtype: *dtype, device: *device })
+            }
             Given::Scalar(s) => MetaArg::Scalar(*s),
         })
         .collect();

@@ -10,8 +10,9 @@ use std::fmt;
 use dlbridge_core::{DType, Device, Error, Result, Slot, TensorView, TensorViewMut};
 use smallvec::SmallVec;
 
-use crate::meta::DimOrigin;
-use crate::signature::{DTypeRef, Dim, MAX_RESTS, MAX_SYMBOLS, MAX_TYPE_VARS, ParamKind, Scalar, ScalarKind, Signature, TensorType};
+use crate::signature::{
+    DTypeRef, Dim, DimOrigin, MAX_RESTS, MAX_SYMBOLS, MAX_TYPE_VARS, ParamKind, Scalar, ScalarKind, Signature, TensorType,
+};
 
 /// One argument of a kernel call, in signature order.
 #[derive(Debug)]
@@ -801,7 +802,13 @@ pub(crate) fn output_specs_strided(
 /// dims aside) give a row-major output at once. So `relu(x.t())`
 /// and `add(x.t(), x.t())` come out with `x.t()`'s strides, `add(x, b)` with a
 /// broadcast bias row-major, `add(x, y.t())` row-major (the first input decides).
-fn memory_order<'a>(sig: &Signature, dims: &[Dim], shape: &[i64], args: &'a [Arg<'_>], given: Option<&[&'a [i64]]>) -> SmallVec<[usize; 6]> {
+fn memory_order<'a>(
+    sig: &Signature,
+    dims: &[Dim],
+    shape: &[i64],
+    args: &'a [Arg<'_>],
+    given: Option<&[&'a [i64]]>,
+) -> SmallVec<[usize; 6]> {
     let n = shape.len();
     // (shape, strides) of each input with the output's dims, aligned to the
     // output's trailing dims (a shorter input broadcasts from the left).
@@ -900,7 +907,7 @@ pub(crate) fn check_kept_leading(sig: &Signature, args: &[Arg<'_>]) -> Result<()
 
 /// Where each dim of an output of `dims` comes from, for the call `b` solves:
 /// a fixed size, a dim of an argument, or arithmetic on those (see
-/// [`crate::meta::DimOrigin`]). A broadcast group's dim comes from the first
+/// [`DimOrigin`]). A broadcast group's dim comes from the first
 /// argument whose size there is the group's (a size of 1 is fixed).
 pub(crate) fn dim_origins(sig: &Signature, b: &Solution, args: &[Arg<'_>], dims: &[Dim]) -> Result<SmallVec<[DimOrigin; 6]>> {
     let rank = |i: usize| args.get(i).and_then(Arg::tensor_meta).map_or(0, |(s, _, _)| s.len());

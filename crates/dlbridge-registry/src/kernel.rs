@@ -9,7 +9,10 @@ use std::sync::Arc;
 use dlbridge_core::{DType, DeviceType, Error, Result, Slot, TensorViewMut};
 use smallvec::SmallVec;
 
-use crate::call::{Arg, OutputSpec, Plan, Solution, check_call, check_kept_leading, dim_origins, output_specs, output_specs_strided, solve_for_specs, solve_on};
+use crate::call::{
+    Arg, OutputSpec, Plan, Solution, check_call, check_kept_leading, dim_origins, output_specs, output_specs_strided, solve_for_specs,
+    solve_on,
+};
 use crate::meta::{MetaArg, MetaOutput, StandIns};
 use crate::signature::{MAX_EXCERPT, MAX_PARAMS, Scalar, Signature, clip};
 

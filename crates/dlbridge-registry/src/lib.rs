@@ -13,7 +13,7 @@
 //! Threads: [`threads::num_threads`] is how many threads a kernel may use
 //! (`DLBRIDGE_NUM_THREADS`, narrowed per call by the adapter that calls it).
 //!
-//! Plugins: shared libraries following the C ABI in `include/dlbridge/plugin.h`
+//! Plugins: shared libraries following the C ABI in the workspace's `include/dlbridge/plugin.h`
 //! are loaded with [`Registry::load_plugin`]; Rust plugin crates export their
 //! table with [`export_plugin!`]. Unsafe code lives in `plugin` (loading and
 //! calling foreign entry points) and `export` (the plugin side of the ABI).
@@ -38,11 +38,11 @@ pub use call::{Arg, OutputSpec, Solution};
 pub use dlbridge_array;
 pub use dlbridge_core;
 pub use dlbridge_core::DType;
-pub use meta::{DimOp, DimOrigin, MetaArg, MetaOutput, TensorMeta};
 pub use kernel::{Call, DynKernelFn, Impl, Inputs, Kernel, KernelDef, KernelFn, KernelOpts, Outputs};
+pub use meta::{MetaArg, MetaOutput, TensorMeta};
 pub use plugin::{Plugin, PluginInfo, PluginKernel};
 pub use registry::{KernelEntry, Registry, StaticImpl, signature_is_well_formed};
-pub use signature::{Scalar, Signature};
+pub use signature::{DimOp, DimOrigin, Scalar, Signature};
 
 #[doc(hidden)]
 pub use inventory;

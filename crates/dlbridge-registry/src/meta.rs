@@ -14,7 +14,7 @@ use dlbridge_core::{DType, Device, Error, Result, TensorView};
 use smallvec::SmallVec;
 
 use crate::call::{Arg, OutputSpec};
-use crate::signature::{DimExpr, Scalar};
+use crate::signature::{DimOrigin, Scalar};
 
 /// A tensor argument known by its layout only.
 #[derive(Debug, Clone, Copy)]
@@ -36,72 +36,6 @@ pub enum MetaArg<'a> {
     Tensor(TensorMeta<'a>),
     /// A scalar.
     Scalar(Scalar),
-}
-
-/// Arithmetic on dims, as a signature's dim expressions have it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DimOp {
-    /// `a + b`.
-    Add,
-    /// `a - b`.
-    Sub,
-    /// `a * b`.
-    Mul,
-    /// `a / b`, rounding down.
-    FloorDiv,
-    /// The smaller.
-    Min,
-    /// The larger.
-    Max,
-}
-
-impl DimOp {
-    /// The operator's text (`+`, `-`, `*`, `//`, `min`, `max`).
-    pub fn text(self) -> &'static str {
-        match self {
-            DimOp::Add => "+",
-            DimOp::Sub => "-",
-            DimOp::Mul => "*",
-            DimOp::FloorDiv => "//",
-            DimOp::Min => "min",
-            DimOp::Max => "max",
-        }
-    }
-}
-
-/// Where one output dim comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DimOrigin {
-    /// A size fixed by the signature (or a broadcast dim of 1).
-    Fixed(i64),
-    /// Dim `axis` of argument `arg` (an index into the call's arguments).
-    Input {
-        /// The argument.
-        arg: usize,
-        /// Its dim.
-        axis: usize,
-    },
-    /// Arithmetic on two origins (a signature's dim expression).
-    Op(DimOp, Box<DimOrigin>, Box<DimOrigin>),
-}
-
-impl DimOrigin {
-    /// The origin of a dim expression whose symbols have the origins `symbol` gives.
-    pub(crate) fn of_expr(e: &DimExpr, symbol: &dyn Fn(usize) -> Result<DimOrigin>) -> Result<DimOrigin> {
-        let op = |op: DimOp, a: &DimExpr, b: &DimExpr| -> Result<DimOrigin> {
-            Ok(DimOrigin::Op(op, Box::new(Self::of_expr(a, symbol)?), Box::new(Self::of_expr(b, symbol)?)))
-        };
-        match e {
-            DimExpr::Int(n) => Ok(DimOrigin::Fixed(*n)),
-            DimExpr::Sym(s) => symbol(*s),
-            DimExpr::Add(a, b) => op(DimOp::Add, a, b),
-            DimExpr::Sub(a, b) => op(DimOp::Sub, a, b),
-            DimExpr::Mul(a, b) => op(DimOp::Mul, a, b),
-            DimExpr::Div(a, b) => op(DimOp::FloorDiv, a, b),
-            DimExpr::Min(a, b) => op(DimOp::Min, a, b),
-            DimExpr::Max(a, b) => op(DimOp::Max, a, b),
-        }
-    }
 }
 
 /// One output of a call known by layout only.

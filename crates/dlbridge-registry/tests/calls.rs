@@ -432,7 +432,8 @@ mod traced {
         let e = k.check_meta(&[t(&[3], &[1]), t(&[3], &[0])]).unwrap_err().to_string();
         assert_eq!(e, "axpy: argument y: writable view: shape [3] strides [0] map several elements to the same memory");
         assert!(k.check_meta(&[t(&[3], &[0]), t(&[3], &[2])]).unwrap().is_empty());
-        let cuda = MetaArg::Tensor(TensorMeta { shape: &[3], strides: &[1], dtype: DType::F32, device: Device { kind: DeviceType::CUDA, id: 0 } });
+        let cuda =
+            MetaArg::Tensor(TensorMeta { shape: &[3], strides: &[1], dtype: DType::F32, device: Device { kind: DeviceType::CUDA, id: 0 } });
         let e = k.check_meta(&[t(&[3], &[1]), cuda]).unwrap_err().to_string();
         assert!(e.contains("argument y") && e.contains("x is on cpu; all tensors must share one device"), "{e}");
 
@@ -443,6 +444,9 @@ mod traced {
         let k = kernel("rsum(x: f32[...S], y: mut f32[...O])", KernelOpts { kept_leading_dims: true, ..KernelOpts::DEFAULT });
         assert!(k.check_meta(&[t(&[2, 3], &[3, 1]), t(&[2], &[1])]).is_ok());
         let e = k.check_meta(&[t(&[2, 3], &[3, 1]), t(&[3], &[1])]).unwrap_err().to_string();
-        assert_eq!(e, "rsum: output `y` has shape [3]; it must be the kept (leading) dims of the input shape [2, 3], the reduced axes last");
+        assert_eq!(
+            e,
+            "rsum: output `y` has shape [3]; it must be the kept (leading) dims of the input shape [2, 3], the reduced axes last"
+        );
     }
 }

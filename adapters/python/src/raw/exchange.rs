@@ -175,7 +175,7 @@ fn export_err(py: Python<'_>, what: &str) -> PyErr {
     }
     let msg = e.value(py).str().map(|s| s.to_string()).unwrap_or_default();
     let first = msg.lines().next().unwrap_or("").trim();
-    PyBufferError::new_err(format!("the producer cannot export this tensor through DLPack: {}", crate::capsule::bounded(first)))
+    PyBufferError::new_err(format!("the producer cannot export this tensor through DLPack: {}", crate::raw::capsule::bounded(first)))
 }
 
 impl Api {
@@ -366,7 +366,7 @@ impl Api {
     }
 
     /// Turns an owning tensor into the producer's Python object (ownership moves).
-    pub fn to_py<'py>(&self, py: Python<'py>, tensor: ManagedTensor) -> PyResult<Bound<'py, PyAny>> {
+    pub fn to_py<'py>(self, py: Python<'py>, tensor: ManagedTensor) -> PyResult<Bound<'py, PyAny>> {
         let f = self
             .table()
             .managed_tensor_to_py_object_no_sync

@@ -1,8 +1,7 @@
-//! The `dlbridge._dlbridge` extension module.
-#![forbid(unsafe_code)]
+//! The `dlbridge._dlbridge` module: its functions and classes (no unsafe code).
 
-use dlbridge_python::errors::IntoPy;
-use dlbridge_python::{PyArray, PyKernel, import};
+use crate::errors::IntoPy;
+use crate::{PyArray, PyKernel, import};
 use pyo3::prelude::*;
 
 /// Makes calls whose first tensor argument is an `array_type` (a type, or a
@@ -22,20 +21,20 @@ fn register_allocator(
     finish: Option<Bound<'_, PyAny>>,
     stream: Option<Bound<'_, PyAny>>,
 ) -> PyResult<()> {
-    dlbridge_python::frameworks::register(array_type, allocate, finish, stream)
+    crate::frameworks::register(array_type, allocate, finish, stream)
 }
 
 /// A new writable array in `like`'s framework, on its device (before the
 /// framework's `finish`: see `_hand_over`).
 #[pyfunction]
 fn _empty_like<'py>(like: &Bound<'py, PyAny>, shape: Vec<i64>, dtype: &str) -> PyResult<Bound<'py, PyAny>> {
-    dlbridge_python::kernel::empty_like(like, shape, dtype)
+    crate::alloc::empty_like(like, shape, dtype)
 }
 
 /// What a caller in `like`'s framework gets for `out`, made by `_empty_like`.
 #[pyfunction]
 fn _hand_over<'py>(like: &Bound<'py, PyAny>, out: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    dlbridge_python::kernel::hand_over(like, out)
+    crate::alloc::hand_over(like, out)
 }
 
 /// The address of dlbridge's XLA FFI handler for `platform` (`"cpu"` or
@@ -261,7 +260,7 @@ fn arange(n: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<Py
 /// shape, strides, device and data address.
 #[pyfunction]
 fn inspect_capsule<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
-    dlbridge_python::inspect::inspect(obj)
+    crate::raw::inspect::inspect(obj)
 }
 
 /// The Python module.
@@ -308,7 +307,7 @@ fn cuda_status(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyDict>> {
 #[pyfunction]
 #[pyo3(signature = (device = 0))]
 fn cuda_memory_stats(py: Python<'_>, device: i32) -> PyResult<Bound<'_, pyo3::types::PyDict>> {
-    let dev = dlbridge_python::cuda::device(dlbridge::Device::cuda(device)).py_err()?;
+    let dev = crate::cuda::device(dlbridge::Device::cuda(device)).py_err()?;
     let s = dev.pool_stats();
     let d = pyo3::types::PyDict::new(py);
     d.set_item("raw_allocs", s.raw_allocs)?;
@@ -526,22 +525,22 @@ fn cuda_raw_kernel_ptx(source: &str, name: &str, signature: &str, arch: &str, op
 /// this NumPy), rather than through the buffer protocol.
 #[pyfunction]
 fn _numpy_read_in_place(py: Python<'_>) -> bool {
-    dlbridge_python::numpy_read_in_place(py)
+    crate::raw::ndarray::in_place(py)
 }
 
 /// Whether calling a `dlbridge.Kernel` takes its vectorcall entry (the type
 /// object's layout check passed), rather than `tp_call` with a tuple and a dict.
 #[pyfunction]
 fn _kernel_vectorcall() -> bool {
-    dlbridge_python::vectorcall::installed()
+    crate::vectorcall::installed()
 }
 
 /// Makes `dlbridge.Kernel` immutable once the package has set its attributes
 /// (its vectorcall entry must stay the one `__call__` runs; see
-/// `dlbridge_python::vectorcall`).
+/// `crate::vectorcall`).
 #[pyfunction]
 fn _freeze_kernel_type(py: Python<'_>) {
-    dlbridge_python::vectorcall::freeze(py);
+    crate::vectorcall::freeze(py);
 }
 
 #[pymodule]
@@ -554,14 +553,14 @@ fn _dlbridge(m: &Bound<'_, PyModule>) -> PyResult<()> {
         }
     }
     m.add_class::<PyArray>()?;
-    dlbridge_python::array_exchange::install(m.py())?;
+    crate::array_exchange::install(m.py())?;
     m.add_class::<PyKernel>()?;
-    // Calls skip the tuple and dict of tp_call (see dlbridge_python::vectorcall);
+    // Calls skip the tuple and dict of tp_call (see crate::vectorcall);
     // measured on a real instance, before any kernel can be called.
     if let Some(k) = dlbridge::registry().list().into_iter().next() {
-        dlbridge_python::vectorcall::install(&Bound::new(m.py(), PyKernel::new(k))?)?;
+        crate::vectorcall::install(&Bound::new(m.py(), PyKernel::new(k))?)?;
     }
-    m.add_class::<dlbridge_python::kernel::PyParam>()?;
+    m.add_class::<crate::param::PyParam>()?;
     m.add_class::<PyPlugin>()?;
     m.add_function(wrap_pyfunction!(list_kernels, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_names, m)?)?;
