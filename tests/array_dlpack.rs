@@ -1,7 +1,7 @@
 //! Array <-> DLPack across both struct flavours, as another framework would see it.
 
 use dlbridge::{Array, ManagedTensor};
-use dlbridge_integration_tests::iota_matrix;
+use dlbridge_tests::iota_matrix;
 
 #[test]
 fn array_survives_a_legacy_and_versioned_hand_off_without_copies() {

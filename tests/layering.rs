@@ -9,6 +9,9 @@
 //!   a longer circle (`use crate::a` in `b` and `use crate::b` in `a`, or
 //!   `super::` from a top-level module).
 //!
+//! - every crate is named `dlbridge-<its folder's name>` (`kernels/cpu` is
+//!   `dlbridge-cpu`), but the facade, which is `dlbridge` in `adapters/dlbridge`.
+//!
 //! An exception is allowed only when the page's "Exceptions" table names it
 //! with its reason; a named exception that no longer exists fails too, so the
 //! table stays true.
@@ -253,6 +256,20 @@ fn no_crate_depends_on_a_higher_folder_and_no_modules_import_each_other() {
         problems.push(format!("{stale}: named as an exception in docs/architecture.md, but the code no longer has it"));
     }
     assert!(problems.is_empty(), "the layering of docs/architecture.md does not hold:\n  {}", problems.join("\n  "));
+}
+
+#[test]
+fn every_crate_is_named_after_its_folder() {
+    let root = root();
+    let mut wrong = Vec::new();
+    for (name, dir, _) in packages(&root) {
+        let folder = dir.rsplit('/').next().unwrap();
+        let expected = if folder == "dlbridge" { "dlbridge".to_owned() } else { format!("dlbridge-{folder}") };
+        if name != expected {
+            wrong.push(format!("{dir} holds {name}; name it {expected} (or move it to a folder named after it)"));
+        }
+    }
+    assert!(wrong.is_empty(), "crates named apart from their folders:\n{}", wrong.join("\n"));
 }
 
 #[test]

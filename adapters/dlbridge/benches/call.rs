@@ -3,8 +3,8 @@
 //! through a function pointer as the registry calls it), the same kernel through
 //! [`Kernel::call`] (every check: signature, read-only, overlap, dispatch),
 //! with and without the [`Registry::global`] lookup, and through the binding
-//! layer every adapter uses ([`dlbridge::call_into`]: `Kernel::bind_out` +
-//! `Binding::run`). Every variant builds its views inside the loop.
+//! layer every adapter uses ([`dlbridge::call_into`]: `Kernel::bind` with `Args::with_out`,
+//! then `Binding::run`). Every variant builds its views inside the loop.
 //!
 //! `cargo bench -p dlbridge --bench call` (medians:
 //! `target/criterion/call_3_one_element_f32_arrays/*/new/estimates.json`).

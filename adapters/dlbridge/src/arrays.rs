@@ -2,7 +2,7 @@
 //! layer: outputs are allocated as Arrays ([`ArrayAllocator`]) from the shapes
 //! the signature gives, or written into the Arrays you pass.
 
-use dlbridge_registry::binding::{Adapter, ArrayAllocator, Operand};
+use dlbridge_registry::binding::{Adapter, Args, ArrayAllocator, Operand};
 use dlbridge_registry::signature::{Scalar, ScalarKind};
 
 use crate::{Array, Error, Kernel, Result, TensorView, TensorViewMut};
@@ -130,14 +130,15 @@ fn describe(a: &ArrayArg<'_>) -> String {
 /// and dtypes the signature gives, runs the kernel and returns the outputs.
 /// `args` are the parameters in signature order.
 pub fn call(kernel: &Kernel, args: &mut [ArrayArg<'_>]) -> Result<Vec<Array>> {
-    let mut binding = kernel.bind(&mut Arrays, args.iter_mut().map(ArrayArg::reborrow))?;
+    let mut binding = kernel.bind(&mut Arrays, Args::positional(args.iter_mut().map(ArrayArg::reborrow)))?;
     Ok(binding.run(&mut ArrayAllocator, std::ptr::null_mut())?.into_vec())
 }
 
 /// Runs the kernel writing into the given output Arrays (destination-passing style).
 pub fn call_into(kernel: &Kernel, args: &mut [ArrayArg<'_>], outs: &mut [&mut Array]) -> Result<()> {
     let outs = outs.iter_mut().map(|o| ArrayArg::Mut(o));
-    kernel.call_out(&mut Arrays, args.iter_mut().map(ArrayArg::reborrow), outs, &mut ArrayAllocator, std::ptr::null_mut()).map(drop)
+    let mut binding = kernel.bind(&mut Arrays, Args::with_out(args.iter_mut().map(ArrayArg::reborrow), outs))?;
+    binding.run(&mut ArrayAllocator, std::ptr::null_mut()).map(drop)
 }
 
 /// Runs `kernel` once on the CPU, on small arrays its signature describes

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use dlbridge_core::{Device, Slot};
 use dlbridge_registry::Kernel;
-use dlbridge_registry::binding::{Adapter, Binding, Job, Operand, Scalar};
+use dlbridge_registry::binding::{Adapter, Args, Binding, Job, Operand, Scalar};
 use dlbridge_registry::signature::ScalarKind;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -49,7 +49,8 @@ impl<'py> Adapter for Objects<'py> {
     }
 }
 
-pub(crate) type Call<'k, 'py> = Binding<'k, Tensor<'py>, PyFail>;
+/// A Python call's values bound to a kernel's parameters.
+pub(crate) type PyBinding<'k, 'py> = Binding<'k, Tensor<'py>, PyFail>;
 
 /// What a bound call's tensors say about it (see `PyKernel::survey`).
 pub(crate) struct Survey {
@@ -65,14 +66,14 @@ impl PyKernel {
     /// Binds `args` (and `out=`) to the kernel's parameters, into `call` (an
     /// empty binding of this kernel: it is filled where it lives, never moved).
     #[inline(always)]
-    pub(crate) fn bind<'py, I>(&self, py: Python<'py>, args: I, out: Option<&Bound<'py, PyAny>>, call: &mut Call<'_, 'py>) -> PyResult<()>
+    pub(crate) fn bind<'py, I>(&self, py: Python<'py>, args: I, out: Option<&Bound<'py, PyAny>>, call: &mut PyBinding<'_, 'py>) -> PyResult<()>
     where
         I: ExactSizeIterator<Item = Bound<'py, PyAny>>,
     {
         let k: &Kernel = &self.kernel;
         let mut objects = Objects { py };
         match out.filter(|o| !o.is_none()) {
-            None => Ok(k.bind_into(&mut objects, args, call)?),
+            None => Ok(k.bind_into(&mut objects, Args::positional(args), call)?),
             Some(o) => {
                 let list: SmallVec<[Bound<'py, PyAny>; 2]> = if let Ok(t) = o.cast::<PyTuple>() {
                     t.iter().collect()
@@ -81,7 +82,7 @@ impl PyKernel {
                 } else {
                     smallvec::smallvec![o.clone()]
                 };
-                Ok(k.bind_out_into(&mut objects, args, list, call)?)
+                Ok(k.bind_into(&mut objects, Args::with_out(args, list), call)?)
             }
         }
     }
@@ -90,7 +91,7 @@ impl PyKernel {
     /// call's size, the device of the first tensor whose producer has a
     /// stream API, and the first tensor's device. The views taken here are the snapshots the call goes on
     /// using (see `import::Lent`); errors name their argument.
-    pub(crate) fn survey<'py>(&self, py: Python<'py>, call: &mut Call<'_, 'py>) -> PyResult<Survey> {
+    pub(crate) fn survey<'py>(&self, py: Python<'py>, call: &mut PyBinding<'_, 'py>) -> PyResult<Survey> {
         let k: &Kernel = &self.kernel;
         let sig = k.signature();
         // The slot of the i-th operand (tensor parameters, then outputs), built only for errors.
@@ -177,7 +178,7 @@ impl PyKernel {
 /// framework, `maker`) and runs.
 pub(crate) fn dispatch<'py>(
     py: Python<'py>,
-    call: &mut Call<'_, 'py>,
+    call: &mut PyBinding<'_, 'py>,
     out: Option<&Bound<'py, PyAny>>,
     maker: Option<&Arc<Maker>>,
     stream: usize,
@@ -215,7 +216,7 @@ pub(crate) fn dispatch<'py>(
 /// the outputs as one object, a tuple, or None.
 pub(crate) fn finish<'py, A: PyAllocator<'py>>(
     py: Python<'py>,
-    call: &mut Call<'_, 'py>,
+    call: &mut PyBinding<'_, 'py>,
     mut alloc: A,
     stream: usize,
     release: bool,
@@ -241,7 +242,7 @@ pub(crate) fn finish<'py, A: PyAllocator<'py>>(
 
 /// Tells torch's autograd that the torch tensors this call writes (mut
 /// arguments, given outputs) are modified, in one call.
-pub(crate) fn bump_versions<'py>(py: Python<'py>, call: &Call<'_, 'py>) -> PyResult<()> {
+pub(crate) fn bump_versions<'py>(py: Python<'py>, call: &PyBinding<'_, 'py>) -> PyResult<()> {
     let mut api = None;
     let mut written: SmallVec<[&Bound<'py, PyAny>; 4]> = SmallVec::new();
     for t in call.operands().filter(|t| t.written) {

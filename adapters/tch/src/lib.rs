@@ -38,7 +38,7 @@ mod raw;
 pub use func::{Arg, ArgList, Args, KernelError, KernelResult, TchKernel, kernel};
 
 use dlbridge_core::{DType, Device, Error, Flags, ManagedTensor, Result, Slot, TensorView, TensorViewMut};
-use dlbridge_registry::binding::{Adapter, Allocator, Job, Operand};
+use dlbridge_registry::binding::{Adapter, Allocator, Args, Job, Operand};
 use dlbridge_registry::signature::ScalarKind;
 use dlbridge_registry::{Kernel, OutputSpec};
 use tch::{Kind, Tensor};
@@ -137,7 +137,9 @@ pub fn call(kernel: &Kernel, tensors: &[&Tensor], scalars: &[Scalar]) -> Result<
     let ins = (0..lent.len()).map(|i| (lent, i));
     let none = None::<[(&raw::Lending<'_>, usize); 0]>;
     let stream = lent.stream()?;
-    let outs = kernel.call_split(&mut Lent, ins, scalars, none, &mut TchAllocator, stream, run_with_torch_threads)?;
+    let mut binding = kernel.binding();
+    kernel.bind_into(&mut Lent, Args::split(ins, scalars, none), &mut binding)?;
+    let outs = binding.run_with(&mut TchAllocator, stream, run_with_torch_threads)?;
     Ok(outs.into_iter().map(|o| o.0).collect())
 }
 
@@ -149,7 +151,9 @@ pub fn call_into(kernel: &Kernel, tensors: &[&Tensor], scalars: &[Scalar], outpu
     let lent = lending.lend();
     let (ins, outs) = ((0..tensors.len()).map(|i| (lent, i)), (tensors.len()..lent.len()).map(|i| (lent, i)));
     let stream = lent.stream()?;
-    kernel.call_split(&mut Lent, ins, scalars, Some(outs), &mut TchAllocator, stream, run_with_torch_threads).map(drop)
+    let mut binding = kernel.binding();
+    kernel.bind_into(&mut Lent, Args::split(ins, scalars, Some(outs)), &mut binding)?;
+    binding.run_with(&mut TchAllocator, stream, run_with_torch_threads).map(drop)
 }
 
 /// Runs a kernel call under [`with_torch_threads`].

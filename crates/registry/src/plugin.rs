@@ -26,8 +26,9 @@ use dlbridge_core::{DeviceType, Error, ErrorKind, Result};
 use libloading::Library;
 use smallvec::SmallVec;
 
-use crate::call::Arg;
-use crate::kernel::{Call, Impl, KernelDef, KernelOpts, Staging};
+use crate::arg::Arg;
+use crate::call::Call;
+use crate::kernel::{Impl, KernelDef, KernelOpts, Staging};
 
 /// The plugin ABI's C header, `include/dlbridge/plugin.h`, as text (for code
 /// generators that paste it into what they compile).

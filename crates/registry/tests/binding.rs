@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use dlbridge_core::{DType, Device, DeviceType, Error, ErrorKind, Flags, Result, Slot, TensorView, TensorViewMut};
-use dlbridge_registry::binding::{Adapter, Allocator, Operand, Scalar};
+use dlbridge_registry::binding::{Adapter, Allocator, Args, Operand, Scalar};
 use dlbridge_registry::signature::ScalarKind;
 use dlbridge_registry::{Call, Impl, KernelDef, KernelOpts, OutputSpec, Registry};
 
@@ -164,7 +164,7 @@ fn a_kernel_with_a_mut_parameter_and_outputs_gets_its_outputs_allocated() {
     let k = reg.get("swap_in").unwrap();
     let (mut x, mut y) = (Toy::new(&[1.0, 2.0]), Toy::new(&[7.0, 8.0]));
     let mut alloc = ToyAllocator::default();
-    let mut call = k.bind(&mut ToyAdapter, [ToyArg::T(&mut x), ToyArg::T(&mut y)]).unwrap();
+    let mut call = k.bind(&mut ToyAdapter, Args::positional([ToyArg::T(&mut x), ToyArg::T(&mut y)])).unwrap();
     assert_eq!(call.output_specs().unwrap().len(), 1);
     let outs = call.run(&mut alloc, std::ptr::null_mut()).unwrap();
     drop(call);
@@ -178,7 +178,7 @@ fn outputs_are_allocated_by_the_callers_framework_once_each_and_written_in_place
     let k = reg.get("add2").unwrap();
     let (mut a, mut b) = (Toy::new(&[1.0, 2.0]), Toy::new(&[10.0, 20.0]));
     let mut alloc = ToyAllocator::default();
-    let mut call = k.bind(&mut ToyAdapter, [ToyArg::T(&mut a), ToyArg::T(&mut b)]).unwrap();
+    let mut call = k.bind(&mut ToyAdapter, Args::positional([ToyArg::T(&mut a), ToyArg::T(&mut b)])).unwrap();
     assert!(call.given_outputs().is_none());
     let outs = call.run(&mut alloc, std::ptr::null_mut()).unwrap();
     assert_eq!(alloc.made.len(), 1, "one allocation per output");
@@ -196,13 +196,13 @@ fn destination_passing_and_out_write_the_callers_tensor_and_allocate_nothing() {
     let before = c.data.as_ptr();
     let mut alloc = ToyAllocator::default();
     // Positional, with the output appended.
-    let mut call = k.bind(&mut ToyAdapter, [ToyArg::T(&mut a), ToyArg::T(&mut b), ToyArg::T(&mut c)]).unwrap();
+    let mut call = k.bind(&mut ToyAdapter, Args::positional([ToyArg::T(&mut a), ToyArg::T(&mut b), ToyArg::T(&mut c)])).unwrap();
     assert_eq!(call.given_outputs().map(<[_]>::len), Some(1));
     assert!(call.run(&mut alloc, std::ptr::null_mut()).unwrap().is_empty());
     drop(call);
     assert_eq!((c.data.as_ptr(), c.data.clone()), (before, vec![11.0, 22.0]));
     // out=
-    let mut call = k.bind_out(&mut ToyAdapter, [ToyArg::T(&mut a), ToyArg::T(&mut c)], [ToyArg::T(&mut b)]).unwrap();
+    let mut call = k.bind(&mut ToyAdapter, Args::with_out([ToyArg::T(&mut a), ToyArg::T(&mut c)], [ToyArg::T(&mut b)])).unwrap();
     call.run(&mut alloc, std::ptr::null_mut()).unwrap();
     drop(call);
     assert_eq!(b.data, vec![12.0, 24.0]);
@@ -217,13 +217,13 @@ fn a_binding_filled_in_place_runs_like_a_returned_one_and_only_an_empty_one_of_i
     let (mut a, mut b, mut c) = (Toy::new(&[1.0, 2.0]), Toy::new(&[10.0, 20.0]), Toy::new(&[0.0, 0.0]));
     let mut alloc = ToyAllocator::default();
     let mut call = k.binding();
-    k.bind_into(&mut ToyAdapter, [ToyArg::T(&mut a), ToyArg::T(&mut b)], &mut call).unwrap();
+    k.bind_into(&mut ToyAdapter, Args::positional([ToyArg::T(&mut a), ToyArg::T(&mut b)]), &mut call).unwrap();
     let outs = call.run(&mut alloc, std::ptr::null_mut()).unwrap();
     drop(call);
     assert_eq!(outs[0].0.data, vec![11.0, 22.0]);
     // out=, in place: the caller's tensor is written, nothing allocated.
     let mut call = k.binding();
-    k.bind_out_into(&mut ToyAdapter, [ToyArg::T(&mut a), ToyArg::T(&mut b)], [ToyArg::T(&mut c)], &mut call).unwrap();
+    k.bind_into(&mut ToyAdapter, Args::with_out([ToyArg::T(&mut a), ToyArg::T(&mut b)], [ToyArg::T(&mut c)]), &mut call).unwrap();
     assert!(call.run(&mut alloc, std::ptr::null_mut()).unwrap().is_empty());
     drop(call);
     assert_eq!((c.data.clone(), alloc.made.len(), runs.load(Ordering::SeqCst)), (vec![11.0, 22.0], 1, 2));
@@ -231,16 +231,16 @@ fn a_binding_filled_in_place_runs_like_a_returned_one_and_only_an_empty_one_of_i
     // A binding already filled, or another kernel's, is refused, never appended to.
     let (mut x, mut y) = (Toy::new(&[1.0]), Toy::new(&[2.0]));
     let mut call = k.binding();
-    k.bind_into(&mut ToyAdapter, [ToyArg::T(&mut a), ToyArg::T(&mut b)], &mut call).unwrap();
-    let e = k.bind_into(&mut ToyAdapter, [ToyArg::T(&mut x), ToyArg::T(&mut y)], &mut call).unwrap_err();
+    k.bind_into(&mut ToyAdapter, Args::positional([ToyArg::T(&mut a), ToyArg::T(&mut b)]), &mut call).unwrap();
+    let e = k.bind_into(&mut ToyAdapter, Args::positional([ToyArg::T(&mut x), ToyArg::T(&mut y)]), &mut call).unwrap_err();
     assert!(e.to_string().contains("not its own empty one"), "{e}");
     drop(call);
     let (mut x, mut y) = (Toy::new(&[1.0]), Toy::new(&[2.0]));
     let (mut p, mut q) = (Toy::new(&[1.0]), Toy::new(&[2.0]));
     let mut foreign = other.binding();
-    let e = k.bind_into(&mut ToyAdapter, [ToyArg::T(&mut x), ToyArg::T(&mut y)], &mut foreign).unwrap_err();
+    let e = k.bind_into(&mut ToyAdapter, Args::positional([ToyArg::T(&mut x), ToyArg::T(&mut y)]), &mut foreign).unwrap_err();
     assert!(e.to_string().contains("add2() was bound into a binding that is not its own empty one"), "{e}");
-    let e = k.bind_out_into(&mut ToyAdapter, [ToyArg::T(&mut p), ToyArg::T(&mut q)], [ToyArg::T(&mut c)], &mut foreign).unwrap_err();
+    let e = k.bind_into(&mut ToyAdapter, Args::with_out([ToyArg::T(&mut p), ToyArg::T(&mut q)], [ToyArg::T(&mut c)]), &mut foreign).unwrap_err();
     assert!(e.to_string().contains("not its own empty one"), "{e}");
     drop(foreign);
     assert_eq!(runs.load(Ordering::SeqCst), 2, "no refused binding ran");
@@ -251,18 +251,18 @@ fn arity_errors_are_type_errors_that_list_the_parameters() {
     let (reg, _) = registry();
     let k = reg.get("add2").unwrap();
     let mut a = Toy::new(&[1.0]);
-    let e = k.bind(&mut ToyAdapter, [ToyArg::T(&mut a)]).unwrap_err();
+    let e = k.bind(&mut ToyAdapter, Args::positional([ToyArg::T(&mut a)])).unwrap_err();
     assert!(matches!(e, Error::Arity { ref kernel, .. } if kernel == "add2"), "{e:?}");
     assert_eq!(e.kind(), ErrorKind::Type);
     assert_eq!(e.to_string(), "add2() takes 2 arguments (a, b), or 3 with the outputs (c) appended but 1 was given");
     let (mut a, mut b) = (Toy::new(&[1.0]), Toy::new(&[1.0]));
-    let e = k.bind_out(&mut ToyAdapter, [ToyArg::T(&mut a), ToyArg::T(&mut b)], std::iter::empty()).unwrap_err();
+    let e = k.bind(&mut ToyAdapter, Args::with_out([ToyArg::T(&mut a), ToyArg::T(&mut b)], std::iter::empty())).unwrap_err();
     assert_eq!(e.to_string(), "add2(): out= needs 1 tensor, got 0");
     let axpy = reg.get("axpy").unwrap();
     let (mut x, mut y) = (Toy::new(&[1.0]), Toy::new(&[1.0]));
-    let e = axpy.bind_out(&mut ToyAdapter, [ToyArg::Num(1.0), ToyArg::T(&mut x), ToyArg::T(&mut y)], std::iter::empty()).unwrap_err();
+    let e = axpy.bind(&mut ToyAdapter, Args::with_out([ToyArg::Num(1.0), ToyArg::T(&mut x), ToyArg::T(&mut y)], std::iter::empty())).unwrap_err();
     assert_eq!(e.to_string(), "axpy() has no outputs; out= is not accepted");
-    let e = axpy.bind_split(&mut ToyAdapter, [ToyArg::T(&mut x)], &[], None::<[ToyArg<'_>; 0]>).unwrap_err();
+    let e = axpy.bind(&mut ToyAdapter, Args::split([ToyArg::T(&mut x)], &[], None::<[ToyArg<'_>; 0]>)).unwrap_err();
     assert_eq!(e.to_string(), "axpy: expected 2 tensors and 1 scalars, got 1 and 0");
 }
 
@@ -272,27 +272,27 @@ fn argument_errors_carry_kernel_and_slot_as_structure() {
     let axpy = reg.get("axpy").unwrap();
     let (mut x, mut y) = (Toy::new(&[1.0, 2.0]), Toy::new(&[5.0, 5.0]));
     // The adapter's own refusal, located by the binding layer.
-    let e = axpy.bind(&mut ToyAdapter, [ToyArg::Int(3), ToyArg::T(&mut x), ToyArg::T(&mut y)]).unwrap_err();
+    let e = axpy.bind(&mut ToyAdapter, Args::positional([ToyArg::Int(3), ToyArg::T(&mut x), ToyArg::T(&mut y)])).unwrap_err();
     assert_eq!(e.slot(), Some(("axpy", &Slot::Argument("alpha".into()))));
     assert_eq!(e.to_string(), "axpy: argument alpha: toy: expected a f64 scalar");
     // An adapter that converts to the wrong kind is caught, not trusted.
-    let e = axpy.bind(&mut ToyAdapter, [ToyArg::Int(-1), ToyArg::T(&mut x), ToyArg::T(&mut y)]).unwrap_err();
+    let e = axpy.bind(&mut ToyAdapter, Args::positional([ToyArg::Int(-1), ToyArg::T(&mut x), ToyArg::T(&mut y)])).unwrap_err();
     assert_eq!(e.to_string(), "axpy: argument alpha: expected a f64 scalar, got i64 -1");
     // A read-only tensor in a `mut` slot: refused at bind time, nothing written.
     y.read_only = true;
-    let e = axpy.bind(&mut ToyAdapter, [ToyArg::Num(2.0), ToyArg::T(&mut x), ToyArg::T(&mut y)]).unwrap_err();
+    let e = axpy.bind(&mut ToyAdapter, Args::positional([ToyArg::Num(2.0), ToyArg::T(&mut x), ToyArg::T(&mut y)])).unwrap_err();
     assert_eq!(e.slot(), Some(("axpy", &Slot::Argument("y".into()))));
     assert_eq!(e.kind(), ErrorKind::Buffer);
     assert_eq!(y.data, vec![5.0, 5.0]);
     // Split lists: tensors and scalars apart.
     y.read_only = false;
     let mut call =
-        axpy.bind_split(&mut ToyAdapter, [ToyArg::T(&mut x), ToyArg::T(&mut y)], &[Scalar::F64(2.0)], None::<[ToyArg<'_>; 0]>).unwrap();
+        axpy.bind(&mut ToyAdapter, Args::split([ToyArg::T(&mut x), ToyArg::T(&mut y)], &[Scalar::F64(2.0)], None::<[ToyArg<'_>; 0]>)).unwrap();
     call.run(&mut ToyAllocator::default(), std::ptr::null_mut()).unwrap();
     drop(call);
     assert_eq!(y.data, vec![7.0, 9.0]);
     let e = axpy
-        .bind_split(&mut ToyAdapter, [ToyArg::T(&mut x), ToyArg::T(&mut y)], &[Scalar::Bool(true)], None::<[ToyArg<'_>; 0]>)
+        .bind(&mut ToyAdapter, Args::split([ToyArg::T(&mut x), ToyArg::T(&mut y)], &[Scalar::Bool(true)], None::<[ToyArg<'_>; 0]>))
         .unwrap_err();
     assert_eq!(e.to_string(), "axpy: argument alpha: expected a f64 scalar, got bool true");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
@@ -304,7 +304,7 @@ fn a_call_that_fails_its_checks_allocates_nothing_and_runs_nothing() {
     let k = reg.get("add2").unwrap();
     let (mut a, mut b) = (Toy::new(&[1.0, 2.0, 3.0]), Toy::new(&[1.0, 2.0]));
     let mut alloc = ToyAllocator::default();
-    let mut call = k.bind(&mut ToyAdapter, [ToyArg::T(&mut a), ToyArg::T(&mut b)]).unwrap();
+    let mut call = k.bind(&mut ToyAdapter, Args::positional([ToyArg::T(&mut a), ToyArg::T(&mut b)])).unwrap();
     let e = call.run(&mut alloc, std::ptr::null_mut()).unwrap_err();
     assert_eq!(e.to_string(), "add2: argument b: dim N = 3 (bound by a) but got 2");
     assert_eq!(e.slot(), Some(("add2", &Slot::Argument("b".into()))));
@@ -312,7 +312,7 @@ fn a_call_that_fails_its_checks_allocates_nothing_and_runs_nothing() {
     assert_eq!(runs.load(Ordering::SeqCst), 0);
     // A given output of the wrong size is named as an output.
     let (mut a, mut b, mut c) = (Toy::new(&[1.0, 2.0]), Toy::new(&[1.0, 2.0]), Toy::new(&[0.0]));
-    let mut call = k.bind(&mut ToyAdapter, [ToyArg::T(&mut a), ToyArg::T(&mut b), ToyArg::T(&mut c)]).unwrap();
+    let mut call = k.bind(&mut ToyAdapter, Args::positional([ToyArg::T(&mut a), ToyArg::T(&mut b), ToyArg::T(&mut c)])).unwrap();
     let e = call.run(&mut alloc, std::ptr::null_mut()).unwrap_err();
     assert_eq!(e.slot(), Some(("add2", &Slot::Output("c".into()))));
     drop(call);

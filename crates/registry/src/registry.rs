@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use dlbridge_core::{DType, DeviceType, Error, Result, TensorViewMut};
 
-use crate::call::Arg;
+use crate::arg::Arg;
 use crate::kernel::{Impl, Kernel, KernelDef, KernelFn, KernelOpts, Staging};
 use crate::plugin::{Plugin, PluginInfo};
 use crate::signature::Signature;

@@ -3,7 +3,7 @@
 //!
 //! [`Kernel::check_meta`](crate::Kernel::check_meta) takes each tensor
 //! argument as a [`TensorMeta`] (shape, strides, dtype, device) and runs the
-//! call's own checks and output rule on it: the signature ([`crate::call`]),
+//! call's own checks and output rule on it: the signature ([`crate::solution`]),
 //! the writable-layout and contiguity checks, the kernel's shape rule. It gives
 //! each output's [`OutputSpec`] and, for every output dim, its [`DimOrigin`]:
 //! which argument dim (or arithmetic on them) it is, so that a tracer with
@@ -13,7 +13,8 @@
 use dlbridge_core::{DType, Device, Error, Result, TensorView};
 use smallvec::SmallVec;
 
-use crate::call::{Arg, OutputSpec};
+use crate::arg::Arg;
+use crate::solution::OutputSpec;
 use crate::signature::{DimOrigin, Scalar};
 
 /// A tensor argument known by its layout only.

@@ -1,13 +1,12 @@
 //! The one binding layer: framework arguments become kernel arguments here.
 //!
 //! Every adapter — Python objects, tch tensors, [`Array`]s — calls kernels
-//! through [`Kernel::bind`] (or [`Kernel::bind_out`], [`Kernel::bind_split`])
-//! and [`Binding::run`]:
+//! through [`Kernel::bind`] and [`Binding::run`]:
 //!
 //! 1. **bind**: the caller's values are matched to the signature's parameters
-//!    and outputs — positionally, with the outputs optionally appended
-//!    (destination-passing style, as TVM); with `out=`; or as tensors and
-//!    scalars in two lists (tch). Each tensor is imported by the framework's
+//!    and outputs, given in one of the [`Args`] forms: positionally, with the
+//!    outputs optionally appended (destination-passing style, as TVM); with
+//!    `out=`; or as tensors and scalars in two lists (tch). Each tensor is imported by the framework's
 //!    [`Adapter`] (asked for a writable tensor for `mut` parameters and
 //!    outputs), each scalar converted to the parameter's kind. Errors carry
 //!    the kernel and the argument as structure ([`Error::Argument`],
@@ -36,7 +35,8 @@ use dlbridge_array::Array;
 use dlbridge_core::{Error, ManagedTensor, Result, Slot, TensorView, TensorViewMut};
 use smallvec::SmallVec;
 
-use crate::call::{Arg, OutputSpec};
+use crate::arg::Arg;
+use crate::solution::OutputSpec;
 use crate::kernel::Kernel;
 /// The scalar an [`Adapter`] converts a framework's value to.
 pub use crate::signature::Scalar;
@@ -106,7 +106,7 @@ pub trait Allocator<E> {
     }
 }
 
-/// One bound parameter.
+/// One bound argument: the value of one parameter.
 #[derive(Debug)]
 pub enum Value<T> {
     /// A tensor parameter (`mut` ones were imported writable).
@@ -115,18 +115,64 @@ pub enum Value<T> {
     Scalar(Scalar),
 }
 
-/// The bound parameters of one call (inline up to 4: a call moves its binding
+/// The bound arguments of one call (inline up to 4: a call moves its binding
 /// around, and most kernels take at most 4 parameters).
 type Values<T> = SmallVec<[Value<T>; 4]>;
 
 /// The outputs a caller gave (most kernels have one).
 pub type Given<T> = SmallVec<[T; 1]>;
 
+/// How a caller gives a kernel its values, in one of the three forms that
+/// frameworks' call syntaxes take; [`Kernel::bind`] takes any of them.
+///
+/// ```text
+/// Args::positional([a, b])          f(a, b), or f(a, b, out) with the outputs appended
+/// Args::with_out([a, b], [out])     f(a, b, out=out)
+/// Args::split([a, b], &[2.0], None) tensors and scalars in two lists (tch), outputs optional
+/// ```
+#[derive(Debug)]
+pub struct Args<'s, I, O> {
+    form: Form<'s, I, O>,
+}
+
+#[derive(Debug)]
+enum Form<'s, I, O> {
+    Positional(I),
+    Out(I, O),
+    Split(I, &'s [Scalar], Option<O>),
+}
+
+impl<I: IntoIterator> Args<'static, I, std::iter::Empty<I::Item>> {
+    /// One value per parameter in signature order, optionally followed by one
+    /// per output (destination-passing style, as TVM's packed functions).
+    #[inline(always)]
+    pub fn positional(values: I) -> Self {
+        Args { form: Form::Positional(values) }
+    }
+}
+
+impl<I, O> Args<'static, I, O> {
+    /// One value per parameter in signature order, and the outputs given apart (`out=`).
+    #[inline(always)]
+    pub fn with_out(values: I, outputs: O) -> Self {
+        Args { form: Form::Out(values, outputs) }
+    }
+}
+
+impl<'s, I, O> Args<'s, I, O> {
+    /// The tensors and the scalars in two lists, each in signature order, and
+    /// optionally the outputs.
+    #[inline(always)]
+    pub fn split(tensors: I, scalars: &'s [Scalar], outputs: Option<O>) -> Self {
+        Args { form: Form::Split(tensors, scalars, outputs) }
+    }
+}
+
 /// A call's arguments bound to a kernel's parameters, ready to [`run`](Binding::run).
 #[derive(Debug)]
 pub struct Binding<'k, T, E> {
     kernel: &'k Kernel,
-    params: Values<T>,
+    args: Values<T>,
     /// Outputs given by the caller (destination-passing calls, `out=`): the
     /// first one inline, so such a call allocates nothing.
     given: Option<Given<T>>,
@@ -178,7 +224,7 @@ impl Kernel {
     /// A binding to fill must be this kernel's, and empty.
     #[inline(always)]
     fn check_empty<T, E>(&self, binding: &Binding<'_, T, E>) -> Result<()> {
-        if !std::ptr::eq(binding.kernel, self) || !binding.params.is_empty() || binding.given.is_some() {
+        if !std::ptr::eq(binding.kernel, self) || !binding.args.is_empty() || binding.given.is_some() {
             return Err(Error::Runtime(format!(
                 "internal error: {}() was bound into a binding that is not its own empty one",
                 self.name()
@@ -187,23 +233,22 @@ impl Kernel {
         Ok(())
     }
 
-    /// Binds values given positionally: one per parameter in signature order,
-    /// optionally followed by one per output (destination-passing style).
+    /// Binds a call's values, given in any of the [`Args`] forms: the first
+    /// half of a call from a framework ([`Binding::run`] is the second).
     #[inline(always)]
-    pub fn bind<'a, A: Adapter, I: ValueList<'a, A>>(
+    pub fn bind<'a, A: Adapter, I: ValueList<'a, A>, O: ValueList<'a, A>>(
         &self,
         adapter: &mut A,
-        values: I,
+        args: Args<'_, I, O>,
     ) -> Result<Binding<'_, A::Tensor<'a>, A::Error>, A::Error> {
         let mut binding = Binding::new(self);
-        self.bind_into(adapter, values, &mut binding)?;
+        self.bind_into(adapter, args, &mut binding)?;
         Ok(binding)
     }
 
-    /// An empty binding of this kernel, for [`Kernel::bind_into`] and
-    /// [`Kernel::bind_out_into`]: a caller that keeps the binding in one place
-    /// fills it there (a binding holds its operands inline, several hundred
-    /// bytes, which every move copies).
+    /// An empty binding of this kernel, for [`Kernel::bind_into`]: a caller
+    /// that keeps the binding in one place fills it there (a binding holds its
+    /// operands inline, several hundred bytes, which every move copies).
     #[inline(always)]
     pub fn binding<T, E>(&self) -> Binding<'_, T, E> {
         Binding::new(self)
@@ -211,13 +256,27 @@ impl Kernel {
 
     /// [`Kernel::bind`], into an empty `binding` of this kernel (from [`Kernel::binding`]).
     #[inline(always)]
-    pub fn bind_into<'a, A: Adapter, I: ValueList<'a, A>>(
+    pub fn bind_into<'a, A: Adapter, I: ValueList<'a, A>, O: ValueList<'a, A>>(
+        &self,
+        adapter: &mut A,
+        args: Args<'_, I, O>,
+        binding: &mut Binding<'_, A::Tensor<'a>, A::Error>,
+    ) -> Result<(), A::Error> {
+        self.check_empty(binding)?;
+        match args.form {
+            Form::Positional(values) => self.bind_positional(adapter, values, binding),
+            Form::Out(values, outputs) => self.bind_out(adapter, values, outputs, binding),
+            Form::Split(tensors, scalars, outputs) => self.bind_split(adapter, tensors, scalars, outputs, binding),
+        }
+    }
+
+    #[inline(always)]
+    fn bind_positional<'a, A: Adapter, I: ValueList<'a, A>>(
         &self,
         adapter: &mut A,
         values: I,
         binding: &mut Binding<'_, A::Tensor<'a>, A::Error>,
     ) -> Result<(), A::Error> {
-        self.check_empty(binding)?;
         let mut values = values.into_iter();
         let sig = self.signature();
         let (np, no) = (sig.params.len(), sig.outputs.len());
@@ -229,52 +288,21 @@ impl Kernel {
         } else {
             return Err(self.positional_arity(n).into());
         };
-        self.bind_params(adapter, values.by_ref().take(np), None, &mut binding.params)?;
+        self.bind_params(adapter, values.by_ref().take(np), None, &mut binding.args)?;
         if given {
             self.bind_outputs(adapter, values, binding.given.insert(Given::new()))?;
         }
         Ok(())
     }
 
-    /// Binds one value per parameter and the outputs given apart (`out=`).
     #[inline(always)]
-    pub fn bind_out<'a, A: Adapter, I: ValueList<'a, A>, O: ValueList<'a, A>>(
-        &self,
-        adapter: &mut A,
-        values: I,
-        outputs: O,
-    ) -> Result<Binding<'_, A::Tensor<'a>, A::Error>, A::Error> {
-        let mut binding = Binding::new(self);
-        self.bind_out_into(adapter, values, outputs, &mut binding)?;
-        Ok(binding)
-    }
-
-    /// [`Kernel::bind_out`] then [`Binding::run`], in one step: what a call
-    /// that keeps nothing between the two does (the binding is never moved).
-    #[inline(always)]
-    pub fn call_out<'a, A: Adapter, I: ValueList<'a, A>, O: ValueList<'a, A>, Al: Allocator<A::Error>>(
-        &self,
-        adapter: &mut A,
-        values: I,
-        outputs: O,
-        alloc: &mut Al,
-        stream: *mut c_void,
-    ) -> Result<SmallVec<[Al::Tensor; 2]>, A::Error> {
-        let mut binding = Binding::new(self);
-        self.bind_out_into(adapter, values, outputs, &mut binding)?;
-        binding.run(alloc, stream)
-    }
-
-    /// [`Kernel::bind_out`], into an empty `binding` of this kernel (from [`Kernel::binding`]).
-    #[inline(always)]
-    pub fn bind_out_into<'a, A: Adapter, I: ValueList<'a, A>, O: ValueList<'a, A>>(
+    fn bind_out<'a, A: Adapter, I: ValueList<'a, A>, O: ValueList<'a, A>>(
         &self,
         adapter: &mut A,
         values: I,
         outputs: O,
         binding: &mut Binding<'_, A::Tensor<'a>, A::Error>,
     ) -> Result<(), A::Error> {
-        self.check_empty(binding)?;
         let (values, outputs) = (values.into_iter(), outputs.into_iter());
         let sig = self.signature();
         let (np, no) = (sig.params.len(), sig.outputs.len());
@@ -294,49 +322,12 @@ impl Kernel {
                 .arity(format!("{}(): out= needs {no} tensor{}, got {}", sig.name, if no == 1 { "" } else { "s" }, outputs.len()))
                 .into());
         }
-        self.bind_params(adapter, values, None, &mut binding.params)?;
+        self.bind_params(adapter, values, None, &mut binding.args)?;
         self.bind_outputs(adapter, outputs, binding.given.insert(Given::new()))
     }
 
-    /// Binds tensors and scalars given in two lists, each in signature order,
-    /// and optionally the outputs (destination-passing style).
     #[inline(always)]
-    pub fn bind_split<'a, A: Adapter, I: ValueList<'a, A>, O: ValueList<'a, A>>(
-        &self,
-        adapter: &mut A,
-        tensors: I,
-        scalars: &[Scalar],
-        outputs: Option<O>,
-    ) -> Result<Binding<'_, A::Tensor<'a>, A::Error>, A::Error> {
-        let mut binding = Binding::new(self);
-        self.bind_split_into(adapter, tensors, scalars, outputs, &mut binding)?;
-        Ok(binding)
-    }
-
-    /// [`Kernel::bind_split`] then [`Binding::run_with`], in one step (the
-    /// binding is never moved).
-    #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    pub fn call_split<'a, A: Adapter, I: ValueList<'a, A>, O: ValueList<'a, A>, Al: Allocator<A::Error>, R>(
-        &self,
-        adapter: &mut A,
-        tensors: I,
-        scalars: &[Scalar],
-        outputs: Option<O>,
-        alloc: &mut Al,
-        stream: *mut c_void,
-        runner: R,
-    ) -> Result<SmallVec<[Al::Tensor; 2]>, A::Error>
-    where
-        R: FnOnce(Job<'_>) -> Result<()>,
-    {
-        let mut binding = Binding::new(self);
-        self.bind_split_into(adapter, tensors, scalars, outputs, &mut binding)?;
-        binding.run_with(alloc, stream, runner)
-    }
-
-    #[inline(always)]
-    fn bind_split_into<'a, A: Adapter, I: ValueList<'a, A>, O: ValueList<'a, A>>(
+    fn bind_split<'a, A: Adapter, I: ValueList<'a, A>, O: ValueList<'a, A>>(
         &self,
         adapter: &mut A,
         tensors: I,
@@ -361,7 +352,7 @@ impl Kernel {
                 .arity(format!("{}: expected {} outputs ({}) but got {}", sig.name, sig.outputs.len(), names(&sig.outputs), o.len()))
                 .into());
         }
-        self.bind_params(adapter, tensors, Some(scalars), &mut binding.params)?;
+        self.bind_params(adapter, tensors, Some(scalars), &mut binding.args)?;
         match outputs {
             Some(o) => self.bind_outputs(adapter, o, binding.given.insert(Given::new())),
             None => Ok(()),
@@ -427,7 +418,7 @@ impl<'k, T, E> Binding<'k, T, E> {
     /// Nothing bound yet.
     #[inline(always)]
     fn new(kernel: &'k Kernel) -> Self {
-        Binding { kernel, params: SmallVec::new(), given: None, _error: PhantomData }
+        Binding { kernel, args: SmallVec::new(), given: None, _error: PhantomData }
     }
 }
 
@@ -439,7 +430,7 @@ impl<'k, T: Operand, E: From<Error>> Binding<'k, T, E> {
 
     /// The tensor operands: parameters in signature order, then the outputs the caller gave.
     pub fn operands(&self) -> impl Iterator<Item = &T> {
-        let params = self.params.iter().filter_map(|v| match v {
+        let params = self.args.iter().filter_map(|v| match v {
             Value::Tensor(t) => Some(t),
             Value::Scalar(_) => None,
         });
@@ -448,7 +439,7 @@ impl<'k, T: Operand, E: From<Error>> Binding<'k, T, E> {
 
     /// [`Binding::operands`], mutably (an adapter may re-import one, e.g. to own it).
     pub fn operands_mut(&mut self) -> impl Iterator<Item = &mut T> {
-        let params = self.params.iter_mut().filter_map(|v| match v {
+        let params = self.args.iter_mut().filter_map(|v| match v {
             Value::Tensor(t) => Some(t),
             Value::Scalar(_) => None,
         });
@@ -470,7 +461,7 @@ impl<'k, T: Operand, E: From<Error>> Binding<'k, T, E> {
         let name = self.kernel.name();
         let sig = self.kernel.signature();
         let mut views: SmallVec<[Arg<'_>; 8]> = SmallVec::new();
-        for (p, v) in sig.params.iter().zip(&self.params) {
+        for (p, v) in sig.params.iter().zip(&self.args) {
             views.push(match v {
                 Value::Scalar(s) => Arg::Scalar(*s),
                 Value::Tensor(t) => Arg::Tensor(t.view().map_err(|e| e.at(name, Slot::Argument(p.name.clone())))?),
@@ -497,7 +488,7 @@ impl<'k, T: Operand, E: From<Error>> Binding<'k, T, E> {
     {
         let kernel = self.kernel;
         if let Some(given) = &mut self.given {
-            run_on(kernel, &mut self.params, given, false, stream, runner)?;
+            run_on(kernel, &mut self.args, given, false, stream, runner)?;
             return Ok(SmallVec::new());
         }
         let mut allocated: SmallVec<[A::Tensor; 2]> = SmallVec::new();
@@ -513,7 +504,7 @@ impl<'k, T: Operand, E: From<Error>> Binding<'k, T, E> {
         // an input's memory (or another output's) would have the kernel
         // overwrite what it reads.
         if !alloc.returns_new_memory()
-            && let Some((j, slot)) = fresh_overlap(kernel, &self.params, &allocated)?
+            && let Some((j, slot)) = fresh_overlap(kernel, &self.args, &allocated)?
         {
             let output = &kernel.signature().outputs[j].name;
             let e = Error::InvalidArgument(format!(
@@ -522,7 +513,7 @@ impl<'k, T: Operand, E: From<Error>> Binding<'k, T, E> {
             ));
             return Err(alloc.locate(e.into(), kernel.name(), output));
         }
-        run_on(kernel, &mut self.params, &mut allocated, true, stream, runner)?;
+        run_on(kernel, &mut self.args, &mut allocated, true, stream, runner)?;
         Ok(allocated)
     }
 }

@@ -9,7 +9,7 @@ use std::cell::Cell;
 
 use dlbridge_core::testing::{Fields, ForeignTensor};
 use dlbridge_core::{DType, DeviceType, ManagedTensor, Result};
-use dlbridge_registry::call::{check_outputs, solve};
+use dlbridge_registry::solution::{check_outputs, solve};
 use dlbridge_registry::{Arg, Call, Impl, KernelDef, KernelOpts, Registry};
 use proptest::prelude::*;
 

@@ -14,7 +14,7 @@ fn allocations() -> usize {
 fn add_f32(call: &mut Call<'_, '_>) -> Result<()> {
     let name = call.kernel_name();
     let (args, outs) = call.split();
-    let ([Arg::Tensor(a), Arg::Tensor(b)], [c]) = (&*args, outs) else { return Err(dlbridge_registry::kernel::layout_bug(name)) };
+    let ([Arg::Tensor(a), Arg::Tensor(b)], [c]) = (&*args, outs) else { return Err(dlbridge_registry::call::layout_bug(name)) };
     let (a, b) = (a.as_slice::<f32>()?, b.as_slice::<f32>()?);
     for ((o, x), y) in c.as_slice_mut::<f32>()?.iter_mut().zip(a).zip(b) {
         *o = x + y;

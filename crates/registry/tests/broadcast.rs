@@ -3,7 +3,7 @@
 //! `mut` input must already have it.
 use dlbridge_array::Array;
 use dlbridge_core::{DType, ErrorKind};
-use dlbridge_registry::call::broadcast_shapes;
+use dlbridge_registry::solution::broadcast_shapes;
 use dlbridge_registry::{Arg, Call, KernelDef, KernelOpts, Registry, Signature};
 
 fn reg_with(sig: &str) -> Registry {
