@@ -66,7 +66,13 @@ impl PyKernel {
     /// Binds `args` (and `out=`) to the kernel's parameters, into `call` (an
     /// empty binding of this kernel: it is filled where it lives, never moved).
     #[inline(always)]
-    pub(crate) fn bind<'py, I>(&self, py: Python<'py>, args: I, out: Option<&Bound<'py, PyAny>>, call: &mut PyBinding<'_, 'py>) -> PyResult<()>
+    pub(crate) fn bind<'py, I>(
+        &self,
+        py: Python<'py>,
+        args: I,
+        out: Option<&Bound<'py, PyAny>>,
+        call: &mut PyBinding<'_, 'py>,
+    ) -> PyResult<()>
     where
         I: ExactSizeIterator<Item = Bound<'py, PyAny>>,
     {

@@ -38,7 +38,7 @@ mod raw;
 pub use func::{Arg, ArgList, Args, KernelError, KernelResult, TchKernel, kernel};
 
 use dlbridge_core::{DType, Device, Error, Flags, ManagedTensor, Result, Slot, TensorView, TensorViewMut};
-use dlbridge_registry::binding::{Adapter, Allocator, Args, Job, Operand};
+use dlbridge_registry::binding::{Adapter, Allocator, Job, Operand};
 use dlbridge_registry::signature::ScalarKind;
 use dlbridge_registry::{Kernel, OutputSpec};
 use tch::{Kind, Tensor};
@@ -138,7 +138,7 @@ pub fn call(kernel: &Kernel, tensors: &[&Tensor], scalars: &[Scalar]) -> Result<
     let none = None::<[(&raw::Lending<'_>, usize); 0]>;
     let stream = lent.stream()?;
     let mut binding = kernel.binding();
-    kernel.bind_into(&mut Lent, Args::split(ins, scalars, none), &mut binding)?;
+    kernel.bind_into(&mut Lent, dlbridge_registry::Args::split(ins, scalars, none), &mut binding)?;
     let outs = binding.run_with(&mut TchAllocator, stream, run_with_torch_threads)?;
     Ok(outs.into_iter().map(|o| o.0).collect())
 }
@@ -152,7 +152,7 @@ pub fn call_into(kernel: &Kernel, tensors: &[&Tensor], scalars: &[Scalar], outpu
     let (ins, outs) = ((0..tensors.len()).map(|i| (lent, i)), (tensors.len()..lent.len()).map(|i| (lent, i)));
     let stream = lent.stream()?;
     let mut binding = kernel.binding();
-    kernel.bind_into(&mut Lent, Args::split(ins, scalars, Some(outs)), &mut binding)?;
+    kernel.bind_into(&mut Lent, dlbridge_registry::Args::split(ins, scalars, Some(outs)), &mut binding)?;
     binding.run_with(&mut TchAllocator, stream, run_with_torch_threads).map(drop)
 }
 

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use dlbridge_array::Array;
 use dlbridge_core::{DType, ErrorKind, ManagedTensor, TensorDesc};
-use dlbridge_registry::{Args, Call, Impl, KernelDef, KernelOpts, Registry};
+use dlbridge_registry::{Call, Impl, KernelDef, KernelOpts, Registry};
 use dlbridge_tch::{Scalar, call, call_into, from_dlpack, kind_of, to_dlpack};
 use tch::{Device, Kind, Tensor};
 
@@ -217,12 +217,12 @@ fn the_tch_adapter_binds_one_tensor_at_a_time_as_call_into_does() {
     let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0]);
     let (a, b) = (Tensor::zeros([3], (Kind::Float, Device::Cpu)), Tensor::zeros([3], (Kind::Float, Device::Cpu)));
     call_into(&mul, &[&x, &x], &[], &[&a]).unwrap();
-    let mut binding = mul.bind(&mut dlbridge_tch::Tch, Args::split([&x, &x], &[], Some([&b]))).unwrap();
+    let mut binding = mul.bind(&mut dlbridge_tch::Tch, dlbridge_registry::Args::split([&x, &x], &[], Some([&b]))).unwrap();
     binding.run(&mut dlbridge_tch::TchAllocator, std::ptr::null_mut()).unwrap();
     assert_eq!(Vec::<f32>::try_from(&a).unwrap(), vec![1.0, 4.0, 9.0]);
     assert!(a.equal(&b));
     let grad = Tensor::zeros([3], (Kind::Float, Device::Cpu)).set_requires_grad(true);
-    let e = mul.bind(&mut dlbridge_tch::Tch, Args::split([&x, &grad], &[], None::<[&Tensor; 0]>)).unwrap_err();
+    let e = mul.bind(&mut dlbridge_tch::Tch, dlbridge_registry::Args::split([&x, &grad], &[], None::<[&Tensor; 0]>)).unwrap_err();
     assert!(e.to_string().starts_with("mul: argument b: the tensor requires grad"), "{e}");
 }
 

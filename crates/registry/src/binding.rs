@@ -36,11 +36,11 @@ use dlbridge_core::{Error, ManagedTensor, Result, Slot, TensorView, TensorViewMu
 use smallvec::SmallVec;
 
 use crate::arg::Arg;
-use crate::solution::OutputSpec;
 use crate::kernel::Kernel;
 /// The scalar an [`Adapter`] converts a framework's value to.
 pub use crate::signature::Scalar;
 use crate::signature::{ParamKind, ScalarKind};
+use crate::solution::OutputSpec;
 
 /// Values of an adapter's framework given in a list whose length is known
 /// (an array, a `Vec`, an exact-size iterator): a call's arguments or outputs.

@@ -11,12 +11,11 @@ use smallvec::SmallVec;
 
 use crate::arg::Arg;
 use crate::call::{Call, layout_bug};
-use crate::solution::{
-    OutputSpec, Plan, Solution, check_call, check_kept_leading, dim_origins, output_specs, output_specs_strided, solve_for_specs,
-    solve_on,
-};
 use crate::meta::{MetaArg, MetaOutput, StandIns};
-use crate::signature::{MAX_EXCERPT, MAX_PARAMS, Scalar, Signature, clip};
+use crate::signature::{MAX_EXCERPT, Signature, clip};
+use crate::solution::{
+    OutputSpec, Plan, Solution, check_call, check_kept_leading, dim_origins, output_specs, output_specs_strided, solve_for_specs, solve_on,
+};
 
 /// Most bytes of an origin (`plugin NAME VERSION (PATH)`) an error message quotes.
 const ORIGIN_EXCERPT: usize = 2 * MAX_EXCERPT;

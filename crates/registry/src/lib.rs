@@ -50,8 +50,8 @@ pub mod solution;
 pub mod threads;
 pub mod trust;
 
-pub use binding::{Adapter, Allocator, Args, ArrayAllocator, Binding, Given, Job, Operand, Value, ValueList};
 pub use arg::Arg;
+pub use binding::{Adapter, Allocator, Args, ArrayAllocator, Binding, Given, Job, Operand, Value, ValueList};
 pub use call::{Call, Inputs, Outputs};
 pub use dlbridge_array;
 pub use dlbridge_core;

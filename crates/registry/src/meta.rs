@@ -14,8 +14,8 @@ use dlbridge_core::{DType, Device, Error, Result, TensorView};
 use smallvec::SmallVec;
 
 use crate::arg::Arg;
-use crate::solution::OutputSpec;
 use crate::signature::{DimOrigin, Scalar};
+use crate::solution::OutputSpec;
 
 /// A tensor argument known by its layout only.
 #[derive(Debug, Clone, Copy)]

@@ -11,9 +11,7 @@ use dlbridge_core::{DType, Device, Error, Result, Slot, TensorView, TensorViewMu
 use smallvec::SmallVec;
 
 use crate::arg::Arg;
-use crate::signature::{
-    DTypeRef, Dim, DimOrigin, MAX_RESTS, MAX_SYMBOLS, MAX_TYPE_VARS, ParamKind, Scalar, ScalarKind, Signature, TensorType,
-};
+use crate::signature::{DTypeRef, Dim, DimOrigin, MAX_RESTS, MAX_SYMBOLS, MAX_TYPE_VARS, ParamKind, ScalarKind, Signature, TensorType};
 
 /// Shape, dtype and device of an output, computed from the inputs alone.
 #[derive(Debug, Clone, PartialEq, Eq)]

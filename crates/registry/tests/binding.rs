@@ -240,7 +240,9 @@ fn a_binding_filled_in_place_runs_like_a_returned_one_and_only_an_empty_one_of_i
     let mut foreign = other.binding();
     let e = k.bind_into(&mut ToyAdapter, Args::positional([ToyArg::T(&mut x), ToyArg::T(&mut y)]), &mut foreign).unwrap_err();
     assert!(e.to_string().contains("add2() was bound into a binding that is not its own empty one"), "{e}");
-    let e = k.bind_into(&mut ToyAdapter, Args::with_out([ToyArg::T(&mut p), ToyArg::T(&mut q)], [ToyArg::T(&mut c)]), &mut foreign).unwrap_err();
+    let e = k
+        .bind_into(&mut ToyAdapter, Args::with_out([ToyArg::T(&mut p), ToyArg::T(&mut q)], [ToyArg::T(&mut c)]), &mut foreign)
+        .unwrap_err();
     assert!(e.to_string().contains("not its own empty one"), "{e}");
     drop(foreign);
     assert_eq!(runs.load(Ordering::SeqCst), 2, "no refused binding ran");
@@ -260,7 +262,9 @@ fn arity_errors_are_type_errors_that_list_the_parameters() {
     assert_eq!(e.to_string(), "add2(): out= needs 1 tensor, got 0");
     let axpy = reg.get("axpy").unwrap();
     let (mut x, mut y) = (Toy::new(&[1.0]), Toy::new(&[1.0]));
-    let e = axpy.bind(&mut ToyAdapter, Args::with_out([ToyArg::Num(1.0), ToyArg::T(&mut x), ToyArg::T(&mut y)], std::iter::empty())).unwrap_err();
+    let e = axpy
+        .bind(&mut ToyAdapter, Args::with_out([ToyArg::Num(1.0), ToyArg::T(&mut x), ToyArg::T(&mut y)], std::iter::empty()))
+        .unwrap_err();
     assert_eq!(e.to_string(), "axpy() has no outputs; out= is not accepted");
     let e = axpy.bind(&mut ToyAdapter, Args::split([ToyArg::T(&mut x)], &[], None::<[ToyArg<'_>; 0]>)).unwrap_err();
     assert_eq!(e.to_string(), "axpy: expected 2 tensors and 1 scalars, got 1 and 0");
@@ -286,8 +290,9 @@ fn argument_errors_carry_kernel_and_slot_as_structure() {
     assert_eq!(y.data, vec![5.0, 5.0]);
     // Split lists: tensors and scalars apart.
     y.read_only = false;
-    let mut call =
-        axpy.bind(&mut ToyAdapter, Args::split([ToyArg::T(&mut x), ToyArg::T(&mut y)], &[Scalar::F64(2.0)], None::<[ToyArg<'_>; 0]>)).unwrap();
+    let mut call = axpy
+        .bind(&mut ToyAdapter, Args::split([ToyArg::T(&mut x), ToyArg::T(&mut y)], &[Scalar::F64(2.0)], None::<[ToyArg<'_>; 0]>))
+        .unwrap();
     call.run(&mut ToyAllocator::default(), std::ptr::null_mut()).unwrap();
     drop(call);
     assert_eq!(y.data, vec![7.0, 9.0]);
