@@ -31,6 +31,9 @@ log() {
     step_start=$(now_ms)
     printf '\033[1m==> %s\033[0m\n' "$*" >&2
 }
+# Steps run beside another (their own seconds; the total counts the wall clock only).
+beside_names=()
+beside_secs=()
 print_steps() {
     [ "${#step_names[@]}" -gt 0 ] || return 0
     local total=0 i
@@ -38,6 +41,9 @@ print_steps() {
     for i in "${!step_names[@]}"; do
         printf '%6d.%d  %s\n' $((step_secs[i] / 1000)) $((step_secs[i] % 1000 / 100)) "${step_names[$i]:0:90}" >&2
         total=$((total + step_secs[i]))
+    done
+    for i in "${!beside_names[@]}"; do
+        printf '%6d.%d  %s\n' $((beside_secs[i] / 1000)) $((beside_secs[i] % 1000 / 100)) "${beside_names[$i]:0:90}" >&2
     done
     printf '%6d.%d  %s\n' $((total / 1000)) $((total % 1000 / 100)) "total" >&2
 }
@@ -125,6 +131,20 @@ demo() {
     .venv/bin/python examples/pytorch_demo.py "$@"
 }
 
+# clippy, then rustdoc (warnings are errors in both), appending "milliseconds name" for each to
+# the file $1 (the step that fails is the last line).
+lint() {
+    local t rc=0
+    t=$(now_ms)
+    cargo clippy --workspace --all-targets --quiet -- -D warnings || rc=$?
+    echo "$(($(now_ms) - t)) cargo clippy --workspace --all-targets (warnings are errors)" >>"$1"
+    [ "$rc" -eq 0 ] || return "$rc"
+    t=$(now_ms)
+    RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet || rc=$?
+    echo "$(($(now_ms) - t)) cargo doc --workspace --no-deps (rustdoc warnings, broken intra-doc links among them, are errors)" >>"$1"
+    return "$rc"
+}
+
 run_tests() {
     demo --quick
     # pyo3 crates find the interpreter through PYO3_PYTHON; tch (torch-sys) links the
@@ -139,13 +159,35 @@ run_tests() {
     fi
     log "cargo fmt --check (rustfmt.toml)"
     cargo fmt --check
-    log "cargo test --workspace (all crates but the extension module)"
+    log "cargo test --workspace --no-run: build the tests (all crates but the extension module)"
+    cargo test --workspace --exclude dlbridge-python --quiet --no-run
+    # The tests leave a core idle much of the time (one test binary after another), so clippy
+    # and rustdoc, which only check, run beside them. cargo test lets go of target/'s lock once
+    # its build is found fresh; clippy starts a moment later (were it first, the tests would
+    # wait for it: slower, never wrong).
+    log "cargo test --workspace: run, with clippy and rustdoc beside it"
+    local lint_out lint_times test_rc=0 lint_rc=0 ms name
+    lint_out=$(mktemp "${TMPDIR:-/tmp}/dlbridge-lint.XXXXXX")
+    lint_times=$(mktemp "${TMPDIR:-/tmp}/dlbridge-lint-times.XXXXXX")
     # --no-fail-fast: every test target runs, and cargo ends by naming each one that failed.
-    cargo test --workspace --exclude dlbridge-python --quiet --no-fail-fast
-    log "cargo clippy --workspace --all-targets (warnings are errors)"
-    cargo clippy --workspace --all-targets --quiet -- -D warnings
-    log "cargo doc --workspace --no-deps (rustdoc warnings, broken intra-doc links among them, are errors)"
-    RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+    cargo test --workspace --exclude dlbridge-python --quiet --no-fail-fast &
+    local test_pid=$!
+    sleep 3
+    lint "$lint_times" >"$lint_out" 2>&1 &
+    local lint_pid=$!
+    wait "$test_pid" || test_rc=$?
+    wait "$lint_pid" || lint_rc=$?
+    cat "$lint_out" >&2
+    while read -r ms name; do
+        beside_names+=("$name (beside cargo test)")
+        beside_secs+=("$ms")
+    done <"$lint_times"
+    rm -f "$lint_out" "$lint_times"
+    [ "$test_rc" -eq 0 ] || exit "$test_rc"
+    if [ "$lint_rc" -ne 0 ]; then
+        step="$(tail -n 1 <<<"$(printf '%s\n' "${beside_names[@]}")")"
+        exit "$lint_rc"
+    fi
     log "mkdocs build --strict (mkdocs.yml: a broken link or anchor, or a page left out of the nav, fails)"
     NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
     if compgen -G "python/tests/test_*.py" >/dev/null; then
