@@ -53,9 +53,9 @@ BENCHES = [
     Bench("compile", f"{PY} python/bench/bench_compile.py", f"{PY} python/bench/bench_compile.py --quick"),
     Bench("tc", f"{PY} python/bench/bench_tc.py", f"{PY} python/bench/bench_tc.py --quick"),
     Bench("mlp", f"{TCH_ENV} cargo run -q --release -p dlbridge-tch --example mlp -- 1",
-          f"{TCH_ENV} cargo run -q -p dlbridge-tch --example mlp -- 1"),
+          f"{TCH_ENV} cargo run -q -p dlbridge-tch --example mlp -- 1 3"),
     Bench("mlp-2", f"{TCH_ENV} cargo run -q --release -p dlbridge-tch --example mlp -- 2",
-          f"{TCH_ENV} cargo run -q -p dlbridge-tch --example mlp -- 2"),
+          f"{TCH_ENV} cargo run -q -p dlbridge-tch --example mlp -- 2 3"),
 ]
 
 BEGIN = "<!-- bench: {} -->"

@@ -1,12 +1,12 @@
 //! A small MLP forward pass in tch where some layers run registry kernels on tch
 //! tensors mid-graph (matmul, add, gelu, softmax), checked against tch's own result.
 //!
-//! `LIBTORCH_USE_PYTORCH=1 cargo run --release -p dlbridge-tch --example mlp [-- THREADS]`
+//! `LIBTORCH_USE_PYTORCH=1 cargo run --release -p dlbridge-tch --example mlp [-- THREADS [RUNS]]`
 //!
 //! THREADS, if given, is passed to `tch::set_num_threads` (torch's intra-op
 //! pool); registry kernels called through dlbridge-tch follow torch's count.
-//! The two forward passes are timed alternately (after a warm-up), and the
-//! medians printed.
+//! The two forward passes are timed alternately, RUNS times each (41 unless
+//! given; a smoke run passes a few), after a warm-up, and the medians printed.
 #![forbid(unsafe_code)]
 
 use std::time::Instant;
@@ -36,6 +36,8 @@ fn main() -> dlbridge_core::Result<()> {
     if let Some(n) = std::env::args().nth(1) {
         tch::set_num_threads(n.parse().expect("THREADS: a positive integer"));
     }
+    let runs: usize = std::env::args().nth(2).map_or(41, |r| r.parse().expect("RUNS: a positive integer"));
+    assert!(runs > 0, "RUNS: a positive integer");
     let kernel = dlbridge_tch::kernel;
     let (matmul, add, gelu, softmax) = (kernel("matmul")?, kernel("add")?, kernel("gelu")?, kernel("softmax")?);
     tch::manual_seed(0);
@@ -62,7 +64,7 @@ fn main() -> dlbridge_core::Result<()> {
     let want = reference();
     let got = mixed()?;
     let err = (&got - &want).abs().max().double_value(&[]);
-    let (t_tch, t_mixed) = medians_ms(|| drop(reference()), || drop(mixed().expect("forward")), 41);
+    let (t_tch, t_mixed) = medians_ms(|| drop(reference()), || drop(mixed().expect("forward")), runs);
     println!("MLP {batch}x{d_in} -> {hidden} (gelu) -> {d_out} (softmax), f32 on CPU");
     println!(
         "  threads            : torch {}, registry kernels (through dlbridge-tch) {}",
