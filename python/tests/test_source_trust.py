@@ -186,3 +186,45 @@ def test_a_full_disk_is_an_error_naming_the_directory_not_a_compile_error(tmp_pa
     assert r.stdout.startswith("RuntimeError full_disk: ElementwiseKernel full_disk"), r.stdout
     assert f"cannot build in {cache}" in r.stdout and "no space left on its file system" in r.stdout, r.stdout
     assert "rejected the kernel" not in r.stdout, r.stdout
+
+
+def test_a_function_declared_and_never_defined_is_an_error_naming_it_not_a_dead_process():
+    r = _in_child(
+        """
+        import numpy as np, dlbridge
+        k = dlbridge.ElementwiseKernel("T x", "T z", "z = helper(x);", "undefined_helper", preamble="int helper(int v);")
+        try:
+            k(np.arange(6, dtype=np.int32))
+        except ValueError as e:
+            print("refused:", e)
+        """
+    )
+    assert r.returncode == 0, r.stderr
+    assert "refused:" in r.stdout and "undefined symbol: _Z6helperi" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize(
+    "where, text",
+    [
+        # A static local with a destructor registers it with __cxa_atexit: it would run at exit.
+        ("operation", "static Bye b; z = x;"),
+        # A thread_local one registers it with __cxa_thread_atexit: it would run when the thread ends.
+        ("operation", "thread_local Bye b; z = x;"),
+    ],
+)
+def test_an_object_whose_destructor_would_run_at_exit_is_refused(where, text, tmp_path):
+    marker = tmp_path / "ran"
+    preamble = f'#include <cstdio>\nstruct Bye {{ ~Bye() {{ std::FILE* f = std::fopen("{marker}", "w"); if (f) std::fclose(f); }} }};'
+    r = _in_child(
+        f"""
+        import numpy as np, dlbridge
+        try:
+            k = dlbridge.ElementwiseKernel("T x", "T z", {text!r}, "exit_hook", preamble={preamble!r})
+            k(np.arange(6, dtype=np.int32))
+        except ValueError as e:
+            print("refused:", e)
+        """
+    )
+    assert r.returncode == 0, r.stderr
+    assert "refused:" in r.stdout and "exits" in r.stdout, r.stdout
+    assert not marker.exists(), "the destructor ran"

@@ -216,6 +216,26 @@ unsafe fn c_str(path: &Path, field: &str, p: *const c_char, nullable: bool, max:
     std::str::from_utf8(bytes).map(str::to_owned).map_err(|_| perr(path, format!("`{field}` is not UTF-8")))
 }
 
+/// Opens a library with every symbol bound now (`RTLD_NOW`): a function the
+/// library calls but nothing defines is an error here, naming it, not a
+/// process killed by the loader at the first call.
+///
+/// # Safety
+/// As [`Library::new`]: the library's initialisers run.
+unsafe fn open_now(path: &std::path::Path) -> Result<Library, libloading::Error> {
+    #[cfg(unix)]
+    {
+        use libloading::os::unix::{Library as Unix, RTLD_LOCAL, RTLD_NOW};
+        // SAFETY: the caller's contract.
+        unsafe { Unix::open(Some(path), RTLD_NOW | RTLD_LOCAL) }.map(Library::from)
+    }
+    #[cfg(not(unix))]
+    {
+        // SAFETY: the caller's contract.
+        unsafe { Library::new(path) }
+    }
+}
+
 /// An error's text with the texts of its sources (libloading keeps the
 /// `dlerror` message in the source), cut to a bounded length.
 fn reason(e: &dyn std::error::Error) -> String {
@@ -269,7 +289,7 @@ impl Plugin {
         );
         // SAFETY: loading a library runs its initialisers; loading a plugin means
         // trusting its code, which is what the user asked for.
-        let lib = unsafe { Library::new(&path) }.map_err(|e| perr(&path, format!("not a loadable shared library: {}", reason(&e))))?;
+        let lib = unsafe { open_now(&path) }.map_err(|e| perr(&path, format!("not a loadable shared library: {}", reason(&e))))?;
         let lib = Arc::new(lib);
         // SAFETY: the symbol's type is the ABI's `DLBridgePluginFn`.
         let get: libloading::Symbol<'_, unsafe extern "C" fn() -> *const RawPlugin> =

@@ -72,7 +72,14 @@ struct LoadTime {
     /// The symbols it defines (functions, data, labels; any binding) under
     /// names outside C++'s mangling (not `_Z...`), sorted.
     plain_symbols: Vec<String>,
+    /// The functions it calls that register code to run when the process or
+    /// a thread exits, or the library is unloaded ([`EXIT_HOOKS`]), sorted.
+    exit_hooks: Vec<String>,
 }
+
+/// What C and C++ call to run code at exit: `static` and `thread_local`
+/// objects with destructors register theirs through the first three.
+const EXIT_HOOKS: [&str; 6] = ["__cxa_atexit", "__cxa_thread_atexit", "__cxa_thread_atexit_impl", "atexit", "at_quick_exit", "on_exit"];
 
 /// Unmangled symbols the generated code's runtime defines itself: the
 /// handler the integer-division check calls (`dlbridge_compile/divguard.h`).
@@ -178,6 +185,13 @@ fn read(data: &[u8], what: &str) -> Result<(LoadTime, Vec<String>)> {
         .collect();
     plain_symbols.sort();
     plain_symbols.dedup();
+    let mut exit_hooks: Vec<String> = file
+        .dynamic_symbols()
+        .filter(|sym| sym.is_undefined())
+        .filter_map(|sym| sym.name().ok().filter(|n| EXIT_HOOKS.contains(n)).map(str::to_owned))
+        .collect();
+    exit_hooks.sort();
+    exit_hooks.dedup();
     let section_size = |name: &str| file.section_by_name(name).map_or(0, |s| s.size());
     let section_addr = |name: &str| file.section_by_name(name).map(|s| s.address());
     let load = LoadTime {
@@ -194,6 +208,7 @@ fn read(data: &[u8], what: &str) -> Result<(LoadTime, Vec<String>)> {
         runtime_hooks,
         tm_clone_table,
         plain_symbols,
+        exit_hooks,
     };
     let mut exports: Vec<String> = file
         .dynamic_symbols()
@@ -224,6 +239,7 @@ fn read(_data: &[u8], _what: &str) -> Result<(LoadTime, Vec<String>)> {
             runtime_hooks: Vec::new(),
             tm_clone_table: 0,
             plain_symbols: Vec::new(),
+            exit_hooks: Vec::new(),
         },
         Vec::new(),
     ))
@@ -321,6 +337,12 @@ pub(crate) fn check(compiler: &Compiler, bytes: &[u8], what: &str, policy: Polic
                 list.join(", ")
             ),
         });
+    }
+    if let Some(h) = load.exit_hooks.iter().find(|h| !base.exit_hooks.contains(h)) {
+        return Err(refuse(format!(
+            "its compiled library calls `{h}`, which registers code to run when the process or a thread exits \
+             (a `static` or `thread_local` object with a destructor in the text? give it none, or keep it in the caller's memory)"
+        )));
     }
     let extra: Vec<&String> = exports.iter().filter(|e| !allowed.contains(&e.as_str()) && !base_exports.contains(e)).collect();
     if !extra.is_empty() {
