@@ -29,11 +29,11 @@ use smallvec::SmallVec;
 use crate::arg::Arg;
 use crate::call::Call;
 use crate::kernel::{Impl, KernelDef, KernelOpts, Staging};
+use crate::signature::{MAX_SIGNATURE_LEN, Scalar, Signature, clip};
 
 /// The plugin ABI's C header, `include/dlbridge/plugin.h`, as text (for code
 /// generators that paste it into what they compile).
 pub const PLUGIN_H: &str = include_str!("../../../include/dlbridge/plugin.h");
-use crate::signature::{MAX_SIGNATURE_LEN, Scalar, Signature, clip};
 
 /// The ABI version this build implements.
 pub const ABI_VERSION: u32 = 1;
