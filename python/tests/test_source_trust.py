@@ -228,3 +228,31 @@ def test_an_object_whose_destructor_would_run_at_exit_is_refused(where, text, tm
     assert r.returncode == 0, r.stderr
     assert "refused:" in r.stdout and "exits" in r.stdout, r.stdout
     assert not marker.exists(), "the destructor ran"
+
+
+@pytest.mark.parametrize("kind", ["ElementwiseKernel", "load_inline"])
+def test_an_include_that_never_ends_is_stopped_at_the_time_limit(kind, tmp_path):
+    # A FIFO nobody writes: the preprocessor would wait for it for ever.
+    fifo = tmp_path / "never.h"
+    os.mkfifo(fifo)
+    make = {
+        "ElementwiseKernel": f"""dlbridge.ElementwiseKernel("T x", "T z", "z = x", "fifo_include",
+                                                 preamble='#include "{fifo}"')(np.arange(4, dtype=np.float32))""",
+        "load_inline": f"""dlbridge.load_inline("fifo_inline", c_source='#include "{fifo}"\\nvoid f(float* y, long long n) {{ y[0] = 1; }}',
+                                          functions={{"f": "f(y: mut f32[N])"}})""",
+    }[kind]
+    r = _in_child(
+        f"""
+        import time, numpy as np, dlbridge
+        t = time.monotonic()
+        try:
+            {make}
+        except ValueError as e:
+            print("refused:", e)
+        print("seconds:", round(time.monotonic() - t, 1))
+        """,
+        env=dict(os.environ, DLBRIDGE_COMPILE_TIMEOUT="2", DLBRIDGE_CACHE_DIR=str(tmp_path / "cache")),
+    )
+    assert r.returncode == 0, r.stderr
+    assert "did not finish within 2 s and was stopped" in r.stdout and "DLBRIDGE_COMPILE_TIMEOUT" in r.stdout, r.stdout
+    assert float(r.stdout.split("seconds:")[1]) < 60, r.stdout

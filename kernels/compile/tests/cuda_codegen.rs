@@ -141,10 +141,11 @@ fn the_generated_source_uses_the_indexer_grid_stride_loops_and_line_directives()
     assert_eq!(src.entry, "dlbridge_add_reverse");
     assert!(t.contains("struct DlbIndexer"), "the shared indexer");
     assert!(t.contains("typedef int32_t T;"));
-    assert!(t.contains("const ptrdiff_t _stride = static_cast<ptrdiff_t>(gridDim.x) * blockDim.x;"), "grid-stride");
+    assert!(t.contains("const ::ptrdiff_t _stride = static_cast< ::ptrdiff_t>(gridDim.x) * blockDim.x;"), "grid-stride");
     assert!(t.contains("i < _size; i += _stride"), "grid-stride");
     assert!(t.contains("dlbridge_kContig ? i : dlbridge_offset(_x0, i)"), "contiguous fast path");
-    assert!(t.contains("const dlbridge::Raw<const T> y(_p1, _x1, _n1, _c1);"));
+    assert!(t.contains("typedef T dlbridge_type_T;"), "the generated code's own name of the type");
+    assert!(t.contains("const dlbridge::Raw<const dlbridge_type_T> y(_p1, _x1, _n1, _c1);"));
     assert!(t.contains("#line 1 \"operation\"\nz = x + y[_ind.size() - i - 1]\n; } while (0);\n"));
     assert!(!t.contains("#pragma once"));
     // Every return to generated numbering names the true next line.

@@ -359,3 +359,212 @@ fn the_text_cannot_define_a_symbol_the_generated_code_or_its_libraries_call() {
     .expect("namespaced globals");
     assert!(z.iter().enumerate().all(|(i, &v)| v == 2.0 * i as f32), "{:?}", &z[..4]);
 }
+
+/// `x * 2` for the inputs [`attempt`] passes.
+fn doubled(z: &[f32]) -> bool {
+    z.iter().enumerate().all(|(i, &v)| v == 2.0 * i as f32)
+}
+
+#[test]
+fn a_line_marker_inside_a_raw_string_is_part_of_the_string() {
+    // The preprocessor keeps a raw string's lines as they are: one that reads
+    // like a system header's line marker must not hide what follows it.
+    let marker = "R\"dlb(\n# 1 \"/usr/include/stdio.h\" 3\n)dlb\"";
+    let cases = [
+        ("rs_asm", format!("static const char* dlb_s = {marker};\n__asm__(\".pushsection .rodata\\n.popsection\");"), "", "uses `asm`"),
+        ("rs_return", String::new(), "const char* s = R\"dlb(\n# 1 \"/usr/include/stdio.h\" 3\n)dlb\"; (void)s; return;", "uses `return`"),
+    ];
+    for (name, pre, prep, says) in cases {
+        let e = attempt(name, "z = x * 2", &pre, prep).expect_err(name);
+        assert!(e.contains(says), "{name}: {e}");
+    }
+    // The string itself is fine, marker-like line and all.
+    let z = attempt("rs_ok", &format!("z = x * 2 + (T)({marker}[1] == '#' ? 0 : 1)"), "", "").expect("a raw string");
+    assert!(doubled(&z), "{:?}", &z[..4]);
+}
+
+/// The identifiers of the generated code between the end of `loop_prep` and
+/// the end of its function that a declaration in `loop_prep` could stand in
+/// for: not a keyword, not under `_` or `dlbridge`, not after `::`, `.` or `->`.
+fn shadowable_after_loop_prep() -> Vec<String> {
+    let spec =
+        dlbridge_compile::ElementwiseSpec::new("T x, raw float32 r, int64 s", "T z", "z = x", "k", "", "int dlb_prep = 0;", "(void)0")
+            .unwrap();
+    let src = dlbridge_compile::internals::elementwise_cpp(&spec, &[('T', dlbridge_core::DType::F32)]).unwrap();
+    let end_of_prep = src.lines().position(|l| l.contains("dlbridge_fragment") && l.ends_with("end loop_prep")).unwrap();
+    let lines: Vec<&str> = src.lines().collect();
+    let end_of_function = (end_of_prep..lines.len()).find(|&n| lines[n] == "}").unwrap();
+    let text: String = lines[end_of_prep + 1..end_of_function]
+        .iter()
+        .filter(|l| !l.starts_with('#') && !l.contains("dlbridge_fragment"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    const KEYWORDS: [&str; 16] = [
+        "const",
+        "auto",
+        "void",
+        "do",
+        "while",
+        "for",
+        "static_cast",
+        "true",
+        "false",
+        "if",
+        "else",
+        "__restrict__",
+        "return",
+        "int",
+        "bool",
+        "float",
+    ];
+    let b = text.as_bytes();
+    let mut names = Vec::new();
+    let mut k = 0;
+    while k < b.len() {
+        if b[k].is_ascii_alphabetic() || b[k] == b'_' {
+            let start = k;
+            while k < b.len() && (b[k].is_ascii_alphanumeric() || b[k] == b'_') {
+                k += 1;
+            }
+            let word = &text[start..k];
+            let before = text[..start].trim_end();
+            let qualified = before.ends_with("::") || before.ends_with('.') || before.ends_with("->");
+            if !qualified
+                && !KEYWORDS.contains(&word)
+                && !word.starts_with('_')
+                && !word.starts_with("dlbridge")
+                && !names.iter().any(|n| n == word)
+            {
+                names.push(word.to_owned());
+            }
+        } else if b[k].is_ascii_digit() {
+            while k < b.len() && b[k].is_ascii_alphanumeric() {
+                k += 1;
+            }
+        } else {
+            k += 1;
+        }
+    }
+    names
+}
+
+#[test]
+fn names_the_text_declares_never_change_the_generated_codes_types() {
+    // The generated code after `loop_prep` names nothing a declaration there
+    // could stand in for but what it declares itself (the element's index
+    // and operands, which the operation's function declares itself).
+    let names = shadowable_after_loop_prep();
+    assert!(names.iter().all(|n| ["i", "x", "s", "z"].contains(&n.as_str())), "{names:?}");
+    // A corpus: each such name, the placeholder and the runtime's integer
+    // types declared as another type in `loop_prep`, or in the preamble's
+    // anonymous namespace (where the generated code used to reopen it).
+    // Each is refused or runs right; none changes what the loop reads or writes.
+    let mut corpus: Vec<String> = names.clone();
+    corpus.extend(["T", "ptrdiff_t", "int64_t", "size_t", "DLTensor"].map(str::to_owned));
+    corpus.dedup();
+    for (n, name) in corpus.iter().enumerate() {
+        let in_prep = attempt(&format!("shadow_prep_{n}"), "z = x * 2", "#include <cstdint>", &format!("typedef int16_t {name};"));
+        let in_anon =
+            attempt(&format!("shadow_anon_{n}"), "z = x * 2", &format!("#include <cstdint>\nnamespace {{ typedef int16_t {name}; }}"), "");
+        for (where_, r) in [("loop_prep", in_prep), ("the preamble's anonymous namespace", in_anon)] {
+            if let Ok(z) = r {
+                assert!(doubled(&z), "`typedef int16_t {name};` in {where_} changed the result: {:?}", &z[..4]);
+            }
+        }
+    }
+    // The reduce type: a preamble's own `_type_reduce` is not the generated code's.
+    let reg = Registry::new();
+    let spec = dlbridge_compile::Reduction {
+        preamble: "namespace { typedef int _type_reduce; }",
+        ..dlbridge_compile::Reduction::new("T x", "T y", "x", "a + b", "y = a", Some("0"), "shadow_reduce")
+    };
+    if let Ok(k) = dlbridge_compile::ReductionKernel::new(spec)
+        && let Ok(kernel) = k.register(&reg)
+    {
+        let x = Array::from_slice(&[0.25f32; 8], &[8]).unwrap();
+        if let Ok(mut y) = k.reduce(&kernel, &[&x], None, false) {
+            assert_eq!(y.remove(0).to_vec::<f32>().unwrap(), [2.0], "a preamble's `_type_reduce` changed the sum");
+        }
+    }
+}
+
+#[test]
+fn the_runtimes_own_names_and_members_of_its_types_are_not_the_texts() {
+    let cases = [
+        ("rt_divguard", "dlbridge_divguard::t_jmp = nullptr; z = x", "", "`dlbridge_divguard`"),
+        ("rt_errors", "z = x", "namespace k { using namespace dlbridge_errors; }", "`dlbridge_errors`"),
+        (
+            "raw_member",
+            "z = x",
+            "template <> const float& dlbridge::Raw<const float>::operator[](ptrdiff_t k) const { static float f = 0; (void)k; return f; }",
+            "`dlbridge::Raw",
+        ),
+        (
+            "raw_member_nested",
+            "z = x",
+            "template <> dlbridge::Raw<const dlbridge::Raw<float>>::Raw(DLTensor*, const char*) {}",
+            "`dlbridge::Raw",
+        ),
+        ("raw_member_named", "z = x", "static auto dlb_size = &dlbridge::Raw<const float>::size;", "a member of `dlbridge::Raw`"),
+        (
+            "std_ctor",
+            "z = x",
+            "#include <stdexcept>\nstd::out_of_range::out_of_range(const char*) : std::logic_error(\"fine\") {}",
+            "defines `std::out_of_range::out_of_range`",
+        ),
+        (
+            "std_what",
+            "z = x",
+            "#include <stdexcept>\nconst char* ::std::logic_error::what() const noexcept { return \"fine\"; }",
+            "defines `std::logic_error::what`",
+        ),
+        ("std_dtor", "z = x", "#include <stdexcept>\nstd::logic_error::~logic_error() {}", "the destructor of `std::logic_error`"),
+    ];
+    for (name, op, pre, says) in cases {
+        let e = attempt(name, op, pre, "").expect_err(name);
+        assert!(e.contains(says), "{name}: {e}");
+    }
+    // Uses of the same names stay: a call, a member of a class template, a
+    // qualified name in a condition.
+    let z = attempt(
+        "std_uses",
+        "if (std::isnan(x)) { z = 0; } else { z = x * 2 + std::numeric_limits<T>::epsilon() * 0 + (T)std::min(0, 1); }",
+        "#include <limits>\n#include <algorithm>\n#include <cmath>",
+        "",
+    )
+    .expect("uses of std");
+    assert!(doubled(&z), "{:?}", &z[..4]);
+}
+
+#[test]
+fn the_c_librarys_integer_division_by_zero_is_an_error_not_a_signal() {
+    for (name, call) in [
+        ("div0", "std::div((int)x, (int)(x * 0)).quot"),
+        ("ldiv0", "std::ldiv((long)x, 0L).quot"),
+        ("imaxdiv0", "imaxdiv((intmax_t)x, 0).quot"),
+    ] {
+        let e = attempt(name, &format!("z = (T){call}"), "#include <cstdlib>\n#include <cinttypes>", "").expect_err(name);
+        assert!(e.contains("integer division or modulo by zero"), "{name}: {e}");
+    }
+    let z = attempt("div_ok", "z = (T)std::div((int)x * 4, 2).quot", "#include <cstdlib>", "").expect("a division");
+    assert!(doubled(&z), "{:?}", &z[..4]);
+}
+
+#[test]
+fn a_reduce_types_destructor_dividing_by_zero_is_an_error_on_every_path() {
+    // Few outputs over many elements: per-thread partials (where the thread
+    // budget allows more than one), and many outputs: one output a thread.
+    let reg = Registry::new();
+    let spec = dlbridge_compile::Reduction {
+        preamble: "struct DlbAcc {\n  float v; int d = 0;\n  DlbAcc(float x = 0) : v(x) {}\n  ~DlbAcc() { volatile int k = 1 / d; (void)k; }\n};",
+        reduce_type: Some("DlbAcc"),
+        ..dlbridge_compile::Reduction::new("T x", "T y", "DlbAcc(x)", "DlbAcc(a.v + b.v)", "y = a.v", Some("DlbAcc(0)"), "dtor_div0")
+    };
+    let k = dlbridge_compile::ReductionKernel::new(spec).unwrap();
+    let kernel = k.register(&reg).unwrap();
+    for shape in [[1i64, 1 << 18], [1 << 10, 256]] {
+        let x = Array::zeros(dlbridge_core::DType::F32, &shape).unwrap();
+        let e = k.reduce(&kernel, &[&x], Some(&[1]), false).expect_err("a destructor dividing by zero");
+        assert!(e.to_string().contains("integer division or modulo by zero"), "{shape:?}: {e}");
+    }
+}

@@ -1,6 +1,8 @@
 #ifndef DLBRIDGE_COMPILE_DIVGUARD_H_
 #define DLBRIDGE_COMPILE_DIVGUARD_H_
+#include <cinttypes>
 #include <csetjmp>
+#include <cstdlib>
 #include <stdexcept>
 namespace dlbridge_divguard {
 inline thread_local std::jmp_buf* t_jmp = nullptr;
@@ -21,5 +23,34 @@ void guarded(F&& f) {
 extern "C" __attribute__((visibility("hidden"), noreturn, used)) void __ubsan_handle_divrem_overflow_abort(void*, void*, void*) {
   if (dlbridge_divguard::t_jmp != nullptr) std::longjmp(*dlbridge_divguard::t_jmp, 1);
   __builtin_trap();
+}
+// The C library's own divisions (div, ldiv, lldiv, imaxdiv) are compiled
+// without the check: a library is linked with `--wrap` for each
+// (DIVGUARD_WRAP), so its calls reach these, whose divisions are checked.
+extern "C" {
+__attribute__((visibility("hidden"), used)) div_t __wrap_div(int a, int b) {
+  div_t r;
+  r.quot = a / b;
+  r.rem = a % b;
+  return r;
+}
+__attribute__((visibility("hidden"), used)) ldiv_t __wrap_ldiv(long a, long b) {
+  ldiv_t r;
+  r.quot = a / b;
+  r.rem = a % b;
+  return r;
+}
+__attribute__((visibility("hidden"), used)) lldiv_t __wrap_lldiv(long long a, long long b) {
+  lldiv_t r;
+  r.quot = a / b;
+  r.rem = a % b;
+  return r;
+}
+__attribute__((visibility("hidden"), used)) imaxdiv_t __wrap_imaxdiv(intmax_t a, intmax_t b) {
+  imaxdiv_t r;
+  r.quot = a / b;
+  r.rem = a % b;
+  return r;
+}
 }
 #endif  // DLBRIDGE_COMPILE_DIVGUARD_H_

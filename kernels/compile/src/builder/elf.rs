@@ -82,8 +82,9 @@ struct LoadTime {
 const EXIT_HOOKS: [&str; 6] = ["__cxa_atexit", "__cxa_thread_atexit", "__cxa_thread_atexit_impl", "atexit", "at_quick_exit", "on_exit"];
 
 /// Unmangled symbols the generated code's runtime defines itself: the
-/// handler the integer-division check calls (`dlbridge_compile/divguard.h`).
-const RUNTIME_DEFINES: [&str; 1] = ["__ubsan_handle_divrem_overflow_abort"];
+/// handler the integer-division check calls and the checked stand-ins for
+/// the C library's divisions (`dlbridge_compile/divguard.h`).
+const RUNTIME_DEFINES: [&str; 5] = ["__ubsan_handle_divrem_overflow_abort", "__wrap_div", "__wrap_ldiv", "__wrap_lldiv", "__wrap_imaxdiv"];
 
 /// What the C runtime's start-up and tear-down code (crti, crtbegin) calls
 /// when a library defines it.

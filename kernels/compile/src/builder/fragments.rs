@@ -324,6 +324,11 @@ fn is_private_name(w: &str) -> bool {
 /// The names of namespace `dlbridge` a kernel's text may use.
 const PUBLIC: [&str; 3] = ["Raw", "Size", "Indexer"];
 
+/// The runtime's names documented macros expand to (`rsqrt` is
+/// `dlbridge_rsqrt`): the only names under the `dlbridge` prefix a text's
+/// tokens may hold after preprocessing.
+const MACRO_TARGETS: [&str; 2] = ["dlbridge_rsqrt", "dlbridge_rsqrtf"];
+
 /// Words a fragment other than the preamble and the operation may not hold:
 /// each would end more than the element it runs for (a `goto`, computed or
 /// not, could skip the loop).
@@ -450,26 +455,32 @@ fn check_fragment(
     // the line markers say which lines come from one (flag 3), and the file
     // must lie in one of the compiler's own system directories (a file of the
     // user's that says `#pragma GCC system_header` gets flag 3 too).
+    // The markers are taken from the tokenizer's directives, never from the
+    // text's lines: a line inside a raw string literal that looks like a
+    // marker is part of a string, not a marker.
     let mut system = vec![false; text.lines().count() + 2];
     let mut in_system = false;
-    for (n, l) in text.lines().enumerate() {
-        if let Some(rest) = l.trim_start().strip_prefix('#')
-            && let Some((file, flags)) = rest
-                .trim_start()
-                .split_once('"')
+    let mut markers = directives.iter().peekable();
+    for (line, slot) in system.iter_mut().enumerate() {
+        while let Some((_, d)) = markers.next_if(|(l, _)| *l == line) {
+            if let Some((file, flags)) = d
+                .strip_prefix('#')
+                .map(str::trim_start)
+                .and_then(|rest| rest.split_once('"'))
                 .and_then(|(num, r)| num.trim().chars().all(|c| c.is_ascii_digit()).then_some(r).and_then(|r| r.rsplit_once('"')))
-        {
-            in_system = flags.split_whitespace().any(|f| f == "3") && in_system_dir(file, system_dirs);
-            // Entering a file (flag 1): only the system's headers may be included.
-            if flags.split_whitespace().any(|f| f == "1") && !in_system_dir(file, system_dirs) {
-                return Err(format!(
-                    "`{}` includes `{file}`, which is not in the compiler's system include directories: a kernel's text includes \
-                     system headers only (put helper code in the preamble, or use `load_inline` for C++ of your own files)",
-                    s.label
-                ));
+            {
+                in_system = flags.split_whitespace().any(|f| f == "3") && in_system_dir(file, system_dirs);
+                // Entering a file (flag 1): only the system's headers may be included.
+                if flags.split_whitespace().any(|f| f == "1") && !in_system_dir(file, system_dirs) {
+                    return Err(format!(
+                        "`{}` includes `{file}`, which is not in the compiler's system include directories: a kernel's text includes \
+                         system headers only (put helper code in the preamble, or use `load_inline` for C++ of your own files)",
+                        s.label
+                    ));
+                }
             }
         }
-        system[n + 1] = in_system;
+        *slot = in_system;
     }
     let own = |line: usize| !system.get(line).copied().unwrap_or(false);
     let toks: Vec<Tok<'_>> = all_toks.into_iter().filter(|t| own(t.line)).collect();
@@ -561,8 +572,15 @@ fn refused_token(label: &str, toks: &[Tok<'_>], i: usize, private: &std::collect
             t.text
         ));
     }
-    if private.contains(t.text) && t.text.starts_with("dlbridge") {
-        return Some(format!("uses `{}`: names of the generated code's own, starting with `dlbridge`, are not the text's", t.text));
+    // Every name under the prefix is the generated code's or its runtime's
+    // (the runtime's global `dlbridge_divguard`, `dlbridge_errors`, ... too),
+    // whether or not this source uses it, but for what documented macros
+    // expand to.
+    if t.text.starts_with("dlbridge") && t.text != "dlbridge" && !MACRO_TARGETS.contains(&t.text) {
+        return Some(format!(
+            "uses `{}`: names starting with `dlbridge` belong to the generated code and its runtime, not to the text",
+            t.text
+        ));
     }
     if private.contains(t.text) && !DOCUMENTED.contains(&t.text) {
         return Some(format!(
@@ -608,6 +626,7 @@ fn refused_token(label: &str, toks: &[Tok<'_>], i: usize, private: &std::collect
         }
         _ => None,
     };
+    let refused = refused.or_else(|| defines_member_of(toks, i));
     if let Some(why) = refused {
         return Some(format!("{why}: a kernel's text may not define anything the generated code or the libraries it calls could bind to"));
     }
@@ -625,6 +644,16 @@ fn refused_token(label: &str, toks: &[Tok<'_>], i: usize, private: &std::collect
         let declares = before.is_some_and(|b| matches!(toks[b].text, "class" | "struct" | "union" | "enum" | "friend"));
         let public =
             toks.get(i + 1).is_some_and(|n| n.text == "::") && toks.get(i + 2).is_some_and(|n| PUBLIC.contains(&n.text)) && !declares;
+        // After the type (past its template arguments): no `::`, which only
+        // names a member to define or specialise it out of its class.
+        if public && toks.get(after_template_args(toks, i + 3)).is_some_and(|n| n.text == "::") {
+            return Some(format!(
+                "names a member of `dlbridge::{}` (`dlbridge::{}<...>::...`): a kernel's text may use dlbridge's types, not define or \
+                 specialise their members",
+                toks[i + 2].text,
+                toks[i + 2].text
+            ));
+        }
         if !public {
             let what = match toks.get(i + 2) {
                 Some(n) if toks[i + 1].text == "::" => format!("`dlbridge::{}`", n.text),
@@ -637,6 +666,113 @@ fn refused_token(label: &str, toks: &[Tok<'_>], i: usize, private: &std::collect
         }
     }
     None
+}
+
+/// The index just past the template arguments starting at `k` (`<` ...
+/// `>`, nested, `>>` closing two), or `k` when there are none.
+fn after_template_args(toks: &[Tok<'_>], k: usize) -> usize {
+    if toks.get(k).is_none_or(|t| t.text != "<") {
+        return k;
+    }
+    let mut depth = 0usize;
+    let mut round = 0usize;
+    for (j, t) in toks.iter().enumerate().skip(k) {
+        match t.text {
+            "(" | "[" | "{" | "<:" | "<%" => round += 1,
+            ")" | "]" | "}" | ":>" | "%>" => round = round.saturating_sub(1),
+            "<" if round == 0 => depth += 1,
+            ">" if round == 0 => depth = depth.saturating_sub(1),
+            ">>" if round == 0 => depth = depth.saturating_sub(2),
+            ";" => return j,
+            _ => {}
+        }
+        if depth == 0 {
+            return j + 1;
+        }
+    }
+    toks.len()
+}
+
+/// The index of the `)` closing the `(` at `k`, if it is one and closed.
+fn closing_paren(toks: &[Tok<'_>], k: usize) -> Option<usize> {
+    if toks.get(k)?.text != "(" {
+        return None;
+    }
+    let mut depth = 0usize;
+    for (j, t) in toks.iter().enumerate().skip(k) {
+        match t.text {
+            "(" => depth += 1,
+            ")" => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(j);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Why token `i`, the root of a name qualified by `std` or `dlbridge`
+/// (`std::out_of_range::out_of_range`, `::std::logic_error::what`), is
+/// refused as the declarator of a definition: a function body, a `try`
+/// block, a qualifier only a declaration has (`const`, `noexcept`, ...) or,
+/// for a constructor or destructor, its initialisers or `= default`, after
+/// its parameters; or a destructor named at all. A use of such a name (a
+/// call, `std::numeric_limits<T>::max()`) is none of these.
+fn defines_member_of(toks: &[Tok<'_>], i: usize) -> Option<String> {
+    let text = |k: usize| toks.get(k).map_or("", |t| t.text);
+    if !matches!(text(i), "std" | "dlbridge") {
+        return None;
+    }
+    let mut names: Vec<&str> = vec![text(i)];
+    let mut j = i + 1;
+    let mut destructor = false;
+    while text(j) == "::" {
+        j += 1;
+        if text(j) == "~" {
+            destructor = true;
+            j += 1;
+        }
+        if text(j) == "operator" {
+            // The operator's own tokens up to its parameters (`operator()` has a
+            // pair of its own first).
+            names.push("operator");
+            j += 1;
+            if text(j) == "(" && text(j + 1) == ")" {
+                j += 2;
+            }
+            while j < toks.len() && text(j) != "(" && text(j) != ";" {
+                j += 1;
+            }
+            break;
+        }
+        if !is_name(text(j)) {
+            return None;
+        }
+        names.push(text(j));
+        j = after_template_args(toks, j + 1);
+    }
+    if names.len() < 2 {
+        return None;
+    }
+    let qualified = names.join("::");
+    if destructor {
+        return Some(format!("names the destructor of `{}`", names[..names.len() - 1].join("::")));
+    }
+    let close = closing_paren(toks, j)?;
+    let special = names.len() >= 3 && names[names.len() - 1] == names[names.len() - 2];
+    let after = text(close + 1);
+    let defines = matches!(after, "{" | "<%" | "try" | "noexcept" | "const" | "volatile" | "override" | "final" | "throw")
+        || (special && matches!(after, ":" | "="));
+    defines.then(|| format!("defines `{qualified}`"))
+}
+
+/// Whether `w` is an identifier.
+fn is_name(w: &str) -> bool {
+    w.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || !c.is_ascii())
+        && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || !c.is_ascii())
 }
 
 #[cfg(test)]

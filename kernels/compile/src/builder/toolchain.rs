@@ -27,6 +27,11 @@ pub const CXX_FLAGS: &[&str] =
 pub const DIVGUARD_FLAGS: &[&str] =
     &["-fsanitize=integer-divide-by-zero", "-fno-sanitize-recover=integer-divide-by-zero", "-static-libubsan"];
 
+/// Added with the guard's flags where the linker takes `--wrap` (GNU ld,
+/// gold, lld): calls to the C library's integer divisions reach checked
+/// versions in `divguard.h` (a `std::div(x, 0)` is then an error too).
+pub const DIVGUARD_WRAP: &[&str] = &["-Wl,--wrap=div,--wrap=ldiv,--wrap=lldiv,--wrap=imaxdiv"];
+
 /// [`DIVGUARD_FLAGS`] for compilers without `-static-libubsan` (clang, which
 /// links no sanitizer runtime into shared libraries anyway).
 pub const DIVGUARD_FLAGS_NO_STATIC: &[&str] = &["-fsanitize=integer-divide-by-zero", "-fno-sanitize-recover=integer-divide-by-zero"];
@@ -54,6 +59,20 @@ pub struct Compiler {
     /// The directories it searches for `#include <...>` (`-v`'s list),
     /// resolved: what lies there is the system's, not a kernel's text.
     pub system_dirs: Vec<PathBuf>,
+}
+
+/// The environment variable that sets how long one run of the compiler (or
+/// its preprocessor) may take, in seconds.
+pub const TIME_LIMIT_VAR: &str = "DLBRIDGE_COMPILE_TIMEOUT";
+
+/// How long one run of the compiler may take: [`TIME_LIMIT_VAR`] seconds
+/// (a positive number), else ten minutes.
+pub fn time_limit() -> std::time::Duration {
+    std::env::var(TIME_LIMIT_VAR)
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map_or(std::time::Duration::from_secs(600), std::time::Duration::from_secs_f64)
 }
 
 /// What [`Compiler::compile_text`] is given.
@@ -187,7 +206,7 @@ impl Compiler {
              dlbridge_divguard::guarded([&] {{ for (long i = 0; i < n; i++) z[i] = x[i] / y[i]; }});\n}}\n",
             include_str!("../../include/dlbridge_compile/divguard.h")
         );
-        let link: &[&str] = if cfg!(target_os = "linux") { &["-Wl,--no-undefined"] } else { &[] };
+        let link: &[&str] = if cfg!(target_os = "linux") { &["-Wl,--no-undefined", DIVGUARD_WRAP[0]] } else { &[] };
         self.probe_builds(&text, flags, link)
     }
 
@@ -219,6 +238,9 @@ impl Compiler {
             f.extend_from_slice(LIBMVEC_FLAGS);
         }
         f.extend_from_slice(self.divguard);
+        if !self.divguard.is_empty() && cfg!(target_os = "linux") {
+            f.extend_from_slice(DIVGUARD_WRAP);
+        }
         f
     }
 
@@ -290,9 +312,49 @@ impl Compiler {
         let mut stdin = child.stdin.take();
         let text = input.to_owned();
         let writer = std::thread::spawn(move || stdin.take().map(|mut s| s.write_all(text.as_bytes())));
-        let out = child.wait_with_output().map_err(|e| Error::Runtime(format!("{what}: `{}` failed: {e}", self.command.join(" "))))?;
+        let out = self.finish(child, what, if first.contains(&"-E") { "the C++ preprocessor" } else { "the C++ compiler" });
         let _ = writer.join();
-        Ok(out)
+        out
+    }
+
+    /// The output of `child`, a run of this compiler, once it exits; killed
+    /// and an error naming `stage` when it runs past [`time_limit`] (a text
+    /// that includes a FIFO or a device never finishes preprocessing).
+    fn finish(&self, mut child: std::process::Child, what: &str, stage: &str) -> Result<std::process::Output> {
+        fn drain<R: std::io::Read + Send + 'static>(r: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                if let Some(mut r) = r {
+                    let _ = r.read_to_end(&mut buf);
+                }
+                buf
+            })
+        }
+        let (stdout, stderr) = (drain(child.stdout.take()), drain(child.stderr.take()));
+        let limit = time_limit();
+        let start = std::time::Instant::now();
+        let failed = |e: std::io::Error| Error::Runtime(format!("{what}: `{}` failed: {e}", self.command.join(" ")));
+        let status = loop {
+            if let Some(status) = child.try_wait().map_err(failed)? {
+                break status;
+            }
+            if start.elapsed() >= limit {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Error::Coded {
+                    kind: ErrorKind::Value,
+                    message: format!(
+                        "{what}: {stage} did not finish within {} s and was stopped (does the text `#include` a FIFO, a device or \
+                         another file that never ends?); {TIME_LIMIT_VAR} sets the limit in seconds",
+                        limit.as_secs_f64()
+                    ),
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5).max(start.elapsed() / 50).min(std::time::Duration::from_millis(100)));
+        };
+        let stdout = stdout.join().unwrap_or_default();
+        let stderr = stderr.join().unwrap_or_default();
+        Ok(std::process::Output { status, stdout, stderr })
     }
 
     /// Compiles `source` (written to `cpp`) into the shared library `so`.
@@ -306,7 +368,7 @@ impl Compiler {
     /// (`dlbridge.load_inline`'s `extra_cflags`).
     pub fn compile_with(&self, cpp: &Path, so: &Path, what: &str, user: &[(&str, &str)], extra: &[String]) -> Result<()> {
         let (program, pre) = self.command.split_first().ok_or_else(|| Error::Runtime("empty compiler command".into()))?;
-        let out = Command::new(program)
+        let child = Command::new(program)
             .env("LC_ALL", "C")
             .args(pre)
             .args(self.flags())
@@ -315,8 +377,12 @@ impl Compiler {
             .arg(so)
             .arg(cpp)
             .args(if self.libmvec { &["-lmvec"][..] } else { &[] })
-            .output()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
             .map_err(|e| Error::Runtime(format!("{what}: cannot run `{}`: {e}", self.command.join(" "))))?;
+        let out = self.finish(child, what, "the C++ compiler")?;
         if out.status.success() {
             return Ok(());
         }

@@ -70,7 +70,7 @@
 use dlbridge_core::{DType, Result};
 
 pub(crate) use crate::codegen::Src;
-use crate::codegen::{Backend, Head, c_string, head, reduction_helpers, summary};
+use crate::codegen::{Backend, CLOSE_GENERATED, Head, OPEN_GENERATED, c_string, head, reduction_helpers, summary};
 use crate::params::{Param, bound_dtype, cpu_ctype};
 use crate::spec::{ElementwiseSpec, ReductionSpec};
 
@@ -112,7 +112,9 @@ fn dl_type(d: DType) -> String {
     format!("{{{}, {}, {}}}", d.code() as u8, d.bits(), d.lanes())
 }
 
-/// The plugin table with one CPU kernel.
+/// The plugin table with one CPU kernel, at the end of the generated
+/// namespace ([`OPEN_GENERATED`]), which it closes; then the entry point
+/// outside it.
 pub(crate) fn plugin_table(src: &mut Src, name: &str, signature: &str, flags: &str, doc: &str) {
     src.line("");
     src.line("// ---- the plugin table ----");
@@ -127,23 +129,23 @@ pub(crate) fn plugin_table(src: &mut Src, name: &str, signature: &str, flags: &s
         c_string(env!("CARGO_PKG_VERSION"))
     ));
     src.line("};");
-    src.line("extern \"C\" __attribute__((visibility(\"default\"))) const DLBridgePlugin* dlbridge_plugin(void) {");
+    CLOSE_GENERATED.lines().for_each(|l| src.line(l));
+    src.line("extern \"C\" __attribute__((visibility(\"default\"))) const ::DLBridgePlugin* dlbridge_plugin(void) {");
     // Not `&`: a unary `&` on a class may call an `operator&` a preamble declares.
-    src.line("  return __builtin_addressof(dlbridge_plugin_table);");
+    src.line("  return __builtin_addressof(dlbridge_kernel::dlbridge_plugin_table);");
     src.line("}");
 }
 /// The opening of `dlbridge_entry`, the same for every kind of kernel: its
 /// signature, the kernel's name, and the checks of the scalars and tensors
 /// the host passes (inside the `try` the caller closes).
 /// The end of the entry point: success, or the exception as an error code
-/// and message; then the end of the anonymous namespace.
+/// and message.
 pub(crate) fn entry_epilogue(src: &mut Src) {
     src.line("    return DLBRIDGE_OK;");
     src.line("  } catch (...) {");
     src.line("    return dlbridge::detail::from_exception(kKernel, _err, _err_len);");
     src.line("  }");
     src.line("}");
-    src.line("}  // namespace");
 }
 
 pub(crate) fn entry_prologue(src: &mut Src, name: &str, all: &[&Param], bind: &[(char, DType)]) -> Result<()> {
@@ -184,7 +186,7 @@ pub fn elementwise_cpp(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Result
     // Non-raw operands (inputs, then outputs): (tensor index, written?).
     let ops: Vec<(usize, bool)> = all.iter().enumerate().filter(|(_, p)| !p.raw).map(|(t, p)| (t, t >= n_in || p.mutable)).collect();
     let k = ops.len();
-    src.line("namespace {");
+    OPEN_GENERATED.lines().for_each(|l| src.line(l));
     src.line(&format!("constexpr int dlbridge_kOperands = {k};  // non-raw inputs, then outputs"));
     src.line("using dlbridge_Walk = dlbridge::detail::Walk<dlbridge_kOperands>;");
     src.line("");
@@ -207,6 +209,9 @@ pub fn elementwise_cpp(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Result
     if !spec.loop_prep.is_empty() {
         src.user("loop_prep", &spec.loop_prep, ";");
     }
+    // From here on the generated code names only what no text can declare
+    // (names under `_` and `dlbridge`, `::`-qualified names, keywords):
+    // `loop_prep` may declare any other name in this block.
     // The operation is a function of its own, called once per element: a
     // `return` in it ends that element only (as on CUDA). It captures what
     // `loop_prep` declares, and so also the chunk's parameters (all `const`).
@@ -221,14 +226,14 @@ pub fn elementwise_cpp(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Result
             if t < n_in && !p.mutable { format!(", const {} {}", ctypes[t], p.name) } else { format!(", {}& {}", ctypes[t], p.name) }
         })
         .collect();
-    src.line(&format!("  const auto dlbridge_body = [&](const ptrdiff_t i{body_params}) {{"));
+    src.line(&format!("  const auto dlbridge_body = [&](const ::std::ptrdiff_t i{body_params}) {{"));
     src.line("    (void)i;");
     // `do { } while (0)`: a `break` or `continue` at the top level of the
     // operation ends this element.
     src.line("    do {");
     src.user("operation", &spec.operation, "; } while (0);");
     src.line("  };");
-    src.line("  _w.for_runs(_begin, _end, [&](ptrdiff_t _i0, ptrdiff_t _len, const ptrdiff_t* _off) {");
+    src.line("  _w.for_runs(_begin, _end, [&](::std::ptrdiff_t _i0, ::std::ptrdiff_t _len, const ::std::ptrdiff_t* _off) {");
     for (o, &(t, _)) in ops.iter().enumerate() {
         let p = all[t];
         let ct = &ctypes[t];
@@ -238,11 +243,11 @@ pub fn elementwise_cpp(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Result
         // written), so the compiler may vectorise without runtime alias checks
         // (which it does not do around calls to vector math functions).
         src.line(&format!("    {qual}{ct}* __restrict__ const _q{o} = static_cast<{qual}{ct}*>(_data[{o}]) + _off[{o}];"));
-        src.line(&format!("    const ptrdiff_t _s{o} = _w.inner({o});"));
+        src.line(&format!("    const ::std::ptrdiff_t _s{o} = _w.inner({o});"));
         src.line(&format!("    (void)_s{o};"));
     }
     let args: String = (0..ops.len()).map(|o| format!(", _q{o}[dlbridge_kUnit ? _j : _j * _s{o}]")).collect();
-    src.line("    for (ptrdiff_t _j = 0; _j < _len; ++_j) {");
+    src.line("    for (::std::ptrdiff_t _j = 0; _j < _len; ++_j) {");
     src.line(&format!("      dlbridge_body(_i0 + _j{args});"));
     src.line("    }");
     src.line("  });");
@@ -424,20 +429,21 @@ pub fn reduction_cpp(spec: &ReductionSpec, bind: &[(char, DType)]) -> Result<Str
     src.line("    } else {");
     src.line("      // Few outputs, long reductions: each one split into per-thread partials,");
     src.line("      // combined in order with reduce_expr (associative, as CuPy requires).");
-    src.line("      std::vector<std::optional<_type_reduce>> parts(static_cast<size_t>(by_partials));");
-    src.line("      ptrdiff_t at[dlbridge_kIn + dlbridge_kOut];");
-    src.line("      for (ptrdiff_t o = 0; o < M; ++o) {");
-    src.line("        c.kept.offsets(o, at);");
-    src.line("        dlbridge::detail::parallel_chunks(J, by_partials, [&](int part, ptrdiff_t b, ptrdiff_t e) {");
-    src.line("          parts[static_cast<size_t>(part)] = dlbridge_fold_any(c, at, o, b, e);");
-    src.line("        });");
-    src.line("        // reduce_expr and post_map_expr run here, on the calling thread: guarded too.");
-    src.line("        dlbridge_divguard::guarded([&] {");
+    src.line("      // Guarded whole, on the calling thread: reduce_expr, post_map_expr and");
+    src.line("      // the partials' destructors (a reduce_type's own code) run here.");
+    src.line("      dlbridge_divguard::guarded([&] {");
+    src.line("        std::vector<std::optional<_type_reduce>> parts(static_cast<size_t>(by_partials));");
+    src.line("        ptrdiff_t at[dlbridge_kIn + dlbridge_kOut];");
+    src.line("        for (ptrdiff_t o = 0; o < M; ++o) {");
+    src.line("          c.kept.offsets(o, at);");
+    src.line("          dlbridge::detail::parallel_chunks(J, by_partials, [&](int part, ptrdiff_t b, ptrdiff_t e) {");
+    src.line("            parts[static_cast<size_t>(part)] = dlbridge_fold_any(c, at, o, b, e);");
+    src.line("          });");
     src.line("          _type_reduce acc = *parts[0];");
     src.line("          for (size_t p = 1; p < parts.size(); ++p) acc = dlbridge_reduce(acc, *parts[p]);");
     src.line("          dlbridge_store(c, at, o, acc);");
-    src.line("        });");
-    src.line("      }");
+    src.line("        }");
+    src.line("      });");
     src.line("    }");
     entry_epilogue(&mut src);
     let doc = format!(

@@ -262,6 +262,9 @@ pub fn elementwise_source(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Res
     if !spec.loop_prep.is_empty() {
         src.user("loop_prep", &spec.loop_prep, ";");
     }
+    // From here on the generated code names only what no text can declare
+    // (names under `_` and `dlbridge`, `::`-qualified names, keywords and
+    // CUDA's built-in variables): `loop_prep` may declare any other name.
     // The operation once, as a function of the element's index and operands (the
     // vector loop and the element loop both call it; loop_prep's names are captured).
     let non_raw: Vec<usize> = (0..all.len()).filter(|&t| !all[t].raw).collect();
@@ -278,27 +281,27 @@ pub fn elementwise_source(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Res
             }
         })
         .collect();
-    src.line(&format!("  const auto _body = [&](ptrdiff_t i{}) {{", body_params.iter().map(|p| format!(", {p}")).collect::<String>()));
+    src.line(&format!("  const auto _body = [&](::ptrdiff_t i{}) {{", body_params.iter().map(|p| format!(", {p}")).collect::<String>()));
     src.line("    (void)i;");
     // As on the CPU: a top-level `break` or `continue` ends this element only.
     src.line("    do {");
     src.user("operation", &spec.operation, "; } while (0);");
     src.line("  };");
-    src.line("  const ptrdiff_t _first = static_cast<ptrdiff_t>(blockIdx.x) * blockDim.x + threadIdx.x;");
-    src.line("  const ptrdiff_t _stride = static_cast<ptrdiff_t>(gridDim.x) * blockDim.x;");
-    src.line("  ptrdiff_t _done = 0;");
+    src.line("  const ::ptrdiff_t _first = static_cast< ::ptrdiff_t>(blockIdx.x) * blockDim.x + threadIdx.x;");
+    src.line("  const ::ptrdiff_t _stride = static_cast< ::ptrdiff_t>(gridDim.x) * blockDim.x;");
+    src.line("  ::ptrdiff_t _done = 0;");
     src.line("  if (dlbridge_kContig && _vec) {");
     src.line(&format!(
         "    // {VECTOR} elements a thread and step: the inputs in one aligned load each (16 bytes of 4-byte elements), the rest by reference."
     ));
-    src.line(&format!("    const ptrdiff_t _nv = _size / {VECTOR};"));
-    src.line("    for (ptrdiff_t _q = _first; _q < _nv; _q += _stride) {");
+    src.line(&format!("    const ::ptrdiff_t _nv = _size / {VECTOR};"));
+    src.line("    for (::ptrdiff_t _q = _first; _q < _nv; _q += _stride) {");
     for &t in &vec_inputs {
         src.line(&format!("      const dlbridge_Vec<{0}> _v{t} = reinterpret_cast<const dlbridge_Vec<{0}>*>(_p{t})[_q];", ctypes[t]));
     }
     src.line("#pragma unroll");
     src.line(&format!("      for (int _k = 0; _k < {VECTOR}; ++_k) {{"));
-    src.line(&format!("        const ptrdiff_t _i = _q * {VECTOR} + _k;"));
+    src.line(&format!("        const ::ptrdiff_t _i = _q * {VECTOR} + _k;"));
     let vargs: Vec<String> =
         non_raw.iter().map(|&t| if vec_inputs.contains(&t) { format!("_v{t}.e[_k]") } else { format!("_p{t}[_i]") }).collect();
     src.line(&format!("        _body(_i{});", vargs.iter().map(|a| format!(", {a}")).collect::<String>()));
@@ -306,7 +309,7 @@ pub fn elementwise_source(spec: &ElementwiseSpec, bind: &[(char, DType)]) -> Res
     src.line("    }");
     src.line(&format!("    _done = _nv * {VECTOR};"));
     src.line("  }");
-    src.line("  for (ptrdiff_t i = _done + _first; i < _size; i += _stride) {");
+    src.line("  for (::ptrdiff_t i = _done + _first; i < _size; i += _stride) {");
     let sargs: Vec<String> = non_raw.iter().map(|&t| format!("_p{t}[dlbridge_kContig ? i : dlbridge_offset(_x{t}, i)]")).collect();
     src.line(&format!("    _body(i{});", sargs.iter().map(|a| format!(", {a}")).collect::<String>()));
     src.line("  }");

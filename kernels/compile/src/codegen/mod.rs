@@ -163,11 +163,25 @@ pub(crate) fn head<'s, S: Spec>(backend: &Backend, spec: &'s S, bind: &[(char, D
     };
     let (inputs, outputs) = spec.params();
     let all: Vec<&Param> = inputs.iter().chain(outputs).collect();
+    // The generated code names each parameter's type by an alias of its own
+    // (`dlbridge_type_T`, `dlbridge_type_i64`), declared before any user
+    // text: a text that declares `T` or `int64_t` in a nearer scope (a
+    // `typedef` in `loop_prep`) changes what its own code means, never the
+    // type the generated code reads and writes.
+    let mut aliases: Vec<(String, String)> = Vec::new();
     let ctypes = all
         .iter()
-        .map(|p| match p.ty {
-            ParamType::Var(c) => Ok(c.to_string()),
-            ParamType::Concrete(d) => ctype(d, &format_args!("parameter `{}`", p.name)).map(str::to_owned),
+        .map(|p| {
+            let (alias, ct) = match p.ty {
+                ParamType::Var(c) => (type_alias(&c.to_string()), c.to_string()),
+                ParamType::Concrete(d) => {
+                    (type_alias(&d.to_string()), ctype(d, &format_args!("parameter `{}`", p.name)).map(str::to_owned)?)
+                }
+            };
+            if !aliases.iter().any(|(a, _)| *a == alias) {
+                aliases.push((alias.clone(), ct));
+            }
+            Ok(alias)
         })
         .collect::<Result<_>>()?;
     let mut types = Vec::new();
@@ -192,6 +206,9 @@ pub(crate) fn head<'s, S: Spec>(backend: &Backend, spec: &'s S, bind: &[(char, D
     for (c, _, ct) in &types {
         src.line(&format!("typedef {ct} {c};"));
     }
+    for (alias, ct) in &aliases {
+        src.line(&format!("typedef {ct} {alias};"));
+    }
     if !spec.preamble().is_empty() {
         src.user("preamble", spec.preamble(), "");
     }
@@ -199,6 +216,23 @@ pub(crate) fn head<'s, S: Spec>(backend: &Backend, spec: &'s S, bind: &[(char, D
     src.line(&format!("// ---- {section} ----"));
     Ok(Head { src, signature, all, ctypes })
 }
+
+/// The generated code's own name for the type `what` (a placeholder or a
+/// dtype's name): under the prefix no user text may name.
+pub(crate) fn type_alias(what: &str) -> String {
+    format!("dlbridge_type_{what}")
+}
+
+/// What opens the generated code that follows the preamble: a namespace of
+/// its own (which no text may open), around an anonymous one (internal
+/// linkage). A declaration the text puts in the file's anonymous namespace
+/// or at file scope is then never nearer to the generated code than the
+/// runtime's own: it is the same entity or an ambiguity the compiler
+/// reports, never a silent stand-in.
+pub(crate) const OPEN_GENERATED: &str = "namespace dlbridge_kernel {\nnamespace {";
+
+/// What closes [`OPEN_GENERATED`].
+pub(crate) const CLOSE_GENERATED: &str = "}  // namespace\n}  // namespace dlbridge_kernel";
 
 /// The reduction's helpers, the same on both backends but for `qualifier`
 /// (`inline`, or CUDA's `__device__ __forceinline__`) and the C type of a
@@ -230,7 +264,7 @@ pub(crate) fn reduction_helpers(
         },
     }
     if namespaced {
-        src.line("namespace {");
+        OPEN_GENERATED.lines().for_each(|l| src.line(l));
     }
     if let Some(identity) = &spec.identity {
         src.line(&format!("{qualifier} _type_reduce dlbridge_identity() {{"));

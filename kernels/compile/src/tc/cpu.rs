@@ -40,7 +40,7 @@ const ROW_TILE: usize = 128;
 pub fn cpp_source(spec: &TcSpec, bind: &[(char, DType)]) -> Result<String> {
     let Head { mut src, signature, all, ctypes } = head(&CPU, spec, bind, "the statements")?;
     let c = &spec.checked;
-    src.line("namespace {");
+    crate::codegen::OPEN_GENERATED.lines().for_each(|l| src.line(l));
     emit::helpers(&mut src, &emit::CPU, acc_ctype(bind));
     src.push(CHECK_CPP);
     src.line("");
