@@ -256,3 +256,32 @@ def test_an_include_that_never_ends_is_stopped_at_the_time_limit(kind, tmp_path)
     assert r.returncode == 0, r.stderr
     assert "did not finish within 2 s and was stopped" in r.stdout and "DLBRIDGE_COMPILE_TIMEOUT" in r.stdout, r.stdout
     assert float(r.stdout.split("seconds:")[1]) < 60, r.stdout
+
+
+def test_a_macro_cannot_reach_a_system_headers_lines_to_skip_the_checks():
+    # The preamble's macro would be expanded on <assert.h>'s own lines, which
+    # the build leaves to the system, to replace the raw input's bounds check.
+    pre = (
+        "#undef _ASSERT_H_DECLS\n#undef __BEGIN_DECLS\n#undef __END_DECLS\n"
+        "#define __BEGIN_DECLS template<> const int& dl ## bridge::Raw<const int>::operator[](ptrdiff_t k) const "
+        "{ return data_[k]; }\n#define __END_DECLS\n#include <assert.h>\n"
+    )
+    with pytest.raises(ValueError, match="includes its headers before it defines or undefines any macro"):
+        dlbridge.ElementwiseKernel("raw T x", "T z", "z = x[i + 1000]", "sys_header_macro", preamble=pre)
+
+
+def test_a_kernels_rounding_mode_and_traps_end_with_its_call():
+    r = _in_child(
+        """
+        import numpy as np, dlbridge
+        up = dlbridge.ElementwiseKernel("T x", "T z", "fesetround(FE_UPWARD); z = x", "fenv_up_py", preamble="#include <cfenv>")
+        trap = dlbridge.ElementwiseKernel("T x", "T z", "feenableexcept(FE_DIVBYZERO); z = x", "fenv_trap_py",
+                                          preamble="#include <cfenv>")
+        up(np.arange(4.0)); trap(np.arange(4.0))
+        print(repr(float(np.float64(1.0) / np.float64(3.0))))
+        with np.errstate(all="ignore"):
+            print(np.array([1.0]) / np.array([0.0]))
+        """
+    )
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert r.stdout.split() == ["0.3333333333333333", "[inf]"], r.stdout

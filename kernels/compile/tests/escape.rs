@@ -568,3 +568,106 @@ fn a_reduce_types_destructor_dividing_by_zero_is_an_error_on_every_path() {
         assert!(e.to_string().contains("integer division or modulo by zero"), "{shape:?}: {e}");
     }
 }
+
+#[test]
+fn headers_come_before_the_texts_own_macros() {
+    // A macro the text defines before an `#include` would be expanded on the
+    // header's lines, which the build's checks leave to the system.
+    let cases = [
+        ("hdr_undef", "#undef __BEGIN_DECLS\n#define __BEGIN_DECLS __asm__(\"nop\");\n#include <assert.h>"),
+        ("hdr_digraph", "%:define DLB_M 1\n#inc\\\nlude <cmath>"),
+        ("hdr_next", "#define div dlb_div\n#include_next <stdlib.h>"),
+    ];
+    for (name, pre) in cases {
+        let e = attempt(name, "z = x * 2", pre, "").expect_err(name);
+        assert!(e.contains("includes its headers before it defines or undefines any macro"), "{name}: {e}");
+    }
+    let z = attempt("hdr_first", "z = DLB_TWICE(x)", "#include <cmath>\n#define DLB_TWICE(v) ((v) * 2)", "").expect("headers first");
+    assert!(doubled(&z), "{:?}", &z[..4]);
+}
+
+#[test]
+fn no_spelling_turns_the_division_check_off_or_jumps_out_of_the_generated_code() {
+    let cases = [
+        (
+            "nosan",
+            "__attribute__((no_sanitize(\"integer-divide-by-zero\"), noinline)) static int dlb_div(int a, int b) { return a / b; }",
+            "z = (T)dlb_div((int)x, 0)",
+            "",
+            "uses `no_sanitize`",
+        ),
+        (
+            "nosan_ub",
+            "[[gnu::no_sanitize_undefined]] static int dlb_div(int a, int b) { return a / b; }",
+            "z = (T)dlb_div((int)x, 0)",
+            "",
+            "uses `no_sanitize_undefined`",
+        ),
+        ("bret_prep", "", "z = x * 2", "__builtin_return(__builtin_apply_args());", "uses `__builtin_return`"),
+        ("ljmp", "#include <csetjmp>\nstatic std::jmp_buf dlb_jb;", "std::longjmp(dlb_jb, 1); z = x", "", "uses `longjmp`"),
+    ];
+    for (name, pre, op, prep, says) in cases {
+        let e = attempt(name, op, pre, prep).expect_err(name);
+        assert!(e.contains(says), "{name}: {e}");
+    }
+}
+
+#[test]
+fn no_spelling_of_a_foreign_class_lets_the_text_define_its_members() {
+    let cases = [
+        (
+            "ns_alias",
+            "#include <stdexcept>\nnamespace s = std;\ns::out_of_range::out_of_range(const char* m) : s::logic_error(\"hijacked\") {}",
+            "defines `s::out_of_range::out_of_range` out of its class",
+        ),
+        (
+            "typedef_root",
+            "#include <stdexcept>\ntypedef std::logic_error dlb_le;\nconst char* dlb_le::what() const noexcept { return \"hijacked\"; }",
+            "defines `dlb_le::what` out of its class",
+        ),
+        (
+            "alias_class",
+            "#include <functional>\nnamespace s = std;\nstruct DlbK {};\ntemplate <> struct s::hash<DlbK> {};",
+            "declares the class `s::hash`",
+        ),
+        (
+            "global_root",
+            "#include <stdexcept>\nconst char* ::std::logic_error::what() const noexcept { return \"x\"; }",
+            "defines `std::logic_error::what`",
+        ),
+    ];
+    for (name, pre, says) in cases {
+        let e = attempt(name, "z = x", pre, "").expect_err(name);
+        assert!(e.contains(says), "{name}: {e}");
+    }
+    // Members of the text's own classes and namespaces, defined out of them, are its own.
+    let z = attempt(
+        "own_members",
+        "z = DlbK{}.f(x) + dlb_ns::zero()",
+        "struct DlbK { float f(float) const; };\nfloat DlbK::f(float v) const { return v * 2; }\nnamespace dlb_ns { float zero(); }\nfloat dlb_ns::zero() { return 0; }",
+        "",
+    )
+    .expect("own members");
+    assert!(doubled(&z), "{:?}", &z[..4]);
+}
+
+#[test]
+fn the_floating_point_environment_a_kernel_changes_is_restored_after_its_call() {
+    let reg = Registry::new();
+    let make = |name: &str, op: &str| {
+        let opts = ElementwiseOptions { preamble: "#include <cfenv>".into(), ..Default::default() };
+        ElementwiseKernel::new("T x", "T z", op, name, opts).unwrap().register(&reg).unwrap()
+    };
+    // Many elements: chunks on dlbridge's threads as well as the caller's.
+    let n = 1usize << 18;
+    let x = Array::from_slice(&(0..n).map(|i| i as f64).collect::<Vec<_>>(), &[n as i64]).unwrap();
+    common::run(&make("fenv_up", "fesetround(FE_UPWARD); z = x"), &[&x]).unwrap();
+    common::run(&make("fenv_trap", "feenableexcept(FE_DIVBYZERO | FE_INVALID); z = x"), &[&x]).unwrap();
+    // This thread: rounding to nearest, and no trap on a division by zero.
+    let third = std::hint::black_box(1.0f64) / std::hint::black_box(3.0);
+    assert_eq!(third.to_bits(), (1.0f64 / 3.0).to_bits(), "the caller's rounding changed");
+    assert!((std::hint::black_box(1.0f64) / std::hint::black_box(0.0)).is_infinite());
+    // Every thread a later kernel runs on.
+    let z = common::run(&make("fenv_third", "z = x / 3"), &[&x]).unwrap().remove(0).to_vec::<f64>().unwrap();
+    assert!(z.iter().enumerate().all(|(i, &v)| v.to_bits() == (i as f64 / 3.0).to_bits()), "a later kernel's rounding changed");
+}

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cfenv>
 #include <cmath>
 #include <complex>
 #include <cstdarg>
@@ -426,9 +427,23 @@ struct Walk {
 /// point from its `stream` argument; NULL: one thread, the caller's).
 inline thread_local const DLBridgeCpuContext* t_context = nullptr;
 
+/// The thread's floating-point environment (rounding mode, exception flags
+/// and traps), put back as it was when the scope ends: a kernel's text that
+/// calls `fesetround` or `feenableexcept` changes it for its own call only,
+/// never for the caller's later arithmetic or another kernel on the thread.
+struct FloatEnv {
+  std::fenv_t saved;
+  FloatEnv() { std::fegetenv(&saved); }
+  ~FloatEnv() { std::fesetenv(&saved); }
+  FloatEnv(const FloatEnv&) = delete;
+  FloatEnv& operator=(const FloatEnv&) = delete;
+};
+
 /// Makes `stream` the context of the entry point's call (when it is a context
-/// this runtime knows: its size covers the fields read), restored on exit.
+/// this runtime knows: its size covers the fields read), restored on exit, as
+/// is the thread's floating-point environment.
 struct ContextScope {
+  FloatEnv fenv;
   const DLBridgeCpuContext* previous;
   explicit ContextScope(void* stream) : previous(t_context) {
     const auto* c = static_cast<const DLBridgeCpuContext*>(stream);
@@ -477,6 +492,7 @@ void parallel_chunks(ptrdiff_t n, int chunks, F&& f) {
   auto begin_of = [&](int c) { return c * step + std::min<ptrdiff_t>(c, extra); };
   std::vector<std::exception_ptr> errors(static_cast<size_t>(chunks));
   auto run = [&](int c) noexcept {
+    const FloatEnv fenv;
     try {
       dlbridge_divguard::guarded([&] { f(c, begin_of(c), begin_of(c + 1)); });
     } catch (...) {

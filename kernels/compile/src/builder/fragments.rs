@@ -332,7 +332,11 @@ const MACRO_TARGETS: [&str; 2] = ["dlbridge_rsqrt", "dlbridge_rsqrtf"];
 /// Words a fragment other than the preamble and the operation may not hold:
 /// each would end more than the element it runs for (a `goto`, computed or
 /// not, could skip the loop).
-const ENDING: [&str; 5] = ["return", "co_return", "co_yield", "co_await", "goto"];
+const ENDING: [&str; 6] = ["return", "co_return", "co_yield", "co_await", "goto", "__builtin_return"];
+
+/// Words no fragment may hold: each jumps out of the function it is in,
+/// past the generated code that called it (to a `setjmp` of the text's).
+const NONLOCAL: [&str; 4] = ["longjmp", "_longjmp", "siglongjmp", "__builtin_longjmp"];
 
 /// GCC attributes (also spelt `__name__`) whose argument the assembler reads
 /// as a symbol or section name: pasted into the assembly verbatim, a newline
@@ -505,6 +509,7 @@ fn check_fragment(
             return Err(format!("{} makes the directive `{}` after preprocessing", where_(), d.trim()));
         }
     }
+    let own = own_scopes(&toks);
     let mut stack: Vec<&Tok<'_>> = Vec::new();
     for (i, t) in toks.iter().enumerate() {
         let open = match t.text {
@@ -553,7 +558,7 @@ fn check_fragment(
                 }
             }
         }
-        if let Some(why) = refused_token(s.label, &toks, i, private) {
+        if let Some(why) = refused_token(s.label, &toks, i, private, &own) {
             return Err(format!("{} {why}", at(t)));
         }
     }
@@ -564,8 +569,26 @@ fn check_fragment(
 }
 
 /// Why token `i` of a fragment labelled `label` is refused, if it is.
-fn refused_token(label: &str, toks: &[Tok<'_>], i: usize, private: &std::collections::BTreeSet<&str>) -> Option<String> {
+fn refused_token(
+    label: &str,
+    toks: &[Tok<'_>],
+    i: usize,
+    private: &std::collections::BTreeSet<&str>,
+    own: &std::collections::BTreeSet<&str>,
+) -> Option<String> {
     let t = &toks[i];
+    if NONLOCAL.contains(&t.text) {
+        return Some(format!(
+            "uses `{}`, which would jump out of its function past the generated code around it; throw an exception to end a call with an error",
+            t.text
+        ));
+    }
+    // The attributes that switch instrumentation off for a function: its
+    // integer divisions would trap (SIGFPE) instead of being an error.
+    let bare = t.text.trim_start_matches("__").trim_end_matches("__");
+    if bare.starts_with("no_sanitize") || bare.starts_with("disable_sanitizer") {
+        return Some(format!("uses `{}`, which would turn the integer-division check off: a kernel's text may not", t.text));
+    }
     if label != "preamble" && label != "operation" && ENDING.contains(&t.text) {
         return Some(format!(
             "uses `{}` (after preprocessing), which would end more than one element here; use `continue` in the operation to skip an element",
@@ -601,6 +624,9 @@ fn refused_token(label: &str, toks: &[Tok<'_>], i: usize, private: &std::collect
     let next = |k: usize| toks.get(i + k).map_or("", |n| n.text);
     let prev = if i > 0 { toks[i - 1].text } else { "" };
     let refused: Option<String> = match t.text {
+        "namespace" if prev == "using" && (next(1) == "std" || (next(1) == "::" && next(2) == "std")) => Some(
+            "uses `using namespace std` (name `std`'s members qualified, or with using-declarations such as `using std::min;`)".to_owned(),
+        ),
         "namespace" if next(1) == "std" || (next(1) == "::" && next(2) == "std") => Some("opens the namespace `std`".to_owned()),
         "std"
             if matches!(prev, "class" | "struct" | "union" | "enum")
@@ -608,7 +634,7 @@ fn refused_token(label: &str, toks: &[Tok<'_>], i: usize, private: &std::collect
         {
             Some("declares a type of the namespace `std`".to_owned())
         }
-        "extern" if next(1).starts_with('"') => Some("gives a declaration a language linkage (`extern \"C\"`)".to_owned()),
+        "extern" if next(1).starts_with('"') => Some(format!("gives a declaration a language linkage (`extern {}`)", next(1))),
         "operator" if matches!(next(1), "new" | "delete") => {
             Some("defines an allocation function (`operator new`/`operator delete`)".to_owned())
         }
@@ -626,7 +652,7 @@ fn refused_token(label: &str, toks: &[Tok<'_>], i: usize, private: &std::collect
         }
         _ => None,
     };
-    let refused = refused.or_else(|| defines_member_of(toks, i));
+    let refused = refused.or_else(|| defines_member_of(toks, i, own));
     if let Some(why) = refused {
         return Some(format!("{why}: a kernel's text may not define anything the generated code or the libraries it calls could bind to"));
     }
@@ -714,20 +740,39 @@ fn closing_paren(toks: &[Tok<'_>], k: usize) -> Option<usize> {
     None
 }
 
-/// Why token `i`, the root of a name qualified by `std` or `dlbridge`
-/// (`std::out_of_range::out_of_range`, `::std::logic_error::what`), is
-/// refused as the declarator of a definition: a function body, a `try`
-/// block, a qualifier only a declaration has (`const`, `noexcept`, ...) or,
-/// for a constructor or destructor, its initialisers or `= default`, after
-/// its parameters; or a destructor named at all. A use of such a name (a
-/// call, `std::numeric_limits<T>::max()`) is none of these.
-fn defines_member_of(toks: &[Tok<'_>], i: usize) -> Option<String> {
+/// The classes and namespaces a fragment declares itself (`struct Acc`,
+/// `namespace k`; not an alias, `namespace s = std`, nor a qualified name):
+/// the only ones whose members it may define out of their class.
+fn own_scopes<'s>(toks: &[Tok<'s>]) -> std::collections::BTreeSet<&'s str> {
     let text = |k: usize| toks.get(k).map_or("", |t| t.text);
-    if !matches!(text(i), "std" | "dlbridge") {
+    (0..toks.len())
+        .filter(|&k| matches!(text(k), "class" | "struct" | "union" | "enum" | "namespace"))
+        .filter(|&k| is_name(text(k + 1)) && !matches!(text(k + 2), "::" | "="))
+        .map(|k| toks[k + 1].text)
+        .filter(|n| !matches!(*n, "std" | "dlbridge"))
+        .collect()
+}
+
+/// Why token `i`, the first name of a qualified name (`s::out_of_range::out_of_range`,
+/// `::std::logic_error::what`, `Raw<T>::operator[]`) whose first name is not a
+/// class or namespace the text declares itself (`own`), is refused: as the
+/// declarator of a definition (a function body, a `try` block, a qualifier
+/// only a declaration has: `const`, `noexcept`, ... or, for a constructor or
+/// destructor, its initialisers or `= default`, after its parameters), as a
+/// destructor named at all, or after a class key (declaring or specialising
+/// a class there). However its first name is spelt (`std`, an alias of it, a
+/// name a `using namespace` brought in, a typedef), a member the generated
+/// code or the libraries it calls use is then the text's. A use of such a
+/// name (a call, `std::numeric_limits<T>::max()`) is none of these.
+fn defines_member_of(toks: &[Tok<'_>], i: usize, own: &std::collections::BTreeSet<&str>) -> Option<String> {
+    let text = |k: usize| toks.get(k).map_or("", |t| t.text);
+    let prev = if i > 0 { text(i - 1) } else { "" };
+    let global = prev == "::" && (i < 2 || !(is_name(text(i - 2)) || text(i - 2) == ">"));
+    if !is_name(text(i)) || own.contains(text(i)) || matches!(prev, "." | "->") || (prev == "::" && !global) {
         return None;
     }
     let mut names: Vec<&str> = vec![text(i)];
-    let mut j = i + 1;
+    let mut j = after_template_args(toks, i + 1);
     let mut destructor = false;
     while text(j) == "::" {
         j += 1;
@@ -758,15 +803,25 @@ fn defines_member_of(toks: &[Tok<'_>], i: usize) -> Option<String> {
         return None;
     }
     let qualified = names.join("::");
+    let (first, last) = (names[0], names[names.len() - 1]);
     if destructor {
         return Some(format!("names the destructor of `{}`", names[..names.len() - 1].join("::")));
     }
+    let scope = if matches!(first, "std" | "dlbridge") {
+        format!("`{first}`")
+    } else {
+        format!("`{first}`, which is not a class or namespace the text declares itself")
+    };
+    let i_prev = if global { i.checked_sub(2) } else { i.checked_sub(1) };
+    if i_prev.is_some_and(|p| matches!(text(p), "class" | "struct" | "union" | "enum")) {
+        return Some(format!("declares the class `{qualified}` in {scope}"));
+    }
     let close = closing_paren(toks, j)?;
-    let special = names.len() >= 3 && names[names.len() - 1] == names[names.len() - 2];
+    let special = names.len() >= 3 && last == names[names.len() - 2];
     let after = text(close + 1);
     let defines = matches!(after, "{" | "<%" | "try" | "noexcept" | "const" | "volatile" | "override" | "final" | "throw")
         || (special && matches!(after, ":" | "="));
-    defines.then(|| format!("defines `{qualified}`"))
+    defines.then(|| format!("defines `{qualified}` out of its class, in {scope}"))
 }
 
 /// Whether `w` is an identifier.

@@ -70,6 +70,24 @@ pub(crate) fn check_text(kind: &str, name: &str, field: &str, text: &str, requir
             return Err(invalid(format!("{kind} `{name}`: {field} (re)defines the macro `{}`, which {why}", shortened(&macro_name))));
         }
     }
+    // Headers come before the text's own macros: a macro defined (or a
+    // header's macro undefined) before an `#include` would be expanded on
+    // the header's lines, which the build's checks leave to the system.
+    let mut macro_line = None;
+    for line in code.lines().map(str::trim_start) {
+        if is_directive(line, "define") || is_directive(line, "undef") {
+            macro_line.get_or_insert(line);
+        } else if let Some(first) = macro_line
+            && ["include", "include_next", "import"].iter().any(|d| is_directive(line, d))
+        {
+            return Err(invalid(format!(
+                "{kind} `{name}`: {field} has `{}` after `{}`: a kernel's text includes its headers before it defines or \
+                 undefines any macro (a macro would act on the header's own lines); move the `#include` up",
+                shortened(line.trim()),
+                shortened(first.trim())
+            )));
+        }
+    }
     // `loop_prep`, `after_loop` and the expressions run in functions that
     // serve many elements: a `return` there would end more than one. The
     // operation runs in a function of its own per element, where a `return`
