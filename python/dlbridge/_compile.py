@@ -112,6 +112,20 @@ _INT_RANGES = {
 }
 
 
+def _check_texts(kind: str, name: Any, **texts: Any) -> None:
+    """A ValueError naming the argument whose text is not UTF-8 (a lone surrogate), which
+    no compiler could read."""
+    for arg, text in texts.items():
+        if isinstance(text, str):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError(
+                    f"{kind} `{name}`: {arg} holds {text[e.start]!r} at position {e.start}, which is not a character UTF-8 "
+                    "can encode (a lone surrogate)"
+                ) from None
+
+
 def _check_scalar(kernel: str, arg: str, value: Any, dtype: str) -> None:
     """An integer parameter takes an integer that fits it: a float is refused, never
     truncated (as a plain kernel's i64 scalar refuses one), and a value out of the
@@ -202,6 +216,10 @@ class ElementwiseKernel(_SourceKernel):
         after_loop: str = "",
         options: Sequence[str] = (),
     ) -> None:
+        _check_texts(
+            "ElementwiseKernel", name, in_params=in_params, out_params=out_params, operation=operation, preamble=preamble,
+            loop_prep=loop_prep, after_loop=after_loop,
+        )
         kernel = _dlbridge.elementwise_kernel(in_params, out_params, operation, name, preamble, loop_prep, after_loop)
         super().__init__(kernel, in_params, out_params, name, options)
         self.operation = operation
@@ -415,6 +433,10 @@ class ReductionKernel(_SourceKernel):
         preamble: str = "",
         options: Sequence[str] = (),
     ) -> None:
+        _check_texts(
+            "ReductionKernel", name, in_params=in_params, out_params=out_params, map_expr=map_expr, reduce_expr=reduce_expr,
+            post_map_expr=post_map_expr, identity=identity, reduce_type=reduce_type, preamble=preamble,
+        )
         kernel = _dlbridge.reduction_kernel(
             in_params, out_params, map_expr, reduce_expr, post_map_expr, identity, name, reduce_type, preamble
         )

@@ -2,10 +2,12 @@
 function or run code when their library is loaded, and an in-place call reads
 the old values."""
 
+import errno
 import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -256,6 +258,12 @@ def test_an_include_that_never_ends_is_stopped_at_the_time_limit(kind, tmp_path)
     assert r.returncode == 0, r.stderr
     assert "did not finish within 2 s and was stopped" in r.stdout and "DLBRIDGE_COMPILE_TIMEOUT" in r.stdout, r.stdout
     assert float(r.stdout.split("seconds:")[1]) < 60, r.stdout
+    # Nothing the compiler started is left reading the FIFO: with no reader, opening it
+    # for writing without blocking fails.
+    time.sleep(0.5)
+    with pytest.raises(OSError) as e:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert e.value.errno == errno.ENXIO, e.value
 
 
 def test_a_macro_cannot_reach_a_system_headers_lines_to_skip_the_checks():
@@ -285,3 +293,12 @@ def test_a_kernels_rounding_mode_and_traps_end_with_its_call():
     )
     assert r.returncode == 0, (r.returncode, r.stderr)
     assert r.stdout.split() == ["0.3333333333333333", "[inf]"], r.stdout
+
+
+@pytest.mark.parametrize("kind", ["ElementwiseKernel", "ReductionKernel"])
+def test_a_text_no_compiler_could_read_is_an_error_naming_its_argument(kind):
+    with pytest.raises(ValueError, match=r"preamble holds '\\ud800' at position 3, which is not a character UTF-8 can encode"):
+        if kind == "ElementwiseKernel":
+            dlbridge.ElementwiseKernel("T x", "T z", "z = x", "surrogate", preamble="// \ud800")
+        else:
+            dlbridge.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "surrogate_r", preamble="// \ud800")

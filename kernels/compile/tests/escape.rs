@@ -518,7 +518,12 @@ fn the_runtimes_own_names_and_members_of_its_types_are_not_the_texts() {
             "#include <stdexcept>\nconst char* ::std::logic_error::what() const noexcept { return \"fine\"; }",
             "defines `std::logic_error::what`",
         ),
-        ("std_dtor", "z = x", "#include <stdexcept>\nstd::logic_error::~logic_error() {}", "the destructor of `std::logic_error`"),
+        (
+            "std_dtor",
+            "z = x",
+            "#include <stdexcept>\nstd::logic_error::~logic_error() {}",
+            "the destructor `std::logic_error::~logic_error`",
+        ),
     ];
     for (name, op, pre, says) in cases {
         let e = attempt(name, op, pre, "").expect_err(name);
@@ -635,20 +640,74 @@ fn no_spelling_of_a_foreign_class_lets_the_text_define_its_members() {
             "#include <stdexcept>\nconst char* ::std::logic_error::what() const noexcept { return \"x\"; }",
             "defines `std::logic_error::what`",
         ),
+        // The constructor through a typedef, its initialiser unqualified.
+        (
+            "typedef_ctor",
+            "#include <stdexcept>\ntypedef std::out_of_range E;\nE::out_of_range(const char*) : logic_error(\"hijacked\") {}",
+            "defines `E::out_of_range`",
+        ),
+        (
+            "using_decl",
+            "#include <stdexcept>\nnamespace zz { struct out_of_range {}; }\nusing std::out_of_range;\nout_of_range::out_of_range(const char*) : logic_error(\"x\") {}",
+            "defines `out_of_range::out_of_range`",
+        ),
+        (
+            "template_alias",
+            "#include <stdexcept>\ntemplate <class U> using A = std::out_of_range;\nA<int>::out_of_range(const char*) : logic_error(\"x\") {}",
+            "defines `A::out_of_range`",
+        ),
+        (
+            "decltype_root",
+            "#include <stdexcept>\ndecltype(std::out_of_range(\"\"))::out_of_range(const char*) : logic_error(\"x\") {}",
+            "defines `decltype::out_of_range`",
+        ),
+        (
+            "nested_typedef",
+            "#include <stdexcept>\ntemplate <class U> struct W { typedef std::out_of_range type; };\nW<int>::type::out_of_range(const char*) : logic_error(\"x\") {}",
+            "defines `W::type::out_of_range`",
+        ),
+        ("static_member", "struct DlbS { static int n; };\nint DlbS::n = 0;", "defines `DlbS::n`"),
     ];
     for (name, pre, says) in cases {
         let e = attempt(name, "z = x", pre, "").expect_err(name);
         assert!(e.contains(says), "{name}: {e}");
     }
-    // Members of the text's own classes and namespaces, defined out of them, are its own.
+    // Inside their class or namespace, the text's own functions and members are its own;
+    // uses of qualified names (a call in a conditional, an assignment to a member) stay.
     let z = attempt(
         "own_members",
-        "z = DlbK{}.f(x) + dlb_ns::zero()",
-        "struct DlbK { float f(float) const; };\nfloat DlbK::f(float v) const { return v * 2; }\nnamespace dlb_ns { float zero(); }\nfloat dlb_ns::zero() { return 0; }",
+        "DlbK::calls = 0; z = (x >= 0 ? DlbK{}.f(x) : dlb_ns::zero()) + dlb_ns::zero()",
+        "struct DlbK { static inline int calls = 0; float f(float v) const { return v * 2; } };\nnamespace dlb_ns { float zero() { return 0; } }",
         "",
     )
     .expect("own members");
     assert!(doubled(&z), "{:?}", &z[..4]);
+}
+
+#[test]
+fn a_pragmas_clauses_are_checked_as_the_texts_code() {
+    let prep = |clause: &str| format!("#pragma omp simd if({clause})\nfor (int dlb_k = 0; dlb_k < 1; ++dlb_k) {{}}");
+    let cases = [
+        ("omp_return", "#define CAT(a, b) a##b", prep("({ CAT(re, turn); 1; })"), "uses `return`"),
+        ("omp_runtime", "", prep("({ dlbridge_divguard::t_jmp = nullptr; 1; })"), "`dlbridge_divguard`"),
+        ("omp_asm", "", prep("([]{ asm volatile(\"nop\"); }(), 1)"), "uses `asm`"),
+    ];
+    for (name, pre, prep, says) in cases {
+        let e = attempt(name, "z = x * 2", pre, &prep).expect_err(name);
+        assert!(e.contains(says) && e.contains("#pragma omp simd"), "{name}: {e}");
+    }
+    let z = attempt("omp_ok", "z = x * 2", "", &prep("1")).expect("a plain clause");
+    assert!(doubled(&z), "{:?}", &z[..4]);
+}
+
+#[test]
+fn vector_types_whose_division_is_unchecked_are_refused() {
+    for (name, pre) in
+        [("vec_gnu", "typedef int dlb_v4 __attribute__((vector_size(16)));"), ("vec_cxx11", "typedef int dlb_v4 [[gnu::vector_size(16)]];")]
+    {
+        let e = attempt(name, "z = x", pre, "").expect_err(name);
+        assert!(e.contains("integer division on vector types is not checked"), "{name}: {e}");
+    }
 }
 
 #[test]

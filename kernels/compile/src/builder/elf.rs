@@ -330,6 +330,15 @@ pub(crate) fn check(compiler: &Compiler, bytes: &[u8], what: &str, policy: Polic
         .collect();
     if let Some(first) = plain.first() {
         let list: Vec<String> = plain.iter().take(5).map(|e| format!("`{e}`")).collect();
+        if plain.iter().any(|n| n.starts_with("__tls_")) {
+            // The guard and initialiser GCC makes for a `thread_local` with a
+            // dynamic initialiser, wherever the variable is.
+            return Err(refuse(format!(
+                "its compiled library defines {}: a `thread_local` variable with an initialiser that runs code (its first use \
+                 on each thread would run it); initialise it with a constant, or make it a local of the function that uses it",
+                list.join(", ")
+            )));
+        }
         return Err(Error::Coded {
             kind: ErrorKind::Value,
             message: format!(

@@ -509,7 +509,21 @@ fn check_fragment(
             return Err(format!("{} makes the directive `{}` after preprocessing", where_(), d.trim()));
         }
     }
-    let own = own_scopes(&toks);
+    // A pragma's clauses are code the compiler compiles (`#pragma omp simd
+    // if(...)` takes an expression, a lambda or a statement expression
+    // included): its tokens are checked as the text's own.
+    for (line, d) in directives.iter().filter(|(line, _)| own(*line)) {
+        let body = d.strip_prefix('#').or_else(|| d.strip_prefix("%:")).unwrap_or(d).trim_start();
+        if let Some(clauses) = body.strip_prefix("pragma") {
+            let (ptoks, _) = tokens(clauses).map_err(|m| format!("`{}` has {m}", s.label))?;
+            let ptoks: Vec<Tok<'_>> = ptoks.into_iter().map(|t| Tok { text: t.text, line: *line }).collect();
+            for (i, t) in ptoks.iter().enumerate() {
+                if let Some(why) = refused_token(s.label, &ptoks, i, private) {
+                    return Err(format!("{} (in `{}`) {why}", at(t), d.trim()));
+                }
+            }
+        }
+    }
     let mut stack: Vec<&Tok<'_>> = Vec::new();
     for (i, t) in toks.iter().enumerate() {
         let open = match t.text {
@@ -558,7 +572,7 @@ fn check_fragment(
                 }
             }
         }
-        if let Some(why) = refused_token(s.label, &toks, i, private, &own) {
+        if let Some(why) = refused_token(s.label, &toks, i, private) {
             return Err(format!("{} {why}", at(t)));
         }
     }
@@ -569,13 +583,7 @@ fn check_fragment(
 }
 
 /// Why token `i` of a fragment labelled `label` is refused, if it is.
-fn refused_token(
-    label: &str,
-    toks: &[Tok<'_>],
-    i: usize,
-    private: &std::collections::BTreeSet<&str>,
-    own: &std::collections::BTreeSet<&str>,
-) -> Option<String> {
+fn refused_token(label: &str, toks: &[Tok<'_>], i: usize, private: &std::collections::BTreeSet<&str>) -> Option<String> {
     let t = &toks[i];
     if NONLOCAL.contains(&t.text) {
         return Some(format!(
@@ -588,6 +596,14 @@ fn refused_token(
     let bare = t.text.trim_start_matches("__").trim_end_matches("__");
     if bare.starts_with("no_sanitize") || bare.starts_with("disable_sanitizer") {
         return Some(format!("uses `{}`, which would turn the integer-division check off: a kernel's text may not", t.text));
+    }
+    // GCC's vector types divide without the check (a zero lane traps).
+    if matches!(bare, "vector_size" | "ext_vector_type") {
+        return Some(format!(
+            "uses `{}`: integer division on vector types is not checked for a zero divisor, so a kernel's text declares none \
+             (write the lanes out; the compiler vectorises the loop)",
+            t.text
+        ));
     }
     if label != "preamble" && label != "operation" && ENDING.contains(&t.text) {
         return Some(format!(
@@ -652,7 +668,7 @@ fn refused_token(
         }
         _ => None,
     };
-    let refused = refused.or_else(|| defines_member_of(toks, i, own));
+    let refused = refused.or_else(|| defines_out_of_scope(toks, i));
     if let Some(why) = refused {
         return Some(format!("{why}: a kernel's text may not define anything the generated code or the libraries it calls could bind to"));
     }
@@ -740,42 +756,56 @@ fn closing_paren(toks: &[Tok<'_>], k: usize) -> Option<usize> {
     None
 }
 
-/// The classes and namespaces a fragment declares itself (`struct Acc`,
-/// `namespace k`; not an alias, `namespace s = std`, nor a qualified name):
-/// the only ones whose members it may define out of their class.
-fn own_scopes<'s>(toks: &[Tok<'s>]) -> std::collections::BTreeSet<&'s str> {
-    let text = |k: usize| toks.get(k).map_or("", |t| t.text);
-    (0..toks.len())
-        .filter(|&k| matches!(text(k), "class" | "struct" | "union" | "enum" | "namespace"))
-        .filter(|&k| is_name(text(k + 1)) && !matches!(text(k + 2), "::" | "="))
-        .map(|k| toks[k + 1].text)
-        .filter(|n| !matches!(*n, "std" | "dlbridge"))
-        .collect()
-}
+/// Keywords that start an expression or statement, not a declaration: a
+/// qualified name after one is used, not declared.
+const NOT_A_TYPE: [&str; 17] = [
+    "return",
+    "case",
+    "throw",
+    "else",
+    "do",
+    "sizeof",
+    "alignof",
+    "new",
+    "delete",
+    "typeid",
+    "co_return",
+    "co_yield",
+    "co_await",
+    "goto",
+    "not",
+    "compl",
+    "using",
+];
 
-/// Why token `i`, the first name of a qualified name (`s::out_of_range::out_of_range`,
-/// `::std::logic_error::what`, `Raw<T>::operator[]`) whose first name is not a
-/// class or namespace the text declares itself (`own`), is refused: as the
-/// declarator of a definition (a function body, a `try` block, a qualifier
-/// only a declaration has: `const`, `noexcept`, ... or, for a constructor or
-/// destructor, its initialisers or `= default`, after its parameters), as a
-/// destructor named at all, or after a class key (declaring or specialising
-/// a class there). However its first name is spelt (`std`, an alias of it, a
-/// name a `using namespace` brought in, a typedef), a member the generated
-/// code or the libraries it calls use is then the text's. A use of such a
-/// name (a call, `std::numeric_limits<T>::max()`) is none of these.
-fn defines_member_of(toks: &[Tok<'_>], i: usize, own: &std::collections::BTreeSet<&str>) -> Option<String> {
+/// Why token `i`, the first of a qualified name (`E::out_of_range`,
+/// `::std::logic_error::what`, `decltype(x)::f`, `W<int>::type::g`), is
+/// refused as the declarator of a definition out of its class or namespace:
+/// a function body, a `try` block, a qualifier only a declaration has
+/// (`const`, `noexcept`, ...), or, where a declaration starts, a
+/// constructor's initialisers, `= default`, a trailing return type or a
+/// static member's initialiser; a destructor named at all; or a class
+/// declared by a qualified name. What a qualified name's first part stands
+/// for (`std`, an alias, a typedef, a `using`) is the compiler's to know, so
+/// no qualified declarator is the text's: it defines functions and members
+/// inside their class or namespace, where nothing of another can be reached.
+/// A use of such a name (a call, `std::numeric_limits<T>::max()`) is none of
+/// these.
+fn defines_out_of_scope(toks: &[Tok<'_>], i: usize) -> Option<String> {
     let text = |k: usize| toks.get(k).map_or("", |t| t.text);
     let prev = if i > 0 { text(i - 1) } else { "" };
-    let global = prev == "::" && (i < 2 || !(is_name(text(i - 2)) || text(i - 2) == ">"));
-    if !is_name(text(i)) || own.contains(text(i)) || matches!(prev, "." | "->") || (prev == "::" && !global) {
+    let global = prev == "::" && (i < 2 || !(is_name(text(i - 2)) || matches!(text(i - 2), ">" | ")")));
+    if !is_name(text(i)) || matches!(prev, "." | "->") || (prev == "::" && !global) {
         return None;
     }
     let mut names: Vec<&str> = vec![text(i)];
-    let mut j = after_template_args(toks, i + 1);
+    let mut j = if text(i) == "decltype" { closing_paren(toks, i + 1).map_or(i + 1, |c| c + 1) } else { after_template_args(toks, i + 1) };
     let mut destructor = false;
     while text(j) == "::" {
         j += 1;
+        if text(j) == "template" {
+            j += 1;
+        }
         if text(j) == "~" {
             destructor = true;
             j += 1;
@@ -803,25 +833,31 @@ fn defines_member_of(toks: &[Tok<'_>], i: usize, own: &std::collections::BTreeSe
         return None;
     }
     let qualified = names.join("::");
-    let (first, last) = (names[0], names[names.len() - 1]);
     if destructor {
-        return Some(format!("names the destructor of `{}`", names[..names.len() - 1].join("::")));
+        return Some(format!("names the destructor `{}::~{}`", names[..names.len() - 1].join("::"), names[names.len() - 1]));
     }
-    let scope = if matches!(first, "std" | "dlbridge") {
-        format!("`{first}`")
-    } else {
-        format!("`{first}`, which is not a class or namespace the text declares itself")
+    let before = if global { i.checked_sub(2) } else { i.checked_sub(1) }.map_or("", text);
+    if matches!(before, "class" | "struct" | "union" | "enum") {
+        return Some(format!("declares the class `{qualified}` by a qualified name (declare a class inside its namespace)"));
+    }
+    // Where a declaration starts: the start, after `;`, `{`, `}`, a
+    // template's `>`, or a type (a name that is not an expression's keyword).
+    let typed = is_name(before) && !NOT_A_TYPE.contains(&before);
+    let starts = typed || matches!(before, "" | ";" | "{" | "}" | ">" | "<%" | "%>");
+    let why = || {
+        format!(
+            "defines `{qualified}` out of its class or namespace: a kernel's text defines functions and members inside their \
+             class or namespace (`struct Foo {{ float f() const {{ ... }} }};`)"
+        )
     };
-    let i_prev = if global { i.checked_sub(2) } else { i.checked_sub(1) };
-    if i_prev.is_some_and(|p| matches!(text(p), "class" | "struct" | "union" | "enum")) {
-        return Some(format!("declares the class `{qualified}` in {scope}"));
-    }
-    let close = closing_paren(toks, j)?;
-    let special = names.len() >= 3 && last == names[names.len() - 2];
+    let Some(close) = closing_paren(toks, j) else {
+        // A static member's definition: a type, the qualified name, then `=`, `{` or `;`.
+        return (typed && matches!(text(j), "=" | "{" | "<%" | ";")).then(why);
+    };
     let after = text(close + 1);
     let defines = matches!(after, "{" | "<%" | "try" | "noexcept" | "const" | "volatile" | "override" | "final" | "throw")
-        || (special && matches!(after, ":" | "="));
-    defines.then(|| format!("defines `{qualified}` out of its class, in {scope}"))
+        || (starts && matches!(after, ":" | "=" | "->"));
+    defines.then(why)
 }
 
 /// Whether `w` is an identifier.

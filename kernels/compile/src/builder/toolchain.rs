@@ -3,6 +3,7 @@
 //! of a generated translation unit into a plugin library, with its
 //! diagnostics mapped back to the user's text.
 
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -299,6 +300,7 @@ impl Compiler {
             .args(self.flags())
             .args(rest)
             .args(first)
+            .process_group(0)
             .current_dir("/")
             // Diagnostics in English and ASCII quotes, as `explain` reads them.
             .env("LC_ALL", "C")
@@ -339,6 +341,9 @@ impl Compiler {
                 break status;
             }
             if start.elapsed() >= limit {
+                // The driver and what it started (`cc1plus`, `as`, `ld`): its own
+                // process group, so none is left blocked on a FIFO or running on.
+                let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]).output();
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(Error::Coded {
@@ -377,6 +382,7 @@ impl Compiler {
             .arg(so)
             .arg(cpp)
             .args(if self.libmvec { &["-lmvec"][..] } else { &[] })
+            .process_group(0)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
