@@ -633,7 +633,7 @@ fn no_spelling_of_a_foreign_class_lets_the_text_define_its_members() {
         (
             "alias_class",
             "#include <functional>\nnamespace s = std;\nstruct DlbK {};\ntemplate <> struct s::hash<DlbK> {};",
-            "declares the class `s::hash`",
+            "declares the class `s...`",
         ),
         (
             "global_root",
@@ -729,4 +729,49 @@ fn the_floating_point_environment_a_kernel_changes_is_restored_after_its_call() 
     // Every thread a later kernel runs on.
     let z = common::run(&make("fenv_third", "z = x / 3"), &[&x]).unwrap().remove(0).to_vec::<f64>().unwrap();
     assert!(z.iter().enumerate().all(|(i, &v)| v.to_bits() == (i as f64 / 3.0).to_bits()), "a later kernel's rounding changed");
+}
+
+#[test]
+fn no_attribute_qualifier_or_linkage_spelling_reaches_a_foreign_definition() {
+    let acc =
+        "#include <optional>\n#include <vector>\n#include <exception>\nstruct Acc { double v; Acc() : v(0) {} Acc(double x) : v(x) {} };\n";
+    let cases = [
+        (
+            "ref_qualified",
+            "template<> Acc& std::optional<Acc>::operator*() & noexcept { static Acc e(1.0); return e; }",
+            "defines `std::optional::operator`",
+        ),
+        (
+            "empty_attribute",
+            "template<> std::exception_ptr& std::vector<std::exception_ptr>::operator[](size_type) [[]] { static std::exception_ptr e; return e; }",
+            "defines `std::vector::operator`",
+        ),
+        ("class_attr", "template<> class [[]] std::optional<Acc> { public: Acc a; };", "declares the class `std..."),
+        ("class_alignas", "template<> class alignas(8) std::optional<Acc> { public: Acc a; };", "declares the class `std..."),
+        (
+            "class_gnu_attr",
+            "template<> class __attribute__((aligned(8))) std::optional<Acc> { public: Acc a; };",
+            "declares the class `std...",
+        ),
+        ("raw_linkage", "extern R\"(C)\" div_t __real_div(int, int);", "language linkage (`extern R\"(C)\"`)"),
+        ("raw_linkage_new", "#include <cstdlib>\nextern R\"(C)\" void* _Znwm(size_t n) { return std::malloc(n); }", "language linkage"),
+        ("real_name", "namespace k { int __real_x = 0; }", "uses `__real_x`"),
+    ];
+    for (name, pre, says) in cases {
+        let e = attempt(name, "z = x", &format!("{acc}{pre}"), "").expect_err(name);
+        assert!(e.contains(says), "{name}: {e}");
+    }
+    let e = attempt("complex_int", "__complex__ int a = (int)x + 1; __complex__ int b = (int)x; z = (T)__real__ (a / b)", "", "")
+        .expect_err("complex integers");
+    assert!(e.contains("GCC's complex integer division is not checked"), "{e}");
+}
+
+#[test]
+fn an_exceptions_own_code_runs_under_the_division_check() {
+    let what = "#include <exception>\nstruct DlbE : std::exception {\n  const char* what() const noexcept override { volatile int z = 0; static char b[2] = {0, 0}; b[0] = char('a' + 7 / z); return b; }\n};";
+    let dtor = "struct DlbD { int d; ~DlbD() { volatile int z = d; if (7 / z == 3) __builtin_printf(\"x\"); } };";
+    for (name, pre, op) in [("what_div0", what, "if (x > 2) throw DlbE(); z = x"), ("dtor_div0", dtor, "if (x > 2) throw DlbD{0}; z = x")] {
+        let e = attempt(name, op, pre, "").expect_err(name);
+        assert!(e.contains("integer division or modulo by zero"), "{name}: {e}");
+    }
 }

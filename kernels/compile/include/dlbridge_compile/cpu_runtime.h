@@ -554,8 +554,8 @@ inline int32_t broadcast(const char* kernel, DLTensor* const* t, const char* con
 }
 
 /// Maps an exception in flight to an error code and message.
-inline int32_t from_exception(const char* kernel, char* err, size_t err_len) {
-  return dlbridge_errors::from_exception(kernel, "kernel", err, err_len);
+inline int32_t from_exception(const char* kernel, std::exception_ptr p, char* err, size_t err_len) {
+  return dlbridge_errors::from_exception_ptr(kernel, "kernel", std::move(p), err, err_len);
 }
 
 }  // namespace detail

@@ -27,30 +27,18 @@ extern "C" __attribute__((visibility("hidden"), noreturn, used)) void __ubsan_ha
 // The C library's own divisions (div, ldiv, lldiv, imaxdiv) are compiled
 // without the check: a library is linked with `--wrap` for each
 // (DIVGUARD_WRAP), so its calls reach these, whose divisions are checked.
+#define DLBRIDGE_CHECKED_DIV(NAME, RESULT, ARG)                                                \
+  __attribute__((visibility("hidden"), used)) RESULT __wrap_##NAME(ARG a, ARG b) { \
+    RESULT r;                                                                              \
+    r.quot = a / b;                                                                        \
+    r.rem = a % b;                                                                         \
+    return r;                                                                              \
+  }
 extern "C" {
-__attribute__((visibility("hidden"), used)) div_t __wrap_div(int a, int b) {
-  div_t r;
-  r.quot = a / b;
-  r.rem = a % b;
-  return r;
+DLBRIDGE_CHECKED_DIV(div, div_t, int)
+DLBRIDGE_CHECKED_DIV(ldiv, ldiv_t, long)
+DLBRIDGE_CHECKED_DIV(lldiv, lldiv_t, long long)
+DLBRIDGE_CHECKED_DIV(imaxdiv, imaxdiv_t, intmax_t)
 }
-__attribute__((visibility("hidden"), used)) ldiv_t __wrap_ldiv(long a, long b) {
-  ldiv_t r;
-  r.quot = a / b;
-  r.rem = a % b;
-  return r;
-}
-__attribute__((visibility("hidden"), used)) lldiv_t __wrap_lldiv(long long a, long long b) {
-  lldiv_t r;
-  r.quot = a / b;
-  r.rem = a % b;
-  return r;
-}
-__attribute__((visibility("hidden"), used)) imaxdiv_t __wrap_imaxdiv(intmax_t a, intmax_t b) {
-  imaxdiv_t r;
-  r.quot = a / b;
-  r.rem = a % b;
-  return r;
-}
-}
+#undef DLBRIDGE_CHECKED_DIV
 #endif  // DLBRIDGE_COMPILE_DIVGUARD_H_

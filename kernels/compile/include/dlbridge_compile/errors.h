@@ -3,6 +3,7 @@
 // How a generated entry point reports an error: a code of the plugin ABI and a
 // message in the caller's buffer.
 #include "dlbridge/plugin.h"
+#include "dlbridge_compile/divguard.h"
 
 #include <cstdarg>
 #include <cstddef>
@@ -37,6 +38,29 @@ inline int32_t from_exception(const char* kernel, const char* thrower, char* err
   } catch (...) {
     return fail(err, err_len, DLBRIDGE_ERR_RUNTIME, "%s: the %s threw an exception that is not a std::exception", kernel, thrower);
   }
+}
+
+/// [`from_exception`] for the exception `p` holds, the entry point's handler
+/// already left: the exception's own code (its `what()` and, as `p` drops
+/// the last reference, its destructor; a kernel's text may define both) runs
+/// under the integer-division guard, never after it.
+inline int32_t from_exception_ptr(const char* kernel, const char* thrower, std::exception_ptr p, char* err, size_t err_len) {
+  int32_t rc = DLBRIDGE_ERR_RUNTIME;
+  try {
+    dlbridge_divguard::guarded([&] {
+      try {
+        std::rethrow_exception(p);
+      } catch (...) {
+        rc = from_exception(kernel, thrower, err, err_len);
+      }
+      p = nullptr;
+    });
+  } catch (const std::exception& e) {
+    rc = fail(err, err_len, DLBRIDGE_ERR_RUNTIME, "%s: the %s threw an exception whose own code failed: %s", kernel, thrower, e.what());
+  } catch (...) {
+    rc = fail(err, err_len, DLBRIDGE_ERR_RUNTIME, "%s: the %s threw an exception whose own code failed", kernel, thrower);
+  }
+  return rc;
 }
 
 /// The checks every CPU entry point makes of its tensors, though the registry

@@ -597,6 +597,14 @@ fn refused_token(label: &str, toks: &[Tok<'_>], i: usize, private: &std::collect
     if bare.starts_with("no_sanitize") || bare.starts_with("disable_sanitizer") {
         return Some(format!("uses `{}`, which would turn the integer-division check off: a kernel's text may not", t.text));
     }
+    // The linker's names for the C library's divisions and their checked stand-ins.
+    if t.text.starts_with("__real_") || t.text.starts_with("__wrap_") {
+        return Some(format!("uses `{}`: names under `__real_` and `__wrap_` are the linker's, for the division check", t.text));
+    }
+    // GCC's complex integers divide without the check.
+    if matches!(t.text, "__complex__" | "__complex" | "_Complex") {
+        return Some(format!("uses `{}`: GCC's complex integer division is not checked for a zero divisor; use `std::complex`", t.text));
+    }
     // GCC's vector types divide without the check (a zero lane traps).
     if matches!(bare, "vector_size" | "ext_vector_type") {
         return Some(format!(
@@ -650,7 +658,7 @@ fn refused_token(label: &str, toks: &[Tok<'_>], i: usize, private: &std::collect
         {
             Some("declares a type of the namespace `std`".to_owned())
         }
-        "extern" if next(1).starts_with('"') => Some(format!("gives a declaration a language linkage (`extern {}`)", next(1))),
+        "extern" if next(1).contains('"') => Some(format!("gives a declaration a language linkage (`extern {}`)", next(1))),
         "operator" if matches!(next(1), "new" | "delete") => {
             Some("defines an allocation function (`operator new`/`operator delete`)".to_owned())
         }
@@ -671,6 +679,21 @@ fn refused_token(label: &str, toks: &[Tok<'_>], i: usize, private: &std::collect
     let refused = refused.or_else(|| defines_out_of_scope(toks, i));
     if let Some(why) = refused {
         return Some(format!("{why}: a kernel's text may not define anything the generated code or the libraries it calls could bind to"));
+    }
+    // A class key, past any attributes, then a qualified name or `std`: a class
+    // declared or specialised in a namespace or class the text cannot open.
+    if matches!(t.text, "class" | "struct" | "union" | "enum") {
+        let j = past_attributes(toks, i + 1);
+        let k = if toks.get(j).is_some_and(|n| n.text == "::") { j + 1 } else { j };
+        let qualified = toks.get(after_template_args(toks, k + 1)).is_some_and(|n| n.text == "::");
+        if let Some(n) = toks.get(k).filter(|n| n.text == "std" || n.text == "dlbridge" || (is_name(n.text) && qualified)) {
+            return Some(format!(
+                "declares the class `{}...` by a qualified name (a kernel's text declares classes in its own scope, and none of \
+                 `std` or `dlbridge`): a kernel's text may not define anything the generated code or the libraries it calls could \
+                 bind to",
+                n.text
+            ));
+        }
     }
     if t.text == "namespace" && toks.get(i + 1).is_some_and(|n| n.text.starts_with("dlbridge")) {
         return Some(format!("opens the namespace `{}`, which belongs to the generated code", toks[i + 1].text));
@@ -854,10 +877,58 @@ fn defines_out_of_scope(toks: &[Tok<'_>], i: usize) -> Option<String> {
         // A static member's definition: a type, the qualified name, then `=`, `{` or `;`.
         return (typed && matches!(text(j), "=" | "{" | "<%" | ";")).then(why);
     };
-    let after = text(close + 1);
-    let defines = matches!(after, "{" | "<%" | "try" | "noexcept" | "const" | "volatile" | "override" | "final" | "throw")
+    // Past what may follow a declarator's parameters (attributes, cv- and
+    // ref-qualifiers, an exception specification, `override`, `final`).
+    let mut k = close + 1;
+    loop {
+        let before_k = k;
+        k = past_attributes(toks, k);
+        if matches!(text(k), "const" | "volatile" | "&" | "&&" | "override" | "final" | "mutable") {
+            k += 1;
+        } else if matches!(text(k), "noexcept" | "throw") {
+            k = if text(k + 1) == "(" { closing_paren(toks, k + 1).map_or(k + 1, |c| c + 1) } else { k + 1 };
+        }
+        if k == before_k {
+            break;
+        }
+    }
+    let qualified_by = k > close + 1;
+    let after = text(k);
+    let defines = matches!(after, "{" | "<%" | "try")
+        || (qualified_by && matches!(after, ";" | "=" | "->"))
         || (starts && matches!(after, ":" | "=" | "->"));
     defines.then(why)
+}
+
+/// The index past any attribute specifiers at `k` (`[[...]]`,
+/// `__attribute__((...))`, `alignas(...)`, `__declspec(...)`).
+fn past_attributes(toks: &[Tok<'_>], mut k: usize) -> usize {
+    let text = |k: usize| toks.get(k).map_or("", |t| t.text);
+    loop {
+        if matches!(text(k), "[" | "<:") && matches!(text(k + 1), "[" | "<:") {
+            // To the `]]` closing it.
+            let mut depth = 0usize;
+            let mut j = k;
+            while j < toks.len() {
+                match text(j) {
+                    "[" | "<:" => depth += 1,
+                    "]" | ":>" => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+            k = j + 1;
+        } else if matches!(text(k), "__attribute__" | "__attribute" | "alignas" | "_Alignas" | "__declspec") && text(k + 1) == "(" {
+            k = closing_paren(toks, k + 1).map_or(toks.len(), |c| c + 1);
+        } else {
+            return k;
+        }
+    }
 }
 
 /// Whether `w` is an identifier.

@@ -143,8 +143,11 @@ pub(crate) fn plugin_table(src: &mut Src, name: &str, signature: &str, flags: &s
 pub(crate) fn entry_epilogue(src: &mut Src) {
     src.line("    return DLBRIDGE_OK;");
     src.line("  } catch (...) {");
-    src.line("    return dlbridge::detail::from_exception(kKernel, _err, _err_len);");
+    // Kept past the handler: the exception's `what()` and destructor run
+    // under the division guard there.
+    src.line("    _exc = std::current_exception();");
     src.line("  }");
+    src.line("  return dlbridge::detail::from_exception(kKernel, std::move(_exc), _err, _err_len);");
     src.line("}");
 }
 
@@ -155,6 +158,7 @@ pub(crate) fn entry_prologue(src: &mut Src, name: &str, all: &[&Param], bind: &[
     src.line(&format!("  static const char kKernel[] = {kernel_lit};"));
     src.line("  (void)_s;");
     src.line("  const dlbridge::detail::ContextScope _context(_stream);");
+    src.line("  std::exception_ptr _exc;");
     src.line("  try {");
     tensor_tables(src, all, bind)?;
     src.line("    if (_ns != 0) return dlbridge::detail::fail(_err, _err_len, DLBRIDGE_ERR_VALUE, \"%s: called with %d scalars, expected none\", kKernel, static_cast<int>(_ns));");
