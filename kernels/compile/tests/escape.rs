@@ -775,3 +775,35 @@ fn an_exceptions_own_code_runs_under_the_division_check() {
         assert!(e.contains("integer division or modulo by zero"), "{name}: {e}");
     }
 }
+
+#[test]
+fn parentheses_and_attributes_hide_no_definition_or_namespace() {
+    let acc = "#include <optional>\n#include <vector>\n#include <stdexcept>\nstruct Acc { long v; Acc(long a = 0) : v(a) {} };\n";
+    let cases = [
+        (
+            "paren_size",
+            "template<> std::vector<std::optional<Acc>>::size_type (std::vector<std::optional<Acc>>::size)() const noexcept { return 1; }",
+            "defines `std::vector::size`",
+        ),
+        ("paren_what", "const char* (std::logic_error::what)() const noexcept { return \"R\"; }", "defines `std::logic_error::what`"),
+        ("paren_data", "struct DlbF { static int n; };\nint (((DlbF::n))) = 3;", "defines `DlbF::n`"),
+        ("paren_global", "struct DlbF { void g(); };\nvoid (::DlbF::g)() {}", "defines `DlbF::g`"),
+        ("ns_attr", "namespace [[]] std { int dlb_marker = 5; }", "opens the namespace `std`"),
+        ("ns_gnu_attr", "namespace __attribute__((visibility(\"default\"))) std { int dlb_marker = 5; }", "opens the namespace `std`"),
+        ("ns_reserved", "namespace [[]] __cxxabiv1 { int dlb_marker = 5; }", "opens the namespace `__cxxabiv1`"),
+        ("ns_dlbridge", "namespace [[]] dlbridge_x { int dlb_marker = 5; }", "`dlbridge_x`"),
+    ];
+    for (name, pre, says) in cases {
+        let e = attempt(name, "z = x", &format!("{acc}{pre}"), "").expect_err(name);
+        assert!(e.contains(says), "{name}: {e}");
+    }
+    // The idiom that keeps a `max` macro out, and a parenthesised argument, are uses.
+    let z = attempt(
+        "paren_uses",
+        "z = x * 2 + (T)((std::numeric_limits<int>::max)() * 0) + (T)(std::min)(0, 1)",
+        "#include <limits>\n#include <algorithm>",
+        "",
+    )
+    .expect("parenthesised uses");
+    assert!(doubled(&z), "{:?}", &z[..4]);
+}

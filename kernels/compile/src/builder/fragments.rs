@@ -652,6 +652,17 @@ fn refused_token(label: &str, toks: &[Tok<'_>], i: usize, private: &std::collect
             "uses `using namespace std` (name `std`'s members qualified, or with using-declarations such as `using std::min;`)".to_owned(),
         ),
         "namespace" if next(1) == "std" || (next(1) == "::" && next(2) == "std") => Some("opens the namespace `std`".to_owned()),
+        // Past attributes (`namespace [[]] std`): `std`, and every name the
+        // standard reserves to the implementation (`__cxxabiv1`, `__gnu_cxx`, `_V2`).
+        "namespace" if prev != "using" => {
+            let j = past_attributes(toks, i + 1);
+            let j = if toks.get(j).is_some_and(|n| n.text == "::") { j + 1 } else { j };
+            toks.get(j).map(|n| n.text).filter(|n| {
+                let mut c = n.chars();
+                *n == "std" || (c.next() == Some('_') && c.next().is_some_and(|d| d == '_' || d.is_ascii_uppercase()))
+            })
+            .map(|n| format!("opens the namespace `{n}`, which is the implementation's (the standard reserves `std` and names under `__` or `_` and a capital)"))
+        }
         "std"
             if matches!(prev, "class" | "struct" | "union" | "enum")
                 || (prev == "::" && i > 1 && matches!(toks[i - 2].text, "class" | "struct" | "union" | "enum")) =>
@@ -695,8 +706,10 @@ fn refused_token(label: &str, toks: &[Tok<'_>], i: usize, private: &std::collect
             ));
         }
     }
-    if t.text == "namespace" && toks.get(i + 1).is_some_and(|n| n.text.starts_with("dlbridge")) {
-        return Some(format!("opens the namespace `{}`, which belongs to the generated code", toks[i + 1].text));
+    if t.text == "namespace"
+        && let Some(n) = toks.get(past_attributes(toks, i + 1)).filter(|n| n.text.starts_with("dlbridge"))
+    {
+        return Some(format!("opens the namespace `{}`, which belongs to the generated code", n.text));
     }
     // The namespace `dlbridge` is named only to reach its public types
     // (`dlbridge::Raw`, `dlbridge::Size`, `dlbridge::Indexer`): not aliased,
@@ -821,6 +834,9 @@ fn defines_out_of_scope(toks: &[Tok<'_>], i: usize) -> Option<String> {
     if !is_name(text(i)) || matches!(prev, "." | "->") || (prev == "::" && !global) {
         return None;
     }
+    // A declarator may be parenthesised (`int (Foo::n) = 3;`, `void (std::X::f)() {}`).
+    let first = if global { i - 1 } else { i };
+    let parens = (0..first).rev().take_while(|&k| toks[k].text == "(").count();
     let mut names: Vec<&str> = vec![text(i)];
     let mut j = if text(i) == "decltype" { closing_paren(toks, i + 1).map_or(i + 1, |c| c + 1) } else { after_template_args(toks, i + 1) };
     let mut destructor = false;
@@ -859,7 +875,12 @@ fn defines_out_of_scope(toks: &[Tok<'_>], i: usize) -> Option<String> {
     if destructor {
         return Some(format!("names the destructor `{}::~{}`", names[..names.len() - 1].join("::"), names[names.len() - 1]));
     }
-    let before = if global { i.checked_sub(2) } else { i.checked_sub(1) }.map_or("", text);
+    // Past the parentheses around the declarator, if the qualified name is all they hold.
+    let wrapped = parens > 0 && (0..parens).all(|p| text(j + p) == ")");
+    if wrapped {
+        j += parens;
+    }
+    let before = first.checked_sub(if wrapped { parens + 1 } else { 1 }).map_or("", text);
     if matches!(before, "class" | "struct" | "union" | "enum") {
         return Some(format!("declares the class `{qualified}` by a qualified name (declare a class inside its namespace)"));
     }
