@@ -651,7 +651,6 @@ fn refused_token(label: &str, toks: &[Tok<'_>], i: usize, private: &std::collect
         "namespace" if prev == "using" && (next(1) == "std" || (next(1) == "::" && next(2) == "std")) => Some(
             "uses `using namespace std` (name `std`'s members qualified, or with using-declarations such as `using std::min;`)".to_owned(),
         ),
-        "namespace" if next(1) == "std" || (next(1) == "::" && next(2) == "std") => Some("opens the namespace `std`".to_owned()),
         // Past attributes (`namespace [[]] std`): `std`, and every name the
         // standard reserves to the implementation (`__cxxabiv1`, `__gnu_cxx`, `_V2`).
         "namespace" if prev != "using" => {
@@ -662,12 +661,6 @@ fn refused_token(label: &str, toks: &[Tok<'_>], i: usize, private: &std::collect
                 *n == "std" || (c.next() == Some('_') && c.next().is_some_and(|d| d == '_' || d.is_ascii_uppercase()))
             })
             .map(|n| format!("opens the namespace `{n}`, which is the implementation's (the standard reserves `std` and names under `__` or `_` and a capital)"))
-        }
-        "std"
-            if matches!(prev, "class" | "struct" | "union" | "enum")
-                || (prev == "::" && i > 1 && matches!(toks[i - 2].text, "class" | "struct" | "union" | "enum")) =>
-        {
-            Some("declares a type of the namespace `std`".to_owned())
         }
         "extern" if next(1).contains('"') => Some(format!("gives a declaration a language linkage (`extern {}`)", next(1))),
         "operator" if matches!(next(1), "new" | "delete") => {

@@ -69,11 +69,16 @@ pub const TIME_LIMIT_VAR: &str = "DLBRIDGE_COMPILE_TIMEOUT";
 /// How long one run of the compiler may take: [`TIME_LIMIT_VAR`] seconds
 /// (a positive number), else ten minutes.
 pub fn time_limit() -> std::time::Duration {
-    std::env::var(TIME_LIMIT_VAR)
-        .ok()
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .map_or(std::time::Duration::from_secs(600), std::time::Duration::from_secs_f64)
+    limit_from(std::env::var(TIME_LIMIT_VAR).ok().as_deref())
+}
+
+/// [`time_limit`] for the variable's text: a positive number of seconds a
+/// `Duration` holds, else (unset, garbage, zero, NaN, 1e30) ten minutes.
+fn limit_from(text: Option<&str>) -> std::time::Duration {
+    text.and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| *s > 0.0)
+        .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
+        .unwrap_or(std::time::Duration::from_secs(600))
 }
 
 /// What [`Compiler::compile_text`] is given.
@@ -562,6 +567,15 @@ mod tests {
             assert!(c.flags().contains(&"-DDLBRIDGE_LIBMVEC=1"));
         } else {
             eprintln!("skipped: no libmvec with tanhf's vector variants at {}", lib.display());
+        }
+    }
+
+    #[test]
+    fn the_time_limit_is_any_positive_number_of_seconds_else_ten_minutes() {
+        use std::time::Duration;
+        assert_eq!(limit_from(Some(" 2.5 ")), Duration::from_millis(2500));
+        for bad in [None, Some(""), Some("soon"), Some("0"), Some("-3"), Some("NaN"), Some("inf"), Some("1e30")] {
+            assert_eq!(limit_from(bad), Duration::from_secs(600), "{bad:?}");
         }
     }
 
