@@ -25,8 +25,8 @@
 //! invariants: `raw` (reading foreign DLTensors), `view` (turning validated
 //! layouts into references) and `managed` (ownership of producer pointers and
 //! export contexts). `layout` is the safe arithmetic they rely on. `testing`
-//! (hand-made foreign tensors with counting deleters, behind the `testing`
-//! cargo feature, off by default) is test support. `dtype` allows unsafe on
+//! (hand-made foreign tensors with counting deleters, for conformance checks and
+//! tests) is test support. `dtype` allows unsafe on
 //! two items only: the `unsafe trait Element` and its impls.
 //! The compiler holds this: `unsafe_code` is denied everywhere else.
 
@@ -40,7 +40,6 @@ pub mod layout;
 pub mod managed;
 #[allow(unsafe_code)]
 pub mod raw;
-#[cfg(feature = "testing")]
 #[allow(unsafe_code)]
 pub mod testing;
 #[allow(unsafe_code)]

@@ -46,9 +46,10 @@ mod source_kernel;
 mod spec;
 pub mod tc;
 
-/// The code generators one step at a time, for this crate's own tests: the
-/// `internals` feature, which only they turn on, makes this module public.
-#[cfg(feature = "internals")]
+/// The code generators one step at a time, for this crate's own tests (hidden
+/// from the docs, and no part of the crate's promises). Always compiled: a
+/// feature that only the tests turned on would give the workspace's test build
+/// and a `cargo run -p ...` two builds of every crate above this one.
 #[doc(hidden)]
 pub mod internals {
     pub use crate::builder::toolchain::Compiler;

@@ -138,7 +138,6 @@ impl CudaSource {
 
     /// Its PTX for `arch` (`--gpu-architecture=compute_75`, `sm_90`, ...); no
     /// GPU needed. A compile error is explained against the user's text.
-    #[cfg(feature = "internals")]
     pub fn ptx(&self, arch: &str) -> Result<std::sync::Arc<str>> {
         self.program().ptx(arch).map_err(|e| self.explain(e))
     }

@@ -173,11 +173,9 @@ pub fn cuda_source(spec: &TcSpec, bind: &[(char, DType)]) -> Result<crate::codeg
 }
 
 /// The size symbols' values in order, and each launch (statement number, threads).
-#[cfg(feature = "internals")]
 pub type CudaPlan = (Vec<i64>, Vec<(i32, u64)>);
 
 /// What a CUDA call launches for tensors of these shapes (see `internals::tc_cuda_plan`).
-#[cfg(feature = "internals")]
 pub(crate) fn cuda_plan(spec: &TcSpec, shapes: &[&[i64]]) -> Result<CudaPlan> {
     let p = cuda::plan(&spec.checked, &spec.name, shapes)?;
     Ok((p.symbols, p.launches))
