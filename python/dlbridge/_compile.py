@@ -332,6 +332,8 @@ class ElementwiseKernel(_SourceKernel):
                 raise TypeError(f"{self.name}: size must be an int, not {type(size).__name__}") from None
             if shape[0] < 0:
                 raise ValueError(f"{self.name}: size must not be negative, got {shape[0]}")
+            if shape[0] > 2**63 - 1:
+                raise OverflowError(f"{self.name}: size {shape[0]} is out of range (at most 2**63 - 1)")
         like = like if like is not None else next(iter(outs), None)
         one = _dlbridge.zeros((1,), "u8")
         device = like.__dlpack_device__() if like is not None and hasattr(like, "__dlpack_device__") else None

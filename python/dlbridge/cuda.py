@@ -94,6 +94,8 @@ class RawKernel:
                 raise TypeError(f"RawKernel {name!r}: {what} must be an int, got {value!r}")
             if value < 0:
                 raise ValueError(f"RawKernel {name!r}: {what} must be positive, got {value}")
+            if value > 2**31 - 1:
+                raise ValueError(f"RawKernel {name!r}: {what} must be at most 2**31 - 1 (CUDA's largest grid), got {value}")
         self.source = source
         self.name = name
         self.options = tuple(options)

@@ -117,7 +117,50 @@ def _scalar(kernel: dlbridge.Kernel, p: Any, value: Any) -> Any:
         raise TypeError(f"{kernel.name}: argument {p.name}: expected a {p.dtype} scalar, got {type(value).__name__} {value!r}")
     if p.dtype == "i64" and not -(2**63) <= int(value) < 2**63:
         raise OverflowError(f"{kernel.name}: argument {p.name}: {value!r} is out of the range of an i64 scalar")
+    if p.dtype == "f64" and isinstance(value, (int, np.integer)):
+        try:
+            float(value)
+        except OverflowError:
+            raise OverflowError(f"{kernel.name}: argument {p.name}: {value!r} is out of the range of an f64 scalar") from None
     return _NUMPY_SCALARS[p.dtype](value)
+
+
+# NumPy's dtype for each of dlbridge's (bf16 is JAX's own).
+_NUMPY_DTYPES = {
+    "bool": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
+    "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64,
+    "f16": np.float16, "bf16": jnp.bfloat16, "f32": np.float32, "f64": np.float64,
+    "c64": np.complex64, "c128": np.complex128,
+}
+
+
+def _tensor_from_number(kernel: dlbridge.Kernel, p: Any, value: Any) -> Any:
+    """A Python or NumPy number given for a tensor parameter of one dtype
+    (``int32 s`` of an ElementwiseKernel), as an array of that dtype, checked
+    against its range as the kernel's own call checks it (``jnp.asarray``
+    would take ``2**40`` as int64 and JAX, without x64, cut it to int32)."""
+    if not isinstance(value, (bool, int, float, complex, np.generic)) or len(p.dtypes) != 1:
+        return value
+    name = p.dtypes[0]
+    dtype = np.dtype(_NUMPY_DTYPES[name])
+    integer = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    # Only a number of the parameter's kind (a float for an int32 parameter
+    # stays a float, which the kernel refuses, as its own call does).
+    kind_ok = {"b": isinstance(value, (bool, np.bool_)), "i": integer, "u": integer,
+               "f": integer or isinstance(value, (float, np.floating)), "c": not isinstance(value, (bool, np.bool_))}
+    if not kind_ok.get(dtype.kind, False):
+        return value
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if not info.min <= int(value) <= info.max:
+            raise OverflowError(
+                f"{kernel.name}: argument {p.name}: the scalar {value!r} is out of range for {name} ({info.min} to {info.max})")
+    elif dtype.kind in "fc" and integer:
+        try:
+            float(value)
+        except OverflowError:
+            raise OverflowError(f"{kernel.name}: argument {p.name}: the scalar {value!r} is out of range for {name}") from None
+    return np.asarray(value, dtype=dtype)
 
 
 @functools.cache
@@ -254,7 +297,7 @@ def as_op(kernel: Any, *, backward: Callable[..., Any] | None = None, vmap_metho
         rank = max((jnp.ndim(a) for p, a in zip(params, args) if p.kind == "tensor"), default=0) if pad else 0
         for p, a in zip(params, args, strict=True):
             if p.kind == "tensor":
-                x = jnp.asarray(a)
+                x = jnp.asarray(_tensor_from_number(k, p, a))
                 shapes.append(x.shape)
                 x = x.reshape((1,) * (rank - x.ndim) + x.shape) if x.ndim < rank else x
                 arrays.append(x)

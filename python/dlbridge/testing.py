@@ -380,6 +380,22 @@ def _known(known_failures: dict[str, str] | None, names: list[str]) -> dict[str,
 
 
 DEFAULT_DTYPES = ("f32", "f64", "i32", "i64", "u8")
+# Every dtype a producer may be asked to export.
+DTYPES = ("bool", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "bf16", "f32", "f64", "c64", "c128")
+
+
+def _checked_dtypes(dtypes: Any) -> tuple[str, ...]:
+    """``dtypes`` as a tuple, or a ValueError: none at all would check nothing
+    (every rule "passes" without the factory being called)."""
+    if isinstance(dtypes, str):
+        raise ValueError(f"dtypes must be a sequence of dtype names such as ('f32', 'i64'), not the string {dtypes!r}")
+    out = tuple(dtypes)
+    if not out:
+        raise ValueError(f"dtypes is empty: name at least one of {', '.join(DTYPES)}")
+    unknown = [d for d in out if d not in DTYPES]
+    if unknown:
+        raise ValueError(f"unknown dtypes {', '.join(map(repr, unknown))}: known are {', '.join(DTYPES)}")
+    return out
 DEFAULT_TIMEOUT = 30.0
 
 
@@ -403,6 +419,7 @@ def check_producer(
     given ``timeout`` seconds; that needs factories importable by name. The default,
     ``None``, isolates exactly when they are (a lambda or a local class runs here)."""
     known = _known(known_failures, CHECKS)
+    dtypes = _checked_dtypes(dtypes)
     specs = [f if isinstance(f, str) or f is None else _spec_of(f) for f in (make_tensor, make_read_only)]
     nameable = specs[0] is not None and (make_read_only is None or specs[1] is not None)
     if isolate is None:
@@ -1384,7 +1401,7 @@ def _yours(args: Any) -> int:
     _check_specs(specs, args.timeout)
     sections: list[tuple[str, dict, list[str], list[Result]]] = []
     if args.producer is not None:
-        dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip()) if args.dtypes else DEFAULT_DTYPES
+        dtypes = args.dtypes if args.dtypes is not None else DEFAULT_DTYPES
         rs = check_producer(args.producer, make_read_only=args.read_only, dtypes=dtypes, raise_on_failure=False,
                             isolate=True, timeout=args.timeout)
         sections.append((f"producer {args.producer}", PRODUCER_RULES, CHECKS, rs))
@@ -1423,6 +1440,15 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _dtype_list(text: str) -> tuple[str, ...]:
+    import argparse
+
+    try:
+        return _checked_dtypes(d.strip() for d in text.split(",") if d.strip())
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{e} (got {text!r})") from None
+
+
 def _main(argv: list[str] | None = None) -> int:
     """The command line; returns the failure count (exits 2, with one line on stderr, where an
     option is wrong or a ``module:attr`` names nothing usable)."""
@@ -1439,13 +1465,13 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument("--producer", metavar="MODULE:FACTORY",
                         help="check your producer: factory(shape, dtype) returns a new array (dtype: f32, i64, ...)")
     parser.add_argument("--read-only", metavar="MODULE:FACTORY", help="with --producer: a factory of read-only arrays")
-    parser.add_argument("--dtypes", metavar="LIST", help="with --producer: dtypes to export, comma-separated (default f32,f64,i32,i64,u8)")
+    parser.add_argument("--dtypes", metavar="LIST", type=_dtype_list, help="with --producer: dtypes to export, comma-separated (default f32,f64,i32,i64,u8)")
     parser.add_argument("--consumer", metavar="MODULE:FUNCTION", help="check your consumer: a from_dlpack taking any DLPack producer")
     parser.add_argument("--timeout", metavar="SECONDS", type=_seconds, default=DEFAULT_TIMEOUT,
                         help=f"how long each check (and importing your module) may run before it fails as hung "
                         f"(default {DEFAULT_TIMEOUT:g})")
     args = parser.parse_args(argv)
-    if (args.read_only is not None or args.dtypes) and args.producer is None:
+    if (args.read_only is not None or args.dtypes is not None) and args.producer is None:
         parser.error("--read-only and --dtypes go with --producer")
     if args.producer is not None or args.consumer is not None:
         if args.markdown:

@@ -298,3 +298,11 @@ def test_your_own_producer_from_the_command_line_with_a_report_that_teaches():
     assert usage.returncode == 0 and "--producer MODULE:FACTORY" in usage.stdout and "Exit status 3" in usage.stdout
     wrong = _testing("--dtypes", "f32", cwd=ROOT)
     assert wrong.returncode == 2 and "--read-only and --dtypes go with --producer" in wrong.stderr
+    # No dtype at all would check nothing: every rule "passing" with the factory never called.
+    for dtypes, says in ((",", "dtypes is empty"), (" ", "dtypes is empty"), ("f32,q99", "unknown dtypes 'q99'")):
+        r = _testing("--producer", "boxed:make", "--dtypes", dtypes, cwd=fixture)
+        last = r.stderr.strip().splitlines()[-1]
+        assert r.returncode == 2 and "error: argument --dtypes: " in last and says in last, (dtypes, r.stdout, r.stderr)
+    for dtypes in ((), ("f32", "q99"), "f32"):
+        with pytest.raises(ValueError, match="dtypes"):
+            dt.check_producer("boxed:make", dtypes=dtypes)

@@ -215,6 +215,9 @@ def test_a_raw_kernel_compiles_when_made_and_describes_itself():
     assert repr(k) == f"dlbridge.cuda.RawKernel('scale', '{SCALE_SIG}')"
     ptx = k.ptx("compute_80")
     assert ".entry scale(" in ptx and ".target sm_80" in ptx
+    # A name the source defines no kernel of is refused when the kernel is made, not at its first launch.
+    with pytest.raises(ValueError, match=r"RawKernel nope: the compiled source has no kernel named \"nope\".*its kernels: `scale`"):
+        dlbridge.cuda.RawKernel(SCALE, "nope", SCALE_SIG.replace("scale", "nope", 1))
 
 
 @needs_nvrtc

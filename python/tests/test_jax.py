@@ -396,3 +396,27 @@ def test_an_i64_scalar_out_of_range_is_an_overflow_error_naming_kernel_and_argum
         op(arange(3), value)
     with pytest.raises(OverflowError, match=r"shift_i64"):
         mod.shift_i64(np.zeros(3, np.float32), value)
+
+
+@pytest.mark.parametrize("value", [np.int64(2**40 + 5), 2**40, np.int64(2**32 - 1), -(2**31) - 1])
+def test_a_number_for_a_typed_tensor_parameter_is_range_checked_as_the_kernels_own_call_checks_it(value):
+    k = dlbridge.ElementwiseKernel("T x, int32 s", "T z", "z = x + (T)s", "jax_i32_param")
+    op = djax.as_op(k)
+    x = jnp.ones(4, jnp.float32)
+    with pytest.raises(OverflowError, match=r"jax_i32_param: argument s: the scalar .* is out of range for i32"):
+        op(x, value)
+    with pytest.raises(OverflowError, match=r"jax_i32_param: argument s: the scalar .* is out of range for i32"):
+        k(np.ones(4, np.float32), value)
+    # In range, any Python or NumPy integer is taken at the parameter's own dtype.
+    np.testing.assert_array_equal(np.asarray(op(x, np.int64(2**31 - 1))), np.ones(4, np.float32) + np.float32(2**31 - 1))
+    u8 = djax.as_op(dlbridge.ElementwiseKernel("T x, uint8 u", "T z", "z = x + (T)u", "jax_u8_param"))
+    np.testing.assert_array_equal(np.asarray(u8(x, 3)), np.full(4, 4, np.float32))
+    with pytest.raises(OverflowError, match=r"jax_u8_param: argument u: the scalar 256 is out of range for u8"):
+        u8(x, 256)
+
+
+def test_an_f64_scalar_too_large_for_a_float_is_an_overflow_error_naming_kernel_and_argument():
+    src = "void scale_f64(const float* x, double s, float* y, long long n) { for (long long i = 0; i < n; ++i) y[i] = x[i] * (float)s; }"
+    mod = dlbridge.load_inline("f64_scalar_range", src, ["scale_f64(x: f32[N], s: f64) -> (y: f32[N])"])
+    with pytest.raises(OverflowError, match=r"scale_f64: argument s: .* is out of the range of an f64 scalar"):
+        djax.as_op(mod.scale_f64)(arange(3), 10**400)

@@ -118,6 +118,8 @@ def test_an_output_that_is_exactly_its_input_reads_the_old_value(dtype):
         ({"block": -1}, ValueError, "block must be positive, got -1"),
         ({"grid": -4}, ValueError, "grid must be positive, got -4"),
         ({"block": 2.5}, TypeError, "block must be an int"),
+        ({"block": 2**40}, ValueError, r"RawKernel 'k': block must be at most 2\*\*31 - 1"),
+        ({"grid": 2**33}, ValueError, r"RawKernel 'k': grid must be at most 2\*\*31 - 1"),
     ],
 )
 def test_raw_kernel_arguments_are_checked_where_they_are_given(kwargs, error, match):
@@ -286,6 +288,10 @@ def test_a_kernels_rounding_mode_and_traps_end_with_its_call():
         trap = dlbridge.ElementwiseKernel("T x", "T z", "feenableexcept(FE_DIVBYZERO); z = x", "fenv_trap_py",
                                           preamble="#include <cfenv>")
         up(np.arange(4.0)); trap(np.arange(4.0))
+        # A load_inline function too: the caller's environment survives it.
+        src = "#include <cfenv>\\nvoid fenv_up_inline(const double* x, double* y, long long n) { fesetround(FE_UPWARD); feenableexcept(FE_DIVBYZERO); for (long long k = 0; k < n; ++k) y[k] = x[k]; }"
+        mod = dlbridge.load_inline("fenv_inline_py", src, ["fenv_up_inline(x: f64[N]) -> (y: f64[N])"])
+        mod.fenv_up_inline(np.arange(4.0))
         print(repr(float(np.float64(1.0) / np.float64(3.0))))
         with np.errstate(all="ignore"):
             print(np.array([1.0]) / np.array([0.0]))

@@ -219,8 +219,7 @@ fn threads_used(budget: Option<usize>) -> (usize, bool) {
         "z = x * 2; tag = thread_tag()",
         "tagged",
         dlbridge_compile::ElementwiseOptions {
-            preamble: "#include <sys/syscall.h>\n#include <unistd.h>\nstatic int64_t thread_tag() { return (int64_t)syscall(SYS_gettid); }"
-                .into(),
+            preamble: "#include <unistd.h>\nstatic int64_t thread_tag() { return (int64_t)gettid(); }".into(),
             ..Default::default()
         },
     )

@@ -807,3 +807,49 @@ fn parentheses_and_attributes_hide_no_definition_or_namespace() {
     .expect("parenthesised uses");
     assert!(doubled(&z), "{:?}", &z[..4]);
 }
+
+#[test]
+fn no_builtin_context_switch_or_thread_hook_leaves_the_generated_code() {
+    let ctx = "#include <ucontext.h>\nnamespace q { static ucontext_t uc; static int jumped = 0; }";
+    let cases = [
+        ("eh_return", "", "z = x; if (i == 2) __builtin_eh_return(0L, __builtin_return_address(0));", "", "uses `__builtin_eh_return`"),
+        (
+            "eh_helper",
+            "[[gnu::noinline]] static void dlb_h() { __builtin_eh_return(0L, nullptr); }",
+            "dlb_h(); z = x",
+            "",
+            "uses `__builtin_eh_return`",
+        ),
+        ("unwind_init", "", "__builtin_unwind_init(); z = x", "", "uses `__builtin_unwind_init`"),
+        ("frame", "", "z = x + (T)(__builtin_frame_address(0) != nullptr)", "", "uses `__builtin_frame_address`"),
+        ("ctx", ctx, "if (i == 5 && !q::jumped) { q::jumped = 1; setcontext(&q::uc); } z = x", "getcontext(&q::uc);", "uses `setcontext`"),
+        (
+            "key_hook",
+            "#include <pthread.h>\nnamespace q { inline void hook(void*) {} }",
+            "static pthread_key_t key; static bool once = false; if (!once) { once = true; pthread_key_create(&key, q::hook); } z = x",
+            "",
+            "uses `pthread_key_create`",
+        ),
+        ("thread_exit", "#include <pthread.h>", "z = x; if (i == 2) pthread_exit(nullptr);", "", "uses `pthread_exit`"),
+        (
+            "computed_goto",
+            "namespace q { static void* p = nullptr; static int hops = 0; }",
+            "z = x * 2; if (i == 3 && q::p && q::hops++ == 0) goto *q::p;",
+            "q::p = &&dlb_l; dlb_l: ;",
+            "computed `goto`",
+        ),
+    ];
+    for (name, pre, op, prep, says) in cases {
+        let e = attempt(name, op, pre, prep).expect_err(name);
+        assert!(e.contains(says), "{name}: {e}");
+    }
+    // A qualified function called as a statement, or given another as its argument, is no definition.
+    let z = attempt(
+        "qualified_calls",
+        "q::use(q::two); (void)q::use(q::two); z = x * q::use(q::two)",
+        "namespace q { inline float two() { return 2; } inline float use(float (*f)()) { return f(); } }",
+        "",
+    )
+    .expect("calls");
+    assert!(doubled(&z), "{:?}", &z[..4]);
+}

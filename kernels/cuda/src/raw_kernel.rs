@@ -206,6 +206,17 @@ fn is_identifier(s: &str) -> bool {
     c.next().is_some_and(|f| f.is_ascii_alphabetic() || f == '_') && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
 }
 
+/// The names of the kernels a PTX module defines (its `.entry` directives).
+fn ptx_entries(ptx: &str) -> Vec<String> {
+    ptx.split(".entry")
+        .skip(1)
+        .filter_map(|rest| {
+            let name: String = rest.trim_start().chars().take_while(|&c| c.is_ascii_alphanumeric() || c == '_' || c == '$').collect();
+            (!name.is_empty()).then_some(name)
+        })
+        .collect()
+}
+
 /// A kernel from CUDA C source: `entry` is the `extern "C" __global__`
 /// function's name, `signature` a dlbridge signature whose parameters and
 /// outputs are the function's, in order (see the module docs). The result is
@@ -253,7 +264,15 @@ pub fn raw_kernel(source: &str, entry: &str, signature: &str, options: &[String]
         Some(dev) => dev.nvrtc_arch(),
         None => CHECK_ARCH.to_string(),
     };
-    state.ptx(&first, &arch)?;
+    let ptx = state.ptx(&first, &arch)?;
+    let entries = ptx_entries(&ptx);
+    if !entries.iter().any(|e| e == entry) {
+        let has =
+            if entries.is_empty() { "none".to_string() } else { entries.iter().map(|e| format!("`{e}`")).collect::<Vec<_>>().join(", ") };
+        return Err(Error::InvalidArgument(format!(
+            "RawKernel {entry}: the compiled source has no kernel named {entry:?} (is it `extern \"C\" __global__`?); its kernels: {has}"
+        )));
+    }
     let run = state.clone();
     let def = KernelDef {
         signature: signature.to_string(),

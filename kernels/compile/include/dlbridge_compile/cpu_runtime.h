@@ -427,17 +427,7 @@ struct Walk {
 /// point from its `stream` argument; NULL: one thread, the caller's).
 inline thread_local const DLBridgeCpuContext* t_context = nullptr;
 
-/// The thread's floating-point environment (rounding mode, exception flags
-/// and traps), put back as it was when the scope ends: a kernel's text that
-/// calls `fesetround` or `feenableexcept` changes it for its own call only,
-/// never for the caller's later arithmetic or another kernel on the thread.
-struct FloatEnv {
-  std::fenv_t saved;
-  FloatEnv() { std::fegetenv(&saved); }
-  ~FloatEnv() { std::fesetenv(&saved); }
-  FloatEnv(const FloatEnv&) = delete;
-  FloatEnv& operator=(const FloatEnv&) = delete;
-};
+using FloatEnv = ::dlbridge_divguard::FloatEnv;
 
 /// Makes `stream` the context of the entry point's call (when it is a context
 /// this runtime knows: its size covers the fields read), restored on exit, as

@@ -1,10 +1,22 @@
 #ifndef DLBRIDGE_COMPILE_DIVGUARD_H_
 #define DLBRIDGE_COMPILE_DIVGUARD_H_
 #include <cinttypes>
+#include <cfenv>
 #include <csetjmp>
 #include <cstdlib>
 #include <stdexcept>
 namespace dlbridge_divguard {
+/// The thread's floating-point environment (rounding mode, exception flags
+/// and traps), put back as it was when the scope ends: code that calls
+/// `fesetround` or `feenableexcept` changes it for its own call only, never
+/// for the caller's later arithmetic or another kernel on the thread.
+struct FloatEnv {
+  std::fenv_t saved;
+  FloatEnv() { std::fegetenv(&saved); }
+  ~FloatEnv() { std::fesetenv(&saved); }
+  FloatEnv(const FloatEnv&) = delete;
+  FloatEnv& operator=(const FloatEnv&) = delete;
+};
 inline thread_local std::jmp_buf* t_jmp = nullptr;
 struct Restore {
   std::jmp_buf* prev;

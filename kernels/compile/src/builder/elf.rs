@@ -73,13 +73,48 @@ struct LoadTime {
     /// names outside C++'s mangling (not `_Z...`), sorted.
     plain_symbols: Vec<String>,
     /// The functions it calls that register code to run when the process or
-    /// a thread exits, or the library is unloaded ([`EXIT_HOOKS`]), sorted.
+    /// a thread exits, or the library is unloaded ([`EXIT_HOOKS`]), or that
+    /// leave a function past its callers ([`CONTROL_IMPORTS`]), sorted.
     exit_hooks: Vec<String>,
 }
 
 /// What C and C++ call to run code at exit: `static` and `thread_local`
 /// objects with destructors register theirs through the first three.
 const EXIT_HOOKS: [&str; 6] = ["__cxa_atexit", "__cxa_thread_atexit", "__cxa_thread_atexit_impl", "atexit", "at_quick_exit", "on_exit"];
+
+/// What the C library offers to leave a function past its callers, end a
+/// thread in the middle of a call, or run code later, outside any call:
+/// the generated code calls none of these, so a library that imports one
+/// got it from the text, however it was spelt (a function pointer, a macro,
+/// a wrapper). Each with what it would do.
+///
+/// `longjmp` (and its fortified `__longjmp_chk`) is not among them: the
+/// division check's handler calls it (`divguard.h`); the text's own use of it
+/// is refused by name, after preprocessing (`fragments.rs`).
+const CONTROL_IMPORTS: [(&str, &str); 22] = [
+    ("_longjmp", "jumps out of its function past the generated code that called it"),
+    ("siglongjmp", "jumps out of its function past the generated code that called it"),
+    ("setcontext", "switches to another execution context, past the generated code that called it"),
+    ("swapcontext", "switches to another execution context, past the generated code that called it"),
+    ("makecontext", "makes an execution context to switch to, past the generated code"),
+    ("_Unwind_ForcedUnwind", "unwinds the stack past the generated code that called it"),
+    ("_Unwind_RaiseException", "unwinds the stack past the generated code's exception handling"),
+    ("pthread_exit", "ends the calling thread in the middle of a call"),
+    ("thrd_exit", "ends the calling thread in the middle of a call"),
+    ("pthread_cancel", "cancels a thread in the middle of a call"),
+    ("pthread_key_create", "registers a destructor that runs when a thread exits, after the call returned"),
+    ("tss_create", "registers a destructor that runs when a thread exits, after the call returned"),
+    ("__pthread_key_create", "registers a destructor that runs when a thread exits, after the call returned"),
+    ("pthread_atfork", "registers code that runs when the process forks"),
+    ("signal", "installs a signal handler: code that runs later, outside any call"),
+    ("sigaction", "installs a signal handler: code that runs later, outside any call"),
+    ("__sigaction", "installs a signal handler: code that runs later, outside any call"),
+    ("bsd_signal", "installs a signal handler: code that runs later, outside any call"),
+    ("sysv_signal", "installs a signal handler: code that runs later, outside any call"),
+    ("__sysv_signal", "installs a signal handler: code that runs later, outside any call"),
+    ("sigset", "installs a signal handler: code that runs later, outside any call"),
+    ("syscall", "makes raw system calls (a signal handler, a thread of its own) that no check of the library sees"),
+];
 
 /// Unmangled symbols the generated code's runtime defines itself: the
 /// handler the integer-division check calls and the checked stand-ins for
@@ -189,7 +224,9 @@ fn read(data: &[u8], what: &str) -> Result<(LoadTime, Vec<String>)> {
     let mut exit_hooks: Vec<String> = file
         .dynamic_symbols()
         .filter(|sym| sym.is_undefined())
-        .filter_map(|sym| sym.name().ok().filter(|n| EXIT_HOOKS.contains(n)).map(str::to_owned))
+        .filter_map(|sym| {
+            sym.name().ok().filter(|n| EXIT_HOOKS.contains(n) || CONTROL_IMPORTS.iter().any(|(c, _)| c == n)).map(str::to_owned)
+        })
         .collect();
     exit_hooks.sort();
     exit_hooks.dedup();
@@ -287,7 +324,7 @@ pub(crate) fn check(compiler: &Compiler, bytes: &[u8], what: &str, policy: Polic
     for (k, name) in ["preinitialiser", "initialiser", "finaliser"].iter().enumerate() {
         if load.arrays[k] != base.arrays[k] {
             return Err(refuse(format!(
-                "its compiled library has {} {name} functions where an empty library has {} (a global with a constructor or destructor, or a function marked to run at load, in the preamble?)",
+                "its compiled library has {} {name} functions where an empty library has {} (a global with a constructor or destructor, or a function marked to run at load, in the preamble? `<iostream>` defines one)",
                 load.arrays[k].len(),
                 base.arrays[k].len()
             )));
@@ -348,6 +385,16 @@ pub(crate) fn check(compiler: &Compiler, bytes: &[u8], what: &str, policy: Polic
             ),
         });
     }
+    let control =
+        load.exit_hooks.iter().filter(|h| !base.exit_hooks.contains(h)).find_map(|h| CONTROL_IMPORTS.iter().find(|(c, _)| c == h));
+    if let Some((name, does)) = control {
+        return Err(Error::Coded {
+            kind: ErrorKind::Value,
+            message: format!(
+                "{what}: its compiled library calls `{name}`, which {does}: a kernel's text may not (throw an exception to end a call with an error)"
+            ),
+        });
+    }
     if let Some(h) = load.exit_hooks.iter().find(|h| !base.exit_hooks.contains(h)) {
         return Err(refuse(format!(
             "its compiled library calls `{h}`, which registers code to run when the process or a thread exits \
@@ -400,6 +447,34 @@ mod tests {
         for (body, says) in cases {
             let e = check(c, &library(c, body), "t", policy).expect_err(body).to_string();
             assert!(e.contains(says), "{body}: {e}");
+        }
+    }
+
+    /// Whatever the spelling (a pointer taken in a static initialiser of
+    /// constants, a glibc alias no token check names), a library importing a
+    /// function that leaves its callers or runs code later is refused.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_library_importing_what_leaves_its_callers_or_runs_later_is_refused() {
+        let c = Compiler::get().expect("a C++ compiler");
+        let policy = Policy::Generated { exports: &["dlbridge_empty"] };
+        let cases = [
+            (
+                "#include <pthread.h>\nextern \"C\" int __pthread_key_create(pthread_key_t*, void (*)(void*));\nnamespace k { void d(void*) {} int f() { pthread_key_t key; return __pthread_key_create(&key, d); } }",
+                "`__pthread_key_create`",
+            ),
+            (
+                "#include <ucontext.h>\nnamespace k { int (*const go)(const ucontext_t*) = setcontext; int f(ucontext_t* u) { return go(u); } }",
+                "`setcontext`",
+            ),
+            ("#include <pthread.h>\nnamespace k { void f() { pthread_exit(nullptr); } }", "`pthread_exit`"),
+            ("#include <csignal>\nnamespace k { void h(int) {} void f() { std::signal(SIGUSR1, h); } }", "`signal`"),
+            ("#include <unistd.h>\nnamespace k { long f() { return syscall(39); } }", "`syscall`"),
+            ("#include <csetjmp>\nnamespace k { sigjmp_buf b; void f() { siglongjmp(b, 1); } }", "`siglongjmp`"),
+        ];
+        for (body, says) in cases {
+            let e = check(c, &library(c, body), "t", policy).expect_err(body).to_string();
+            assert!(e.contains(says) && e.contains("a kernel's text may not"), "{body}: {e}");
         }
     }
 

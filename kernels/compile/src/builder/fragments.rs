@@ -336,7 +336,28 @@ const ENDING: [&str; 6] = ["return", "co_return", "co_yield", "co_await", "goto"
 
 /// Words no fragment may hold: each jumps out of the function it is in,
 /// past the generated code that called it (to a `setjmp` of the text's).
-const NONLOCAL: [&str; 4] = ["longjmp", "_longjmp", "siglongjmp", "__builtin_longjmp"];
+const NONLOCAL: [&str; 6] = ["longjmp", "_longjmp", "siglongjmp", "__builtin_longjmp", "setcontext", "swapcontext"];
+
+/// Words no fragment may hold: each ends the calling thread in the middle
+/// of a call, or registers code that runs when a thread exits, after it.
+/// (The library's imports are checked for these too, whatever the spelling:
+/// `elf.rs`.)
+const THREAD_HOOKS: [&str; 6] = ["pthread_exit", "thrd_exit", "pthread_cancel", "pthread_key_create", "tss_create", "pthread_atfork"];
+
+/// GCC's builtins that read or rewrite the frames and the return path
+/// around the function they are in (`__builtin_eh_return` returns to any
+/// address, past the generated code that called it): whole families by
+/// prefix, then single names.
+const FRAME_BUILTIN_FAMILIES: [&str; 4] = ["__builtin_eh_", "__builtin_unwind_", "__builtin_apply", "__builtin_dwarf_"];
+const FRAME_BUILTINS: [&str; 7] = [
+    "__builtin_frob_return_addr",
+    "__builtin_extract_return_addr",
+    "__builtin_init_dwarf_reg_size_table",
+    "__builtin_return_address",
+    "__builtin_frame_address",
+    "__builtin_stack_save",
+    "__builtin_stack_restore",
+];
 
 /// GCC attributes (also spelt `__name__`) whose argument the assembler reads
 /// as a symbol or section name: pasted into the assembly verbatim, a newline
@@ -518,7 +539,7 @@ fn check_fragment(
             let (ptoks, _) = tokens(clauses).map_err(|m| format!("`{}` has {m}", s.label))?;
             let ptoks: Vec<Tok<'_>> = ptoks.into_iter().map(|t| Tok { text: t.text, line: *line }).collect();
             for (i, t) in ptoks.iter().enumerate() {
-                if let Some(why) = refused_token(s.label, &ptoks, i, private) {
+                if let Some(why) = refused_token(s.label, &ptoks, i, private, false) {
                     return Err(format!("{} (in `{}`) {why}", at(t), d.trim()));
                 }
             }
@@ -572,7 +593,12 @@ fn check_fragment(
                 }
             }
         }
-        if let Some(why) = refused_token(s.label, &toks, i, private) {
+        // Only at file scope may a declarator be qualified (C++ refuses a
+        // qualified definition in a block or a class, and out of the
+        // namespaces enclosing what it defines; the preamble is the only
+        // fragment at file scope).
+        let file_scope = s.label == "preamble" && !stack.iter().any(|o| matches!(o.text, "{" | "<%"));
+        if let Some(why) = refused_token(s.label, &toks, i, private, file_scope) {
             return Err(format!("{} {why}", at(t)));
         }
     }
@@ -582,14 +608,36 @@ fn check_fragment(
     Ok(())
 }
 
-/// Why token `i` of a fragment labelled `label` is refused, if it is.
-fn refused_token(label: &str, toks: &[Tok<'_>], i: usize, private: &std::collections::BTreeSet<&str>) -> Option<String> {
+/// Why token `i` of a fragment labelled `label` is refused, if it is
+/// (`file_scope`: the token stands outside any braces of the preamble).
+fn refused_token(label: &str, toks: &[Tok<'_>], i: usize, private: &std::collections::BTreeSet<&str>, file_scope: bool) -> Option<String> {
     let t = &toks[i];
     if NONLOCAL.contains(&t.text) {
         return Some(format!(
             "uses `{}`, which would jump out of its function past the generated code around it; throw an exception to end a call with an error",
             t.text
         ));
+    }
+    if THREAD_HOOKS.contains(&t.text) {
+        return Some(format!(
+            "uses `{}`, which would end the calling thread in the middle of a call or run code of the text's after the call              returned; throw an exception to end a call with an error",
+            t.text
+        ));
+    }
+    if FRAME_BUILTINS.contains(&t.text) || FRAME_BUILTIN_FAMILIES.iter().any(|f| t.text.starts_with(f)) {
+        return Some(format!(
+            "uses `{}`, which reads or rewrites the frames and return path around its function, past the generated code              that called it: a kernel's text may not",
+            t.text
+        ));
+    }
+    // A computed `goto` jumps to any address taken with `&&label`, a label
+    // of another fragment's function too.
+    if t.text == "goto" && toks.get(i + 1).is_some_and(|n| n.text == "*") {
+        return Some(
+            "uses a computed `goto` (`goto *p`), which could jump into the code of another function: a kernel's text \
+             may not (use a `switch`)"
+                .to_string(),
+        );
     }
     // The attributes that switch instrumentation off for a function: its
     // integer divisions would trap (SIGFPE) instead of being an error.
@@ -680,7 +728,7 @@ fn refused_token(label: &str, toks: &[Tok<'_>], i: usize, private: &std::collect
         }
         _ => None,
     };
-    let refused = refused.or_else(|| defines_out_of_scope(toks, i));
+    let refused = refused.or_else(|| if file_scope { defines_out_of_scope(toks, i) } else { None });
     if let Some(why) = refused {
         return Some(format!("{why}: a kernel's text may not define anything the generated code or the libraries it calls could bind to"));
     }
@@ -873,13 +921,16 @@ fn defines_out_of_scope(toks: &[Tok<'_>], i: usize) -> Option<String> {
     if wrapped {
         j += parens;
     }
-    let before = first.checked_sub(if wrapped { parens + 1 } else { 1 }).map_or("", text);
+    let before_at = first.checked_sub(if wrapped { parens + 1 } else { 1 });
+    let before = before_at.map_or("", text);
     if matches!(before, "class" | "struct" | "union" | "enum") {
         return Some(format!("declares the class `{qualified}` by a qualified name (declare a class inside its namespace)"));
     }
     // Where a declaration starts: the start, after `;`, `{`, `}`, a
-    // template's `>`, or a type (a name that is not an expression's keyword).
-    let typed = is_name(before) && !NOT_A_TYPE.contains(&before);
+    // template's `>`, or a type (a name that is not an expression's keyword)
+    // which itself starts a declaration: `q::use (q::two);` and
+    // `return q::use(q::two);` call a function.
+    let typed = is_name(before) && !NOT_A_TYPE.contains(&before) && before_at.is_some_and(|b| type_starts_declaration(toks, b));
     let starts = typed || matches!(before, "" | ";" | "{" | "}" | ">" | "<%" | "%>");
     let why = || {
         format!(
@@ -912,6 +963,23 @@ fn defines_out_of_scope(toks: &[Tok<'_>], i: usize) -> Option<String> {
         || (qualified_by && matches!(after, ";" | "=" | "->"))
         || (starts && matches!(after, ":" | "=" | "->"));
     defines.then(why)
+}
+
+/// Whether the type whose last name is token `k` (`float`, `q::Foo`,
+/// `::std::size_t`) stands where a declaration starts: at the start, after
+/// `;`, `{`, `}`, a template's `>`, or another word of a type (`const`,
+/// `unsigned`, `static`). After anything else (`=`, `(`, `return`) it is a
+/// function called in an expression.
+fn type_starts_declaration(toks: &[Tok<'_>], mut k: usize) -> bool {
+    let text = |k: usize| toks.get(k).map_or("", |t| t.text);
+    while k >= 2 && text(k - 1) == "::" && is_name(text(k - 2)) {
+        k -= 2;
+    }
+    if k >= 1 && text(k - 1) == "::" {
+        k -= 1;
+    }
+    let b = if k == 0 { "" } else { text(k - 1) };
+    matches!(b, "" | ";" | "{" | "}" | ">" | "<%" | "%>") || (is_name(b) && !NOT_A_TYPE.contains(&b))
 }
 
 /// The index past any attribute specifiers at `k` (`[[...]]`,

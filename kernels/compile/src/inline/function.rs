@@ -209,6 +209,8 @@ pub(super) fn cpu_entry(src: &mut Src, k: usize, f: &Function, lib: &[DType]) {
             args.push(format!("dlbridge_inline::strides(_t[{slot}], _st{slot})"));
         }
     }
+    // The caller's floating-point environment, whatever the function does to it.
+    src.line("    const dlbridge_divguard::FloatEnv _fenv;");
     src.line(&format!("    dlbridge_divguard::guarded([&] {{ ::{}({}); }});", f.name(), args.join(", ")));
     src.line("    return DLBRIDGE_OK;");
     src.line("  } catch (...) {");

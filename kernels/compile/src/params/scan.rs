@@ -70,6 +70,17 @@ pub(crate) fn check_text(kind: &str, name: &str, field: &str, text: &str, requir
             return Err(invalid(format!("{kind} `{name}`: {field} (re)defines the macro `{}`, which {why}", shortened(&macro_name))));
         }
     }
+    // `<iostream>` defines a static `std::ios_base::Init` whose constructor
+    // runs when the library is loaded, which the ELF check refuses: say so here.
+    if let Some(line) = code.lines().map(str::trim_start).find(|l| {
+        is_directive(l, "include") && l[1..].trim_start()["include".len()..].trim().trim_matches(['<', '>', '"']).trim() == "iostream"
+    }) {
+        return Err(invalid(format!(
+            "{kind} `{name}`: {field} has `{}`: that header defines a static object whose constructor runs when the kernel's \
+             library is loaded, which a kernel's text may not do; include `<ostream>`, `<istream>` or `<cstdio>` instead",
+            shortened(line.trim())
+        )));
+    }
     // Headers come before the text's own macros: a macro defined (or a
     // header's macro undefined) before an `#include` would be expanded on
     // the header's lines, which the build's checks leave to the system.
@@ -148,6 +159,12 @@ pub(crate) fn scan(text: &str) -> Scanned {
                 e += 1;
             }
             if e < chars.len() && chars[e] == '\n' {
+                // A splice with nothing after it but blanks joins the text's
+                // last line to the generated code's next one.
+                if chars[e + 1..].iter().all(|c| c.is_whitespace()) {
+                    continued = true;
+                    break;
+                }
                 k = e + 1;
                 line += 1;
                 continue;

@@ -80,6 +80,13 @@ fn a_fragment_that_would_leave_its_place_is_refused() {
         (("z = x; /* and the rest", "", "", ""), "operation leaves a `/*` comment open (from line 1)"),
         (("z = x", "", "const char* s = \"open;", ""), "loop_prep leaves a string literal open (from line 1)"),
         (("z = x; // \\", "", "", ""), "operation ends in a backslash"),
+        (("z = x + 1\\\n", "", "", ""), "operation ends in a backslash"),
+        (("z = x + 1\\\t\r\n  \n", "", "", ""), "operation ends in a backslash"),
+        (("z = x", "", "#pragma GCC unroll 4\\\n", ""), "loop_prep ends in a backslash"),
+        (
+            ("z = x", "#include <cmath>\n#  include  <iostream>", "", ""),
+            "preamble has `#  include  <iostream>`: that header defines a static object",
+        ),
         // `#if 0` left open in the preamble would compile the kernel out.
         (("z = x", "#if 0\nint unused;", "", ""), "preamble leaves the `#if` of line 1 open (no `#endif`)"),
         (("z = x", "#endif", "", ""), "preamble has `#endif` on line 1 without its `#if`"),
