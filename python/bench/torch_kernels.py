@@ -16,13 +16,15 @@ flipped (``base.flip(0, 1)`` -- torch has no negative strides, so this row
 is a contiguous-input copy-free stand-in: torch's flip itself copies).
 """
 
+import os
 import sys
 
 import torch
 
 from dlbridge._bench import median_time
 
-R, C = 4096, 1024
+# The rows as kernels/cpu/benches/kernels.rs takes them (DLBRIDGE_BENCH_ROWS, for smoke runs).
+R, C = int(os.environ.get("DLBRIDGE_BENCH_ROWS") or 4096), 1024
 
 
 def median(f, repeat=11):

@@ -115,15 +115,13 @@ def test_dlbridge_passes_every_consumer_check_in_process():
     assert [r.status for r in results] == ["pass"] * len(dt.CONSUMER_CHECKS), results
 
 
-def aborting_consumer(x):
-    """A consumer that crashes the process on every tensor (as torch does on negative strides)."""
-    os.abort()
-
-
-def test_a_consumer_that_crashes_the_process_is_a_failure_never_a_skip(monkeypatch):
-    tests = str(Path(__file__).parent)
-    monkeypatch.setenv("PYTHONPATH", tests + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    results = dt.check_consumer("test_conformance:aborting_consumer", raise_on_failure=False, timeout=120)
+def test_a_consumer_that_crashes_the_process_is_a_failure_never_a_skip(monkeypatch, tmp_path):
+    # A consumer that crashes the process on every tensor (as torch does on negative strides),
+    # in a module of its own: each check's fresh child imports it and nothing else.
+    (tmp_path / "aborting.py").write_text("import os\n\n\ndef consumer(x):\n    os.abort()\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    results = dt.check_consumer("aborting:consumer", raise_on_failure=False, timeout=120)
+    assert len(results) == len(dt.CONSUMER_CHECKS)
     assert all(r.status == "fail" for r in results), results
     assert all(r.detail == "the consumer crashed the process: killed by signal SIGABRT" for r in results), results
 

@@ -7,7 +7,8 @@
 //! cases at the same thread count) and prints the ratios, ours/torch and
 //! each layout over the contiguous case.
 //!
-//! Layouts, for an operand of logical shape 4096x1024 (the output is laid out
+//! Layouts, for an operand of logical shape 4096x1024 (`DLBRIDGE_BENCH_ROWS` rows
+//! instead of 4096 when set: the tests' smoke runs take few; the output is laid out
 //! as the adapters allocate it: `Kernel::prepare_outputs`' memory order, so an
 //! elementwise or softmax output follows its operands, NumPy's `order='K'`; every buffer
 //! starts 64-byte aligned, as torch's do):
@@ -32,10 +33,13 @@ use dlbridge_cpu::elementwise::map2;
 use dlbridge_cpu::num::Num;
 use dlbridge_registry::{Arg, Registry};
 
-const R: usize = 4096;
 const C: usize = 1024;
-const SHAPE: [i64; 2] = [R as i64, C as i64];
-const ROWS: [i64; 1] = [R as i64];
+
+/// The operands' rows: 4096, or `DLBRIDGE_BENCH_ROWS` (the smoke runs of the
+/// tests take a few, whose figures are not to be read).
+fn rows() -> usize {
+    std::env::var("DLBRIDGE_BENCH_ROWS").ok().and_then(|v| v.parse().ok()).filter(|&r| r > 0).unwrap_or(4096)
+}
 
 fn overhead(c: &mut Criterion) {
     dlbridge_cpu::link();
@@ -78,24 +82,26 @@ struct Operand<T> {
     data: Vec<T>,
     strides: [i64; 2],
     offset: usize,
+    shape: [i64; 2],
 }
 
 impl<T: Element> Operand<T> {
     fn new(layout: &str, conv: fn(f32) -> T) -> Operand<T> {
-        let (c, r) = (C as i64, R as i64);
+        let rows = rows();
+        let (c, r) = (C as i64, rows as i64);
         let (n, strides, offset) = match layout {
-            "contiguous" => (R * C, [c, 1], 0),
-            "transposed" | "into_contiguous" => (R * C, [1, r], 0),
+            "contiguous" => (rows * C, [c, 1], 0),
+            "transposed" | "into_contiguous" => (rows * C, [1, r], 0),
             "broadcast" => (C, [0, 1], 0),
-            "sliced" => (4 * R * C, [4 * c, 1], 256),
-            "flipped" => (R * C, [-c, -1], R * C - 1),
+            "sliced" => (4 * rows * C, [4 * c, 1], 256),
+            "flipped" => (rows * C, [-c, -1], rows * C - 1),
             _ => unreachable!("{layout}"),
         };
         let (data, pad) = aligned(n, conv);
-        Operand { data, strides, offset: offset + pad }
+        Operand { data, strides, offset: offset + pad, shape: [r, c] }
     }
     fn view(&self) -> TensorView<'_> {
-        TensorView::from_slice_strided(&self.data, &SHAPE, Some(&self.strides), self.offset).unwrap()
+        TensorView::from_slice_strided(&self.data, &self.shape, Some(&self.strides), self.offset).unwrap()
     }
 }
 
@@ -104,12 +110,14 @@ const LAYOUTS: [&str; 6] = ["contiguous", "transposed", "into_contiguous", "broa
 fn bench_dtype<T: Element>(c: &mut Criterion, dtype: &str, conv: fn(f32) -> T) {
     dlbridge_cpu::link();
     let reg = Registry::global();
-    let (mut out, out_at) = aligned(R * C, conv);
-    let (mut rows, rows_at) = aligned(R, conv);
+    let r = rows();
+    let (shape, row_shape) = ([r as i64, C as i64], [r as i64]);
+    let (mut out, out_at) = aligned(r * C, conv);
+    let (mut rows, rows_at) = aligned(r, conv);
     for name in ["add", "relu", "gelu", "softmax", "sum", "mean"] {
         let k = reg.get(name).unwrap();
         let mut g = c.benchmark_group(format!("{name}/{dtype}"));
-        g.throughput(Throughput::Elements((R * C) as u64));
+        g.throughput(Throughput::Elements((r * C) as u64));
         // Kernels whose output follows the input's layout (the rest are row-major).
         let follows = matches!(name, "add" | "relu" | "gelu" | "softmax");
         for layout in LAYOUTS {
@@ -133,9 +141,9 @@ fn bench_dtype<T: Element>(c: &mut Criterion, dtype: &str, conv: fn(f32) -> T) {
                 bench.iter(|| {
                     let mut args = args();
                     let o = if reduces {
-                        TensorViewMut::from_slice_mut(&mut rows[rows_at..rows_at + R], &ROWS).unwrap()
+                        TensorViewMut::from_slice_mut(&mut rows[rows_at..rows_at + r], &row_shape).unwrap()
                     } else {
-                        TensorViewMut::from_slice_strided_mut(&mut out[out_at..out_at + R * C], &SHAPE, Some(&strides), 0).unwrap()
+                        TensorViewMut::from_slice_strided_mut(&mut out[out_at..out_at + r * C], &shape, Some(&strides), 0).unwrap()
                     };
                     k.call(&mut args, &mut [o]).unwrap();
                     black_box(&out);
