@@ -126,10 +126,40 @@ def _check_texts(kind: str, name: Any, **texts: Any) -> None:
                 ) from None
 
 
+# The largest finite value of each float dtype, and the spacing of values just
+# below it: a number at least half a spacing above it rounds to infinity.
+_FLOAT_LIMITS = {
+    "f16": (65504.0, 32.0),
+    "bf16": (3.3895313892515355e38, 2.0**120),
+    "f32": (3.4028234663852886e38, 2.0**104),
+    "f64": (1.7976931348623157e308, 2.0**971),
+}
+
+
+def _check_float(kernel: str, arg: str, value: Any, dtype: str) -> None:
+    """A finite number that the dtype would round to infinity is an OverflowError (NumPy
+    and torch make it ``inf``, with a warning at most)."""
+    if not isinstance(value, numbers.Real) or _symbolic(value, "SymFloat") or _symbolic(value, "SymInt"):
+        return
+    top, spacing = _FLOAT_LIMITS[dtype]
+    try:
+        v = abs(float(value))
+    except OverflowError:
+        v = float("inf")
+    else:
+        if v != v or (v == float("inf") and not isinstance(value, numbers.Integral)):
+            return  # NaN and infinity are values of every float dtype
+    if v >= top + spacing / 2:
+        raise OverflowError(f"{kernel}: argument {arg}: the scalar {value!r} is out of range for {dtype} (largest finite {top:g})")
+
+
 def _check_scalar(kernel: str, arg: str, value: Any, dtype: str) -> None:
     """An integer parameter takes an integer that fits it: a float is refused, never
     truncated (as a plain kernel's i64 scalar refuses one), and a value out of the
     dtype's range is an OverflowError, whatever framework makes the 0-d array."""
+    if dtype in _FLOAT_LIMITS:
+        _check_float(kernel, arg, value, dtype)
+        return
     if dtype not in _INT_RANGES:
         return
     if _symbolic(value, "SymInt"):

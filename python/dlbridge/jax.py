@@ -42,7 +42,7 @@ import numpy as np
 
 import dlbridge
 
-from . import _backwards, _dlbridge, _tc_grad
+from . import _backwards, _compile, _dlbridge, _tc_grad
 from ._backwards import Saved, as_grads
 from ._introspect import kernel_of
 
@@ -138,29 +138,28 @@ def _tensor_from_number(kernel: dlbridge.Kernel, p: Any, value: Any) -> Any:
     """A Python or NumPy number given for a tensor parameter of one dtype
     (``int32 s`` of an ElementwiseKernel), as an array of that dtype, checked
     against its range as the kernel's own call checks it (``jnp.asarray``
-    would take ``2**40`` as int64 and JAX, without x64, cut it to int32)."""
+    would take ``2**40`` as int64 and JAX, without x64, cut it to int32; a
+    float16 would take ``1e5`` as infinity)."""
     if not isinstance(value, (bool, int, float, complex, np.generic)) or len(p.dtypes) != 1:
         return value
     name = p.dtypes[0]
-    dtype = np.dtype(_NUMPY_DTYPES[name])
-    integer = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    boolean = isinstance(value, (bool, np.bool_))
+    integer = isinstance(value, (int, np.integer)) and not boolean
+    real = integer or isinstance(value, (float, np.floating))
     # Only a number of the parameter's kind (a float for an int32 parameter
     # stays a float, which the kernel refuses, as its own call does).
-    kind_ok = {"b": isinstance(value, (bool, np.bool_)), "i": integer, "u": integer,
-               "f": integer or isinstance(value, (float, np.floating)), "c": not isinstance(value, (bool, np.bool_))}
-    if not kind_ok.get(dtype.kind, False):
+    if name == "bool":
+        ok = boolean
+    elif name[0] in "iu":
+        ok = integer
+    elif name[0] in "fb":
+        ok = real
+    else:
+        ok = not boolean
+    if not ok:
         return value
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        if not info.min <= int(value) <= info.max:
-            raise OverflowError(
-                f"{kernel.name}: argument {p.name}: the scalar {value!r} is out of range for {name} ({info.min} to {info.max})")
-    elif dtype.kind in "fc" and integer:
-        try:
-            float(value)
-        except OverflowError:
-            raise OverflowError(f"{kernel.name}: argument {p.name}: the scalar {value!r} is out of range for {name}") from None
-    return np.asarray(value, dtype=dtype)
+    _compile._check_scalar(kernel.name, p.name, value, name)
+    return np.asarray(value, dtype=_NUMPY_DTYPES[name])
 
 
 @functools.cache

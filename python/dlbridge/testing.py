@@ -1459,6 +1459,14 @@ def _main(argv: list[str] | None = None) -> int:
     option is wrong or a ``module:attr`` names nothing usable)."""
     import argparse
 
+    class Once(argparse.Action):
+        """An option given at most once: a second ``--producer`` would silently replace the first."""
+
+        def __call__(self, parser, namespace, values, option_string=None):
+            if getattr(namespace, self.dest, None) not in (None, self.default):
+                parser.error(f"{option_string} is given twice: run one check per command")
+            setattr(namespace, self.dest, values)
+
     parser = argparse.ArgumentParser(
         prog="python -m dlbridge.testing",
         description="DLPack conformance: without options, the matrix library x rule for every library installed "
@@ -1467,11 +1475,11 @@ def _main(argv: list[str] | None = None) -> int:
         "Exit status 3: a check failed; 2: a wrong option or a MODULE:NAME that names nothing usable.",
     )
     parser.add_argument("--markdown", action="store_true", help="print the matrix as a Markdown table")
-    parser.add_argument("--producer", metavar="MODULE:FACTORY",
+    parser.add_argument("--producer", metavar="MODULE:FACTORY", action=Once,
                         help="check your producer: factory(shape, dtype) returns a new array (dtype: f32, i64, ...)")
-    parser.add_argument("--read-only", metavar="MODULE:FACTORY", help="with --producer: a factory of read-only arrays")
-    parser.add_argument("--dtypes", metavar="LIST", type=_dtype_list, help="with --producer: dtypes to export, comma-separated (default f32,f64,i32,i64,u8)")
-    parser.add_argument("--consumer", metavar="MODULE:FUNCTION", help="check your consumer: a from_dlpack taking any DLPack producer")
+    parser.add_argument("--read-only", metavar="MODULE:FACTORY", action=Once, help="with --producer: a factory of read-only arrays")
+    parser.add_argument("--dtypes", metavar="LIST", type=_dtype_list, action=Once, help="with --producer: dtypes to export, comma-separated (default f32,f64,i32,i64,u8)")
+    parser.add_argument("--consumer", metavar="MODULE:FUNCTION", action=Once, help="check your consumer: a from_dlpack taking any DLPack producer")
     parser.add_argument("--timeout", metavar="SECONDS", type=_seconds, default=DEFAULT_TIMEOUT,
                         help=f"how long each check (and importing your module) may run before it fails as hung "
                         f"(default {DEFAULT_TIMEOUT:g})")

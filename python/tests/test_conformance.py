@@ -301,6 +301,8 @@ def test_your_own_producer_from_the_command_line_with_a_report_that_teaches():
         r = _testing("--producer", "boxed:make", "--dtypes", dtypes, cwd=fixture)
         last = r.stderr.strip().splitlines()[-1]
         assert r.returncode == 2 and "error: argument --dtypes: " in last and says in last, (dtypes, r.stdout, r.stderr)
+    twice = _testing("--producer", "boxed:make_careless", "--producer", "boxed:make", cwd=fixture)
+    assert twice.returncode == 2 and "--producer is given twice" in twice.stderr.strip().splitlines()[-1], twice.stderr
     for dtypes in ((), ("f32", "q99"), "f32"):
         with pytest.raises(ValueError, match="dtypes"):
             dt.check_producer("boxed:make", dtypes=dtypes)

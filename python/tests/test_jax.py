@@ -420,3 +420,17 @@ def test_an_f64_scalar_too_large_for_a_float_is_an_overflow_error_naming_kernel_
     mod = dlbridge.load_inline("f64_scalar_range", src, ["scale_f64(x: f32[N], s: f64) -> (y: f32[N])"])
     with pytest.raises(OverflowError, match=r"scale_f64: argument s: .* is out of the range of an f64 scalar"):
         djax.as_op(mod.scale_f64)(arange(3), 10**400)
+
+
+def test_a_float_scalar_its_dtype_would_round_to_infinity_is_an_overflow_error():
+    for dtype, name, big, fine in (("float16", "f16", 1e5, 65504.0), ("float32", "f32", 1e300, 3.0e38)):
+        k = dlbridge.ElementwiseKernel(f"float32 x, {dtype} s", "float32 z", "z = x + (float)s", f"jax_{name}_param")
+        x32 = np.arange(2, dtype=np.float32)
+        with pytest.raises(OverflowError, match=rf"jax_{name}_param: argument s: the scalar .* is out of range for {name}"):
+            djax.as_op(k)(jnp.asarray(x32), big)
+        with pytest.raises(OverflowError, match=rf"jax_{name}_param: argument s: the scalar .* is out of range for {name}"):
+            k(x32, big)
+        assert np.isfinite(np.asarray(djax.as_op(k)(jnp.asarray(x32), fine))).all()
+        assert np.isinf(k(x32, float("inf"))).all()  # infinity itself is a float value
+    bf = djax.as_op(dlbridge.ElementwiseKernel("float32 x, bfloat16 s", "float32 z", "z = x + (float)s", "jax_bf16_param"))
+    np.testing.assert_array_equal(np.asarray(bf(jnp.zeros(2, jnp.float32), 1.5)), np.full(2, 1.5, np.float32))

@@ -832,6 +832,20 @@ fn no_builtin_context_switch_or_thread_hook_leaves_the_generated_code() {
         ),
         ("thread_exit", "#include <pthread.h>", "z = x; if (i == 2) pthread_exit(nullptr);", "", "uses `pthread_exit`"),
         (
+            "terminate_hook",
+            "#include <exception>\n#include <cstdlib>\nnamespace q { inline void hook() { std::_Exit(7); } }",
+            "std::set_terminate(q::hook); z = x",
+            "",
+            "std::set_terminate",
+        ),
+        (
+            "ssignal_hook",
+            "#include <signal.h>\nnamespace q { inline void hook(int) {} }",
+            "ssignal(SIGUSR1, q::hook); z = x",
+            "",
+            "`ssignal`",
+        ),
+        (
             "computed_goto",
             "namespace q { static void* p = nullptr; static int hops = 0; }",
             "z = x * 2; if (i == 3 && q::p && q::hops++ == 0) goto *q::p;",

@@ -487,6 +487,10 @@ void parallel_chunks(ptrdiff_t n, int chunks, F&& f) {
       dlbridge_divguard::guarded([&] { f(c, begin_of(c), begin_of(c + 1)); });
     } catch (...) {
       errors[static_cast<size_t>(c)] = std::current_exception();
+      // A foreign exception (not C++'s) has no exception_ptr: still an error.
+      if (!errors[static_cast<size_t>(c)]) {
+        errors[static_cast<size_t>(c)] = std::make_exception_ptr(std::runtime_error("a foreign (not C++) exception ended the kernel's code"));
+      }
     }
   };
   const DLBridgeCpuContext* ctx = t_context;

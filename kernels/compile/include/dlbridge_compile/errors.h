@@ -45,6 +45,9 @@ inline int32_t from_exception(const char* kernel, const char* thrower, char* err
 /// the last reference, its destructor; a kernel's text may define both) runs
 /// under the integer-division guard, never after it.
 inline int32_t from_exception_ptr(const char* kernel, const char* thrower, std::exception_ptr p, char* err, size_t err_len) {
+  if (!p) {  // a foreign exception (not C++'s) has no exception_ptr
+    return fail(err, err_len, DLBRIDGE_ERR_RUNTIME, "%s: the %s ended with a foreign (not C++) exception", kernel, thrower);
+  }
   int32_t rc = DLBRIDGE_ERR_RUNTIME;
   try {
     dlbridge_divguard::guarded([&] {

@@ -91,7 +91,7 @@ const EXIT_HOOKS: [&str; 6] = ["__cxa_atexit", "__cxa_thread_atexit", "__cxa_thr
 /// `longjmp` (and its fortified `__longjmp_chk`) is not among them: the
 /// division check's handler calls it (`divguard.h`); the text's own use of it
 /// is refused by name, after preprocessing (`fragments.rs`).
-const CONTROL_IMPORTS: [(&str, &str); 22] = [
+const CONTROL_IMPORTS: [(&str, &str); 40] = [
     ("_longjmp", "jumps out of its function past the generated code that called it"),
     ("siglongjmp", "jumps out of its function past the generated code that called it"),
     ("setcontext", "switches to another execution context, past the generated code that called it"),
@@ -114,7 +114,42 @@ const CONTROL_IMPORTS: [(&str, &str); 22] = [
     ("__sysv_signal", "installs a signal handler: code that runs later, outside any call"),
     ("sigset", "installs a signal handler: code that runs later, outside any call"),
     ("syscall", "makes raw system calls (a signal handler, a thread of its own) that no check of the library sees"),
+    ("ssignal", "installs a signal handler: code that runs later, outside any call"),
+    ("sigvec", "installs a signal handler: code that runs later, outside any call"),
+    ("_Unwind_Resume_or_Rethrow", "raises an exception of its own making past the generated code's exception handling"),
+    ("register_printf_specifier", "registers code that every later `printf` in the process runs"),
+    ("register_printf_function", "registers code that every later `printf` in the process runs"),
+    ("register_printf_modifier", "registers code that every later `printf` in the process runs"),
+    ("register_printf_type", "registers code that every later `printf` in the process runs"),
+    ("fopencookie", "makes a stream whose functions run whenever it is used or flushed, at exit too"),
+    ("error_print_progname", "is a hook the C library's `error` calls, later, outside any call"),
+    ("timer_create", "can run code on a thread the C library starts, after the call"),
+    ("mq_notify", "can run code on a thread the C library starts, after the call"),
+    ("lio_listio", "can run code on a thread the C library starts, after the call"),
+    ("aio_read", "can run code on a thread the C library starts, after the call"),
+    ("aio_write", "can run code on a thread the C library starts, after the call"),
+    ("aio_fsync", "can run code on a thread the C library starts, after the call"),
+    ("getaddrinfo_a", "can run code on a thread the C library starts, after the call"),
+    ("_ZSt13set_terminatePFvvE", "(`std::set_terminate`) installs code that any later `std::terminate` in the process runs"),
+    ("_ZSt14set_unexpectedPFvvE", "(`std::set_unexpected`) installs code that the process runs later"),
 ];
+
+/// Mangled names whose every overload registers the text's code for later
+/// (`std::set_new_handler`, `std::set_terminate` under another signature).
+const CONTROL_PREFIXES: [(&str, &str); 3] = [
+    ("_ZSt15set_new_handler", "(`std::set_new_handler`) installs code that any later failed allocation in the process runs"),
+    ("_ZSt13set_terminate", "(`std::set_terminate`) installs code that any later `std::terminate` in the process runs"),
+    ("_ZSt14set_unexpected", "(`std::set_unexpected`) installs code that the process runs later"),
+];
+
+/// What importing `name` would let the text do, if it is one of [`CONTROL_IMPORTS`] or [`CONTROL_PREFIXES`].
+fn control_import(name: &str) -> Option<&'static str> {
+    CONTROL_IMPORTS
+        .iter()
+        .find(|(c, _)| *c == name)
+        .or_else(|| CONTROL_PREFIXES.iter().find(|(p, _)| name.starts_with(p)))
+        .map(|(_, why)| *why)
+}
 
 /// Unmangled symbols the generated code's runtime defines itself: the
 /// handler the integer-division check calls and the checked stand-ins for
@@ -224,9 +259,7 @@ fn read(data: &[u8], what: &str) -> Result<(LoadTime, Vec<String>)> {
     let mut exit_hooks: Vec<String> = file
         .dynamic_symbols()
         .filter(|sym| sym.is_undefined())
-        .filter_map(|sym| {
-            sym.name().ok().filter(|n| EXIT_HOOKS.contains(n) || CONTROL_IMPORTS.iter().any(|(c, _)| c == n)).map(str::to_owned)
-        })
+        .filter_map(|sym| sym.name().ok().filter(|n| EXIT_HOOKS.contains(n) || control_import(n).is_some()).map(str::to_owned))
         .collect();
     exit_hooks.sort();
     exit_hooks.dedup();
@@ -385,8 +418,7 @@ pub(crate) fn check(compiler: &Compiler, bytes: &[u8], what: &str, policy: Polic
             ),
         });
     }
-    let control =
-        load.exit_hooks.iter().filter(|h| !base.exit_hooks.contains(h)).find_map(|h| CONTROL_IMPORTS.iter().find(|(c, _)| c == h));
+    let control = load.exit_hooks.iter().filter(|h| !base.exit_hooks.contains(h)).find_map(|h| control_import(h).map(|why| (h, why)));
     if let Some((name, does)) = control {
         return Err(Error::Coded {
             kind: ErrorKind::Value,
@@ -470,6 +502,26 @@ mod tests {
             ("#include <pthread.h>\nnamespace k { void f() { pthread_exit(nullptr); } }", "`pthread_exit`"),
             ("#include <csignal>\nnamespace k { void h(int) {} void f() { std::signal(SIGUSR1, h); } }", "`signal`"),
             ("#include <unistd.h>\nnamespace k { long f() { return syscall(39); } }", "`syscall`"),
+            ("#include <exception>\nnamespace k { void h() {} void f() { std::set_terminate(h); } }", "std::set_terminate"),
+            ("#include <new>\nnamespace k { void h() {} void f() { std::set_new_handler(h); } }", "std::set_new_handler"),
+            ("#include <signal.h>\nnamespace k { void h(int) {} void f() { ssignal(SIGUSR1, h); } }", "`ssignal`"),
+            ("#include <error.h>\nnamespace k { void h() {} void f() { error_print_progname = h; } }", "`error_print_progname`"),
+            (
+                "#include <printf.h>\nnamespace k { int f() { return register_printf_specifier('Q', nullptr, nullptr); } }",
+                "`register_printf_specifier`",
+            ),
+            (
+                "#include <cstdio>\nnamespace k { FILE* f() { return fopencookie(nullptr, \"w\", cookie_io_functions_t{}); } }",
+                "`fopencookie`",
+            ),
+            (
+                "#include <unwind.h>\nnamespace k { void f(_Unwind_Exception* e) { _Unwind_Resume_or_Rethrow(e); } }",
+                "`_Unwind_Resume_or_Rethrow`",
+            ),
+            (
+                "#include <ctime>\n#include <csignal>\nnamespace k { int f() { timer_t t; return timer_create(CLOCK_REALTIME, nullptr, &t); } }",
+                "`timer_create`",
+            ),
             ("#include <csetjmp>\nnamespace k { sigjmp_buf b; void f() { siglongjmp(b, 1); } }", "`siglongjmp`"),
         ];
         for (body, says) in cases {
