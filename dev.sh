@@ -49,14 +49,7 @@ print_steps() {
 }
 # The last line of a failed run names the step that failed (a log shown only in part, as CI's
 # may be, still says where to look).
-trap 'rc=$?; stop_tests_build; end_step; print_steps; [ "$rc" -eq 0 ] || printf "\033[1m==> FAILED (exit %s) in: %s\033[0m\n" "$rc" "$step" >&2' EXIT
-# A run that fails before it waits for the tests' build (begun beside another step) stops it.
-stop_tests_build() {
-    if [ -n "${tests_build_pid:-}" ] && kill -0 "$tests_build_pid" 2>/dev/null; then
-        pkill -TERM -P "$tests_build_pid" 2>/dev/null || true
-        kill "$tests_build_pid" 2>/dev/null || true
-    fi
-}
+trap 'rc=$?; end_step; print_steps; [ "$rc" -eq 0 ] || printf "\033[1m==> FAILED (exit %s) in: %s\033[0m\n" "$rc" "$step" >&2' EXIT
 
 find_python() {
     # >= 3.11: the abi3 extension needs the buffer protocol of the 3.11 limited API (pyproject.toml).
@@ -154,7 +147,8 @@ lint() {
     return "$rc"
 }
 
-cargo_env() {
+run_tests() {
+    demo --quick
     # pyo3 crates find the interpreter through PYO3_PYTHON; tch (torch-sys) links the
     # torch==2.13.0 of .venv (LIBTORCH_USE_PYTORCH=1 asks `python` on PATH where it is).
     export PYO3_PYTHON="$PWD/.venv/bin/python"
@@ -165,43 +159,9 @@ cargo_env() {
     if [ -n "${CI:-}" ]; then
         export CARGO_INCREMENTAL=0
     fi
-}
-
-# The tests' build (the dev profile: target/debug, its own lock) starts beside the extension's
-# (release): that one spends minutes compiling one large crate on one core, and this fills the
-# other. run_tests waits for it.
-tests_build_pid=""
-tests_build_log=""
-start_tests_build() {
-    tests_build_log=$(mktemp "${TMPDIR:-/tmp}/dlbridge-tests-build.XXXXXX")
-    (
-        cargo_env
-        t=$(now_ms)
-        rc=0
-        cargo test --workspace --exclude dlbridge-python --quiet --no-run >"$tests_build_log.out" 2>&1 || rc=$?
-        echo "$(($(now_ms) - t))" >"$tests_build_log"
-        exit "$rc"
-    ) &
-    tests_build_pid=$!
-}
-
-run_tests() {
-    demo --quick
-    cargo_env
     log "cargo fmt --check (rustfmt.toml)"
     cargo fmt --check
     log "cargo test --workspace --no-run: build the tests (all crates but the extension module)"
-    if [ -n "$tests_build_pid" ]; then
-        local rc=0
-        wait "$tests_build_pid" || rc=$?
-        tests_build_pid=""
-        cat "$tests_build_log.out" >&2
-        beside_names+=("cargo test --no-run, begun beside the extension's build (beside it)")
-        beside_secs+=("$(cat "$tests_build_log" 2>/dev/null || echo 0)")
-        rm -f "$tests_build_log" "$tests_build_log.out"
-        [ "$rc" -eq 0 ] || exit "$rc"
-    fi
-    # Fresh by now when begun beside the extension's build; otherwise the whole build.
     cargo test --workspace --exclude dlbridge-python --quiet --no-run
     # The tests leave a core idle much of the time (one test binary after another), so clippy
     # and rustdoc, which only check, run beside them. cargo test lets go of target/'s lock once
@@ -246,6 +206,6 @@ run_tests() {
 case "${1:-}" in
     setup) setup ;;
     demo) setup; build_python; demo ;;
-    test) setup; start_tests_build; build_python; run_tests ;;
+    test) setup; build_python; run_tests ;;
     *) echo "usage: ./dev.sh {demo|test|setup}" >&2; exit 2 ;;
 esac

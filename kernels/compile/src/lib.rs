@@ -49,7 +49,9 @@ pub mod tc;
 /// The code generators one step at a time, for this crate's own tests (hidden
 /// from the docs, and no part of the crate's promises). Always compiled: a
 /// feature that only the tests turned on would give the workspace's test build
-/// and a `cargo run -p ...` two builds of every crate above this one.
+/// and a `cargo run -p ...` two builds of every crate above this one. Left out
+/// of rustdoc's build, whose link checks are for the crate's public items.
+#[cfg(not(doc))]
 #[doc(hidden)]
 pub mod internals {
     pub use crate::builder::toolchain::Compiler;
