@@ -47,7 +47,7 @@ const FORMAT: &str = "dlbridge-compile cpu v3";
 /// The checks a build passes before its library is cached (the fragments'
 /// and the ELF file's): part of every key, so a library cached under other
 /// checks is never loaded without passing these.
-const CHECKS: [&str; 2] = [include_str!("fragments.rs"), include_str!("elf.rs")];
+const CHECKS: [&str; 3] = [include_str!("fragments.rs"), include_str!("elf.rs"), include_str!("imports.rs")];
 
 /// What a library's seal is bound to: its file and its kind.
 fn seal_name(key: &str) -> String {

@@ -13,7 +13,10 @@
 //! by the code they point at, never by symbol name (a preamble may define a
 //! function called `frame_dummy`). Its dynamic symbol table exports its entry
 //! points and nothing else (the generated libraries are linked with a version
-//! script that makes everything else local).
+//! script that makes everything else local). What it imports is judged by
+//! the library that provides each symbol (`imports.rs`): code that leaves
+//! its callers, starts threads or keeps the text's code to run later is
+//! refused however the text spelt the call.
 //!
 //! `dlbridge.load_inline` compiles the user's own C++, whose constructors run
 //! when it is loaded (as torch's `load_inline`): its libraries are checked to
@@ -26,6 +29,7 @@ use std::sync::OnceLock;
 
 use dlbridge_core::{Error, ErrorKind, Result};
 
+use crate::builder::imports::{self, Refusal};
 use crate::builder::toolchain::Compiler;
 
 /// What a library may have.
@@ -72,83 +76,9 @@ struct LoadTime {
     /// The symbols it defines (functions, data, labels; any binding) under
     /// names outside C++'s mangling (not `_Z...`), sorted.
     plain_symbols: Vec<String>,
-    /// The functions it calls that register code to run when the process or
-    /// a thread exits, or the library is unloaded ([`EXIT_HOOKS`]), or that
-    /// leave a function past its callers ([`CONTROL_IMPORTS`]), sorted.
-    exit_hooks: Vec<String>,
-}
-
-/// What C and C++ call to run code at exit: `static` and `thread_local`
-/// objects with destructors register theirs through the first three.
-const EXIT_HOOKS: [&str; 6] = ["__cxa_atexit", "__cxa_thread_atexit", "__cxa_thread_atexit_impl", "atexit", "at_quick_exit", "on_exit"];
-
-/// What the C library offers to leave a function past its callers, end a
-/// thread in the middle of a call, or run code later, outside any call:
-/// the generated code calls none of these, so a library that imports one
-/// got it from the text, however it was spelt (a function pointer, a macro,
-/// a wrapper). Each with what it would do.
-///
-/// `longjmp` (and its fortified `__longjmp_chk`) is not among them: the
-/// division check's handler calls it (`divguard.h`); the text's own use of it
-/// is refused by name, after preprocessing (`fragments.rs`).
-const CONTROL_IMPORTS: [(&str, &str); 40] = [
-    ("_longjmp", "jumps out of its function past the generated code that called it"),
-    ("siglongjmp", "jumps out of its function past the generated code that called it"),
-    ("setcontext", "switches to another execution context, past the generated code that called it"),
-    ("swapcontext", "switches to another execution context, past the generated code that called it"),
-    ("makecontext", "makes an execution context to switch to, past the generated code"),
-    ("_Unwind_ForcedUnwind", "unwinds the stack past the generated code that called it"),
-    ("_Unwind_RaiseException", "unwinds the stack past the generated code's exception handling"),
-    ("pthread_exit", "ends the calling thread in the middle of a call"),
-    ("thrd_exit", "ends the calling thread in the middle of a call"),
-    ("pthread_cancel", "cancels a thread in the middle of a call"),
-    ("pthread_key_create", "registers a destructor that runs when a thread exits, after the call returned"),
-    ("tss_create", "registers a destructor that runs when a thread exits, after the call returned"),
-    ("__pthread_key_create", "registers a destructor that runs when a thread exits, after the call returned"),
-    ("pthread_atfork", "registers code that runs when the process forks"),
-    ("signal", "installs a signal handler: code that runs later, outside any call"),
-    ("sigaction", "installs a signal handler: code that runs later, outside any call"),
-    ("__sigaction", "installs a signal handler: code that runs later, outside any call"),
-    ("bsd_signal", "installs a signal handler: code that runs later, outside any call"),
-    ("sysv_signal", "installs a signal handler: code that runs later, outside any call"),
-    ("__sysv_signal", "installs a signal handler: code that runs later, outside any call"),
-    ("sigset", "installs a signal handler: code that runs later, outside any call"),
-    ("syscall", "makes raw system calls (a signal handler, a thread of its own) that no check of the library sees"),
-    ("ssignal", "installs a signal handler: code that runs later, outside any call"),
-    ("sigvec", "installs a signal handler: code that runs later, outside any call"),
-    ("_Unwind_Resume_or_Rethrow", "raises an exception of its own making past the generated code's exception handling"),
-    ("register_printf_specifier", "registers code that every later `printf` in the process runs"),
-    ("register_printf_function", "registers code that every later `printf` in the process runs"),
-    ("register_printf_modifier", "registers code that every later `printf` in the process runs"),
-    ("register_printf_type", "registers code that every later `printf` in the process runs"),
-    ("fopencookie", "makes a stream whose functions run whenever it is used or flushed, at exit too"),
-    ("error_print_progname", "is a hook the C library's `error` calls, later, outside any call"),
-    ("timer_create", "can run code on a thread the C library starts, after the call"),
-    ("mq_notify", "can run code on a thread the C library starts, after the call"),
-    ("lio_listio", "can run code on a thread the C library starts, after the call"),
-    ("aio_read", "can run code on a thread the C library starts, after the call"),
-    ("aio_write", "can run code on a thread the C library starts, after the call"),
-    ("aio_fsync", "can run code on a thread the C library starts, after the call"),
-    ("getaddrinfo_a", "can run code on a thread the C library starts, after the call"),
-    ("_ZSt13set_terminatePFvvE", "(`std::set_terminate`) installs code that any later `std::terminate` in the process runs"),
-    ("_ZSt14set_unexpectedPFvvE", "(`std::set_unexpected`) installs code that the process runs later"),
-];
-
-/// Mangled names whose every overload registers the text's code for later
-/// (`std::set_new_handler`, `std::set_terminate` under another signature).
-const CONTROL_PREFIXES: [(&str, &str); 3] = [
-    ("_ZSt15set_new_handler", "(`std::set_new_handler`) installs code that any later failed allocation in the process runs"),
-    ("_ZSt13set_terminate", "(`std::set_terminate`) installs code that any later `std::terminate` in the process runs"),
-    ("_ZSt14set_unexpected", "(`std::set_unexpected`) installs code that the process runs later"),
-];
-
-/// What importing `name` would let the text do, if it is one of [`CONTROL_IMPORTS`] or [`CONTROL_PREFIXES`].
-fn control_import(name: &str) -> Option<&'static str> {
-    CONTROL_IMPORTS
-        .iter()
-        .find(|(c, _)| *c == name)
-        .or_else(|| CONTROL_PREFIXES.iter().find(|(p, _)| name.starts_with(p)))
-        .map(|(_, why)| *why)
+    /// What it imports: each symbol with the library file its version
+    /// names (`None`: unversioned), sorted.
+    imports: Vec<(String, Option<String>)>,
 }
 
 /// Unmangled symbols the generated code's runtime defines itself: the
@@ -256,13 +186,21 @@ fn read(data: &[u8], what: &str) -> Result<(LoadTime, Vec<String>)> {
         .collect();
     plain_symbols.sort();
     plain_symbols.dedup();
-    let mut exit_hooks: Vec<String> = file
+    let versions = file.elf_section_table().versions(endian, data).map_err(|e| bad(format!("has malformed symbol versions: {e}")))?;
+    let mut imports: Vec<(String, Option<String>)> = file
         .dynamic_symbols()
         .filter(|sym| sym.is_undefined())
-        .filter_map(|sym| sym.name().ok().filter(|n| EXIT_HOOKS.contains(n) || control_import(n).is_some()).map(str::to_owned))
+        .filter_map(|sym| {
+            let name = sym.name().ok().filter(|n| !n.is_empty())?;
+            let provider = versions.as_ref().and_then(|v| {
+                let version = v.version(v.version_index(endian, sym.index()).index()).ok().flatten()?;
+                version.file().map(|f| String::from_utf8_lossy(f).into_owned())
+            });
+            Some((name.to_owned(), provider))
+        })
         .collect();
-    exit_hooks.sort();
-    exit_hooks.dedup();
+    imports.sort();
+    imports.dedup();
     let section_size = |name: &str| file.section_by_name(name).map_or(0, |s| s.size());
     let section_addr = |name: &str| file.section_by_name(name).map(|s| s.address());
     let load = LoadTime {
@@ -279,7 +217,7 @@ fn read(data: &[u8], what: &str) -> Result<(LoadTime, Vec<String>)> {
         runtime_hooks,
         tm_clone_table,
         plain_symbols,
-        exit_hooks,
+        imports,
     };
     let mut exports: Vec<String> = file
         .dynamic_symbols()
@@ -310,7 +248,7 @@ fn read(_data: &[u8], _what: &str) -> Result<(LoadTime, Vec<String>)> {
             runtime_hooks: Vec::new(),
             tm_clone_table: 0,
             plain_symbols: Vec::new(),
-            exit_hooks: Vec::new(),
+            imports: Vec::new(),
         },
         Vec::new(),
     ))
@@ -418,20 +356,37 @@ pub(crate) fn check(compiler: &Compiler, bytes: &[u8], what: &str, policy: Polic
             ),
         });
     }
-    let control = load.exit_hooks.iter().filter(|h| !base.exit_hooks.contains(h)).find_map(|h| control_import(h).map(|why| (h, why)));
-    if let Some((name, does)) = control {
-        return Err(Error::Coded {
-            kind: ErrorKind::Value,
-            message: format!(
-                "{what}: its compiled library calls `{name}`, which {does}: a kernel's text may not (throw an exception to end a call with an error)"
+    // Every import the empty library lacks, judged by the library that
+    // provides it (`imports.rs`); the first of the most telling kind named.
+    let refusal = load
+        .imports
+        .iter()
+        .filter(|(name, _)| !base.imports.iter().any(|(b, _)| b == name))
+        .filter_map(|(name, file)| imports::judge(name, file.as_deref()).err().map(|r| (name, r)))
+        .min_by_key(|(_, r)| r.rank());
+    if let Some((name, refusal)) = refusal {
+        let message = match refusal {
+            Refusal::Control(does) => {
+                format!(
+                    "its compiled library calls `{name}`, which {does}: a kernel's text may not (throw an exception to end a call with an error)"
+                )
+            }
+            Refusal::ExitHook => {
+                return Err(refuse(format!(
+                    "its compiled library calls `{name}`, which registers code to run when the process or a thread exits \
+                     (a `static` or `thread_local` object with a destructor in the text? give it none, or keep it in the caller's memory)"
+                )));
+            }
+            Refusal::NotAllowed(from) => format!(
+                "its compiled library calls `{name}` from {from}: a kernel's text may not (docs/compile.md lists what it may call; \
+                 `dlbridge.load_inline` compiles C++ of your own that needs more)"
             ),
-        });
-    }
-    if let Some(h) = load.exit_hooks.iter().find(|h| !base.exit_hooks.contains(h)) {
-        return Err(refuse(format!(
-            "its compiled library calls `{h}`, which registers code to run when the process or a thread exits \
-             (a `static` or `thread_local` object with a destructor in the text? give it none, or keep it in the caller's memory)"
-        )));
+            Refusal::Unversioned => format!(
+                "its compiled library calls `{name}`, which none of the libraries the generated code links provides: a kernel's text may not \
+                 (a function the text declares and never defines? or one the process happens to have loaded)"
+            ),
+        };
+        return Err(Error::Coded { kind: ErrorKind::Value, message: format!("{what}: {message}") });
     }
     let extra: Vec<&String> = exports.iter().filter(|e| !allowed.contains(&e.as_str()) && !base_exports.contains(e)).collect();
     if !extra.is_empty() {
@@ -523,6 +478,79 @@ mod tests {
                 "`timer_create`",
             ),
             ("#include <csetjmp>\nnamespace k { sigjmp_buf b; void f() { siglongjmp(b, 1); } }", "`siglongjmp`"),
+        ];
+        for (body, says) in cases {
+            let e = check(c, &library(c, body), "t", policy).expect_err(body).to_string();
+            assert!(e.contains(says) && e.contains("a kernel's text may not"), "{body}: {e}");
+        }
+    }
+
+    /// The C and C++ a kernel's text commonly uses passes the import check.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_library_using_math_strings_containers_and_exceptions_passes() {
+        let c = Compiler::get().expect("a C++ compiler");
+        let policy = Policy::Generated { exports: &["dlbridge_empty"] };
+        let body = r#"#include <cmath>
+#include <complex>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <algorithm>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+namespace k {
+std::mutex m;
+double f(const char* s, double x, int n) {
+    std::lock_guard<std::mutex> g(m);
+    std::vector<double> v(static_cast<std::size_t>(n), x);
+    std::sort(v.begin(), v.end());
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%g", std::sin(x) + std::exp(x));
+    std::string t(buf);
+    std::ostringstream o;
+    o << t << std::strlen(s);
+    void* p = std::malloc(16);
+    std::memset(p, 0, 16);
+    std::free(p);
+    if (n < 0) throw std::runtime_error(o.str());
+    std::complex<double> z(x, 1.0);
+    return v.empty() ? std::abs(z * z) : v[0] + std::strtod(s, nullptr);
+}
+}"#;
+        check(c, &library(c, body), "t", policy).expect("common C and C++ passes");
+    }
+
+    /// What the C library offers beyond what a kernel's text may call is
+    /// refused, naming the function and where it comes from.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_library_calling_outside_what_kernels_may_call_is_refused() {
+        let c = Compiler::get().expect("a C++ compiler");
+        let policy = Policy::Generated { exports: &["dlbridge_empty"] };
+        let cases = [
+            ("#include <cstdlib>\nnamespace k { void f() { std::exit(0); } }", "`exit` from the C library"),
+            ("#include <cstdlib>\nnamespace k { int f() { return std::system(\"true\"); } }", "`system` from the C library"),
+            ("#include <dlfcn.h>\nnamespace k { void* f() { return dlopen(\"libz.so\", RTLD_NOW); } }", "`dlopen` from the C library"),
+            ("#include <sys/mman.h>\nnamespace k { int f(void* p) { return mprotect(p, 4096, 7); } }", "`mprotect` from the C library"),
+            ("#include <unistd.h>\nnamespace k { int f() { return fork(); } }", "`fork` from the C library"),
+            (
+                "#include <pthread.h>\nnamespace k { void* r(void*) { return nullptr; } int f() { pthread_t t; return pthread_create(&t, nullptr, r, nullptr); } }",
+                "`pthread_create`, which starts a thread",
+            ),
+            ("#include <thread>\nnamespace k { void r() {} void f() { std::thread(r).detach(); } }", "(`std::thread`) starts a thread"),
+            ("namespace k { int helper(int); int f() { return helper(1); } }", "`_ZN1k6helperEi`, which none of the libraries"),
+            (
+                "extern \"C\" int PyRun_SimpleString(const char*);\nnamespace k { int f() { return PyRun_SimpleString(\"1\"); } }",
+                "`PyRun_SimpleString`, which none",
+            ),
+            (
+                "extern \"C\" void __register_frame(void*);\nnamespace k { void f(void* p) { __register_frame(p); } }",
+                "`__register_frame` from the GCC runtime",
+            ),
         ];
         for (body, says) in cases {
             let e = check(c, &library(c, body), "t", policy).expect_err(body).to_string();

@@ -15,5 +15,6 @@ pub(crate) mod cache;
 pub(crate) mod dirs;
 pub(crate) mod elf;
 pub(crate) mod fragments;
+pub(crate) mod imports;
 pub(crate) mod specialise;
 pub(crate) mod toolchain;
