@@ -91,9 +91,17 @@ def load_inline(
     (and drops functions it no longer has); a function name taken by a built-in or plugin
     kernel is a ValueError.
     """
+    if not isinstance(name, str):
+        raise TypeError(f"load_inline: name must be a str (the library's name), got {name!r}")
+    for what, text in (("c_source", c_source), ("cuda_source", cuda_source)):
+        if text is not None and not isinstance(text, str):
+            raise TypeError(f"load_inline {name!r}: {what} must be a str of source text or None, got {type(text).__name__}")
     if isinstance(sources, (str, bytes, os.PathLike)) or not all(isinstance(p, (str, os.PathLike)) for p in sources):
         raise TypeError(f"load_inline {name!r}: sources must be a list of paths, got {sources!r}")
     paths = [os.path.abspath(os.fspath(p)) for p in sources]
+    for path in paths:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"load_inline {name!r}: the source file {path} does not exist or is not a file")
     if c_source is None and cuda_source is None and not paths:
         raise ValueError(f"load_inline {name!r}: give c_source, cuda_source, sources, or several")
     pairs: list[tuple[str | None, str]]

@@ -17,6 +17,7 @@ tests on an H100 (``scripts/gpu-check.sh``).
 
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 from ._dlbridge import Kernel, cuda_memory_stats, cuda_raw_kernel, cuda_raw_kernel_ptx, cuda_status
@@ -84,6 +85,13 @@ class RawKernel:
         block: int = 256,
         grid: int | None = None,
     ) -> None:
+        for what, text in (("name", name), ("source", source), ("signature", signature)):
+            if not isinstance(text, str):
+                raise TypeError(f"RawKernel: {what} must be a str, got {type(text).__name__}")
+        first = re.match(r"\s*([A-Za-z_]\w*)", signature)
+        head = first.group(1) if first else ""
+        if name.isidentifier() and head and head != name:
+            raise ValueError(f"RawKernel {name!r}: the signature names `{head}`, not the kernel `{name}` (a signature starts with its kernel's name)")
         # A str is a sequence too: "-O2 -g" would become six one-character options.
         if isinstance(options, (str, bytes)) or not all(isinstance(o, str) for o in options):
             raise TypeError(f"RawKernel {name!r}: options must be a list of str, got {options!r}")
@@ -99,7 +107,12 @@ class RawKernel:
         self.source = source
         self.name = name
         self.options = tuple(options)
-        self.kernel: Kernel = cuda_raw_kernel(source, name, signature, list(self.options), block, grid)
+        try:
+            self.kernel: Kernel = cuda_raw_kernel(source, name, signature, list(self.options), block, grid)
+        except ValueError as e:
+            if str(e).startswith("RawKernel"):
+                raise
+            raise ValueError(f"RawKernel {name!r}: {e}") from e
 
     @property
     def signature(self) -> str:

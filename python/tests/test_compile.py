@@ -502,3 +502,23 @@ def test_reduction_calls_alternating_axes_shapes_and_keepdims_each_get_their_own
         l2(arrays[0], axis=[[0]])
     with pytest.raises(ValueError, match="out of bounds"):
         l2(arrays[0], axis=3)
+
+
+def test_a_preamble_may_include_memory_and_use_smart_pointers():
+    # <memory> of libstdc++ 12 spells an attribute with CUDA's `__noinline__`, which the runtime defines.
+    preamble = textwrap.dedent(
+        """
+        #include <memory>
+        #include <numeric>
+        namespace k {
+        inline float twice(float v) {
+            auto p = std::make_unique<float>(v);
+            std::shared_ptr<float> q = std::make_shared<float>(*p);
+            return *p + *q;
+        }
+        }
+        """
+    )
+    k = dlbridge.ElementwiseKernel("float32 x", "float32 z", "z = k::twice(x);", "smart_pointers", preamble=preamble)
+    x = np.arange(5, dtype=np.float32)
+    np.testing.assert_array_equal(k(x), 2 * x)

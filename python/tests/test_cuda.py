@@ -237,6 +237,12 @@ def test_raw_kernel_arguments_are_checked_before_compiling():
         dlbridge.cuda.RawKernel(SCALE, "scale", SCALE_SIG, block=0)
     with pytest.raises(ValueError, match="c64"):
         dlbridge.cuda.RawKernel(SCALE, "scale", "scale(x: c64[N]) -> (y: c64[N])")
+    with pytest.raises(ValueError, match="RawKernel 'scale': the signature names `other`, not the kernel `scale`"):
+        dlbridge.cuda.RawKernel(SCALE, "scale", SCALE_SIG.replace("scale", "other", 1))
+    with pytest.raises(ValueError, match="RawKernel 'scale': signature error at column"):
+        dlbridge.cuda.RawKernel(SCALE, "scale", "scale(x: f32[N] -> (y: f32[N])")
+    with pytest.raises(TypeError, match="RawKernel: source must be a str, got bytes"):
+        dlbridge.cuda.RawKernel(SCALE.encode(), "scale", SCALE_SIG)
 
 
 @needs_nvrtc

@@ -243,7 +243,19 @@ def test_source_files_are_compiled_by_path_and_a_changed_header_makes_a_new_buil
     src.write_text('#include "scale.h"\nvoid file_scale(const float* x, float* y, long long n) {\n  y[0] = undefined_here;\n}\n')
     with pytest.raises(ValueError, match="scale.cpp:3"):
         dlbridge.load_inline("from_files", functions=sig, sources=[src])
-    with pytest.raises(FileNotFoundError, match="no_such_file.cpp"):
+    with pytest.raises(FileNotFoundError, match="load_inline 'from_files': the source file .*no_such_file.cpp does not exist"):
         dlbridge.load_inline("from_files", functions=sig, sources=[tmp_path / "no_such_file.cpp"])
     with pytest.raises(TypeError, match="sources must be a list of paths"):
         dlbridge.load_inline("from_files", functions=sig, sources=str(src))
+    with pytest.raises(FileNotFoundError, match="is not a file"):
+        dlbridge.load_inline("from_files", functions=sig, sources=[tmp_path])
+
+
+def test_a_name_or_source_of_the_wrong_type_is_a_type_error_naming_it():
+    sig = ["wrong_types(x: f32[N]) -> (y: f32[N])"]
+    with pytest.raises(TypeError, match="load_inline: name must be a str"):
+        dlbridge.load_inline(None, "void wrong_types() {}", sig)
+    with pytest.raises(TypeError, match="load_inline 'wrong_types': c_source must be a str of source text or None, got bytes"):
+        dlbridge.load_inline("wrong_types", b"void wrong_types() {}", sig)
+    with pytest.raises(TypeError, match="cuda_source must be a str"):
+        dlbridge.load_inline("wrong_types", None, sig, cuda_source=42)

@@ -200,6 +200,12 @@ pub(crate) fn head<'s, S: Spec>(backend: &Backend, spec: &'s S, bind: &[(char, D
         src.line(&format!("// Specialisation: {}.", t.join(", ")));
     }
     src.line(&format!("// Signature: {signature}"));
+    if backend.marked && spec.preamble().contains("include") {
+        // libstdc++ 12's <memory> spells an attribute `__noinline__`, which
+        // the CPU runtime defines as CUDA's qualifier: a preamble that may
+        // include it has it included first.
+        src.line("#include <memory>");
+    }
     (backend.runtime)(&mut src);
     src.line("");
     src.line("// ---- the kernel's types ----");
