@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numbers
 import operator
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -399,6 +400,23 @@ def _scalars_to_arrays(name: str, params: Sequence[Any], scalar_ok: Sequence[boo
     return converted
 
 
+def _numpy_bool_types() -> tuple[type, ...]:
+    """NumPy's bool scalar type, where NumPy is imported."""
+    np = sys.modules.get("numpy")
+    return (np.bool_,) if np is not None else ()
+
+
+def _shaped(kernel: str, name: str, a: Any) -> Any:
+    """``a`` when it has a shape (a framework's array), else a dlbridge.Array view of it (a
+    plain ``__dlpack__`` producer or buffer); what is neither is a TypeError naming the argument."""
+    if hasattr(a, "shape"):
+        return a
+    try:
+        return _dlbridge.from_dlpack(a)
+    except (TypeError, BufferError) as e:
+        raise type(e)(f"{kernel}: argument {name}: {e}") from None
+
+
 def _permuted(a: Any, perm: list[int]) -> Any:
     """A zero-copy view of ``a`` with its axes in the order ``perm``, in ``a``'s own
     framework where it has one (a torch tensor stays on its device)."""
@@ -490,11 +508,19 @@ class ReductionKernel(_SourceKernel):
             if outs:
                 raise TypeError(f"{self.name}: outputs given both positionally and with out=")
             outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        if not isinstance(keepdims, (bool, *_numpy_bool_types())):
+            raise TypeError(f"{self.name}: keepdims must be a bool, not {keepdims!r}")
+        if isinstance(axis, bool) or (isinstance(axis, (tuple, list)) and any(isinstance(a, bool) for a in axis)):
+            raise TypeError(f"{self.name}: axis must be an int or a tuple of ints, not {axis!r}")
         # The framework of the first array argument makes the outputs.
         scalars = [_is_scalar(a) for a in ins]
         like = next((a for a, sc in zip(ins, scalars) if not sc), None)
         if True in scalars:  # 0-d arrays, which broadcast (as in ElementwiseKernel)
             ins = _scalars_to_arrays(self.name, self._ins, [True] * self.nin, ins, outs)
+        # Any other DLPack producer or buffer: reduced through a dlbridge.Array view of its memory.
+        ins = [_shaped(self.name, p.name, a) for p, a in zip(self._ins, ins, strict=True)]
+        given = outs
+        outs = [_shaped(self.name, p.name, o) for p, o in zip(self._outs, outs)]
         made: list[int] = []
         shapes = [tuple(a.shape) for a in ins]
         shape = shapes[0]
@@ -528,6 +554,7 @@ class ReductionKernel(_SourceKernel):
         # Made here in the input's framework: handed over as its calls' outputs are (JAX's zero-copy import).
         for i in made:
             outs[i] = _dlbridge._hand_over(like, outs[i])
+        outs = [*given, *outs[len(given) :]]  # the caller's own objects, written in place
         return outs[0] if self.nout == 1 else tuple(outs)
 
     def _plan(self, shape: tuple[int, ...], axis: Any, keepdims: bool) -> tuple[Any, ...]:

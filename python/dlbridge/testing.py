@@ -1031,7 +1031,9 @@ def _follow(proc: subprocess.Popen, rfd: int, run: _Run, timeout: float) -> None
         elif "result" in msg:
             run.step = ""
         elif msg.get("done"):
-            run.done = True
+            # What the code under test left to run at exit (hooks, threads) gets the timeout too.
+            run.done, run.step, run.who, run.limit = True, "exit", "the code under test", timeout
+            deadline = time.monotonic() + timeout
 
     while True:
         left = deadline - time.monotonic()
@@ -1060,11 +1062,20 @@ def _follow(proc: subprocess.Popen, rfd: int, run: _Run, timeout: float) -> None
                 proc.wait(timeout=min(left, 0.1))
 
 
-_DEATH = re.compile(r"did not finish within [0-9.]+ s|crashed the process: killed by signal|exited with status -?\d+ before reporting")
+_DEATH = re.compile(
+    r"did not finish within [0-9.]+ s|did not end within [0-9.]+ s|crashed the process(?: at exit)?: killed by signal"
+    r"|exited with status -?\d+ before reporting|made the process exit with status -?\d+ at exit"
+)
 
 
 def _death(run: _Run) -> str:
     """How a child that did not finish ended, naming who ran in it."""
+    if run.step == "exit":
+        if run.rc is None:
+            return f"{run.who} kept the process from ending: it did not end within {run.limit:g} s (a thread left running, or an exit hook that hangs?)"
+        if run.rc < 0:
+            return f"{run.who} crashed the process at exit: killed by signal {_signal_name(-run.rc)}"
+        return f"{run.who} made the process exit with status {run.rc} at exit" + (f" (its last output: {run.log})" if run.log else "")
     if run.rc is None:
         return f"{run.who} did not finish within {run.limit:g} s"
     if run.rc < 0:
@@ -1091,6 +1102,12 @@ def _box(job: dict, names: list[str], timeout: float) -> tuple[dict[str, list[tu
             if msg.get("result") in todo and isinstance(msg.get("outcomes"), list):
                 out[msg["result"]] = [(str(s), str(d)) for s, d in msg["outcomes"]]
         todo = [n for n in todo if n not in out]
+        if run.done and run.rc != 0:
+            # Every check reported, then the process crashed, failed or hung on its way out: the
+            # last check it ran fails, naming how (its results stand).
+            ran = [m["result"] for m in run.messages if m.get("result") in out]
+            if ran:
+                out[ran[-1]] = [*out[ran[-1]], ("fail", f"after this check, {_death(run)}")]
         if not todo:
             break
         if run.done:

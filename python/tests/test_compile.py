@@ -522,3 +522,32 @@ def test_a_preamble_may_include_memory_and_use_smart_pointers():
     k = dlbridge.ElementwiseKernel("float32 x", "float32 z", "z = k::twice(x);", "smart_pointers", preamble=preamble)
     x = np.arange(5, dtype=np.float32)
     np.testing.assert_array_equal(k(x), 2 * x)
+
+
+class _DLPackOnly:
+    """A producer with nothing but the DLPack protocol (no shape, no indexing)."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def __dlpack__(self, **kw):
+        return self.data.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.data.__dlpack_device__()
+
+
+def test_a_reduction_takes_any_dlpack_producer_and_refuses_bool_axis_and_keepdims():
+    red = dlbridge.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "dlpack_only_sum")
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert red(_DLPackOnly(x), axis=1).tolist() == x.sum(axis=1).tolist()
+    out = _DLPackOnly(np.zeros(4, np.float32))
+    assert red(_DLPackOnly(x), axis=0, out=out) is out  # written in place, the caller's own object back
+    np.testing.assert_array_equal(out.data, x.sum(axis=0))
+    with pytest.raises(TypeError, match="dlpack_only_sum: argument x: object has no __dlpack__"):
+        red(object(), axis=1)
+    with pytest.raises(TypeError, match="dlpack_only_sum: axis must be an int or a tuple of ints, not True"):
+        red(x, axis=True)
+    with pytest.raises(TypeError, match="dlpack_only_sum: keepdims must be a bool, not 'yes'"):
+        red(x, keepdims="yes")
+    assert red(x, axis=1, keepdims=np.True_).shape == (3, 1)

@@ -45,6 +45,32 @@ LIBRARY = textwrap.dedent('''
         ctypes.string_at(0)
 
 
+    _armed = []
+
+
+    def _arm(hook):
+        if not _armed:
+            _armed.append(hook())
+
+
+    def crashes_at_exit(shape, dtype):
+        import atexit
+        _arm(lambda: atexit.register(lambda: ctypes.string_at(0)))
+        return make(shape, dtype)
+
+
+    def exits_3_at_exit(shape, dtype):
+        import atexit
+        _arm(lambda: atexit.register(lambda: os._exit(3)))
+        return make(shape, dtype)
+
+
+    def leaves_a_thread_running(shape, dtype):
+        import threading
+        _arm(lambda: threading.Thread(target=time.sleep, args=(600,)).start())
+        return make(shape, dtype)
+
+
     def exits_on_a_larger_array(shape, dtype):
         if shape == (4, 6):  # the base of the views check only
             os._exit(0)
@@ -130,6 +156,23 @@ def test_a_factory_that_segfaults_fails_naming_the_signal(badlib):
     assert _rule(r.stdout, "dlpack_device_is_a_cpu_pair") == (
         "dlpack_device_is_a_cpu_pair fail: the factory crashed the process: killed by signal SIGSEGV")
     assert r.stdout.rstrip().endswith("16 failures"), r.stdout
+
+
+@pytest.mark.parametrize(
+    "factory, says",
+    [
+        ("crashes_at_exit", "the code under test crashed the process at exit: killed by signal SIGSEGV"),
+        ("exits_3_at_exit", "the code under test made the process exit with status 3 at exit"),
+        ("leaves_a_thread_running", "the code under test kept the process from ending: it did not end within 2 s"),
+    ],
+)
+def test_code_that_crashes_exits_or_hangs_after_the_last_check_fails_naming_how(badlib, factory, says):
+    r = _testing("--producer", f"badlib:{factory}", "--dtypes", "f32", "--timeout", FAST, cwd=badlib)
+    assert r.returncode == 3, r.stdout + r.stderr
+    last = _rule(r.stdout, dt.CHECKS[-1])
+    assert f"after this check, {says}" in last, r.stdout
+    assert r.stdout.rstrip().endswith(", 1 failures"), r.stdout
+    assert "fix:" not in r.stdout, r.stdout
 
 
 def test_a_factory_that_exits_in_one_check_fails_that_check_and_the_rest_still_run(badlib):

@@ -377,6 +377,11 @@ def test_vmap_of_an_elementwise_kernel_that_reads_its_position_matches_calls_per
         ("y = x + (T)((reinterpret_cast<unsigned long>(__builtin_addressof(y)) % 64) / sizeof(T))", ""),
         ("y = x + (T)((reinterpret_cast<unsigned long>(std::addressof(y)) % 64) / sizeof(T))", "#include <memory>"),
         ("y = x + (T)(where_of(y) % 7)", "template <class V> unsigned long where_of(const V& v) { return (unsigned long)&v / sizeof(V); }"),
+        # Functions that take the element by reference, however spelt: only calls that cannot see
+        # an address (the runtime's math, casts, the preamble's own functions) are batched.
+        ("y = x + (T)((reinterpret_cast<unsigned long>(std::__addressof(y)) % 64) / sizeof(T))", ""),
+        ("y = x + (T)(reinterpret_cast<unsigned long>(std::pointer_traits<T*>::pointer_to(y)) % 7)", "#include <memory>"),
+        ("y = x + (T)(reinterpret_cast<unsigned long>(std::__addressof(y)) % 7)", "#include <memory>\nusing namespace std;"),
     ],
 )
 def test_an_elementwise_kernel_with_state_or_addresses_is_batched_one_call_per_element(operation, preamble):
@@ -385,6 +390,22 @@ def test_an_elementwise_kernel_with_state_or_addresses_is_batched_one_call_per_e
     k = dlbridge.ElementwiseKernel("T x", "T y", operation, f"stateful_{abs(hash(operation)) % 10**6}", preamble=preamble)
     assert not k.kernel.per_element
     assert djax._vmap_method(k.kernel) == "sequential"
+
+
+def test_vmap_of_the_addressof_spelling_libstdcxx_uses_matches_calls_per_element():
+    k = dlbridge.ElementwiseKernel(
+        "T x", "T y", "y = x + (T)((reinterpret_cast<unsigned long>(std::__addressof(y)) % 64) / sizeof(T))", "vm_libstdcxx_addressof"
+    )
+    op = djax.as_op(k)
+    xs = arange(3, 4)
+    np.testing.assert_array_equal(np.asarray(jax.vmap(op)(xs)), np.stack([np.asarray(op(x)) for x in xs]))
+
+
+def test_a_kernel_calling_only_math_casts_and_its_preambles_functions_is_batched_as_one_call():
+    pre = "namespace k { inline float twice(float v) { return 2 * v; } }"
+    for operation in ("y = tanh(x) * T(2) + max(x, T(0))", "y = std::exp(x) + static_cast<T>(1)", "y = k::twice(x)"):
+        k = dlbridge.ElementwiseKernel("T x", "T y", operation, f"blind_{abs(hash(operation)) % 10**6}", preamble=pre)
+        assert k.kernel.per_element, operation
 
 
 @pytest.mark.parametrize("value", [np.uint64(2**64 - 1), 2**63, -(2**63) - 1])

@@ -270,6 +270,9 @@ impl ElementwiseSpec {
                     || ["i", "n", "_ind"].iter().any(|w| has_word(code, w))
                     || generated_name(code)
             })
+            // A function that takes the element by reference: the operation
+            // calls only what cannot see where its arguments lie.
+            || !batch::calls_only_position_blind(&op, &pre, &self.type_vars())
     }
 
     /// Whether the caller passes the outputs: an output is raw (its shape is
@@ -566,5 +569,6 @@ impl Spec for ReductionSpec {
     }
 }
 
+mod batch;
 #[cfg(test)]
 mod tests;

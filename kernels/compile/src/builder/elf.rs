@@ -558,6 +558,35 @@ double f(const char* s, double x, int n) {
         }
     }
 
+    /// Parts of the C++ runtime that keep the text's code, or work it
+    /// registered, to run after the call (at thread exit) are refused, as
+    /// is the C library's file access (`/proc/self/mem` writes any memory).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_library_using_runtime_parts_that_run_later_or_open_files_is_refused() {
+        let c = Compiler::get().expect("a C++ compiler");
+        let policy = Policy::Generated { exports: &["dlbridge_empty"] };
+        let cases = [
+            (
+                "#include <memory_resource>\nnamespace k { void* f() { auto* p = new std::pmr::synchronized_pool_resource(); return p->allocate(16); } }",
+                "`_ZNSt3pmr",
+            ),
+            (
+                "#include <future>\nnamespace k { void f() { auto* p = new std::promise<int>; p->set_value_at_thread_exit(1); } }",
+                "thread exits",
+            ),
+            (
+                "#include <cstdio>\nnamespace k { std::FILE* f() { return std::fopen(\"/proc/self/mem\", \"r+b\"); } }",
+                "`fopen` from the C library",
+            ),
+            ("#include <fstream>\nnamespace k { void f() { std::ofstream o(\"/tmp/x\"); o << 1; } }", "from the C++ runtime"),
+        ];
+        for (body, says) in cases {
+            let e = check(c, &library(c, body), "t", policy).expect_err(body).to_string();
+            assert!(e.contains(says) && e.contains("a kernel's text may not"), "{body}: {e}");
+        }
+    }
+
     #[test]
     fn the_version_script_keeps_only_the_entry_points() {
         assert_eq!(version_script(&["dlbridge_plugin"]), "{\n  global: dlbridge_plugin;\n  local: *;\n};\n");

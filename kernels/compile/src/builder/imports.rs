@@ -9,15 +9,15 @@
 //! - the C library (and the dynamic loader): only the functions of
 //!   [`C_LIBRARY`], those that return to their caller and keep none of the
 //!   text's code to run later: math, memory and strings, allocation,
-//!   formatted input and output, conversions, sorting, clocks, locks; never
-//!   threads, signals, processes, exits, dynamic loading, memory protection
-//!   or system calls;
+//!   formatted output and input on the standard streams, conversions,
+//!   sorting, clocks, locks; never files, threads, signals, processes, exits,
+//!   dynamic loading, memory protection or system calls;
 //! - the math libraries (`libm`, `libmvec`): all of it;
 //! - the GCC runtime (`libgcc_s`): its arithmetic helpers and the unwinder
 //!   functions exception handling uses ([`GCC_UNWIND`]);
-//! - the C++ runtime (`libstdc++`): all but what starts a thread or keeps
-//!   the text's code to run later ([`CXX_DENIED`], and [`CONTROL_IMPORTS`]'s
-//!   mangled names);
+//! - the C++ runtime (`libstdc++`): only the parts of [`CXX_RUNTIME`]
+//!   (exceptions, allocation, strings, containers' helpers, ...), less
+//!   what of them keeps code to run later ([`CXX_DENIED`]);
 //! - no other library, and no symbol without a version (what the text
 //!   declares and never defines, or what the process happens to have
 //!   loaded).
@@ -88,7 +88,7 @@ const CXX_DENIED: [(&str, &str); 11] = [
     ("_ZSt16__at_thread_exit", "(`std::__at_thread_exit`) registers code that runs when the thread exits, after the call returned"),
     ("_ZSt25notify_all_at_thread_exit", "(`std::notify_all_at_thread_exit`) registers work that runs when the thread exits"),
     (
-        "_ZNSt13__future_base11_State_baseV211_Make_ready",
+        "_ZNSt13__future_base13_State_baseV211_Make_ready",
         "(a `*_at_thread_exit` result of `std::promise`) registers work that runs when the thread exits",
     ),
     (
@@ -102,6 +102,150 @@ const CXX_DENIED: [(&str, &str); 11] = [
     ),
     ("_ZNSt8ios_base15sync_with_stdio", "(`std::ios_base::sync_with_stdio`) changes how all the process's later standard streams work"),
 ];
+
+/// What of the C++ runtime a kernel's text may use, by the start of the
+/// entity's mangled name once its kind is taken off ([`cxx_entity`]):
+/// exceptions and what throws them, allocation, strings and string streams,
+/// the standard streams' and locales' machinery, containers' out-of-line
+/// helpers, hashing, clocks, `std::call_once`, condition variables and
+/// random devices. Never threads, memory resources (`std::pmr`, whose pools
+/// keep the text's code to run at thread exit), futures, file streams or
+/// the file system.
+const CXX_RUNTIME: &[&str] = &[
+    // Exceptions, what throws them, `std::terminate`.
+    "St9exception",
+    "St13bad_exception",
+    "St9bad_alloc",
+    "St20bad_array_new_length",
+    "St8bad_cast",
+    "St10bad_typeid",
+    "St17bad_function_call",
+    "St18bad_variant_access",
+    "St19bad_optional_access",
+    "St13runtime_error",
+    "St11logic_error",
+    "St12domain_error",
+    "St16invalid_argument",
+    "St12length_error",
+    "St12out_of_range",
+    "St11range_error",
+    "St14overflow_error",
+    "St15underflow_error",
+    "St12system_error",
+    "St3_V215system_category",
+    "St3_V216generic_category",
+    "St14error_category",
+    "St15__exception_ptr",
+    "St17current_exception",
+    "St17rethrow_exception",
+    "St18uncaught_exception",
+    "St19uncaught_exceptions",
+    "St9terminate",
+    "St21__glibcxx_assert_fail",
+    "10__cxxabiv1",
+    "St7nothrow",
+    // Strings, string streams, the streams' and locales' machinery.
+    "St7__cxx11",
+    "St12__sso_string",
+    "Ss",
+    "Sa",
+    "So",
+    "Si",
+    "Sd",
+    "St9basic_ios",
+    "St13basic_ostream",
+    "St13basic_istream",
+    "St14basic_iostream",
+    "St15basic_streambuf",
+    "St8ios_base",
+    "St6locale",
+    "St5ctype",
+    "St7num_put",
+    "St7num_get",
+    "St8numpunct",
+    "St7codecvt",
+    "St16__ostream_insert",
+    "St9use_facet",
+    "St9has_facet",
+    "St11char_traits",
+    // Containers' out-of-line helpers, hashing.
+    "St8__detail",
+    "St18_Rb_tree_increment",
+    "St18_Rb_tree_decrement",
+    "St29_Rb_tree_insert_and_rebalance",
+    "St28_Rb_tree_rebalance_for_erase",
+    "St11_Hash_bytes",
+    "St15_Fnv_hash_bytes",
+    // Clocks, `std::call_once`, condition variables, random devices.
+    "St6chrono",
+    "St11__once_call",
+    "St15__once_callable",
+    "St18condition_variable",
+    "St13random_device",
+    "St6thread20hardware_concurrency",
+    // Reference counts of the strings and locales.
+    "9__gnu_cxx12__atomic_add",
+    "9__gnu_cxx18__exchange_and_add",
+];
+
+/// Unmangled functions of the C++ runtime a kernel's text may use: the
+/// exception ABI's (its `__cxa_atexit` family is judged as an exit hook
+/// first), the personality routine, `dynamic_cast`, `std::call_once`'s
+/// trampoline.
+const CXX_PLAIN: [&str; 4] = ["__gxx_personality_v0", "__dynamic_cast", "__once_proxy", "__cxa_"];
+
+/// `name`'s entity: a mangled name without `_Z`, a thunk's offsets, the
+/// special name's kind (`TV` vtable, `TI` type info, `TS` its name, `TT`
+/// VTT), the nested-name `N` and member qualifiers. `_ZNKSt9exception4whatEv`
+/// is `St9exception4whatEv`; `_ZTVN10__cxxabiv117__class_type_infoE` is
+/// `10__cxxabiv117__class_type_infoE`.
+fn cxx_entity(name: &str) -> Option<&str> {
+    let mut rest = name.strip_prefix("_Z")?;
+    // Thunks: `Th` + offset `_`, `Tv` + offset `_` + virtual offset `_`, `Tc` (covariant).
+    for (kind, parts) in [("Th", 1), ("Tv", 2), ("Tc", 2)] {
+        if let Some(r) = rest.strip_prefix(kind) {
+            let mut r = r;
+            for _ in 0..parts {
+                r = r.split_once('_')?.1;
+            }
+            rest = r;
+        }
+    }
+    for kind in ["TV", "TI", "TS", "TT"] {
+        if let Some(r) = rest.strip_prefix(kind) {
+            rest = r;
+            break;
+        }
+    }
+    rest = rest.strip_prefix('N').unwrap_or(rest);
+    Some(rest.trim_start_matches(['K', 'V', 'r']))
+}
+
+/// Whether the C++ runtime's `name` is among what a kernel's text may use
+/// ([`CXX_RUNTIME`], [`CXX_PLAIN`], `std::__throw_*`, `operator new` and
+/// `delete`, the type information of the fundamental types).
+fn cxx_allowed(name: &str) -> bool {
+    if CXX_PLAIN.iter().any(|p| if p.ends_with('_') { name.starts_with(p) } else { name == *p }) {
+        return true;
+    }
+    // `operator new`, `new[]`, `delete`, `delete[]` (every overload).
+    if ["_Znw", "_Zna", "_Zdl", "_Zda"].iter().any(|p| name.starts_with(p)) {
+        return true;
+    }
+    let Some(entity) = cxx_entity(name) else { return false };
+    // `std::__throw_length_error` and its kin: `St` + length + `__throw_`.
+    if let Some(r) = entity.strip_prefix("St") {
+        let digits = r.len() - r.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits > 0 && r[digits..].starts_with("__throw_") {
+            return true;
+        }
+    }
+    // The type information of a fundamental type or a pointer to one (`_ZTIi`, `_ZTIPKc`).
+    if (name.starts_with("_ZTI") || name.starts_with("_ZTS")) && entity.trim_start_matches(['P', 'K', 'V', 'r']).len() <= 2 {
+        return true;
+    }
+    CXX_RUNTIME.iter().any(|p| entity.starts_with(p))
+}
 
 /// The C library's functions (and data) a kernel's text may use: each
 /// returns to its caller and keeps none of the text's code or memory to use
@@ -171,7 +315,8 @@ const C_LIBRARY: &[&str] = &[
     "memalign",
     "valloc",
     "malloc_usable_size",
-    // Formatted input and output, streams.
+    // Formatted input and output on the standard streams (no files: a file
+    // such as `/proc/self/mem` writes any of the process's memory).
     "printf",
     "fprintf",
     "sprintf",
@@ -182,7 +327,6 @@ const C_LIBRARY: &[&str] = &[
     "vsnprintf",
     "asprintf",
     "vasprintf",
-    "dprintf",
     "puts",
     "fputs",
     "putchar",
@@ -194,19 +338,12 @@ const C_LIBRARY: &[&str] = &[
     "sscanf",
     "vsscanf",
     "fscanf",
-    "fopen",
-    "fclose",
-    "fread",
     "fgets",
     "fgetc",
     "getc",
-    "fseek",
-    "ftell",
-    "rewind",
     "feof",
     "ferror",
     "clearerr",
-    "fileno",
     "stdout",
     "stderr",
     "stdin",
@@ -433,7 +570,12 @@ pub(crate) fn judge(name: &str, file: Option<&str>) -> Result<(), Refusal> {
     let stem = file.split(".so").next().unwrap_or(file);
     match stem {
         "libm" | "libmvec" => Ok(()),
-        "libstdc++" => Ok(()),
+        "libstdc++" if cxx_allowed(name) => Ok(()),
+        "libstdc++" => Err(Refusal::NotAllowed(format!(
+            "the C++ runtime (`{file}`), whose parts a kernel's text may use are its exceptions, allocation, strings and string streams, \
+             containers' helpers, hashing, clocks, `std::call_once` and condition variables (not threads, `std::pmr` memory resources, \
+             futures, file streams or the file system)"
+        ))),
         "libgcc_s" if GCC_UNWIND.contains(&name) || gcc_helper(name) => Ok(()),
         "libgcc_s" => {
             Err(Refusal::NotAllowed("the GCC runtime (`libgcc_s`), beyond its arithmetic helpers and the unwinding exceptions use".into()))
@@ -442,7 +584,7 @@ pub(crate) fn judge(name: &str, file: Option<&str>) -> Result<(), Refusal> {
         s if s.starts_with("ld-linux") && C_LIBRARY.contains(&plain(name)) => Ok(()),
         "libc" | "libpthread" | "librt" | "libdl" => Err(Refusal::NotAllowed(format!(
             "the C library (`{file}`), whose functions a kernel's text may use are its math, memory and string functions, allocation, \
-             formatted input and output, conversions, sorting, clocks and locks"
+             formatted output and input on the standard streams, conversions, sorting, clocks and locks (no files)"
         ))),
         s if s.starts_with("ld-linux") => Err(Refusal::NotAllowed(format!("the dynamic loader (`{file}`)"))),
         _ => Err(Refusal::NotAllowed(format!("`{file}`, a library the generated code does not link"))),
@@ -463,7 +605,37 @@ mod tests {
         assert_eq!(judge("feenableexcept", Some("libm.so.6")), Ok(()));
         assert_eq!(judge("__muldc3", Some("libgcc_s.so.1")), Ok(()));
         assert_eq!(judge("_Unwind_Resume", Some("libgcc_s.so.1")), Ok(()));
-        assert_eq!(judge("_ZNSt13runtime_errorC1EPKc", Some("libstdc++.so.6")), Ok(()));
+        for name in [
+            "_ZNSt13runtime_errorC1EPKc",
+            "_ZNKSt9exception4whatEv",
+            "_ZTVN10__cxxabiv117__class_type_infoE",
+            "_ZTIi",
+            "_ZTIPKc",
+            "_ZSt20__throw_length_errorPKc",
+            "_Znwm",
+            "_ZdlPvm",
+            "__cxa_begin_catch",
+            "_ZNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEE9_M_createERmm",
+            "_ZThn16_NSt7__cxx1118basic_stringstreamIcSt11char_traitsIcESaIcEED1Ev",
+            "_ZNSo9_M_insertIdEERSoT_",
+            "_ZNSt6chrono3_V212steady_clock3nowEv",
+        ] {
+            assert_eq!(judge(name, Some("libstdc++.so.6")), Ok(()), "{name}");
+        }
+        for name in [
+            "_ZNSt3pmr26synchronized_pool_resourceC1ERKNS_12pool_optionsEPNS_15memory_resourceE",
+            "_ZTVNSt3pmr26synchronized_pool_resourceE",
+            "_ZNSt13basic_filebufIcSt11char_traitsIcEE4openEPKcSt13_Ios_Openmode",
+            "_ZNSt10filesystem6removeERKNS_7__cxx114pathE",
+            "_ZN9__gnu_cxx27__verbose_terminate_handlerEv",
+        ] {
+            assert!(matches!(judge(name, Some("libstdc++.so.6")), Err(Refusal::NotAllowed(_))), "{name}");
+        }
+        assert!(matches!(
+            judge("_ZNSt13__future_base13_State_baseV211_Make_ready6_M_setEv", Some("libstdc++.so.6")),
+            Err(Refusal::Control(_))
+        ));
+        assert!(matches!(judge("fopen", Some("libc.so.6")), Err(Refusal::NotAllowed(_))));
         for (name, file) in [("dlopen", "libc.so.6"), ("exit", "libc.so.6"), ("mprotect", "libc.so.6"), ("__exit_chk", "libc.so.6")] {
             assert!(matches!(judge(name, Some(file)), Err(Refusal::NotAllowed(_))), "{name}");
         }

@@ -1,0 +1,306 @@
+//! Whether an elementwise operation may run batched (`jax.vmap` as one call
+//! on stacked inputs): by what it calls, not by a list of what it must not.
+//!
+//! An element's position reaches the text through a name (`i`, `_ind`), an
+//! address (`&y`), state kept across elements (`static`) or a function that
+//! takes the element by reference (`std::addressof(y)`, `std::__addressof`,
+//! `std::pointer_traits<T*>::pointer_to(y)`, a template of the preamble's
+//! taking `U&&`). Rather than name every such function, a batched operation
+//! calls only what cannot see where its arguments lie: the runtime's math
+//! (the names the CPU runtime brings in with `using std::...`), `min`/`max`,
+//! casts and types, and functions the preamble defines when the preamble
+//! takes no reference (`&`, `&&`) at all. Any other call keeps the kernel's
+//! calls per element, which is always right, only slower.
+
+use std::collections::BTreeSet;
+use std::sync::OnceLock;
+
+/// The CPU runtime's header, whose `using std::...` names are its math.
+const RUNTIME: &str = include_str!("../../include/dlbridge_compile/cpu_runtime.h");
+
+/// Names a batched operation may call besides the runtime's math: casts,
+/// operators that look like calls, fundamental types and the dtypes' C++
+/// names (functional casts), `rsqrt`.
+const CALLABLE: &[&str] = &[
+    "if",
+    "while",
+    "for",
+    "switch",
+    "return",
+    "sizeof",
+    "alignof",
+    "decltype",
+    "static_cast",
+    "const_cast",
+    "noexcept",
+    "float",
+    "double",
+    "int",
+    "long",
+    "short",
+    "char",
+    "bool",
+    "unsigned",
+    "signed",
+    "float16",
+    "bfloat16",
+    "half",
+    "int8_t",
+    "int16_t",
+    "int32_t",
+    "int64_t",
+    "uint8_t",
+    "uint16_t",
+    "uint32_t",
+    "uint64_t",
+    "size_t",
+    "ptrdiff_t",
+    "rsqrt",
+    "rsqrtf",
+    "min",
+    "max",
+    "abs",
+];
+
+/// std's functions that take an object by reference and give back where it
+/// lies: never callable by a batched operation, even where the preamble
+/// defines a function of the same name (a `using` could make the call
+/// resolve to std's).
+const ADDRESS_FUNCTIONS: &[&str] = &[
+    "addressof",
+    "__addressof",
+    "__builtin_addressof",
+    "to_address",
+    "pointer_to",
+    "data",
+    "begin",
+    "end",
+    "cbegin",
+    "cend",
+    "launder",
+    "ref",
+    "cref",
+    "tie",
+    "forward_as_tuple",
+    "bit_cast",
+    "__builtin_bit_cast",
+    "memcpy",
+    "memmove",
+];
+
+/// The runtime's math: each `using std::NAME;` of its header.
+fn runtime_math() -> &'static BTreeSet<&'static str> {
+    static MATH: OnceLock<BTreeSet<&'static str>> = OnceLock::new();
+    MATH.get_or_init(|| {
+        RUNTIME
+            .split("using std::")
+            .skip(1)
+            .filter_map(|rest| rest.split(';').next())
+            .map(str::trim)
+            .filter(|n| n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+            .collect()
+    })
+}
+
+/// One call in code: the called name, and whether it was qualified by `std`
+/// (`std::f(`, `::std::f(`) or another scope (`k::f(`, `x.f(`).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Call<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) scope: Scope,
+}
+
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub(crate) enum Scope {
+    /// `f(`
+    None,
+    /// `std::f(` or `::std::f(`
+    Std,
+    /// `k::f(`, `T::f(`, `x.f(`, `p->f(`
+    Other,
+}
+
+fn ident_start(b: u8) -> bool {
+    b.is_ascii_alphabetic() || b == b'_'
+}
+
+fn ident_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+/// The index after the `>` matching the `<` at `at`, if the brackets close
+/// before a `;`, `{` or `}`.
+fn skip_template_args(code: &[u8], at: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut k = at;
+    while k < code.len() {
+        match code[k] {
+            b'<' => depth += 1,
+            b'>' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(k + 1);
+                }
+            }
+            b';' | b'{' | b'}' => return None,
+            _ => {}
+        }
+        k += 1;
+    }
+    None
+}
+
+fn skip_space(code: &[u8], mut k: usize) -> usize {
+    while k < code.len() && code[k].is_ascii_whitespace() {
+        k += 1;
+    }
+    k
+}
+
+/// The calls in `code` (comments and literals already blanked): every name
+/// followed by `(`, after template arguments if any.
+pub(crate) fn calls(code: &str) -> Vec<Call<'_>> {
+    let b = code.as_bytes();
+    let mut out = Vec::new();
+    let mut k = 0;
+    while k < b.len() {
+        if !ident_start(b[k]) || (k > 0 && (ident_char(b[k - 1]) || b[k - 1] == b'.' && k > 1 && b[k - 2].is_ascii_digit())) {
+            k += 1;
+            continue;
+        }
+        let start = k;
+        while k < b.len() && ident_char(b[k]) {
+            k += 1;
+        }
+        let name = &code[start..k];
+        let mut after = skip_space(b, k);
+        if after < b.len() && b[after] == b'<' {
+            match skip_template_args(b, after) {
+                Some(end) => after = skip_space(b, end),
+                None => continue,
+            }
+        }
+        if after >= b.len() || b[after] != b'(' {
+            continue;
+        }
+        // What stands before the name: `::` (and the scope's name), `.`, `->`.
+        let before = code[..start].trim_end();
+        let scope = if let Some(q) = before.strip_suffix("::") {
+            let q = q.trim_end();
+            let last = q.rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("");
+            if last == "std" { Scope::Std } else { Scope::Other }
+        } else if before.ends_with('.') || before.ends_with("->") {
+            Scope::Other
+        } else {
+            Scope::None
+        };
+        out.push(Call { name, scope });
+    }
+    out
+}
+
+/// The functions `code` defines: names followed by a parameter list and a
+/// body (`f(float v) {`, `f(float v) const noexcept -> float {`).
+pub(crate) fn defined_functions(code: &str) -> BTreeSet<&str> {
+    let b = code.as_bytes();
+    let mut out = BTreeSet::new();
+    for call in calls(code) {
+        // Each occurrence of the name: find its `(`, the matching `)`, then a `{`.
+        let mut from = 0;
+        while let Some(off) = code[from..].find(call.name) {
+            let at = from + off;
+            from = at + call.name.len();
+            let mut k = skip_space(b, from);
+            if k < b.len() && b[k] == b'<' {
+                match skip_template_args(b, k) {
+                    Some(end) => k = skip_space(b, end),
+                    None => continue,
+                }
+            }
+            if k >= b.len() || b[k] != b'(' {
+                continue;
+            }
+            let mut depth = 0usize;
+            while k < b.len() {
+                match b[k] {
+                    b'(' => depth += 1,
+                    b')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+                k += 1;
+            }
+            // After the parameters: qualifiers, a trailing return type, then `{`.
+            let rest = &code[(k + 1).min(code.len())..];
+            let head = rest.split(['{', ';', '(', ')', '=']).next().unwrap_or("");
+            if rest[head.len()..].starts_with('{') {
+                out.insert(call.name);
+            }
+        }
+    }
+    out
+}
+
+/// Whether the operation `op`, with the preamble `pre` (both with comments
+/// and literals blanked), calls only what cannot see where an element lies.
+pub(crate) fn calls_only_position_blind(op: &str, pre: &str, type_vars: &[char]) -> bool {
+    let math = runtime_math();
+    let preamble_takes_references = pre.contains('&') || crate::params::has_word(pre, "using");
+    let defined = if preamble_takes_references { BTreeSet::new() } else { defined_functions(pre) };
+    let is_type_var = |n: &str| n.len() == 1 && n.chars().next().is_some_and(|c| type_vars.contains(&c));
+    !crate::params::has_word(op, "using")
+        && calls(op).iter().all(|c| {
+            if ADDRESS_FUNCTIONS.contains(&c.name) {
+                return false;
+            }
+            match c.scope {
+                Scope::Std => math.contains(c.name),
+                Scope::None => math.contains(c.name) || CALLABLE.contains(&c.name) || is_type_var(c.name) || defined.contains(c.name),
+                Scope::Other => defined.contains(c.name) && !c.name.starts_with('_'),
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_runtimes_math_is_read_from_its_header() {
+        let m = runtime_math();
+        for name in ["exp", "tanh", "erf", "fma", "isnan", "complex", "min", "max", "numeric_limits"] {
+            assert!(m.contains(name), "{name}");
+        }
+        assert!(!m.contains("addressof"));
+    }
+
+    #[test]
+    fn calls_are_found_with_their_scope() {
+        let c = calls("y = std::exp(x) + k::f<T>(x) + g (x) + v.h(1) + p->q() + ::std::sin(x) + a < b; z = 1.5e3f;");
+        let names: Vec<(&str, Scope)> = c.iter().map(|c| (c.name, c.scope)).collect();
+        assert_eq!(
+            names,
+            [("exp", Scope::Std), ("f", Scope::Other), ("g", Scope::None), ("h", Scope::Other), ("q", Scope::Other), ("sin", Scope::Std)]
+        );
+    }
+
+    #[test]
+    fn a_call_that_could_see_an_elements_address_keeps_calls_per_element() {
+        let blind = |op: &str, pre: &str| calls_only_position_blind(op, pre, &['T']);
+        assert!(blind("y = tanh(x) * T(2) + max(x, 0.f)", ""));
+        assert!(blind("y = std::exp(x) + static_cast<float>(x)", ""));
+        assert!(blind("y = k::twice(x)", "namespace k { inline float twice(float v) { return 2 * v; } }"));
+        assert!(blind("y = twice(x)", "inline float twice(float v) const noexcept { return 2 * v; }"));
+        assert!(!blind("y = x + (T)(reinterpret_cast<unsigned long>(std::__addressof(y)) % 64)", ""));
+        assert!(!blind("y = std::pointer_traits<T*>::pointer_to(y) != nullptr", ""));
+        assert!(!blind("y = where(y)", "template <class U> float where(U&& v) { return 0; }"));
+        assert!(!blind("y = __addressof(y) != 0", "using namespace std;"));
+        assert!(!blind("y = k::__addressof(y) != 0", "namespace k { float __addressof(float v) { return v; } }"));
+        assert!(!blind("y = unknown(x)", ""));
+        assert!(!blind("y = x.foo()", ""));
+    }
+}
