@@ -20,10 +20,11 @@
 //! |---|---|---|
 //! | `elementwise.rs`, `reduction.rs`, `source_kernel.rs` | the kinds of kernel from source: the public types and their registration | a new kind of kernel |
 //! | `spec.rs` | the specification every kind shares ([`Spec`]) and CuPy's two ([`ElementwiseSpec`], [`ReductionSpec`]) | a new rule about a whole kernel |
+//! | `spec/` | what a kernel's text implies beyond its signature: whether its calls could see where an element lies (`batch.rs`) | a new rule read from a kernel's text |
 //! | `params/` | CuPy's parameter language: parameters (`mod.rs`), reserved names (`names.rs`), scanning the C++ fragments (`scan.rs`) | a new parameter keyword; a newly reserved name |
 //! | `codegen/` | code generation per backend: `cpu.rs` (C++), `cuda.rs` (CUDA C), the C++ both share (`headers.rs`, `halfs.rs`) | a new backend |
 //! | `launch.rs` | CUDA at call time: operands, launch geometry, the registry implementation | a new launch layout |
-//! | `builder/` | building: the compiler (`toolchain.rs`), the checks of what it made (`fragments.rs`, `elf.rs`), the cache (`cache.rs`, `dirs.rs`), specialisations (`specialise.rs`) | a new cache rule; a new check of a build |
+//! | `builder/` | building: the compiler (`toolchain.rs`), the checks of what it made (`fragments.rs`, `elf.rs`, `imports.rs`), the cache (`cache.rs`, `dirs.rs`), specialisations (`specialise.rs`) | a new cache rule; a new check of a build |
 //! | `inline/` | `load_inline`: the library, each function's C glue (`function.rs`), its CUDA side (`cuda.rs`) | a new calling convention |
 //! | `tc/` | the TC language: its spec (`mod.rs`), `parse.rs`, `check.rs` with `size.rs`, `grad.rs`, the shared emission (`emit.rs`) and the two emitters `cpu.rs` (with `contraction.rs`, GEMM) and `cuda.rs` | a new TC builtin; a TC backend |
 //!
