@@ -628,12 +628,21 @@ def _consumer_cases():
 
     def honours_read_only(fd):
         p = _producer(_f32([1, 2, 3], shape=[3], flags=caps.READ_ONLY), read_only=True)
+
+        def untouched():
+            # Refusing or not, the consumer must not have written into the memory.
+            for t in p.tensors:
+                held = [float(v) for v in (ctypes.c_float * 3).from_address(t.base)]
+                _expect(held == [1.0, 2.0, 3.0], f"wrote into a READ_ONLY tensor's memory: it holds {held}, not [1.0, 2.0, 3.0]")
+
         try:
             r = fd(p)
         except Exception as e:  # noqa: BLE001 - refusing is conforming
+            untouched()
             if not _asked_versioned(p):
                 return f"never asks for a versioned capsule, so read-only data is refused ({type(e).__name__})"
             return f"refused with {type(e).__name__}"
+        untouched()
         w = _writable(r)
         if w is None:
             raise _Skip(f"cannot tell whether a {type(r).__name__} is writable")

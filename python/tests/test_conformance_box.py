@@ -105,6 +105,23 @@ LIBRARY = textwrap.dedent('''
         return np.array(np.from_dlpack(x))
 
 
+    def writes_read_only_then_refuses(x):
+        """Writes into the first element of a READ_ONLY tensor, then refuses it."""
+        api = ctypes.pythonapi
+        api.PyCapsule_GetName.restype, api.PyCapsule_GetName.argtypes = ctypes.c_char_p, [ctypes.py_object]
+        api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+        api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+        cap = x.__dlpack__(max_version=(1, 0))
+        name = api.PyCapsule_GetName(cap)
+        if name == b"dltensor_versioned":
+            p = api.PyCapsule_GetPointer(cap, name)
+            # DLManagedTensorVersioned: version (8), manager_ctx (8), deleter (8), flags (8), dl_tensor.data
+            if ctypes.c_uint64.from_address(p + 24).value & 1:
+                ctypes.c_float.from_address(ctypes.c_void_p.from_address(p + 32).value).value = -999.0
+                raise ValueError("cannot import read-only data")
+        return np.from_dlpack(x)
+
+
     not_callable = 42
 ''')
 
@@ -281,3 +298,10 @@ def test_check_producer_runs_a_factory_named_by_module_in_a_child(badlib):
         dt.check_producer(lambda s, d: None, isolate=True)
     with pytest.raises(dt.SpecError, match="badlib has no attribute nothing"):
         dt.check_producer("badlib:nothing")
+
+
+def test_a_consumer_that_writes_into_read_only_memory_and_then_refuses_fails_the_rule(badlib):
+    r = _testing("--consumer", "badlib:writes_read_only_then_refuses", "--timeout", "20", cwd=badlib)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "honours_read_only fail: wrote into a READ_ONLY tensor's memory: it holds [-999.0, 2.0, 3.0]" in _rule(
+        r.stdout, "honours_read_only"), r.stdout

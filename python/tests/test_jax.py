@@ -382,6 +382,9 @@ def test_vmap_of_an_elementwise_kernel_that_reads_its_position_matches_calls_per
         ("y = x + (T)((reinterpret_cast<unsigned long>(std::__addressof(y)) % 64) / sizeof(T))", ""),
         ("y = x + (T)(reinterpret_cast<unsigned long>(std::pointer_traits<T*>::pointer_to(y)) % 7)", "#include <memory>"),
         ("y = x + (T)(reinterpret_cast<unsigned long>(std::__addressof(y)) % 7)", "#include <memory>\nusing namespace std;"),
+        # `bitand y` is `&y`; a member function sees the element as `this`.
+        ("y = x + (T)(((size_t)(bitand y) / sizeof(T)) % 16)", ""),
+        ("y = x + (T)(((W&&)y).where())", "struct W { float v; unsigned long where() { return (unsigned long)this / sizeof(float) % 16; } };"),
     ],
 )
 def test_an_elementwise_kernel_with_state_or_addresses_is_batched_one_call_per_element(operation, preamble):

@@ -77,8 +77,8 @@ struct LoadTime {
     /// names outside C++'s mangling (not `_Z...`), sorted.
     plain_symbols: Vec<String>,
     /// What it imports: each symbol with the library file its version
-    /// names (`None`: unversioned), sorted.
-    imports: Vec<(String, Option<String>)>,
+    /// names (`None`: unversioned) and whether the reference is weak, sorted.
+    imports: Vec<(String, Option<String>, bool)>,
 }
 
 /// Unmangled symbols the generated code's runtime defines itself: the
@@ -187,7 +187,7 @@ fn read(data: &[u8], what: &str) -> Result<(LoadTime, Vec<String>)> {
     plain_symbols.sort();
     plain_symbols.dedup();
     let versions = file.elf_section_table().versions(endian, data).map_err(|e| bad(format!("has malformed symbol versions: {e}")))?;
-    let mut imports: Vec<(String, Option<String>)> = file
+    let mut imports: Vec<(String, Option<String>, bool)> = file
         .dynamic_symbols()
         .filter(|sym| sym.is_undefined())
         .filter_map(|sym| {
@@ -196,7 +196,7 @@ fn read(data: &[u8], what: &str) -> Result<(LoadTime, Vec<String>)> {
                 let version = v.version(v.version_index(endian, sym.index()).index()).ok().flatten()?;
                 version.file().map(|f| String::from_utf8_lossy(f).into_owned())
             });
-            Some((name.to_owned(), provider))
+            Some((name.to_owned(), provider, sym.is_weak()))
         })
         .collect();
     imports.sort();
@@ -295,7 +295,8 @@ pub(crate) fn check(compiler: &Compiler, bytes: &[u8], what: &str, policy: Polic
     for (k, name) in ["preinitialiser", "initialiser", "finaliser"].iter().enumerate() {
         if load.arrays[k] != base.arrays[k] {
             return Err(refuse(format!(
-                "its compiled library has {} {name} functions where an empty library has {} (a global with a constructor or destructor, or a function marked to run at load, in the preamble? `<iostream>` defines one)",
+                "its compiled library has {} {name} functions where an empty library has {} (a global with a constructor or destructor, or a function marked to run at load, in the preamble? `<iostream>` defines one, and \
+                 `__attribute__((target_clones(...)))` makes one that picks the clone)",
                 load.arrays[k].len(),
                 base.arrays[k].len()
             )));
@@ -361,8 +362,10 @@ pub(crate) fn check(compiler: &Compiler, bytes: &[u8], what: &str, policy: Polic
     let refusal = load
         .imports
         .iter()
-        .filter(|(name, _)| !base.imports.iter().any(|(b, _)| b == name))
-        .filter_map(|(name, file)| imports::judge(name, file.as_deref()).err().map(|r| (name, r)))
+        // The C runtime's own weak references (`__cxa_finalize`, `__gmon_start__`) are the
+        // empty library's; the text's call of the same function is a strong one, judged.
+        .filter(|(name, _, weak)| !base.imports.iter().any(|(b, _, w)| b == name && w == weak))
+        .filter_map(|(name, file, _)| imports::judge(name, file.as_deref()).err().map(|r| (name, r)))
         .min_by_key(|(_, r)| r.rank());
     if let Some((name, refusal)) = refusal {
         let message = match refusal {
@@ -371,12 +374,10 @@ pub(crate) fn check(compiler: &Compiler, bytes: &[u8], what: &str, policy: Polic
                     "its compiled library calls `{name}`, which {does}: a kernel's text may not (throw an exception to end a call with an error)"
                 )
             }
-            Refusal::ExitHook => {
-                return Err(refuse(format!(
-                    "its compiled library calls `{name}`, which registers code to run when the process or a thread exits \
-                     (a `static` or `thread_local` object with a destructor in the text? give it none, or keep it in the caller's memory)"
-                )));
-            }
+            Refusal::ExitHook => format!(
+                "its compiled library calls `{name}`, which registers code to run when the process or a thread exits: a kernel's text \
+                 may not (a `static` or `thread_local` object with a destructor in the text? give it none, or keep it in the caller's memory)"
+            ),
             Refusal::NotAllowed(from) => format!(
                 "its compiled library calls `{name}` from {from}: a kernel's text may not (docs/compile.md lists what it may call; \
                  `dlbridge.load_inline` compiles C++ of your own that needs more)"
@@ -580,6 +581,15 @@ double f(const char* s, double x, int n) {
                 "`fopen` from the C library",
             ),
             ("#include <fstream>\nnamespace k { void f() { std::ofstream o(\"/tmp/x\"); o << 1; } }", "from the C++ runtime"),
+            ("#include <cxxabi.h>\nnamespace k { void f() { abi::__cxa_finalize(nullptr); } }", "runs the exit handlers of every library"),
+            (
+                "#include <locale>\nnamespace k { struct F : std::numpunct<char> {}; void f() { std::locale l(std::locale::classic(), new F); } }",
+                "a locale's facets",
+            ),
+            (
+                "#include <locale>\nnamespace k { void f() { const_cast<std::locale&>(std::locale::classic()) = std::locale(); } }",
+                "`std::locale::operator=`",
+            ),
         ];
         for (body, says) in cases {
             let e = check(c, &library(c, body), "t", policy).expect_err(body).to_string();

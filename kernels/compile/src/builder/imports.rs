@@ -35,7 +35,7 @@ pub(crate) const EXIT_HOOKS: [&str; 6] =
 /// `longjmp` (and its fortified `__longjmp_chk`) is not among them: the
 /// division check's handler calls it (`divguard.h`); the text's own use of it
 /// is refused by name, after preprocessing (`fragments.rs`).
-const CONTROL_IMPORTS: [(&str, &str); 40] = [
+const CONTROL_IMPORTS: [(&str, &str); 41] = [
     ("_longjmp", "jumps out of its function past the generated code that called it"),
     ("siglongjmp", "jumps out of its function past the generated code that called it"),
     ("setcontext", "switches to another execution context, past the generated code that called it"),
@@ -76,11 +76,12 @@ const CONTROL_IMPORTS: [(&str, &str); 40] = [
     ("getaddrinfo_a", "can run code on a thread the C library starts, after the call"),
     ("pthread_create", "starts a thread that can run the text's code after the call returned"),
     ("thrd_create", "starts a thread that can run the text's code after the call returned"),
+    ("__cxa_finalize", "runs the exit handlers of every library in the process, in the middle of a call"),
 ];
 
 /// What the C++ runtime offers to start a thread or keep code to run
 /// later, by the start of its mangled name (every overload).
-const CXX_DENIED: [(&str, &str); 11] = [
+const CXX_DENIED: [(&str, &str); 13] = [
     ("_ZSt15set_new_handler", "(`std::set_new_handler`) installs code that any later failed allocation in the process runs"),
     ("_ZSt13set_terminate", "(`std::set_terminate`) installs code that any later `std::terminate` in the process runs"),
     ("_ZSt14set_unexpected", "(`std::set_unexpected`) installs code that the process runs later"),
@@ -96,6 +97,11 @@ const CXX_DENIED: [(&str, &str); 11] = [
         "(`std::ios_base::register_callback`) registers code that runs when a stream changes or is destroyed, at exit too",
     ),
     ("_ZNSt6locale6global", "(`std::locale::global`) changes the locale of all the process's later code"),
+    (
+        "_ZNSt6locale5_Impl",
+        "(a locale's facets, installed or replaced) puts the text's own facet, code that runs whenever anything formats through that locale, into a locale other code may use",
+    ),
+    ("_ZNSt6localeaSE", "(`std::locale::operator=`) replaces a locale other code may use (`std::locale::classic()`)"),
     (
         "_ZNSt3pmr20set_default_resource",
         "(`std::pmr::set_default_resource`) installs code that any later allocation through the default resource runs",
@@ -491,8 +497,6 @@ const C_LIBRARY: &[&str] = &[
     "longjmp",
     "__longjmp_chk",
     "__tls_get_addr",
-    // Run by the C runtime's own code (compared with the empty library's).
-    "__cxa_finalize",
 ];
 
 /// What the GCC runtime's unwinder offers that exception handling uses

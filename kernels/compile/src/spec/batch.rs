@@ -9,7 +9,8 @@
 //! calls only what cannot see where its arguments lie: the runtime's math
 //! (the names the CPU runtime brings in with `using std::...`), `min`/`max`,
 //! casts and types, and functions the preamble defines when the preamble
-//! takes no reference (`&`, `&&`) at all. Any other call keeps the kernel's
+//! takes no reference (`&`, `&&`, `bitand`, `and`) and has no member function
+//! or operator (`this`) at all. Any other call keeps the kernel's
 //! calls per element, which is always right, only slower.
 
 use std::collections::BTreeSet;
@@ -116,8 +117,10 @@ pub(crate) enum Scope {
     None,
     /// `std::f(` or `::std::f(`
     Std,
-    /// `k::f(`, `T::f(`, `x.f(`, `p->f(`
+    /// `k::f(`, `T::f(`
     Other,
+    /// `x.f(`, `p->f(`: a member function, which sees `this`
+    Member,
 }
 
 fn ident_start(b: u8) -> bool {
@@ -190,7 +193,7 @@ pub(crate) fn calls(code: &str) -> Vec<Call<'_>> {
             let last = q.rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("");
             if last == "std" { Scope::Std } else { Scope::Other }
         } else if before.ends_with('.') || before.ends_with("->") {
-            Scope::Other
+            Scope::Member
         } else {
             Scope::None
         };
@@ -249,10 +252,15 @@ pub(crate) fn defined_functions(code: &str) -> BTreeSet<&str> {
 /// and literals blanked), calls only what cannot see where an element lies.
 pub(crate) fn calls_only_position_blind(op: &str, pre: &str, type_vars: &[char]) -> bool {
     let math = runtime_math();
-    let preamble_takes_references = pre.contains('&') || crate::params::has_word(pre, "using");
-    let defined = if preamble_takes_references { BTreeSet::new() } else { defined_functions(pre) };
+    let word = |code: &str, words: &[&str]| words.iter().any(|w| crate::params::has_word(code, w));
+    // A preamble whose functions could take an element by reference (`&`, `&&`, spelt
+    // `bitand`, `and`), or see it as `this` (a member function, an operator): none of its
+    // functions count as position-blind.
+    let preamble_sees_addresses = pre.contains('&') || word(pre, &["using", "bitand", "and", "and_eq", "this", "operator"]);
+    let defined = if preamble_sees_addresses { BTreeSet::new() } else { defined_functions(pre) };
     let is_type_var = |n: &str| n.len() == 1 && n.chars().next().is_some_and(|c| type_vars.contains(&c));
-    !crate::params::has_word(op, "using")
+    // `bitand y` is `&y`.
+    !word(op, &["using", "bitand", "and_eq", "this"])
         && calls(op).iter().all(|c| {
             if ADDRESS_FUNCTIONS.contains(&c.name) {
                 return false;
@@ -261,6 +269,8 @@ pub(crate) fn calls_only_position_blind(op: &str, pre: &str, type_vars: &[char])
                 Scope::Std => math.contains(c.name),
                 Scope::None => math.contains(c.name) || CALLABLE.contains(&c.name) || is_type_var(c.name) || defined.contains(c.name),
                 Scope::Other => defined.contains(c.name) && !c.name.starts_with('_'),
+                // `z.real()`, `z.imag()` of `<complex>`; no member function of the text's.
+                Scope::Member => math.contains(c.name),
             }
         })
 }
@@ -284,7 +294,7 @@ mod tests {
         let names: Vec<(&str, Scope)> = c.iter().map(|c| (c.name, c.scope)).collect();
         assert_eq!(
             names,
-            [("exp", Scope::Std), ("f", Scope::Other), ("g", Scope::None), ("h", Scope::Other), ("q", Scope::Other), ("sin", Scope::Std)]
+            [("exp", Scope::Std), ("f", Scope::Other), ("g", Scope::None), ("h", Scope::Member), ("q", Scope::Member), ("sin", Scope::Std)]
         );
     }
 
@@ -302,5 +312,10 @@ mod tests {
         assert!(!blind("y = k::__addressof(y) != 0", "namespace k { float __addressof(float v) { return v; } }"));
         assert!(!blind("y = unknown(x)", ""));
         assert!(!blind("y = x.foo()", ""));
+        assert!(!blind("y = x + (T)(((size_t)(bitand y) / sizeof(T)) % 16)", ""));
+        assert!(!blind("y = x + (T)(where(y) % 16)", "inline unsigned long where(float bitand v) { return 0; }"));
+        assert!(!blind("y = x + (T)(((W&&)y).where())", "struct W { float v; unsigned long where() { return (unsigned long)this; } };"));
+        assert!(!blind("y = x + T(w(y))", "inline float w(float and v) { return v; }"));
+        assert!(blind("y = (x > 0 && x < 1) ? x.real() : T(0)", ""));
     }
 }
