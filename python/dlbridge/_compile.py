@@ -161,6 +161,12 @@ def _check_scalar(kernel: str, arg: str, value: Any, dtype: str) -> None:
     if dtype in _FLOAT_LIMITS:
         _check_float(kernel, arg, value, dtype)
         return
+    if dtype == "bool":
+        # True, False, 0 and 1 are bools; 0.5 is not (it is not truncated), nor is 2.
+        is_bool = isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", None) == "b"
+        if is_bool or (isinstance(value, numbers.Number) and value in (0, 1)):
+            return
+        raise TypeError(f"{kernel}: argument {arg}: the scalar {value!r} is not a bool, and {arg} is bool (it is not truncated)")
     if dtype not in _INT_RANGES:
         return
     if _symbolic(value, "SymInt"):

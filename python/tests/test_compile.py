@@ -551,3 +551,14 @@ def test_a_reduction_takes_any_dlpack_producer_and_refuses_bool_axis_and_keepdim
     with pytest.raises(TypeError, match="dlpack_only_sum: keepdims must be a bool, not 'yes'"):
         red(x, keepdims="yes")
     assert red(x, axis=1, keepdims=np.True_).shape == (3, 1)
+
+
+def test_a_scalar_for_a_bool_type_is_a_bool_never_truncated():
+    k = dlbridge.ElementwiseKernel("T x, T w", "T y", "y = x * w", "bool_scalar")
+    x = np.ones(2, bool)
+    with pytest.raises(TypeError, match=r"bool_scalar: argument w: the scalar 0\.5 is not a bool, and w is bool"):
+        k(x, 0.5)
+    with pytest.raises(TypeError, match="is not a bool"):
+        k(x, 2)
+    assert k(x, True).tolist() == [True, True] and k(x, 0).tolist() == [False, False]
+    assert k(x, np.False_).tolist() == [False, False]

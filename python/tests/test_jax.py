@@ -385,6 +385,9 @@ def test_vmap_of_an_elementwise_kernel_that_reads_its_position_matches_calls_per
         # `bitand y` is `&y`; a member function sees the element as `this`.
         ("y = x + (T)(((size_t)(bitand y) / sizeof(T)) % 16)", ""),
         ("y = x + (T)(((W&&)y).where())", "struct W { float v; unsigned long where() { return (unsigned long)this / sizeof(float) % 16; } };"),
+        # An operator of the preamble's runs without a call; a cast to a reference to an array decays.
+        ("y = x + (T)(((W&&)y) + 0)", "struct W { float v; unsigned long operator+(int) { return (unsigned long)this / sizeof(float) % 16; } };"),
+        ("y = x + (T)((((unsigned long)(T(&&)[1])y) / sizeof(T)) % 16)", ""),
     ],
 )
 def test_an_elementwise_kernel_with_state_or_addresses_is_batched_one_call_per_element(operation, preamble):

@@ -307,3 +307,74 @@ def test_a_text_no_compiler_could_read_is_an_error_naming_its_argument(kind):
             dlbridge.ElementwiseKernel("T x", "T z", "z = x", "surrogate", preamble="// \ud800")
         else:
             dlbridge.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "surrogate_r", preamble="// \ud800")
+
+
+_DIVIDING_EXCEPTION = r"""
+struct E : std::exception {
+  int d;
+  explicit E(int d_) : d(d_) {}
+  E(const E& o) : d(o.d) {}
+  ~E() { volatile int z = d; volatile int q = 7 / z; (void)q; }
+  const char* what() const noexcept override { return "E thrown"; }
+};
+"""
+
+
+@pytest.mark.parametrize("n", [8, 200_000])
+def test_exceptions_of_every_chunk_are_released_under_the_division_check(n):
+    # With several chunks each throws; those not rethrown are released by the runtime, and
+    # their destructors (the text's code) divide by zero: an error, not a process killed.
+    r = _in_child(
+        f"""
+        import numpy as np, dlbridge
+        pre = {_DIVIDING_EXCEPTION!r}
+        k = dlbridge.ElementwiseKernel("T x", "T y", "if (x > 0) throw E(0); y = x;", "chunks_throw", preamble=pre)
+        try:
+            k(np.ones({n}, np.float32))
+        except RuntimeError as e:
+            print("raised:", e)
+        print("alive")
+        """
+    )
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert "raised: chunks_throw:" in r.stdout and "integer division or modulo by zero" in r.stdout, r.stdout
+    assert r.stdout.rstrip().endswith("alive"), r.stdout
+
+
+FOREIGN = r"""
+#include <unwind.h>
+#include <cxxabi.h>
+namespace fx {
+inline void cleanup(_Unwind_Reason_Code, _Unwind_Exception*) { BODY }
+inline _Unwind_Exception ue;
+}
+"""
+RAISE_FOREIGN = (
+    "fx::ue.exception_class = 0x464f524549474e00ULL; fx::ue.exception_cleanup = fx::cleanup; "
+    "abi::__cxa_begin_catch(&fx::ue); abi::__cxa_rethrow(); y = x;"
+)
+
+
+@pytest.mark.parametrize("body", ['std::fprintf(stderr, "[cleanup]\\n");', "volatile int z = 0; volatile int q = 1 / z; (void)q;"])
+def test_a_foreign_exceptions_cleanup_runs_under_the_division_check_within_the_call(body):
+    pre = FOREIGN.replace("BODY", body)
+    r = _in_child(
+        f"""
+        import sys, numpy as np, dlbridge
+        k = dlbridge.ElementwiseKernel("T x", "T y", {RAISE_FOREIGN!r}, "foreign_cleanup", preamble={pre!r})
+        try:
+            k(np.ones(4, np.float32))
+        except RuntimeError as e:
+            print("raised:", e, flush=True)
+        print("alive", flush=True)
+        print("[after the call]", file=sys.stderr, flush=True)
+        """
+    )
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert "raised: foreign_cleanup:" in r.stdout and r.stdout.rstrip().endswith("alive"), r.stdout
+    if "fprintf" in body:
+        assert "foreign (not C++) exception" in r.stdout, r.stdout
+        # The cleanup (the text's code) ran inside the call, before it returned.
+        assert r.stderr.index("[cleanup]") < r.stderr.index("[after the call]"), r.stderr
+    else:
+        assert "integer division or modulo by zero" in r.stdout, r.stdout

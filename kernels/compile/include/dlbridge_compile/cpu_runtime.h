@@ -475,7 +475,7 @@ void run_part(void* arg, int64_t part) {
 template <typename F>
 void parallel_chunks(ptrdiff_t n, int chunks, F&& f) {
   if (chunks <= 1) {
-    dlbridge_divguard::guarded([&] { f(0, ptrdiff_t(0), n); });
+    if (std::exception_ptr e = dlbridge_divguard::captured([&] { f(0, ptrdiff_t(0), n); })) std::rethrow_exception(std::move(e));
     return;
   }
   const ptrdiff_t step = n / chunks, extra = n % chunks;
@@ -483,15 +483,7 @@ void parallel_chunks(ptrdiff_t n, int chunks, F&& f) {
   std::vector<std::exception_ptr> errors(static_cast<size_t>(chunks));
   auto run = [&](int c) noexcept {
     const FloatEnv fenv;
-    try {
-      dlbridge_divguard::guarded([&] { f(c, begin_of(c), begin_of(c + 1)); });
-    } catch (...) {
-      errors[static_cast<size_t>(c)] = std::current_exception();
-      // A foreign exception (not C++'s) has no exception_ptr: still an error.
-      if (!errors[static_cast<size_t>(c)]) {
-        errors[static_cast<size_t>(c)] = std::make_exception_ptr(std::runtime_error("a foreign (not C++) exception ended the kernel's code"));
-      }
-    }
+    errors[static_cast<size_t>(c)] = dlbridge_divguard::captured([&] { f(c, begin_of(c), begin_of(c + 1)); });
   };
   const DLBridgeCpuContext* ctx = t_context;
   if (ctx != nullptr) {
@@ -499,9 +491,23 @@ void parallel_chunks(ptrdiff_t n, int chunks, F&& f) {
   } else {
     for (int c = 0; c < chunks; ++c) run(c);
   }
+  // The first piece's exception is rethrown; every other one is released here, each under
+  // the division check: its destructor may be the kernel text's code.
+  std::exception_ptr first, failed;
   for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
+    if (!e) continue;
+    if (!first) {
+      first = std::move(e);
+      continue;
+    }
+    std::exception_ptr released = dlbridge_divguard::captured([&] { e = nullptr; });
+    if (released && !failed) failed = std::move(released);
   }
+  if (failed) {
+    (void)dlbridge_divguard::captured([&] { first = nullptr; });
+    std::rethrow_exception(std::move(failed));
+  }
+  if (first) std::rethrow_exception(std::move(first));
 }
 
 /// Broadcasts the non-raw operands `ops` (tensor indices) to one shape;

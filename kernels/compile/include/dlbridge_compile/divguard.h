@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cfenv>
 #include <csetjmp>
+#include <exception>
 #include <cstdlib>
 #include <stdexcept>
 namespace dlbridge_divguard {
@@ -30,6 +31,29 @@ void guarded(F&& f) {
   if (setjmp(buf) != 0) throw std::domain_error("integer division or modulo by zero");
   t_jmp = &buf;
   f();
+}
+/// Runs f() under the division check and hands back what it threw (null:
+/// nothing). The handler that takes the exception ends inside the check too:
+/// ending the handler of a foreign (not C++) exception runs its cleanup,
+/// which may be a kernel text's code. A foreign exception becomes a
+/// std::runtime_error saying so; a division by zero, the check's
+/// std::domain_error.
+template <typename F>
+std::exception_ptr captured(F&& f) noexcept {
+  std::exception_ptr out;
+  try {
+    guarded([&] {
+      try {
+        f();
+      } catch (...) {
+        out = std::current_exception();
+        if (!out) out = std::make_exception_ptr(std::runtime_error("a foreign (not C++) exception ended its code"));
+      }
+    });
+  } catch (...) {
+    out = std::current_exception();
+  }
+  return out;
 }
 }  // namespace dlbridge_divguard
 extern "C" __attribute__((visibility("hidden"), noreturn, used)) void __ubsan_handle_divrem_overflow_abort(void*, void*, void*) {

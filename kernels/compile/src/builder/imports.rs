@@ -150,6 +150,9 @@ const CXX_RUNTIME: &[&str] = &[
     "St21__glibcxx_assert_fail",
     "10__cxxabiv1",
     "St7nothrow",
+    "St16nested_exception",
+    "St8to_chars",
+    "St10from_chars",
     // Strings, string streams, the streams' and locales' machinery.
     "St7__cxx11",
     "St12__sso_string",

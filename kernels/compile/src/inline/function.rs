@@ -211,7 +211,10 @@ pub(super) fn cpu_entry(src: &mut Src, k: usize, f: &Function, lib: &[DType]) {
     }
     // The caller's floating-point environment, whatever the function does to it.
     src.line("    const dlbridge_divguard::FloatEnv _fenv;");
-    src.line(&format!("    dlbridge_divguard::guarded([&] {{ ::{}({}); }});", f.name(), args.join(", ")));
+    // What the function throws is taken, and released, under the division check.
+    src.line(&format!("    if (std::exception_ptr _e = dlbridge_divguard::captured([&] {{ ::{}({}); }})) {{", f.name(), args.join(", ")));
+    src.line("      return dlbridge_errors::from_exception_ptr(kKernel, \"function\", std::move(_e), _err, _err_len);");
+    src.line("    }");
     src.line("    return DLBRIDGE_OK;");
     src.line("  } catch (...) {");
     src.line("    return dlbridge_inline::from_exception(kKernel, _err, _err_len);");

@@ -248,31 +248,84 @@ pub(crate) fn defined_functions(code: &str) -> BTreeSet<&str> {
     out
 }
 
+/// `code` with C++'s alternative tokens for `&` spelt as `&` (`bitand` is
+/// `&`, `and` is `&&`, `and_eq` is `&=`).
+fn ampersands(code: &str) -> String {
+    let b = code.as_bytes();
+    let mut out = String::with_capacity(code.len());
+    let mut k = 0;
+    while k < b.len() {
+        if ident_start(b[k]) && (k == 0 || !ident_char(b[k - 1])) {
+            let start = k;
+            while k < b.len() && ident_char(b[k]) {
+                k += 1;
+            }
+            out.push_str(match &code[start..k] {
+                "bitand" => "&",
+                "and" => "&&",
+                "and_eq" => "&=",
+                w => w,
+            });
+        } else {
+            let c = code[k..].chars().next().unwrap_or(' ');
+            out.push(c);
+            k += c.len_utf8();
+        }
+    }
+    out
+}
+
+/// Whether `code` takes an address or names a reference type: a `&` that is
+/// not half of a `&&`, or a `&&` that ends a type (`(W&&)y`, `(T(&&)[1])y`,
+/// `static_cast<W&&>(y)`) rather than joining two conditions.
+fn takes_a_reference(code: &str) -> bool {
+    let b = code.as_bytes();
+    let mut k = 0;
+    while k < b.len() {
+        if b[k] != b'&' {
+            k += 1;
+            continue;
+        }
+        if k + 1 < b.len() && b[k + 1] == b'&' {
+            let next = skip_space(b, k + 2);
+            if next >= b.len() || matches!(b[next], b')' | b'>' | b']' | b'[' | b',') {
+                return true;
+            }
+            k += 2;
+            continue;
+        }
+        return true;
+    }
+    false
+}
+
 /// Whether the operation `op`, with the preamble `pre` (both with comments
 /// and literals blanked), calls only what cannot see where an element lies.
 pub(crate) fn calls_only_position_blind(op: &str, pre: &str, type_vars: &[char]) -> bool {
     let math = runtime_math();
+    let (op, pre) = (ampersands(op), ampersands(pre));
     let word = |code: &str, words: &[&str]| words.iter().any(|w| crate::params::has_word(code, w));
-    // A preamble whose functions could take an element by reference (`&`, `&&`, spelt
-    // `bitand`, `and`), or see it as `this` (a member function, an operator): none of its
-    // functions count as position-blind.
-    let preamble_sees_addresses = pre.contains('&') || word(pre, &["using", "bitand", "and", "and_eq", "this", "operator"]);
-    let defined = if preamble_sees_addresses { BTreeSet::new() } else { defined_functions(pre) };
+    // A preamble with a member function or an operator (which sees its object as
+    // `this`, and runs without a call's parentheses) or a `using`: never batched. One
+    // whose functions could take an element by reference: none of its functions count as
+    // position-blind.
+    if word(&pre, &["this", "operator", "using"]) || word(&op, &["this", "using"]) || takes_a_reference(&op) {
+        return false;
+    }
+    let defined = if pre.contains('&') { BTreeSet::new() } else { defined_functions(&pre) };
     let is_type_var = |n: &str| n.len() == 1 && n.chars().next().is_some_and(|c| type_vars.contains(&c));
-    // `bitand y` is `&y`.
-    !word(op, &["using", "bitand", "and_eq", "this"])
-        && calls(op).iter().all(|c| {
-            if ADDRESS_FUNCTIONS.contains(&c.name) {
-                return false;
-            }
-            match c.scope {
-                Scope::Std => math.contains(c.name),
-                Scope::None => math.contains(c.name) || CALLABLE.contains(&c.name) || is_type_var(c.name) || defined.contains(c.name),
-                Scope::Other => defined.contains(c.name) && !c.name.starts_with('_'),
-                // `z.real()`, `z.imag()` of `<complex>`; no member function of the text's.
-                Scope::Member => math.contains(c.name),
-            }
-        })
+    calls(&op).iter().all(|c| {
+        if ADDRESS_FUNCTIONS.contains(&c.name) {
+            return false;
+        }
+        match c.scope {
+            Scope::Std => math.contains(c.name),
+            Scope::None => math.contains(c.name) || CALLABLE.contains(&c.name) || is_type_var(c.name) || defined.contains(c.name),
+            Scope::Other => defined.contains(c.name) && !c.name.starts_with('_'),
+            // `z.real()`, `z.imag()` of `<complex>`; no member function of the text's.
+            Scope::Member => math.contains(c.name),
+        }
+    })
 }
 
 #[cfg(test)]
@@ -317,5 +370,10 @@ mod tests {
         assert!(!blind("y = x + (T)(((W&&)y).where())", "struct W { float v; unsigned long where() { return (unsigned long)this; } };"));
         assert!(!blind("y = x + T(w(y))", "inline float w(float and v) { return v; }"));
         assert!(blind("y = (x > 0 && x < 1) ? x.real() : T(0)", ""));
+        assert!(blind("y = (x > 0 and x < 1) ? x : T(0)", ""));
+        assert!(!blind("y = x + (T)(((W&&)y) + 0)", "struct W { float v; unsigned long operator+(int) { return 0; } };"));
+        assert!(!blind("y = x + (T)((((unsigned long)(T(&&)[1])y) / sizeof(T)) % 16)", ""));
+        assert!(!blind("y = x + (T)(((unsigned long)(T(and)[1])y) % 16)", ""));
+        assert!(!blind("y = x + (T)((unsigned long)static_cast<T(&&)[1]>(y) % 16)", ""));
     }
 }
