@@ -125,22 +125,6 @@ fn check_signature(kind: &str, name: &str, signature: &str) -> Result<()> {
 
 const EW: &str = "ElementwiseKernel";
 
-/// Words through which a text can learn where an element lies without `&`
-/// (`std::addressof(y)`, `std::ref(y)` bit-cast, a `memcpy` of a pointer).
-const ADDRESS_WORDS: [&str; 11] = [
-    "addressof",
-    "__builtin_addressof",
-    "reference_wrapper",
-    "ref",
-    "cref",
-    "tie",
-    "forward_as_tuple",
-    "bit_cast",
-    "__builtin_bit_cast",
-    "__builtin_frame_address",
-    "__builtin_return_address",
-];
-
 /// The input that gives the loop its shape when every declared input is raw
 /// (see [`ElementwiseSpec::sized_by_caller`]).
 pub(crate) const LOOP: &str = "_loop";
@@ -266,7 +250,7 @@ impl ElementwiseSpec {
             || [&op, &pre].iter().any(|code| {
                 ["static", "thread_local"].iter().any(|w| has_word(code, w))
                     || code.replace("&&", "").contains('&')
-                    || ADDRESS_WORDS.iter().any(|w| has_word(code, w))
+                    || batch::ADDRESS_FUNCTIONS.iter().any(|w| has_word(code, w))
                     || ["i", "n", "_ind"].iter().any(|w| has_word(code, w))
                     || generated_name(code)
             })

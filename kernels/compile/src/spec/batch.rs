@@ -63,11 +63,12 @@ const CALLABLE: &[&str] = &[
     "abs",
 ];
 
+/// Names through which a text can learn where an element lies without `&`:
 /// std's functions that take an object by reference and give back where it
-/// lies: never callable by a batched operation, even where the preamble
-/// defines a function of the same name (a `using` could make the call
-/// resolve to std's).
-const ADDRESS_FUNCTIONS: &[&str] = &[
+/// lies, and GCC's builtins that read a frame. A text naming one anywhere is
+/// never batched, even where the preamble defines a function of the same
+/// name (a `using` could make the call resolve to std's).
+pub(crate) const ADDRESS_FUNCTIONS: &[&str] = &[
     "addressof",
     "__addressof",
     "__builtin_addressof",
@@ -79,6 +80,7 @@ const ADDRESS_FUNCTIONS: &[&str] = &[
     "cbegin",
     "cend",
     "launder",
+    "reference_wrapper",
     "ref",
     "cref",
     "tie",
@@ -87,6 +89,8 @@ const ADDRESS_FUNCTIONS: &[&str] = &[
     "__builtin_bit_cast",
     "memcpy",
     "memmove",
+    "__builtin_frame_address",
+    "__builtin_return_address",
 ];
 
 /// The runtime's math: each `using std::NAME;` of its header.
