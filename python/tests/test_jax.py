@@ -388,6 +388,9 @@ def test_vmap_of_an_elementwise_kernel_that_reads_its_position_matches_calls_per
         # An operator of the preamble's runs without a call; a cast to a reference to an array decays.
         ("y = x + (T)(((W&&)y) + 0)", "struct W { float v; unsigned long operator+(int) { return (unsigned long)this / sizeof(float) % 16; } };"),
         ("y = x + (T)((((unsigned long)(T(&&)[1])y) / sizeof(T)) % 16)", ""),
+        # A reference type made without `&`: a type trait, a typedef spelt with `and`.
+        ("y = x + (T)((((unsigned long)(std::add_lvalue_reference_t<T[1]>)y) / sizeof(T)) % 16)", ""),
+        ("typedef T A1[1]; typedef A1 and AR; y = x + (T)((((unsigned long)(AR)y) / sizeof(T)) % 16)", ""),
     ],
 )
 def test_an_elementwise_kernel_with_state_or_addresses_is_batched_one_call_per_element(operation, preamble):

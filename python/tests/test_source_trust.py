@@ -378,3 +378,28 @@ def test_a_foreign_exceptions_cleanup_runs_under_the_division_check_within_the_c
         assert r.stderr.index("[cleanup]") < r.stderr.index("[after the call]"), r.stderr
     else:
         assert "integer division or modulo by zero" in r.stdout, r.stdout
+
+
+def test_an_exception_whose_what_divides_is_never_left_caught_for_another_kernel():
+    r = _in_child(
+        r"""
+        import numpy as np, dlbridge
+        pre = '''
+        #include <exception>
+        namespace ka { struct E : std::exception {
+          const char* what() const noexcept override { volatile int z = 0; return (100 / z) ? "A" : "B"; } }; }
+        '''
+        a = dlbridge.ElementwiseKernel("float32 x", "float32 y", "throw ka::E()", "what_divides", preamble=pre)
+        b = dlbridge.ElementwiseKernel("float32 x", "float32 y", "y = std::current_exception() ? 1.f : 0.f", "sees_caught",
+                                       preamble="#include <exception>")
+        x = np.ones(2, np.float32)
+        try:
+            a(x)
+        except RuntimeError as e:
+            print("raised:", e)
+        print("b sees a caught exception:", b(x).tolist())
+        """
+    )
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert "raised: what_divides:" in r.stdout and "integer division or modulo by zero" in r.stdout, r.stdout
+    assert "b sees a caught exception: [0.0, 0.0]" in r.stdout, r.stdout

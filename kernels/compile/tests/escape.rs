@@ -702,9 +702,12 @@ fn a_pragmas_clauses_are_checked_as_the_texts_code() {
 
 #[test]
 fn vector_types_whose_division_is_unchecked_are_refused() {
-    for (name, pre) in
-        [("vec_gnu", "typedef int dlb_v4 __attribute__((vector_size(16)));"), ("vec_cxx11", "typedef int dlb_v4 [[gnu::vector_size(16)]];")]
-    {
+    for (name, pre) in [
+        ("vec_gnu", "typedef int dlb_v4 __attribute__((vector_size(16)));"),
+        ("vec_cxx11", "typedef int dlb_v4 [[gnu::vector_size(16)]];"),
+        ("vec_mode", "typedef int dlb_v4 __attribute__((mode(V4SI)));"),
+        ("vec_mode_underscored", "typedef int dlb_v4 __attribute__((__mode__(__V4SI__)));"),
+    ] {
         let e = attempt(name, "z = x", pre, "").expect_err(name);
         assert!(e.contains("integer division on vector types is not checked"), "{name}: {e}");
     }

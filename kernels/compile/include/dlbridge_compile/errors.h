@@ -43,25 +43,48 @@ inline int32_t from_exception(const char* kernel, const char* thrower, char* err
 /// [`from_exception`] for the exception `p` holds, the entry point's handler
 /// already left: the exception's own code (its `what()` and, as `p` drops
 /// the last reference, its destructor; a kernel's text may define both) runs
-/// under the integer-division guard, never after it.
+/// under the integer-division guard, never after it, and outside any
+/// handler: a division there leaves no handler unended (an exception left
+/// caught on the thread would be another kernel's `std::current_exception()`).
 inline int32_t from_exception_ptr(const char* kernel, const char* thrower, std::exception_ptr p, char* err, size_t err_len) {
   if (!p) {  // a foreign exception (not C++'s) has no exception_ptr
     return fail(err, err_len, DLBRIDGE_ERR_RUNTIME, "%s: the %s ended with a foreign (not C++) exception", kernel, thrower);
   }
-  int32_t rc = DLBRIDGE_ERR_RUNTIME;
+  // Which kind it is, by reference: no code of the exception's runs here. `p` keeps the object alive.
+  const std::exception* object = nullptr;
+  bool out_of_memory = false;
   try {
-    dlbridge_divguard::guarded([&] {
-      try {
-        std::rethrow_exception(p);
-      } catch (...) {
-        rc = from_exception(kernel, thrower, err, err_len);
-      }
-      p = nullptr;
-    });
+    std::rethrow_exception(p);
+  } catch (const std::bad_alloc&) {
+    out_of_memory = true;
   } catch (const std::exception& e) {
-    rc = fail(err, err_len, DLBRIDGE_ERR_RUNTIME, "%s: the %s threw an exception whose own code failed: %s", kernel, thrower, e.what());
+    object = &e;
   } catch (...) {
-    rc = fail(err, err_len, DLBRIDGE_ERR_RUNTIME, "%s: the %s threw an exception whose own code failed", kernel, thrower);
+  }
+  int32_t rc = DLBRIDGE_ERR_RUNTIME;
+  std::exception_ptr failed = dlbridge_divguard::captured([&] {
+    if (out_of_memory) {
+      rc = fail(err, err_len, DLBRIDGE_ERR_MEMORY, "%s: out of memory", kernel);
+    } else if (object != nullptr) {
+      rc = fail(err, err_len, DLBRIDGE_ERR_RUNTIME, "%s: %s", kernel, object->what());
+    } else {
+      rc = fail(err, err_len, DLBRIDGE_ERR_RUNTIME, "%s: the %s threw an exception that is not a std::exception", kernel, thrower);
+    }
+    object = nullptr;
+    p = nullptr;
+  });
+  if (failed) {
+    // The exception's own code failed (a division by zero in its `what()` or destructor).
+    (void)dlbridge_divguard::captured([&] { p = nullptr; });
+    const std::exception* why = nullptr;
+    try {
+      std::rethrow_exception(failed);
+    } catch (const std::exception& e) {
+      why = &e;
+    } catch (...) {
+    }
+    rc = why != nullptr ? fail(err, err_len, DLBRIDGE_ERR_RUNTIME, "%s: the %s threw an exception whose own code failed: %s", kernel, thrower, why->what())
+                        : fail(err, err_len, DLBRIDGE_ERR_RUNTIME, "%s: the %s threw an exception whose own code failed", kernel, thrower);
   }
   return rc;
 }

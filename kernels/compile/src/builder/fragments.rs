@@ -653,8 +653,15 @@ fn refused_token(label: &str, toks: &[Tok<'_>], i: usize, private: &std::collect
     if matches!(t.text, "__complex__" | "__complex" | "_Complex") {
         return Some(format!("uses `{}`: GCC's complex integer division is not checked for a zero divisor; use `std::complex`", t.text));
     }
-    // GCC's vector types divide without the check (a zero lane traps).
-    if matches!(bare, "vector_size" | "ext_vector_type") {
+    // GCC's vector types divide without the check (a zero lane traps): made by
+    // `vector_size`, `ext_vector_type`, or a vector machine mode (`mode(V4SI)`).
+    let vector_mode = bare == "mode"
+        && toks.get(i + 1).is_some_and(|n| n.text == "(")
+        && toks.get(i + 2).is_some_and(|m| {
+            let m = m.text.trim_start_matches('_');
+            m.starts_with('V') && m[1..].starts_with(|c: char| c.is_ascii_digit())
+        });
+    if matches!(bare, "vector_size" | "ext_vector_type") || vector_mode {
         return Some(format!(
             "uses `{}`: integer division on vector types is not checked for a zero divisor, so a kernel's text declares none \
              (write the lanes out; the compiler vectorises the loop)",

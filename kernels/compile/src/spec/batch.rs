@@ -206,6 +206,27 @@ pub(crate) fn calls(code: &str) -> Vec<Call<'_>> {
     out
 }
 
+/// Each name that follows a `::` in `code`, and whether what precedes the
+/// `::` is `std` (`std::exp` is `(true, "exp")`, `k::f` is `(false, "f")`,
+/// `numeric_limits<T>::max` is `(false, "max")`).
+fn qualified_names(code: &str) -> Vec<(bool, &str)> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(off) = code[from..].find("::") {
+        let at = from + off;
+        from = at + 2;
+        let rest = code[from..].trim_start();
+        let name_len = rest.bytes().take_while(|&b| ident_char(b)).count();
+        if name_len == 0 {
+            continue;
+        }
+        let before = code[..at].trim_end();
+        let scope = before.rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("");
+        out.push((scope == "std", &rest[..name_len]));
+    }
+    out
+}
+
 /// The functions `code` defines: names followed by a parameter list and a
 /// body (`f(float v) {`, `f(float v) const noexcept -> float {`).
 pub(crate) fn defined_functions(code: &str) -> BTreeSet<&str> {
@@ -313,10 +334,15 @@ pub(crate) fn calls_only_position_blind(op: &str, pre: &str, type_vars: &[char])
     // `this`, and runs without a call's parentheses) or a `using`: never batched. One
     // whose functions could take an element by reference: none of its functions count as
     // position-blind.
-    if word(&pre, &["this", "operator", "using"]) || word(&op, &["this", "using"]) || takes_a_reference(&op) {
+    if word(&pre, &["this", "operator", "using"]) || word(&op, &["this", "using", "typedef", "template"]) || takes_a_reference(&op) {
         return false;
     }
     let defined = if pre.contains('&') { BTreeSet::new() } else { defined_functions(&pre) };
+    // Every qualified name, called or not (a type in a cast, `std::add_lvalue_reference_t<T[1]>`,
+    // makes a reference without `&`): std's math, or a function of the preamble's.
+    if !qualified_names(&op).iter().all(|(std, name)| if *std { math.contains(name) } else { defined.contains(name) }) {
+        return false;
+    }
     let is_type_var = |n: &str| n.len() == 1 && n.chars().next().is_some_and(|c| type_vars.contains(&c));
     calls(&op).iter().all(|c| {
         if ADDRESS_FUNCTIONS.contains(&c.name) {
@@ -379,5 +405,8 @@ mod tests {
         assert!(!blind("y = x + (T)((((unsigned long)(T(&&)[1])y) / sizeof(T)) % 16)", ""));
         assert!(!blind("y = x + (T)(((unsigned long)(T(and)[1])y) % 16)", ""));
         assert!(!blind("y = x + (T)((unsigned long)static_cast<T(&&)[1]>(y) % 16)", ""));
+        assert!(!blind("y = x + (T)((((unsigned long)(std::add_lvalue_reference_t<T[1]>)y) / sizeof(T)) % 16)", ""));
+        assert!(!blind("typedef T A1[1]; typedef A1 and AR; y = x + (T)((((unsigned long)(AR)y) / sizeof(T)) % 16)", ""));
+        assert!(blind("y = std::fmin(x, T(1)) + k::twice(x)", "namespace k { inline float twice(float v) { return 2 * v; } }"));
     }
 }
