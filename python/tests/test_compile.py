@@ -13,7 +13,7 @@ import pytest
 
 import dlbridge
 
-from conftest import cupy_l2norm, cupy_squared_diff, on_threads
+from conftest import Box, cupy_l2norm, cupy_squared_diff, on_threads
 
 torch = pytest.importorskip("torch")
 
@@ -524,26 +524,13 @@ def test_a_preamble_may_include_memory_and_use_smart_pointers():
     np.testing.assert_array_equal(k(x), 2 * x)
 
 
-class _DLPackOnly:
-    """A producer with nothing but the DLPack protocol (no shape, no indexing)."""
-
-    def __init__(self, data):
-        self.data = data
-
-    def __dlpack__(self, **kw):
-        return self.data.__dlpack__(**kw)
-
-    def __dlpack_device__(self):
-        return self.data.__dlpack_device__()
-
-
 def test_a_reduction_takes_any_dlpack_producer_and_refuses_bool_axis_and_keepdims():
     red = dlbridge.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "dlpack_only_sum")
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
-    assert red(_DLPackOnly(x), axis=1).tolist() == x.sum(axis=1).tolist()
-    out = _DLPackOnly(np.zeros(4, np.float32))
-    assert red(_DLPackOnly(x), axis=0, out=out) is out  # written in place, the caller's own object back
-    np.testing.assert_array_equal(out.data, x.sum(axis=0))
+    assert red(Box(x), axis=1).tolist() == x.sum(axis=1).tolist()
+    out = Box(np.zeros(4, np.float32))
+    assert red(Box(x), axis=0, out=out) is out  # written in place, the caller's own object back
+    np.testing.assert_array_equal(out.a, x.sum(axis=0))
     with pytest.raises(TypeError, match="dlpack_only_sum: argument x: object has no __dlpack__"):
         red(object(), axis=1)
     with pytest.raises(TypeError, match="dlpack_only_sum: axis must be an int or a tuple of ints, not True"):

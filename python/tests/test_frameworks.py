@@ -12,20 +12,9 @@ import pytest
 
 import dlbridge
 
+from conftest import Box
+
 add, softmax, matmul, relu = (dlbridge.get_kernel(n) for n in ("add", "softmax", "matmul", "relu"))
-
-
-class Box:
-    """A minimal framework: a NumPy array behind __dlpack__, nothing else."""
-
-    def __init__(self, a: np.ndarray) -> None:
-        self.a = a
-
-    def __dlpack__(self, **kwargs):
-        return self.a.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self):
-        return self.a.__dlpack_device__()
 
 
 def new_framework():
