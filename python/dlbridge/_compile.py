@@ -137,6 +137,19 @@ _FLOAT_LIMITS = {
 }
 
 
+def _shown(value: Any) -> str:
+    """``value`` for an error message: an integer of more than 40 digits by its size (Python
+    will not print one of more than 4300, and thousands of digits name nothing)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        try:
+            bits = int(value).bit_length()
+        except Exception:  # noqa: BLE001 - a foreign integral type: its repr, as for any value
+            return repr(value)
+        if bits > 133:
+            return f"<{'a negative ' if value < 0 else 'an '}integer of about {int(bits * 0.30103) + 1} digits>"
+    return repr(value)
+
+
 def _check_float(kernel: str, arg: str, value: Any, dtype: str) -> None:
     """A finite number that the dtype would round to infinity is an OverflowError (NumPy
     and torch make it ``inf``, with a warning at most)."""
@@ -151,7 +164,7 @@ def _check_float(kernel: str, arg: str, value: Any, dtype: str) -> None:
         if v != v or (v == float("inf") and not isinstance(value, numbers.Integral)):
             return  # NaN and infinity are values of every float dtype
     if v >= top + spacing / 2:
-        raise OverflowError(f"{kernel}: argument {arg}: the scalar {value!r} is out of range for {dtype} (largest finite {top:g})")
+        raise OverflowError(f"{kernel}: argument {arg}: the scalar {_shown(value)} is out of range for {dtype} (largest finite {top:g})")
 
 
 def _check_scalar(kernel: str, arg: str, value: Any, dtype: str) -> None:
@@ -159,6 +172,16 @@ def _check_scalar(kernel: str, arg: str, value: Any, dtype: str) -> None:
     truncated (as a plain kernel's i64 scalar refuses one), and a value out of the
     dtype's range is an OverflowError, whatever framework makes the 0-d array."""
     if dtype in _FLOAT_LIMITS:
+        top, spacing = _FLOAT_LIMITS[dtype]
+        if _symbolic(value, "SymInt") and top < 2**63:
+            # An integer known when the compiled code runs (f16's range is within an int's).
+            import torch
+
+            bound = int(top + spacing / 2)  # from here on, the dtype rounds to infinity
+            why = f"{kernel}: argument {arg}: the scalar is out of range for {dtype} (largest finite {top:g})"
+            torch._check(value < bound, lambda: why)
+            torch._check(value > -bound, lambda: why)
+            return
         _check_float(kernel, arg, value, dtype)
         return
     if dtype == "bool":
@@ -166,7 +189,7 @@ def _check_scalar(kernel: str, arg: str, value: Any, dtype: str) -> None:
         is_bool = isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", None) == "b"
         if is_bool or (isinstance(value, numbers.Number) and value in (0, 1)):
             return
-        raise TypeError(f"{kernel}: argument {arg}: the scalar {value!r} is not a bool, and {arg} is bool (it is not truncated)")
+        raise TypeError(f"{kernel}: argument {arg}: the scalar {_shown(value)} is not a bool, and {arg} is bool (it is not truncated)")
     if dtype not in _INT_RANGES:
         return
     if _symbolic(value, "SymInt"):
@@ -178,10 +201,10 @@ def _check_scalar(kernel: str, arg: str, value: Any, dtype: str) -> None:
         torch._check(value <= hi, lambda: f"{kernel}: argument {arg}: the scalar is out of range for {dtype} ({lo} to {hi})")
         return
     if not isinstance(value, numbers.Integral):
-        raise TypeError(f"{kernel}: argument {arg}: the scalar {value!r} is not an integer, and {arg} is {dtype} (it is not truncated)")
+        raise TypeError(f"{kernel}: argument {arg}: the scalar {_shown(value)} is not an integer, and {arg} is {dtype} (it is not truncated)")
     lo, hi = _INT_RANGES[dtype]
     if not lo <= int(value) <= hi:
-        raise OverflowError(f"{kernel}: argument {arg}: the scalar {value!r} is out of range for {dtype} ({lo} to {hi})")
+        raise OverflowError(f"{kernel}: argument {arg}: the scalar {_shown(value)} is out of range for {dtype} ({lo} to {hi})")
 
 
 def _zero_d(value: Any, dtype: str, like: Any) -> Any:
@@ -319,7 +342,11 @@ class ElementwiseKernel(_SourceKernel):
             if first_is_scalar and not outs and like is not None:
                 # The outputs are made by the first array argument's framework, not
                 # by the 0-d array a leading scalar became.
-                outs = [_dlbridge._empty_like(like, shape, dtype) for shape, dtype, _ in self.kernel.prepare_outputs(*ins)]
+                arrays = [(p.name, a) for p, a, sc in zip(self._params, ins, scalars) if not sc]
+                outs = [
+                    _dlbridge._empty_like(like, shape, dtype, self.name, o.name, arrays)
+                    for (shape, dtype, _), o in zip(self.kernel.prepare_outputs(*ins), self.kernel.outputs, strict=True)
+                ]
                 made = True
         if self._sized:
             ins.append(self._loop(size, like, outs))
@@ -396,13 +423,13 @@ def _scalars_to_arrays(name: str, params: Sequence[Any], scalar_ok: Sequence[boo
             converted.append(a)
             continue
         if not ok:
-            raise TypeError(f"{name}: argument {p.name} is raw: it takes an array, not the scalar {a!r}")
+            raise TypeError(f"{name}: argument {p.name} is raw: it takes an array, not the scalar {_shown(a)}")
         dtype = p.dtype if p.dtypes == (p.dtype,) else bound.setdefault(p.dtype, _scalar_dtype(a))
         _check_scalar(name, p.name, a, dtype)
         try:
             converted.append(_zero_d(a, dtype, like))
         except (OverflowError, TypeError, ValueError) as e:
-            raise type(e)(f"{name}: argument {p.name}: the scalar {a!r} is not a {dtype}: {e}") from None
+            raise type(e)(f"{name}: argument {p.name}: the scalar {_shown(a)} is not a {dtype}: {e}") from None
     return converted
 
 
@@ -527,7 +554,7 @@ class ReductionKernel(_SourceKernel):
         ins = [_shaped(self.name, p.name, a) for p, a in zip(self._ins, ins, strict=True)]
         given = outs
         outs = [_shaped(self.name, p.name, o) for p, o in zip(self._outs, outs)]
-        made: list[int] = []
+        made: list[Any] = []
         shapes = [tuple(a.shape) for a in ins]
         shape = shapes[0]
         if any(s != shape for s in shapes):  # inputs broadcast, as in CuPy
@@ -552,14 +579,16 @@ class ReductionKernel(_SourceKernel):
                     bound.setdefault(p.dtype, _dtype_of(a))
             for p in self._outs:
                 dtype = p.dtype if p.dtypes == (p.dtype,) else bound[p.dtype]
-                outs.append(_dlbridge._empty_like(like, keep_shape if keepdims else out_shape, dtype))
-                made.append(len(outs) - 1)
+                arrays = [(q.name, a) for q, a in zip(self._ins, ins)]
+                raw = _dlbridge._empty_like(like, keep_shape if keepdims else out_shape, dtype, self.name, p.name, arrays)
+                made.append(raw)
+                outs.append(_shaped(self.name, p.name, raw))  # written through a view: `raw` may be DLPack-only
         ndim = len(shape)
         targets = [o[index] if len(o.shape) == ndim and ndim != len(out_shape) else o for o in outs]
         self.kernel(*ins, *targets)
         # Made here in the input's framework: handed over as its calls' outputs are (JAX's zero-copy import).
-        for i in made:
-            outs[i] = _dlbridge._hand_over(like, outs[i])
+        for i, raw in enumerate(made, start=len(outs) - len(made)):
+            outs[i] = _dlbridge._hand_over(like, raw)
         outs = [*given, *outs[len(given) :]]  # the caller's own objects, written in place
         return outs[0] if self.nout == 1 else tuple(outs)
 

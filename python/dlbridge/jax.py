@@ -114,14 +114,14 @@ def _scalar(kernel: dlbridge.Kernel, p: Any, value: Any) -> Any:
         "f64": not boolean and isinstance(value, (int, float, np.integer, np.floating)),
     }[p.dtype]
     if not ok:
-        raise TypeError(f"{kernel.name}: argument {p.name}: expected a {p.dtype} scalar, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{kernel.name}: argument {p.name}: expected {'an' if p.dtype[0] in 'aeiou' else 'a'} {p.dtype} scalar, got {type(value).__name__} {_compile._shown(value)}")
     if p.dtype == "i64" and not -(2**63) <= int(value) < 2**63:
-        raise OverflowError(f"{kernel.name}: argument {p.name}: {value!r} is out of the range of an i64 scalar")
+        raise OverflowError(f"{kernel.name}: argument {p.name}: {_compile._shown(value)} is out of the range of an i64 scalar")
     if p.dtype == "f64" and isinstance(value, (int, np.integer)):
         try:
             float(value)
         except OverflowError:
-            raise OverflowError(f"{kernel.name}: argument {p.name}: {value!r} is out of the range of an f64 scalar") from None
+            raise OverflowError(f"{kernel.name}: argument {p.name}: {_compile._shown(value)} is out of the range of an f64 scalar") from None
     return _NUMPY_SCALARS[p.dtype](value)
 
 

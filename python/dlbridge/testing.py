@@ -265,7 +265,7 @@ CHECKS = [c.__name__ for c in _checks(lambda s, d: None, "f32", (2, 3), None)]
 # Each producer rule: where it is written, and how to follow it.
 HEADER, ARRAY_API = "DLPack 1.3 header (dlpack.h)", "array API standard, __dlpack__"
 PRODUCER_RULES: dict[str, tuple[str, str]] = {
-    "dlpack_device_is_a_cpu_pair": (f"{ARRAY_API}_device__: returns (device_type, device_id), an enum and an int",
+    "dlpack_device_is_a_cpu_pair": ("array API standard, __dlpack_device__: returns (device_type, device_id), an enum and an int",
                                     "return (1, 0) for host memory (kDLCPU), e.g. by passing on NumPy's __dlpack_device__()"),
     "legacy_capsule_without_max_version": (f"{ARRAY_API}: without max_version, a legacy 'dltensor' capsule",
                                            "called without max_version, export a DLManagedTensor in a capsule named 'dltensor'"),
@@ -289,7 +289,7 @@ PRODUCER_RULES: dict[str, tuple[str, str]] = {
                                 "export read-only data in a versioned capsule with READ_ONLY set"),
     "read_only_is_never_a_legacy_capsule": (f"{HEADER}: a legacy DLManagedTensor cannot say READ_ONLY",
                                             "raise BufferError when read-only data is asked for without max_version"),
-    "device_matches_the_capsule": (f"{ARRAY_API}_device__ and {HEADER}: DLTensor.device describe one device",
+    "device_matches_the_capsule": (f"array API standard, __dlpack_device__ and {HEADER}: DLTensor.device describe one device",
                                    "return from __dlpack_device__ the (device_type, device_id) the exported DLTensor holds"),
     "views_export_their_layout": (f"{HEADER}: DLTensor.data + byte_offset is element 0, strides are in elements",
                                   "export a view with its own first element (data, byte_offset) and strides, or a compact copy"),
@@ -1467,7 +1467,7 @@ def _seconds(text: str) -> float:
     except ValueError:
         value = float("nan")
     if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds above 0, got {text!r}")
     return value
 
 

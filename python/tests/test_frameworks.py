@@ -160,6 +160,60 @@ def test_an_allocator_that_recycles_memory_the_call_uses_is_refused_before_the_k
     assert np.array_equal(x, before[0]) and np.array_equal(y, before[1]), "the caller's inputs are untouched"
 
 
+@pytest.mark.parametrize("kind", ["ReductionKernel", "ElementwiseKernel with a leading scalar"])
+def test_an_allocator_that_recycles_an_input_is_refused_where_python_code_makes_the_outputs(kind):
+    # ReductionKernel (and an ElementwiseKernel whose first argument is a scalar) make their
+    # outputs in Python, through the same allocators: the same refusal, before anything is written.
+    T, _ = new_framework()
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    before = x.copy()
+    dlbridge.register_allocator(T, lambda shape, dtype, device: T(x.reshape(-1)[: int(np.prod(shape))].reshape(shape)))
+    if kind == "ReductionKernel":
+        k = dlbridge.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "recycled_rowsum")
+        call, says = (lambda: k(T(x), axis=1)), "recycled_rowsum: output y: the allocator registered for "
+    else:
+        k = dlbridge.ElementwiseKernel("T s, T x", "T y", "y = s * x", "recycled_scale")
+        call, says = (lambda: k(2.0, T(x))), "recycled_scale: output y: the allocator registered for "
+    with pytest.raises(ValueError) as e:
+        call()
+    msg = str(e.value)
+    assert msg.startswith(says) and "returned memory that overlaps argument x" in msg, msg
+    np.testing.assert_array_equal(x, before)
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_a_reduction_writes_a_dlpack_only_frameworks_own_output(keepdims):
+    T, seen = new_framework()
+    dlbridge.register_allocator(T, lambda shape, dtype, device: seen["allocate"].append(shape) or T(np.empty(shape, dtype)))
+    k = dlbridge.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "boxed_rowsum")
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    out = k(T(x), axis=1, keepdims=keepdims)
+    assert isinstance(out, T) and seen["allocate"] == [(2, 1) if keepdims else (2,)]
+    np.testing.assert_array_equal(out.a, x.sum(1, keepdims=keepdims))
+
+
+def test_an_output_python_code_cannot_allocate_names_the_kernel_and_output():
+    T, _ = new_framework()
+
+    def allocate(shape, dtype, device):
+        raise MemoryError("pool exhausted")
+
+    dlbridge.register_allocator(T, allocate)
+    k = dlbridge.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "starved_rowsum")
+    with pytest.raises(MemoryError) as e:
+        k(T(np.ones((2, 3), np.float32)), axis=1)
+    assert e.value.args == ("pool exhausted",)
+    assert any("in dlbridge kernel starved_rowsum: output y" in n for n in getattr(e.value, "__notes__", [])), e.value
+    with pytest.raises(MemoryError) as e:
+        k(_huge_rows(), axis=1)
+    assert any("in dlbridge kernel starved_rowsum: output y" in n for n in getattr(e.value, "__notes__", [])), e.value
+
+
+def _huge_rows():
+    """A broadcast view of 2**41 rows of one float: its row sums need 8 TiB, which NumPy cannot allocate."""
+    return np.broadcast_to(np.zeros((1, 1), np.float32), (2**41, 1))
+
+
 @pytest.mark.parametrize(
     "error",
     [KeyError("no such pool"), MemoryError("no room"), MemoryError("pool exhausted", 42), FileNotFoundError(2, "nofile", "f"), ValueError("custom", 42)],

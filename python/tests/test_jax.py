@@ -356,6 +356,17 @@ def test_an_exported_program_runs_the_kernel_it_was_built_for_in_another_process
         ("y = x + _ind.size()", ""),
         ("y = x * n", ""),
         ("y = x + (T)CAT(_, ind).size()", "#define CAT(a, b) a##b"),
+        # Read as the compiler lexes: a `'` after an identifier opens a character literal,
+        # and a lone carriage return ends a `//` comment.
+        ("y = x; y += sizeof'\"' * 0 + (T)i; // \"", ""),
+        ("y = x; // note\r y = x + (T)i;", ""),
+        # A preamble function whose own body reads the floating-point environment,
+        # which each call starts from afresh.
+        (
+            "y = q::first(x)",
+            "namespace q { inline float first(float v) { float r = fegetround() == FE_TONEAREST ? v : v + 100.0f; "
+            "fesetround(FE_UPWARD); return r; } }",
+        ),
     ],
 )
 def test_vmap_of_an_elementwise_kernel_that_reads_its_position_matches_calls_per_element(operation, preamble):
@@ -426,6 +437,14 @@ def test_an_i64_scalar_out_of_range_is_an_overflow_error_naming_kernel_and_argum
         op(arange(3), value)
     with pytest.raises(OverflowError, match=r"shift_i64"):
         mod.shift_i64(np.zeros(3, np.float32), value)
+
+
+def test_a_scalar_of_thousands_of_digits_is_an_overflow_error_naming_kernel_and_argument():
+    # Python prints no int of more than 4300 digits: the message gives its size instead.
+    k = dlbridge.ElementwiseKernel("T x, int64 s", "T z", "z = x + (T)s", "huge_int_scalar")
+    for call in (lambda: k(np.zeros(2, np.float32), 10**5000), lambda: djax.as_op(k)(arange(2), 10**5000)):
+        with pytest.raises(OverflowError, match=r"huge_int_scalar: argument s: .*integer of about 5001 digits"):
+            call()
 
 
 @pytest.mark.parametrize("value", [np.int64(2**40 + 5), 2**40, np.int64(2**32 - 1), -(2**31) - 1])

@@ -251,6 +251,29 @@ def test_source_files_are_compiled_by_path_and_a_changed_header_makes_a_new_buil
         dlbridge.load_inline("from_files", functions=sig, sources=[tmp_path])
 
 
+@pytest.mark.parametrize("flag", ["-include", "-imacros"])
+def test_a_file_a_flag_makes_the_compiler_read_is_part_of_the_build_and_the_kernels_digest(tmp_path, flag):
+    header = tmp_path / "scale.h"
+    src = "void flag_scale(const float* x, float* y, long long n) { for (long long i = 0; i < n; ++i) y[i] = FLAG_SCALE * x[i]; }"
+    sig = ["flag_scale(x: f32[N]) -> (y: f32[N])"]
+    x = np.arange(3, dtype=np.float32)
+    digests = []
+    for scale in (2, 3):
+        header.write_text(f"#define FLAG_SCALE {scale}\n")
+        mod = dlbridge.load_inline("flag_files", src, sig, extra_cflags=[flag, str(header)])
+        np.testing.assert_array_equal(mod.flag_scale(x), scale * x)
+        digests.append(mod.flag_scale._digest())
+    assert digests[0] != digests[1], "a program built for one header's kernel must not run the other's"
+
+
+def test_a_response_file_in_the_flags_is_refused_naming_it(tmp_path):
+    flags = tmp_path / "flags.txt"
+    flags.write_text("-DFLAG_SCALE=2\n")
+    src = "void at_scale(const float* x, float* y, long long n) { for (long long i = 0; i < n; ++i) y[i] = FLAG_SCALE * x[i]; }"
+    with pytest.raises(ValueError, match=r"load_inline \"at_files\": extra_cflags `@.*flags.txt` is a response file.*pass the flags themselves"):
+        dlbridge.load_inline("at_files", src, ["at_scale(x: f32[N]) -> (y: f32[N])"], extra_cflags=[f"@{flags}"])
+
+
 def test_a_name_or_source_of_the_wrong_type_is_a_type_error_naming_it():
     sig = ["wrong_types(x: f32[N]) -> (y: f32[N])"]
     with pytest.raises(TypeError, match="load_inline: name must be a str"):

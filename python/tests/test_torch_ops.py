@@ -558,3 +558,17 @@ def test_a_python_int_for_an_integer_placeholder_works_eager_and_compiled(tmp_pa
         assert torch.equal(f(x, s), x * s + 1)
     with pytest.raises(Exception, match="out of range for i32"):
         f(x, 2**40)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_python_int_beyond_float16s_range_is_refused_eager_and_compiled(tmp_path, monkeypatch, dynamic):
+    monkeypatch.setenv("DLBRIDGE_CACHE_DIR", str(tmp_path))
+    op = dt.as_op(dlbridge.ElementwiseKernel("T x, T s", "T z", "z = x + s", "torchop_f16_shift"))
+    x = torch.zeros(2, dtype=torch.float16)
+    with pytest.raises(OverflowError, match="torchop_f16_shift: argument s: the scalar 70000 is out of range for f16"):
+        op(x, 70000)
+    f = torch.compile(lambda x, s: op(x, s), fullgraph=True, dynamic=dynamic)
+    assert f(x, 65519).tolist() == [65504.0, 65504.0]
+    for s in (65520, 70000, -70000):
+        with pytest.raises(Exception, match="torchop_f16_shift: argument s: the scalar .*out of range for f16"):
+            f(x, s)

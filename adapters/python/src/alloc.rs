@@ -219,28 +219,62 @@ pub(crate) fn numpy_dtype(d: DType) -> Option<&'static str> {
 /// A new writable array of `shape` and `dtype` on `like`'s device, made by
 /// `like`'s framework as a call's output would be (`finish` not yet applied:
 /// see [`hand_over`]). For Python code that fills an output itself (the
-/// `mut` outputs of a `ReductionKernel`).
-pub fn empty_like<'py>(like: &Bound<'py, PyAny>, shape: Vec<i64>, dtype: &str) -> PyResult<Bound<'py, PyAny>> {
+/// `mut` outputs of a `ReductionKernel`): `kernel` and `output` name it in
+/// errors, as a call's own outputs are named, and memory that overlaps any
+/// of `inputs` (name, array) is refused, as for a call's outputs.
+pub fn empty_like<'py>(
+    like: &Bound<'py, PyAny>,
+    shape: Vec<i64>,
+    dtype: &str,
+    kernel: &str,
+    output: &str,
+    inputs: &[(String, Bound<'py, PyAny>)],
+) -> PyResult<Bound<'py, PyAny>> {
     let py = like.py();
     let first = import(like, false, Mode::Own)?;
     let device = first.view().py_err()?.device();
     let dtype = DType::from_numpy_name(dtype)
         .or_else(|| dtype.parse().ok())
         .ok_or_else(|| PyTypeError::new_err(format!("unknown dtype {dtype:?}")))?;
-    let spec = OutputSpec { name: "out".into(), shape: shape.into_iter().collect(), dtype, device, order: Default::default() };
-    fn made<'py, A: PyAllocator<'py>>(py: Python<'py>, mut a: A, spec: &OutputSpec) -> PyResult<Bound<'py, PyAny>> {
-        let t = a.allocate(spec)?;
+    let spec = OutputSpec { name: output.into(), shape: shape.into_iter().collect(), dtype, device, order: Default::default() };
+    /// One allocation through `a`, its errors located at `kernel`'s `output`.
+    fn one<'py, A: PyAllocator<'py>>(
+        py: Python<'py>,
+        mut a: A,
+        spec: &OutputSpec,
+        kernel: &str,
+        output: &str,
+    ) -> Result<(Bound<'py, PyAny>, String), PyFail> {
+        let t = match a.allocate(spec) {
+            Ok(t) => t,
+            Err(e) => return Err(a.locate(e, kernel, output)),
+        };
         // `finish` is the caller's (hand_over): give back the writable object itself.
-        a.raw(py, t)
+        Ok((a.raw(py, t)?, a.describe()))
     }
-    match crate::frameworks::lookup(like) {
-        Some(m) if matches!(*m, Maker::Numpy) => made(py, Numpy { py }, &spec),
-        Some(m) if matches!(*m, Maker::Python(_)) => made(py, Registered { py, maker: m, raised: Default::default() }, &spec),
+    let (out, describe) = match crate::frameworks::lookup(like) {
+        Some(m) if matches!(*m, Maker::Numpy) => one(py, Numpy { py }, &spec, kernel, output)?,
+        Some(m) if matches!(*m, Maker::Python(_)) => {
+            one(py, Registered { py, maker: m, raised: Default::default() }, &spec, kernel, output)?
+        }
         _ => match Exchange::claim(&first) {
-            Some(a) => made(py, a, &spec),
-            None => made(py, Arrays { py }, &spec),
+            Some(a) => one(py, a, &spec, kernel, output)?,
+            None => one(py, Arrays { py }, &spec, kernel, output)?,
         },
+    };
+    let fresh = import(&out, false, Mode::Own)?;
+    let w = fresh.view().py_err()?;
+    for (name, arg) in inputs {
+        let t = import(arg, false, Mode::Own)?;
+        if dlbridge_registry::views_overlap(&w, &t.view().py_err()?) {
+            let e = dlbridge_core::Error::InvalidArgument(format!(
+                "{describe} returned memory that overlaps {}; an allocator must return new memory",
+                Slot::Argument(name.clone())
+            ));
+            return Err(at_output(py, e.into(), kernel, output).0);
+        }
     }
+    Ok(out)
 }
 
 /// What a caller of `like`'s framework gets for `out`, an array made by

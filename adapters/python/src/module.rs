@@ -25,10 +25,18 @@ fn register_allocator(
 }
 
 /// A new writable array in `like`'s framework, on its device (before the
-/// framework's `finish`: see `_hand_over`).
+/// framework's `finish`: see `_hand_over`), for `kernel`'s `output`; memory
+/// that overlaps any of `inputs` (name, array) is refused.
 #[pyfunction]
-fn _empty_like<'py>(like: &Bound<'py, PyAny>, shape: Vec<i64>, dtype: &str) -> PyResult<Bound<'py, PyAny>> {
-    crate::alloc::empty_like(like, shape, dtype)
+fn _empty_like<'py>(
+    like: &Bound<'py, PyAny>,
+    shape: Vec<i64>,
+    dtype: &str,
+    kernel: &str,
+    output: &str,
+    inputs: Vec<(String, Bound<'py, PyAny>)>,
+) -> PyResult<Bound<'py, PyAny>> {
+    crate::alloc::empty_like(like, shape, dtype, kernel, output, &inputs)
 }
 
 /// What a caller in `like`'s framework gets for `out`, made by `_empty_like`.

@@ -586,7 +586,7 @@ impl<'v> Region<'v> {
 }
 
 /// Whether two tensors share any byte of memory.
-pub(crate) fn views_overlap(a: &dlbridge_core::TensorView<'_>, b: &dlbridge_core::TensorView<'_>) -> bool {
+pub fn views_overlap(a: &dlbridge_core::TensorView<'_>, b: &dlbridge_core::TensorView<'_>) -> bool {
     let (ea, eb) = (a.extent(), b.extent());
     if ea.byte_hi == ea.byte_lo || eb.byte_hi == eb.byte_lo {
         return false;

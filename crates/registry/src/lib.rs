@@ -56,7 +56,7 @@ pub use call::{Call, Inputs, Outputs};
 pub use dlbridge_array;
 pub use dlbridge_core;
 pub use dlbridge_core::DType;
-pub use kernel::{DynKernelFn, Impl, Kernel, KernelDef, KernelFn, KernelOpts};
+pub use kernel::{DynKernelFn, Impl, Kernel, KernelDef, KernelFn, KernelOpts, views_overlap};
 pub use meta::{MetaArg, MetaOutput, TensorMeta};
 pub use plugin::{Plugin, PluginInfo, PluginKernel};
 pub use registry::{KernelEntry, Registry, StaticImpl, signature_is_well_formed};

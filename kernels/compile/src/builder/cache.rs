@@ -174,14 +174,14 @@ impl LibraryCache {
         // A text that includes a file: keyed on what the preprocessor makes of it
         // now (a changed header is another library).
         let key = match fragments::nonce_of(source) {
-            Some(nonce) if includes_files(user) => {
+            Some(nonce) if includes_files(user, extra) => {
                 let (ii, reference) = preprocess(&job, nonce)?;
                 let key = LibraryCache::key_with(compiler, &ii.replace(nonce, "NONCE"), dtypes, extra);
                 job.preprocessed = Some((ii, reference));
                 key
             }
             // The user's own C++ (`load_inline`): compiled from the same text.
-            None if includes_files(user) => {
+            None if includes_files(user, extra) => {
                 let ii = compiler.preprocess_text(source, what, user, extra)?;
                 let key = LibraryCache::key_with(compiler, &ii, dtypes, extra);
                 job.expanded = Some(ii);
@@ -244,7 +244,7 @@ struct BuildJob<'a> {
 /// kernel's identity, so that a program built for a kernel is refused where
 /// its headers say something else.
 pub(crate) fn included_digest(user: &[(&str, &str)], extra: &[String]) -> Option<String> {
-    if !includes_files(user) {
+    if !includes_files(user, extra) {
         return None;
     }
     let unit: String = user.iter().map(|(label, text)| format!("#line 1 \"{label}\"\n{text}\n")).collect();
@@ -284,14 +284,20 @@ fn entered_files(ii: &str) -> Vec<String> {
     out
 }
 
-/// Whether any of the user's texts may include a file (it has a directive,
+/// Flags dlbridge adds to every `load_inline` build, which name no file.
+const OWN_FLAGS: &[&str] = &["-Wl,--no-undefined", "-Wmissing-declarations"];
+
+/// Whether any of the user's texts, or a flag given with them, may include a file (it has a directive,
 /// `##` pasting or `_Pragma`: `#include`, `__has_include`, `#embed`, or a
 /// macro that builds them): what a file says is then part of the library, so
 /// the key is taken from the preprocessed text.
-fn includes_files(user: &[(&str, &str)]) -> bool {
+fn includes_files(user: &[(&str, &str)], extra: &[String]) -> bool {
+    // Any flag but dlbridge's own may name a file the preprocessor reads
+    // (`-include`, `-imacros`, `-Wp,...`): its line markers say which.
+    extra.iter().any(|f| !OWN_FLAGS.contains(&f.as_str()))
     // Any directive or pasting: a macro may build `__has_include` or the name
     // of a file, so only the preprocessor can say what is read.
-    user.iter().any(|(_, t)| {
+    || user.iter().any(|(_, t)| {
         let code = crate::params::scan(t).code;
         code.contains("##") || code.contains("_Pragma") || code.lines().any(|l| l.trim_start().starts_with('#'))
     })

@@ -626,7 +626,7 @@ fn refused_token(label: &str, toks: &[Tok<'_>], i: usize, private: &std::collect
     }
     if FRAME_BUILTINS.contains(&t.text) || FRAME_BUILTIN_FAMILIES.iter().any(|f| t.text.starts_with(f)) {
         return Some(format!(
-            "uses `{}`, which reads or rewrites the frames and return path around its function, past the generated code              that called it: a kernel's text may not",
+            "uses `{}`, which reads or rewrites the frames and return path around its function, past the generated code that called it: a kernel's text may not",
             t.text
         ));
     }

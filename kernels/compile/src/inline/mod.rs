@@ -257,6 +257,15 @@ impl InlineLibrary {
                 crate::params::shortened(flag)
             )));
         }
+        // A response file's flags would act on the build unseen by the cache key
+        // and the kernel's digest, which see the flags and the files the
+        // preprocessor enters.
+        if let Some(flag) = opts.extra_cflags.iter().find(|f| f.trim_start().starts_with('@')) {
+            return Err(value_error(format!(
+                "{what}: extra_cflags `{}` is a response file, whose flags the kernel cache and digest cannot see; pass the flags themselves",
+                crate::params::shortened(flag)
+            )));
+        }
         // The source files, after `c_source`, each numbered as its own file.
         let mut combined = c_source.map(str::to_owned);
         for path in &opts.sources {

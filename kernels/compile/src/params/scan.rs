@@ -144,7 +144,8 @@ pub(crate) struct Scanned {
 /// Joins continued lines (a backslash, optionally spaces, then a newline: GCC
 /// and Clang splice those too), then blanks comments and literals.
 pub(crate) fn scan(text: &str) -> Scanned {
-    let chars: Vec<char> = text.chars().collect();
+    // Phase 1, as GCC and Clang read a file: `\r\n` and a lone `\r` each end a line.
+    let chars: Vec<char> = text.replace("\r\n", "\n").replace('\r', "\n").chars().collect();
     // Splice, remembering each kept character's line.
     let (mut joined, mut lines) = (Vec::with_capacity(chars.len()), Vec::with_capacity(chars.len()));
     let (mut k, mut line) = (0, 1);
@@ -181,13 +182,35 @@ pub(crate) fn scan(text: &str) -> Scanned {
         }
         k += 1;
     }
-    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    // Identifier characters as GCC lexes them: `$` and any non-ASCII letter too.
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '$' || !c.is_ascii();
     let mut out = String::with_capacity(joined.len());
     let mut open = None;
+    // The token the last kept characters belong to: a `'` continues a
+    // preprocessing number (`1'000`, `0x1'f`) only, and only when an
+    // identifier character follows it; after an identifier it opens a
+    // character literal (`sizeof'"'`).
+    #[derive(PartialEq)]
+    enum Tok {
+        Other,
+        Ident,
+        Number,
+    }
+    let mut tok = Tok::Other;
     let mut k = 0;
     while k < joined.len() {
         let c = joined[k];
         let next = joined.get(k + 1).copied();
+        let prev = if k > 0 { joined[k - 1] } else { ' ' };
+        tok = match (&tok, c) {
+            (Tok::Number, c) if ident(c) || c == '.' || c == '\'' => Tok::Number,
+            (Tok::Number, '+' | '-') if matches!(prev, 'e' | 'E' | 'p' | 'P') => Tok::Number,
+            (Tok::Ident, c) if ident(c) => Tok::Ident,
+            (_, c) if c.is_ascii_digit() => Tok::Number,
+            (_, '.') if next.is_some_and(|d| d.is_ascii_digit()) => Tok::Number,
+            (_, c) if ident(c) => Tok::Ident,
+            _ => Tok::Other,
+        };
         match c {
             '/' if next == Some('/') => {
                 while k < joined.len() && joined[k] != '\n' {
@@ -217,19 +240,22 @@ pub(crate) fn scan(text: &str) -> Scanned {
             }
             '"' | '\'' => {
                 // The identifier just before: a literal's prefix (u8, u, U, L, R, u8R, ...)
-                // or, for `'`, a number's digit separator (1'000'000).
+                // goes with the literal; any other stays code.
                 let mut b = out.len();
                 while b > 0 && out[..b].ends_with(ident) {
                     b -= out[..b].chars().next_back().map_or(1, char::len_utf8);
                 }
                 let before = &out[b..];
-                let prefix = matches!(before, "u8" | "u" | "U" | "L");
                 let raw = c == '"' && matches!(before, "R" | "u8R" | "uR" | "UR" | "LR");
-                if c == '\'' && !before.is_empty() && !prefix {
+                if !raw && !matches!(before, "u8" | "u" | "U" | "L") {
+                    b = out.len();
+                }
+                if c == '\'' && tok == Tok::Number && next.is_some_and(ident) {
                     out.push(c);
                     k += 1;
                     continue;
                 }
+                tok = Tok::Other;
                 let at = lines[k];
                 out.truncate(b);
                 out.push(' ');

@@ -9,8 +9,8 @@
 //! calls only what cannot see where its arguments lie: the runtime's math
 //! (the names the CPU runtime brings in with `using std::...`), `min`/`max`,
 //! casts and types, and functions the preamble defines when the preamble
-//! takes no reference (`&`, `&&`, `bitand`, `and`) and has no member function
-//! or operator (`this`) at all. Any other call keeps the kernel's
+//! takes no reference (`&`, `&&`, `bitand`, `and`), has no member function
+//! or operator (`this`) at all, and itself calls only what this rule allows. Any other call keeps the kernel's
 //! calls per element, which is always right, only slower.
 
 use std::collections::BTreeSet;
@@ -337,25 +337,35 @@ pub(crate) fn calls_only_position_blind(op: &str, pre: &str, type_vars: &[char])
     if word(&pre, &["this", "operator", "using"]) || word(&op, &["this", "using", "typedef", "template"]) || takes_a_reference(&op) {
         return false;
     }
-    let defined = if pre.contains('&') { BTreeSet::new() } else { defined_functions(&pre) };
-    // Every qualified name, called or not (a type in a cast, `std::add_lvalue_reference_t<T[1]>`,
-    // makes a reference without `&`): std's math, or a function of the preamble's.
-    if !qualified_names(&op).iter().all(|(std, name)| if *std { math.contains(name) } else { defined.contains(name) }) {
-        return false;
-    }
     let is_type_var = |n: &str| n.len() == 1 && n.chars().next().is_some_and(|c| type_vars.contains(&c));
-    calls(&op).iter().all(|c| {
-        if ADDRESS_FUNCTIONS.contains(&c.name) {
-            return false;
-        }
-        match c.scope {
-            Scope::Std => math.contains(c.name),
-            Scope::None => math.contains(c.name) || CALLABLE.contains(&c.name) || is_type_var(c.name) || defined.contains(c.name),
-            Scope::Other => defined.contains(c.name) && !c.name.starts_with('_'),
-            // `z.real()`, `z.imag()` of `<complex>`; no member function of the text's.
-            Scope::Member => math.contains(c.name),
-        }
-    })
+    // Whether `code` calls, and names after a `::`, only the runtime's math, casts and
+    // types, and the functions in `defined`.
+    let blind = |code: &str, defined: &BTreeSet<&str>| {
+        // Every qualified name, called or not (a type in a cast, `std::add_lvalue_reference_t<T[1]>`,
+        // makes a reference without `&`): std's math, or a function of the preamble's.
+        qualified_names(code).iter().all(|(std, name)| if *std { math.contains(name) } else { defined.contains(name) })
+            && calls(code).iter().all(|c| {
+                if ADDRESS_FUNCTIONS.contains(&c.name) {
+                    return false;
+                }
+                match c.scope {
+                    Scope::Std => math.contains(c.name),
+                    Scope::None => math.contains(c.name) || CALLABLE.contains(&c.name) || is_type_var(c.name) || defined.contains(c.name),
+                    Scope::Other => defined.contains(c.name) && !c.name.starts_with('_'),
+                    // `z.real()`, `z.imag()` of `<complex>`; no member function of the text's.
+                    Scope::Member => math.contains(c.name),
+                }
+            })
+    };
+    // The preamble's functions count as blind only when their own bodies are, by
+    // this same rule: a body that calls anything else (`fegetround`, which reads
+    // the floating-point environment each call starts from) could tell one call's
+    // elements from another's.
+    let mut defined = if pre.contains('&') { BTreeSet::new() } else { defined_functions(&pre) };
+    if !blind(&pre, &defined) {
+        defined.clear();
+    }
+    blind(&op, &defined)
 }
 
 #[cfg(test)]
@@ -408,5 +418,11 @@ mod tests {
         assert!(!blind("y = x + (T)((((unsigned long)(std::add_lvalue_reference_t<T[1]>)y) / sizeof(T)) % 16)", ""));
         assert!(!blind("typedef T A1[1]; typedef A1 and AR; y = x + (T)((((unsigned long)(AR)y) / sizeof(T)) % 16)", ""));
         assert!(blind("y = std::fmin(x, T(1)) + k::twice(x)", "namespace k { inline float twice(float v) { return 2 * v; } }"));
+        // A preamble function's own calls follow the same rule.
+        let fenv = "namespace q { inline float first(float v) { float r = fegetround() == FE_TONEAREST ? v : v + 1; fesetround(FE_UPWARD); return r; } }";
+        assert!(!blind("y = q::first(x)", fenv));
+        assert!(!blind("y = twice(x)", "inline float twice(float v) { return 2 * std::fegetround(); }"));
+        assert!(!blind("y = twice(x)", "inline float twice(float v) { return v + (float)k::secret(); }"));
+        assert!(blind("y = twice(x)", "inline float half(float v) { return v / 2; } inline float twice(float v) { return 4 * half(v); }"));
     }
 }

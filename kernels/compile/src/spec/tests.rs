@@ -22,6 +22,17 @@ fn a_return_spliced_across_lines_in_loop_prep_or_after_loop_is_refused() {
     let e = ElementwiseSpec::new("T x", "T z", "z = x", "splice", "", "if (1) ret\\\nurn;", "").unwrap_err();
     assert!(e.to_string().contains("loop_prep uses `return`"), "{e}");
     assert!(!has_word(&code_only("// a comment \\\n return;"), "return"), "a continued comment hides the line");
+    // As the compiler lexes: a lone carriage return ends a `//` comment; a `'`
+    // after an identifier opens a character literal (a digit separator only
+    // inside a number).
+    assert!(has_word(&code_only("y = x; // note\r y = i;"), "i"));
+    assert!(has_word(&code_only("y = x; // note\r\n y = i;"), "i"));
+    assert!(has_word(&code_only("z += sizeof'\"' * 0 + (T)i; // \""), "i"));
+    assert!(has_word(&code_only("z = $1'a' + i; // '"), "i"));
+    assert!(has_word(&code_only("z = \u{e9}1'a' + i; // '"), "i"));
+    assert!(!has_word(&code_only("z = 1'000 + 0x1'f + 1e+5'0; // i"), "i"));
+    assert!(has_word(&code_only("z = 1'000 + i; w = '\"'"), "i"));
+    assert!(has_word(&code_only("z = i\"\" ;"), "i"), "an identifier before a literal is no prefix");
     for (prep, after) in [("return;", ""), ("", "if (1) return;")] {
         let e = ElementwiseSpec::new("T x", "T z", "z = x", "frag", "", prep, after).unwrap_err();
         assert!(e.to_string().contains("uses `return`"), "{e}");
