@@ -49,7 +49,8 @@ print_steps() {
 }
 # The last line of a failed run names the step that failed (a log shown only in part, as CI's
 # may be, still says where to look).
-trap 'rc=$?; end_step; print_steps; [ "$rc" -eq 0 ] || printf "\033[1m==> FAILED (exit %s) in: %s\033[0m\n" "$rc" "$step" >&2' EXIT
+# A build still running beside a step that failed goes with it.
+trap 'rc=$?; end_step; print_steps; [ "$rc" -eq 0 ] || printf "\033[1m==> FAILED (exit %s) in: %s\033[0m\n" "$rc" "$step" >&2; kill $(jobs -p) 2>/dev/null || true' EXIT
 
 find_python() {
     # >= 3.11: the abi3 extension needs the buffer protocol of the 3.11 limited API (pyproject.toml).
@@ -120,7 +121,8 @@ build_python() {
     fi
     log "building the dlbridge Python extension (release) into .venv"
     # Reads ./pyproject.toml (the package's only metadata), as `pip install .` does.
-    VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --release --quiet
+    # rustc itself, not clippy-driver (see cargo_env): the same build `./dev.sh demo` makes.
+    env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --release --quiet
     # The editable install puts _dlbridge.abi3.so in python/dlbridge/; an interpreter-specific
     # one left by an older (non-abi3) build would be imported first, so it goes.
     find python/dlbridge -maxdepth 1 -name '_dlbridge*.so' ! -name '_dlbridge.abi3.so' -delete
@@ -133,13 +135,71 @@ demo() {
     .venv/bin/python examples/pytorch_demo.py "$@"
 }
 
-# clippy, then rustdoc (warnings are errors in both), appending "milliseconds name" for each to
-# the file $1 (the step that fails is the last line).
+# What every cargo command of a test run shares: pyo3 crates find the interpreter through
+# PYO3_PYTHON; tch (torch-sys) links the torch==2.13.0 of .venv (LIBTORCH_USE_PYTORCH=1 asks
+# `python` on PATH where it is). The workspace's own crates are compiled by clippy-driver,
+# which is rustc plus clippy's lints (warnings are errors): the test build is clippy's check
+# too, one compile of each crate instead of a build and a separate check. Exported for the
+# rest of the run, so the cargo commands the Python tests run reuse that build.
+cargo_env() {
+    export PYO3_PYTHON="$PWD/.venv/bin/python"
+    export LIBTORCH_USE_PYTORCH=1
+    export PATH="$PWD/.venv/bin:$PATH"
+    # A one-off build (CI's clean clone) gains nothing from incremental data, which is several
+    # GiB of target/ for this workspace.
+    if [ -n "${CI:-}" ]; then
+        export CARGO_INCREMENTAL=0
+    fi
+    local driver
+    driver=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver || true)
+    if [ -z "$driver" ]; then
+        echo "dev.sh: clippy-driver not found: install clippy (rustup component add clippy)" >&2
+        exit 1
+    fi
+    export RUSTC_WORKSPACE_WRAPPER="$driver"
+    # `-D warnings`, encoded as `cargo clippy -- -D warnings` passes it to clippy-driver.
+    export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+    # The lints must really run: clippy-driver refuses a known lint under these settings.
+    local canary
+    canary=$(mktemp -d "${TMPDIR:-/tmp}/dlbridge-canary.XXXXXX")
+    printf 'fn main() {\n    let v: Vec<u8> = Vec::new();\n    if v.len() == 0 {}\n}\n' >"$canary/canary.rs"
+    if "$driver" --edition 2021 --emit=metadata -o "$canary/canary.rmeta" "$canary/canary.rs" >/dev/null 2>&1; then
+        rm -rf "$canary"
+        echo "dev.sh: $driver let clippy::len_zero pass with CLIPPY_ARGS=$CLIPPY_ARGS: its lints would not run" >&2
+        exit 1
+    fi
+    rm -rf "$canary"
+}
+
+# Builds the tests (all crates but the extension module, every target: clippy lints them all)
+# in the background, beside the extension's release build: each leaves a core idle much of
+# the time (one crate's code generation at a time). `wait_test_build` joins it.
+start_test_build() {
+    test_build_log=$(mktemp "${TMPDIR:-/tmp}/dlbridge-test-build.XXXXXX")
+    test_build_start=$(now_ms)
+    cargo test --workspace --exclude dlbridge-python --all-targets --quiet --no-run >"$test_build_log" 2>&1 &
+    test_build_pid=$!
+}
+
+wait_test_build() {
+    local rc=0
+    log "cargo test --workspace --all-targets --no-run, with clippy's lints: waiting for the build"
+    wait "$test_build_pid" || rc=$?
+    beside_names+=("cargo test --no-run: build the tests, linted (beside the extension's build)")
+    beside_secs+=($(($(now_ms) - test_build_start)))
+    cat "$test_build_log" >&2
+    rm -f "$test_build_log"
+    [ "$rc" -eq 0 ] || exit "$rc"
+}
+
+# clippy for the extension module (the test build lints every other crate), then rustdoc
+# (warnings are errors in both), appending "milliseconds name" for each to the file $1 (the
+# step that fails is the last line).
 lint() {
     local t rc=0
     t=$(now_ms)
-    cargo clippy --workspace --all-targets --quiet -- -D warnings || rc=$?
-    echo "$(($(now_ms) - t)) cargo clippy --workspace --all-targets (warnings are errors)" >>"$1"
+    cargo clippy -p dlbridge-python --all-targets --quiet -- -D warnings || rc=$?
+    echo "$(($(now_ms) - t)) cargo clippy -p dlbridge-python --all-targets (warnings are errors)" >>"$1"
     [ "$rc" -eq 0 ] || return "$rc"
     t=$(now_ms)
     RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet || rc=$?
@@ -149,25 +209,12 @@ lint() {
 
 run_tests() {
     demo --quick
-    # pyo3 crates find the interpreter through PYO3_PYTHON; tch (torch-sys) links the
-    # torch==2.13.0 of .venv (LIBTORCH_USE_PYTORCH=1 asks `python` on PATH where it is).
-    export PYO3_PYTHON="$PWD/.venv/bin/python"
-    export LIBTORCH_USE_PYTORCH=1
-    export PATH="$PWD/.venv/bin:$PATH"
-    # A one-off build (CI's clean clone) gains nothing from incremental data, which is several
-    # GiB of target/ for this workspace.
-    if [ -n "${CI:-}" ]; then
-        export CARGO_INCREMENTAL=0
-    fi
-    log "cargo fmt --check (rustfmt.toml)"
-    cargo fmt --check
-    log "cargo test --workspace --no-run: build the tests (all crates but the extension module)"
-    cargo test --workspace --exclude dlbridge-python --quiet --no-run
-    # The tests leave a core idle much of the time (one test binary after another), so clippy
-    # and rustdoc, which only check, run beside them. cargo test lets go of target/'s lock once
-    # its build is found fresh; clippy starts a moment later (were it first, the tests would
-    # wait for it: slower, never wrong).
-    log "cargo test --workspace: run, with clippy and rustdoc beside it"
+    wait_test_build
+    # cargo test's binaries run one after another, leaving a core idle much of the time, so
+    # clippy (for the extension module) and rustdoc, which only check, run beside them. cargo
+    # test lets go of target/'s lock once its build is found fresh; clippy starts a moment
+    # later (were it first, the tests would wait for it: slower, never wrong).
+    log "cargo test --workspace: run, with clippy (extension module) and rustdoc beside it"
     local lint_out lint_times test_rc=0 lint_rc=0 ms name
     lint_out=$(mktemp "${TMPDIR:-/tmp}/dlbridge-lint.XXXXXX")
     lint_times=$(mktemp "${TMPDIR:-/tmp}/dlbridge-lint-times.XXXXXX")
@@ -198,14 +245,25 @@ run_tests() {
         local cores workers
         cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
         workers=$(( cores < 4 ? cores : 4 ))
+        # torch.compile's caches (/tmp/torchinductor_$USER otherwise) live in the checkout, so a
+        # clean clone's run compiles what a fresh machine's would.
+        export TORCHINDUCTOR_CACHE_DIR="$PWD/target/torchinductor"
         log "pytest python/tests (${workers} workers)"
         .venv/bin/python -m pytest python/tests -q -n "$workers" --dist loadfile
     fi
 }
 
+test_setup() {
+    setup
+    log "cargo fmt --check (rustfmt.toml)"
+    cargo fmt --check
+    cargo_env
+    start_test_build
+}
+
 case "${1:-}" in
     setup) setup ;;
     demo) setup; build_python; demo ;;
-    test) setup; build_python; run_tests ;;
+    test) test_setup; build_python; run_tests ;;
     *) echo "usage: ./dev.sh {demo|test|setup}" >&2; exit 2 ;;
 esac

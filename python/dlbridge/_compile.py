@@ -185,6 +185,14 @@ def _check_scalar(kernel: str, arg: str, value: Any, dtype: str) -> None:
         _check_float(kernel, arg, value, dtype)
         return
     if dtype == "bool":
+        if _symbolic(value, "SymInt"):
+            # An integer known when the compiled code runs: 0 or 1, as in eager mode.
+            import torch
+
+            why = f"{kernel}: argument {arg}: the scalar is not a bool (0 or 1), and {arg} is bool (it is not truncated)"
+            torch._check(value >= 0, lambda: why)
+            torch._check(value <= 1, lambda: why)
+            return
         # True, False, 0 and 1 are bools; 0.5 is not (it is not truncated), nor is 2.
         is_bool = isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", None) == "b"
         if is_bool or (isinstance(value, numbers.Number) and value in (0, 1)):

@@ -110,9 +110,15 @@ def test_matches_follows_its_rules():
     assert not matches(["data 0x1f"], ["data 0xgg"])
 
 
-def reader_env() -> dict[str, str]:
-    """The environment of a reader who ran ``./dev.sh demo``: without what ``./dev.sh test`` adds."""
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYO3_PYTHON", "LIBTORCH_USE_PYTORCH")}
+def reader_env(cmd: str = "") -> dict[str, str]:
+    """The environment of a reader who ran ``./dev.sh demo``: without what ``./dev.sh test`` adds,
+    but for the lint wrapper (``RUSTC_WORKSPACE_WRAPPER``: it compiles what rustc compiles, and
+    keeps the pages' cargo commands on the test run's build), which a ``pip install`` leaves out:
+    it builds the extension in release as ``./dev.sh`` did, with rustc, and reuses that build."""
+    dropped = ("VIRTUAL_ENV", "PYO3_PYTHON", "LIBTORCH_USE_PYTORCH")
+    if "pip install" in cmd:
+        dropped += ("RUSTC_WORKSPACE_WRAPPER", "CLIPPY_ARGS")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     venv_bin = str(ROOT / ".venv" / "bin")
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p.rstrip("/") != venv_bin)
     env.update(MPLBACKEND="Agg", PAGER="cat")
@@ -177,7 +183,7 @@ def test_every_example_runs_and_prints_what_the_page_says(b: Block):
                 f"{quoted.where} quotes\n" + quoted.code + f"but {b.where} prints\n" + r.stdout)
         return
     for cmd, quoted in _commands(b):
-        r = subprocess.run(["bash", "-c", cmd], cwd=ROOT, env=reader_env(), capture_output=True, text=True,
+        r = subprocess.run(["bash", "-c", cmd], cwd=ROOT, env=reader_env(cmd), capture_output=True, text=True,
                            timeout=600)
         assert r.returncode == 0, f"{b.where}: `{cmd}` failed (exit {r.returncode}):\n{r.stderr[-4000:]}"
         if quoted:

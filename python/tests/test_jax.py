@@ -360,6 +360,12 @@ def test_an_exported_program_runs_the_kernel_it_was_built_for_in_another_process
         # and a lone carriage return ends a `//` comment.
         ("y = x; y += sizeof'\"' * 0 + (T)i; // \"", ""),
         ("y = x; // note\r y = x + (T)i;", ""),
+        # Names of state each call starts afresh, however called.
+        ("volatile float a = x, b = 3.0f; y = (T)(a / b) * 3.0f - x; (fesetround)(FE_UPWARD);", ""),
+        ("volatile float a = x, b = 3.0f; y = (T)(a / b) * 3.0f - x; auto exp = fesetround; exp(FE_UPWARD);", ""),
+        ("y = x + (T)(errno == 77); errno = 77;", ""),
+        # A splice past a form feed, as GCC reads it.
+        ("y = x; /* *\\\f\n/ y = x + (T)i; /* */", ""),
         # A preamble function whose own body reads the floating-point environment,
         # which each call starts from afresh.
         (
@@ -402,6 +408,8 @@ def test_vmap_of_an_elementwise_kernel_that_reads_its_position_matches_calls_per
         # A reference type made without `&`: a type trait, a typedef spelt with `and`.
         ("y = x + (T)((((unsigned long)(std::add_lvalue_reference_t<T[1]>)y) / sizeof(T)) % 16)", ""),
         ("typedef T A1[1]; typedef A1 and AR; y = x + (T)((((unsigned long)(AR)y) / sizeof(T)) % 16)", ""),
+        # A constructor runs without a call's name before its parentheses.
+        ("R r{1}; y = x", "struct R { int v; R(int k) : v(k) { fesetround(FE_UPWARD); } };"),
     ],
 )
 def test_an_elementwise_kernel_with_state_or_addresses_is_batched_one_call_per_element(operation, preamble):

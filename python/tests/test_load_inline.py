@@ -266,11 +266,32 @@ def test_a_file_a_flag_makes_the_compiler_read_is_part_of_the_build_and_the_kern
     assert digests[0] != digests[1], "a program built for one header's kernel must not run the other's"
 
 
+def test_the_build_follows_every_include_the_compiler_reads_however_the_source_spells_it(tmp_path):
+    # A splice past a form feed ends the comment for GCC: the `#include` is live code.
+    header = tmp_path / "hidden_scale.h"
+    src = (f"/* *\\\f\n/\n#include \"{header}\"\n/* */\n"
+           "void hidden_scale(const float* x, float* y, long long n) { for (long long i = 0; i < n; ++i) y[i] = HIDDEN_SCALE * x[i]; }\n")
+    x = np.ones(2, np.float32)
+    for scale in (2, 7):
+        header.write_text(f"#define HIDDEN_SCALE {scale}\n")
+        mod = dlbridge.load_inline("hidden_include", src, ["hidden_scale(x: f32[N]) -> (y: f32[N])"])
+        np.testing.assert_array_equal(mod.hidden_scale(x), [scale, scale])
+
+
+def test_the_compilers_search_path_variables_do_not_reach_a_build(tmp_path, monkeypatch):
+    (tmp_path / "only_on_the_env_path.h").write_text("#define ENV_SCALE 3\n")
+    monkeypatch.setenv("CPLUS_INCLUDE_PATH", str(tmp_path))
+    monkeypatch.setenv("CPATH", str(tmp_path))
+    src = '#include <only_on_the_env_path.h>\nvoid env_scale(const float* x, float* y, long long n) { y[0] = ENV_SCALE; }\n'
+    with pytest.raises(ValueError, match="only_on_the_env_path.h"):
+        dlbridge.load_inline("env_paths", src, ["env_scale(x: f32[N]) -> (y: f32[N])"])
+
+
 def test_a_response_file_in_the_flags_is_refused_naming_it(tmp_path):
     flags = tmp_path / "flags.txt"
     flags.write_text("-DFLAG_SCALE=2\n")
     src = "void at_scale(const float* x, float* y, long long n) { for (long long i = 0; i < n; ++i) y[i] = FLAG_SCALE * x[i]; }"
-    with pytest.raises(ValueError, match=r"load_inline \"at_files\": extra_cflags `@.*flags.txt` is a response file.*pass the flags themselves"):
+    with pytest.raises(ValueError, match=r"load_inline \"at_files\": extra_cflags `@.*` is a response file.*pass the flags themselves"):
         dlbridge.load_inline("at_files", src, ["at_scale(x: f32[N]) -> (y: f32[N])"], extra_cflags=[f"@{flags}"])
 
 

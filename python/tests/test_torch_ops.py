@@ -560,6 +560,17 @@ def test_a_python_int_for_an_integer_placeholder_works_eager_and_compiled(tmp_pa
         f(x, 2**40)
 
 
+def test_an_int_zero_or_one_for_a_bool_placeholder_works_eager_and_under_dynamic_compile(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLBRIDGE_CACHE_DIR", str(tmp_path))
+    op = dt.as_op(dlbridge.ElementwiseKernel("T x, T s", "T z", "z = x + s", "torchop_bool_shift"))
+    x = torch.zeros(2, dtype=torch.bool)
+    assert op(x, 1).tolist() == [True, True]
+    f = torch.compile(lambda x: op(x, x.shape[0] - 1), fullgraph=True, dynamic=True)
+    assert f(x).tolist() == [True, True] and f(torch.zeros(1, dtype=torch.bool)).tolist() == [False]
+    with pytest.raises(Exception, match="torchop_bool_shift: argument s: the scalar is not a bool"):
+        f(torch.zeros(3, dtype=torch.bool))
+
+
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_a_python_int_beyond_float16s_range_is_refused_eager_and_compiled(tmp_path, monkeypatch, dynamic):
     monkeypatch.setenv("DLBRIDGE_CACHE_DIR", str(tmp_path))

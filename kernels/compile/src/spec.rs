@@ -256,7 +256,7 @@ impl ElementwiseSpec {
             })
             // A function that takes the element by reference: the operation
             // calls only what cannot see where its arguments lie.
-            || !batch::calls_only_position_blind(&op, &pre, &self.type_vars())
+            || !batch::calls_only_position_blind(&op, &pre, &self.inputs.iter().chain(&self.outputs).map(|p| p.name.as_str()).collect::<Vec<_>>(), &self.type_vars())
     }
 
     /// Whether the caller passes the outputs: an output is raw (its shape is

@@ -1,6 +1,7 @@
 #ifndef DLBRIDGE_COMPILE_DIVGUARD_H_
 #define DLBRIDGE_COMPILE_DIVGUARD_H_
 #include <cinttypes>
+#include <cerrno>
 #include <cfenv>
 #include <csetjmp>
 #include <exception>
@@ -8,13 +9,22 @@
 #include <stdexcept>
 namespace dlbridge_divguard {
 /// The thread's floating-point environment (rounding mode, exception flags
-/// and traps), put back as it was when the scope ends: code that calls
-/// `fesetround` or `feenableexcept` changes it for its own call only, never
-/// for the caller's later arithmetic or another kernel on the thread.
+/// and traps) and its `errno`, put back as they were when the scope ends:
+/// code that calls `fesetround` or `feenableexcept`, or sets `errno`,
+/// changes them for its own call only, never for the caller's later
+/// arithmetic or another kernel on the thread. `errno` starts at 0, so a
+/// call never reads what code before it left there.
 struct FloatEnv {
   std::fenv_t saved;
-  FloatEnv() { std::fegetenv(&saved); }
-  ~FloatEnv() { std::fesetenv(&saved); }
+  int saved_errno;
+  FloatEnv() : saved_errno(errno) {
+    std::fegetenv(&saved);
+    errno = 0;
+  }
+  ~FloatEnv() {
+    std::fesetenv(&saved);
+    errno = saved_errno;
+  }
   FloatEnv(const FloatEnv&) = delete;
   FloatEnv& operator=(const FloatEnv&) = delete;
 };

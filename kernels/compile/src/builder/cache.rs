@@ -284,6 +284,11 @@ fn entered_files(ii: &str) -> Vec<String> {
     out
 }
 
+/// The label of a text that is a whole C++ source (`load_inline`'s), not a
+/// fragment placed in generated code: the key of its build is always taken
+/// from the preprocessor's reading of it, whatever its text looks like.
+pub const C_SOURCE: &str = "c_source";
+
 /// Flags dlbridge adds to every `load_inline` build, which name no file.
 const OWN_FLAGS: &[&str] = &["-Wl,--no-undefined", "-Wmissing-declarations"];
 
@@ -295,6 +300,7 @@ fn includes_files(user: &[(&str, &str)], extra: &[String]) -> bool {
     // Any flag but dlbridge's own may name a file the preprocessor reads
     // (`-include`, `-imacros`, `-Wp,...`): its line markers say which.
     extra.iter().any(|f| !OWN_FLAGS.contains(&f.as_str()))
+    || user.iter().any(|(label, _)| *label == C_SOURCE)
     // Any directive or pasting: a macro may build `__has_include` or the name
     // of a file, so only the preprocessor can say what is read.
     || user.iter().any(|(_, t)| {

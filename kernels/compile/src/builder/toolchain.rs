@@ -90,11 +90,42 @@ pub enum Input {
     Preprocessed,
 }
 
+/// Environment variables GCC, Clang and the linker read that change what a
+/// build makes (search paths, the driver's prefix and arguments, run paths,
+/// dependency output, timestamps). A build is defined by the inputs of its
+/// key, never by the caller's environment: none of these reaches the compiler.
+const BUILD_ENVIRONMENT: &[&str] = &[
+    "CPATH",
+    "C_INCLUDE_PATH",
+    "CPLUS_INCLUDE_PATH",
+    "OBJC_INCLUDE_PATH",
+    "OBJCPLUS_INCLUDE_PATH",
+    "LIBRARY_PATH",
+    "COMPILER_PATH",
+    "GCC_EXEC_PREFIX",
+    "GCC_COMPARE_DEBUG",
+    "GCC_EXTRA_DIAGNOSTIC_OUTPUT",
+    "DEPENDENCIES_OUTPUT",
+    "SUNPRO_DEPENDENCIES",
+    "SOURCE_DATE_EPOCH",
+    "CCC_OVERRIDE_OPTIONS",
+    "LD_RUN_PATH",
+];
+
+/// A command running the compiler `program`, with none of [`BUILD_ENVIRONMENT`].
+pub(crate) fn compiler(program: &str) -> Command {
+    let mut c = Command::new(program);
+    for v in BUILD_ENVIRONMENT {
+        c.env_remove(v);
+    }
+    c
+}
+
 /// The directories `command` searches for `#include <...>`, resolved (from
 /// `-v`'s "#include <...> search starts here:" list).
 fn system_include_dirs(command: &[String]) -> Vec<PathBuf> {
     let Some((program, pre)) = command.split_first() else { return Vec::new() };
-    let Ok(out) = Command::new(program).args(pre).args(["-E", "-v", "-x", "c++", "/dev/null"]).env("LC_ALL", "C").output() else {
+    let Ok(out) = compiler(program).args(pre).args(["-E", "-v", "-x", "c++", "/dev/null"]).env("LC_ALL", "C").output() else {
         return Vec::new();
     };
     let text = String::from_utf8_lossy(&out.stderr);
@@ -127,7 +158,7 @@ impl Compiler {
         let mut tried = Vec::new();
         for command in candidates {
             let Some(program) = command.first() else { continue };
-            match Command::new(program).args(&command[1..]).arg("--version").output() {
+            match compiler(program).args(&command[1..]).arg("--version").output() {
                 Ok(out) if out.status.success() => {
                     let text = String::from_utf8_lossy(&out.stdout).into_owned();
                     let version = text.lines().next().unwrap_or("").trim().to_owned();
@@ -223,7 +254,7 @@ impl Compiler {
         let Ok(dir) = tempfile::Builder::new().prefix("dlbridge-probe-").tempdir() else { return false };
         let (src, so) = (dir.path().join("probe.cpp"), dir.path().join("probe.so"));
         let ok = std::fs::write(&src, text).is_ok()
-            && Command::new(program)
+            && compiler(program)
                 .args(pre)
                 .args(CXX_FLAGS)
                 .args(flags)
@@ -300,7 +331,7 @@ impl Compiler {
         use std::io::Write as _;
         use std::process::Stdio;
         let (program, pre) = self.command.split_first().ok_or_else(|| Error::Runtime("empty compiler command".into()))?;
-        let mut child = Command::new(program)
+        let mut child = compiler(program)
             .args(pre)
             .args(self.flags())
             .args(rest)
@@ -378,7 +409,7 @@ impl Compiler {
     /// (`dlbridge.load_inline`'s `extra_cflags`).
     pub fn compile_with(&self, cpp: &Path, so: &Path, what: &str, user: &[(&str, &str)], extra: &[String]) -> Result<()> {
         let (program, pre) = self.command.split_first().ok_or_else(|| Error::Runtime("empty compiler command".into()))?;
-        let child = Command::new(program)
+        let child = compiler(program)
             .env("LC_ALL", "C")
             .args(pre)
             .args(self.flags())
@@ -410,7 +441,7 @@ impl Compiler {
 /// cache keys: a shared or copied cache never runs code the CPU lacks.
 fn native_target(command: &[String]) -> String {
     let Some((program, pre)) = command.split_first() else { return String::new() };
-    let Ok(out) = Command::new(program).args(pre).args(["-march=native", "-###", "-E", "-x", "c++", "/dev/null"]).output() else {
+    let Ok(out) = compiler(program).args(pre).args(["-march=native", "-###", "-E", "-x", "c++", "/dev/null"]).output() else {
         return String::new();
     };
     let text = String::from_utf8_lossy(&out.stderr);

@@ -126,7 +126,7 @@ use function::{Function, SizeArg, TensorSlot, cpu_entry};
 pub use crate::builder::specialise::INLINE_ORIGIN as ORIGIN;
 
 /// The file name diagnostics give the C source.
-pub const C_SOURCE: &str = "c_source";
+pub const C_SOURCE: &str = crate::builder::cache::C_SOURCE;
 
 /// The file name diagnostics give the CUDA source.
 pub const CUDA_SOURCE: &str = "cuda_source";

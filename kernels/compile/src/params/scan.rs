@@ -153,7 +153,8 @@ pub(crate) fn scan(text: &str) -> Scanned {
     while k < chars.len() {
         if chars[k] == '\\' {
             let mut e = k + 1;
-            while e < chars.len() && (chars[e] == ' ' || chars[e] == '\t') {
+            // GCC splices past any horizontal space: blanks, tabs, form feeds, vertical tabs.
+            while e < chars.len() && matches!(chars[e], ' ' | '\t' | '\x0b' | '\x0c') {
                 e += 1;
             }
             if e < chars.len() && chars[e] == '\r' && chars.get(e + 1) == Some(&'\n') {

@@ -324,9 +324,155 @@ fn takes_a_reference(code: &str) -> bool {
     false
 }
 
+/// Keywords a batched text may hold besides [`CALLABLE`]: control flow,
+/// qualifiers, literals. Any other keyword (`struct`, `operator`, `this`,
+/// `asm`, `static`, `extern`, `goto`, `new`, `throw`, ...) keeps the kernel's
+/// calls per element.
+const KEYWORDS: &[&str] = &[
+    "else",
+    "do",
+    "break",
+    "continue",
+    "case",
+    "default",
+    "const",
+    "constexpr",
+    "volatile",
+    "auto",
+    "inline",
+    "true",
+    "false",
+    "nullptr",
+    "namespace",
+    "std",
+    "void",
+    // Operators' alternative spellings (`bitand` and `and` taking an address are judged below).
+    "and",
+    "or",
+    "not",
+    "not_eq",
+    "xor",
+    "bitor",
+    "compl",
+    "or_eq",
+    "xor_eq",
+    "bitand",
+    "and_eq",
+];
+
+/// The identifiers of `code` (comments and literals blanked), each with the
+/// token before it and the first non-space character after it, and the
+/// depth of parentheses, brackets and braces it lies at within its statement.
+fn identifiers(code: &str) -> Vec<Ident<'_>> {
+    let b = code.as_bytes();
+    let mut out = Vec::new();
+    let (mut k, mut depth, mut prev): (usize, usize, &str) = (0, 0, ";");
+    while k < b.len() {
+        let c = b[k];
+        if c.is_ascii_whitespace() {
+            k += 1;
+            continue;
+        }
+        // A number (its letters: suffixes, exponents, hex digits) is no name.
+        if c.is_ascii_digit() || (c == b'.' && b.get(k + 1).is_some_and(u8::is_ascii_digit)) {
+            while k < b.len()
+                && (ident_char(b[k])
+                    || b[k] == b'.'
+                    || b[k] == b'\''
+                    || (matches!(b[k], b'+' | b'-') && matches!(b[k - 1], b'e' | b'E' | b'p' | b'P')))
+            {
+                k += 1;
+            }
+            prev = "0";
+            continue;
+        }
+        if ident_start(c) || !c.is_ascii() || c == b'$' {
+            let start = k;
+            while k < b.len() && (ident_char(b[k]) || !b[k].is_ascii() || b[k] == b'$') {
+                k += 1;
+            }
+            let name = &code[start..k];
+            let next = b.get(skip_space(b, k)).copied().unwrap_or(b';');
+            out.push(Ident { name, prev, next, depth });
+            prev = name;
+            continue;
+        }
+        match c {
+            b'(' | b'[' | b'{' => depth += 1,
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        if matches!(c, b';' | b'{' | b'}') {
+            depth = if c == b'{' { 0 } else { depth };
+        }
+        prev = &code[k..k + 1];
+        k += 1;
+    }
+    out
+}
+
+struct Ident<'a> {
+    name: &'a str,
+    prev: &'a str,
+    next: u8,
+    depth: usize,
+}
+
+/// Whether every name in `code` is one a batched text may use: a
+/// parameter, a type variable, the runtime's math, a cast or type, a
+/// keyword of [`KEYWORDS`], a name `known` already holds, or one the text
+/// declares (after a type, `auto`, `namespace`, or after a comma that
+/// continues a declaration). Names the text declares are added to `known`.
+/// Anything else (`errno`, `fesetround` taken as a value, a macro of the
+/// C library, a global of a header) could read state a call starts afresh.
+fn names_all_known<'a>(code: &'a str, known: &mut BTreeSet<&'a str>, type_vars: &[char]) -> bool {
+    let math = runtime_math();
+    let is_type = |n: &str| {
+        CALLABLE.contains(&n)
+            || ["auto", "namespace", "void"].contains(&n)
+            || (n.len() == 1 && n.chars().next().is_some_and(|c| type_vars.contains(&c)))
+    };
+    // A declaration's statement: its names after a top-level comma are declared too.
+    let mut declaring = false;
+    for id in identifiers(code) {
+        let declared = is_type(id.prev) && !matches!(id.next, b':' | b'<') && !CALLABLE.contains(&id.name);
+        if id.prev == ";" || id.prev == "{" || id.prev == "}" {
+            declaring = false;
+        }
+        if is_type(id.prev) && id.depth == 0 {
+            declaring = true;
+        }
+        let continued = declaring && id.prev == "," && id.depth == 0 && matches!(id.next, b'=' | b',' | b';' | b'[' | b'(' | b'{');
+        if declared || continued {
+            known.insert(id.name);
+            continue;
+        }
+        let ok = known.contains(id.name)
+            || math.contains(id.name)
+            || CALLABLE.contains(&id.name)
+            || KEYWORDS.contains(&id.name)
+            || is_type(id.name);
+        if !ok {
+            return false;
+        }
+    }
+    true
+}
+
 /// Whether the operation `op`, with the preamble `pre` (both with comments
-/// and literals blanked), calls only what cannot see where an element lies.
-pub(crate) fn calls_only_position_blind(op: &str, pre: &str, type_vars: &[char]) -> bool {
+/// and literals blanked), calls only what cannot see where an element lies,
+/// and names only its parameters (`params`), its type variables, the
+/// runtime's math, casts and types, and what it or the preamble declares.
+pub(crate) fn calls_only_position_blind(op: &str, pre: &str, params: &[&str], type_vars: &[char]) -> bool {
+    let mut known: BTreeSet<&str> = params.iter().copied().collect();
+    let mut pre_known = known.clone();
+    let pre_names = names_all_known(pre, &mut pre_known, type_vars);
+    if pre_names {
+        known = pre_known;
+    }
+    if !names_all_known(op, &mut known, type_vars) {
+        return false;
+    }
     let math = runtime_math();
     let (op, pre) = (ampersands(op), ampersands(pre));
     let word = |code: &str, words: &[&str]| words.iter().any(|w| crate::params::has_word(code, w));
@@ -362,7 +508,7 @@ pub(crate) fn calls_only_position_blind(op: &str, pre: &str, type_vars: &[char])
     // the floating-point environment each call starts from) could tell one call's
     // elements from another's.
     let mut defined = if pre.contains('&') { BTreeSet::new() } else { defined_functions(&pre) };
-    if !blind(&pre, &defined) {
+    if !pre_names || !blind(&pre, &defined) {
         defined.clear();
     }
     blind(&op, &defined)
@@ -393,7 +539,7 @@ mod tests {
 
     #[test]
     fn a_call_that_could_see_an_elements_address_keeps_calls_per_element() {
-        let blind = |op: &str, pre: &str| calls_only_position_blind(op, pre, &['T']);
+        let blind = |op: &str, pre: &str| calls_only_position_blind(op, pre, &["x", "y", "z", "v"], &['T']);
         assert!(blind("y = tanh(x) * T(2) + max(x, 0.f)", ""));
         assert!(blind("y = std::exp(x) + static_cast<float>(x)", ""));
         assert!(blind("y = k::twice(x)", "namespace k { inline float twice(float v) { return 2 * v; } }"));
@@ -418,6 +564,16 @@ mod tests {
         assert!(!blind("y = x + (T)((((unsigned long)(std::add_lvalue_reference_t<T[1]>)y) / sizeof(T)) % 16)", ""));
         assert!(!blind("typedef T A1[1]; typedef A1 and AR; y = x + (T)((((unsigned long)(AR)y) / sizeof(T)) % 16)", ""));
         assert!(blind("y = std::fmin(x, T(1)) + k::twice(x)", "namespace k { inline float twice(float v) { return 2 * v; } }"));
+        // Names that reach state a call starts afresh, whatever the spelling of the call.
+        assert!(!blind("y = x; (fesetround)(FE_UPWARD)", ""));
+        assert!(!blind("auto exp = fesetround; y = x; exp(FE_UPWARD)", ""));
+        assert!(!blind("y = x + (T)(errno == 77); errno = 77", ""));
+        assert!(!blind("R r{1}; y = x", "struct R { int v; R(int k) : v(k) {} };"));
+        assert!(!blind("float r = twice(x, errno = 77); y = r", "inline float twice(float v, int e) { return 2 * v; }"));
+        // What the text declares is its own.
+        assert!(blind("volatile float a = x, b = 3.0f; y = (T)(a / b) * 3.0f - x", ""));
+        assert!(blind("auto t = tanh(x); const T u = t * T(2); y = u", ""));
+        assert!(blind("for (int k = 0; k < 3; ++k) { y = y + x; } if (x > 0) { y = x; } else { y = -x; }", ""));
         // A preamble function's own calls follow the same rule.
         let fenv = "namespace q { inline float first(float v) { float r = fegetround() == FE_TONEAREST ? v : v + 1; fesetround(FE_UPWARD); return r; } }";
         assert!(!blind("y = q::first(x)", fenv));

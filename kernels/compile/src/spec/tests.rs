@@ -33,6 +33,8 @@ fn a_return_spliced_across_lines_in_loop_prep_or_after_loop_is_refused() {
     assert!(!has_word(&code_only("z = 1'000 + 0x1'f + 1e+5'0; // i"), "i"));
     assert!(has_word(&code_only("z = 1'000 + i; w = '\"'"), "i"));
     assert!(has_word(&code_only("z = i\"\" ;"), "i"), "an identifier before a literal is no prefix");
+    assert!(has_word(&code_only("z = x; /* *\\\x0c\n/ z = x + (T)i; /* */"), "i"), "a splice past a form feed");
+    assert!(has_word(&code_only("z = x; /* *\\\x0b\n/ z = x + (T)i; /* */"), "i"), "a splice past a vertical tab");
     for (prep, after) in [("return;", ""), ("", "if (1) return;")] {
         let e = ElementwiseSpec::new("T x", "T z", "z = x", "frag", "", prep, after).unwrap_err();
         assert!(e.to_string().contains("uses `return`"), "{e}");
