@@ -549,3 +549,24 @@ def test_a_scalar_for_a_bool_type_is_a_bool_never_truncated():
         k(x, 2)
     assert k(x, True).tolist() == [True, True] and k(x, 0).tolist() == [False, False]
     assert k(x, np.False_).tolist() == [False, False]
+
+
+_CXX_CHILD = """
+import numpy as np, dlbridge
+k = dlbridge.ElementwiseKernel("T x", "T z", "z = x * (T)CXX_SCALE", "cxx_args_scale")
+print(k(np.ones(2, np.float32)).tolist())
+"""
+
+
+def test_what_the_cxx_command_reads_is_part_of_the_key_and_a_response_file_is_refused(tmp_path):
+    header = tmp_path / "forced.h"
+    env = {**os.environ, "DLBRIDGE_CACHE_DIR": str(tmp_path / "cache"), "CXX": f"c++ -include {header}"}
+    for scale in (2, 3):
+        header.write_text(f"#define CXX_SCALE {scale}\n")
+        r = subprocess.run([sys.executable, "-c", _CXX_CHILD], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0 and r.stdout.strip() == f"[{scale}.0, {scale}.0]", r.stdout + r.stderr[-2000:]
+    (tmp_path / "flags").write_text("-DCXX_SCALE=2\n")
+    env["CXX"] = f"c++ @{tmp_path / 'flags'}"
+    r = subprocess.run([sys.executable, "-c", _CXX_CHILD], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "CXX names the response file" in r.stderr and "give the flags themselves" in r.stderr, r.stderr[-2000:]
+

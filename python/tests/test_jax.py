@@ -364,6 +364,8 @@ def test_an_exported_program_runs_the_kernel_it_was_built_for_in_another_process
         ("volatile float a = x, b = 3.0f; y = (T)(a / b) * 3.0f - x; (fesetround)(FE_UPWARD);", ""),
         ("volatile float a = x, b = 3.0f; y = (T)(a / b) * 3.0f - x; auto exp = fesetround; exp(FE_UPWARD);", ""),
         ("y = x + (T)(errno == 77); errno = 77;", ""),
+        ("y = x + (T)[]{ return errno == 77; }(); []{ return errno = 77; }();", ""),
+        ("int a = 0; (void)a, errno = errno; y = x + (T)(errno == 77); errno = 77;", ""),
         # A splice past a form feed, as GCC reads it.
         ("y = x; /* *\\\f\n/ y = x + (T)i; /* */", ""),
         # A preamble function whose own body reads the floating-point environment,
@@ -429,11 +431,16 @@ def test_vmap_of_the_addressof_spelling_libstdcxx_uses_matches_calls_per_element
     np.testing.assert_array_equal(np.asarray(jax.vmap(op)(xs)), np.stack([np.asarray(op(x)) for x in xs]))
 
 
-def test_a_kernel_calling_only_math_casts_and_its_preambles_functions_is_batched_as_one_call():
-    pre = "namespace k { inline float twice(float v) { return 2 * v; } }"
-    for operation in ("y = tanh(x) * T(2) + max(x, T(0))", "y = std::exp(x) + static_cast<T>(1)", "y = k::twice(x)"):
-        k = dlbridge.ElementwiseKernel("T x", "T y", operation, f"blind_{abs(hash(operation)) % 10**6}", preamble=pre)
+def test_only_a_kernel_naming_its_arguments_math_casts_and_control_flow_is_batched_as_one_call():
+    for operation in ("y = tanh(x) * T(2) + max(x, T(0))", "y = std::exp(x) + static_cast<T>(1)", "if (x > 0) { y = x; } else { y = -x; }"):
+        k = dlbridge.ElementwiseKernel("T x", "T y", operation, f"blind_{abs(hash(operation)) % 10**6}")
         assert k.kernel.per_element, operation
+    # A preamble, a local, a name from elsewhere: calls per element (always right, only slower).
+    for operation, preamble in (("y = k::twice(x)", "namespace k { inline float twice(float v) { return 2 * v; } }"),
+                                ("auto t = tanh(x); y = t", ""), ("y = x + (T)[]{ return errno == 77; }()", ""),
+                                ("int a = 0; (void)a, errno = errno; y = x", "")):
+        k = dlbridge.ElementwiseKernel("T x", "T y", operation, f"named_{abs(hash(operation)) % 10**6}", preamble=preamble)
+        assert not k.kernel.per_element, operation
 
 
 @pytest.mark.parametrize("value", [np.uint64(2**64 - 1), 2**63, -(2**63) - 1])

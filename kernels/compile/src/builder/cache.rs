@@ -173,15 +173,17 @@ impl LibraryCache {
         let mut job = BuildJob { compiler, source, extra, what, user, policy, preprocessed: None, expanded: None };
         // A text that includes a file: keyed on what the preprocessor makes of it
         // now (a changed header is another library).
+        // Arguments `$CXX` carries (`-include`, `-D`) act on every build like flags given with it.
+        let reads_files = includes_files(user, extra) || compiler.command.len() > 1;
         let key = match fragments::nonce_of(source) {
-            Some(nonce) if includes_files(user, extra) => {
+            Some(nonce) if reads_files => {
                 let (ii, reference) = preprocess(&job, nonce)?;
                 let key = LibraryCache::key_with(compiler, &ii.replace(nonce, "NONCE"), dtypes, extra);
                 job.preprocessed = Some((ii, reference));
                 key
             }
             // The user's own C++ (`load_inline`): compiled from the same text.
-            None if includes_files(user, extra) => {
+            None if reads_files => {
                 let ii = compiler.preprocess_text(source, what, user, extra)?;
                 let key = LibraryCache::key_with(compiler, &ii, dtypes, extra);
                 job.expanded = Some(ii);
@@ -244,14 +246,14 @@ struct BuildJob<'a> {
 /// kernel's identity, so that a program built for a kernel is refused where
 /// its headers say something else.
 pub(crate) fn included_digest(user: &[(&str, &str)], extra: &[String]) -> Option<String> {
-    if !includes_files(user, extra) {
+    let compiler = match Compiler::get() {
+        Ok(c) => c,
+        Err(e) => return includes_files(user, extra).then(|| format!("included files: not preprocessed: {e}")),
+    };
+    if !includes_files(user, extra) && compiler.command.len() == 1 {
         return None;
     }
     let unit: String = user.iter().map(|(label, text)| format!("#line 1 \"{label}\"\n{text}\n")).collect();
-    let compiler = match Compiler::get() {
-        Ok(c) => c,
-        Err(e) => return Some(format!("included files: not preprocessed: {e}")),
-    };
     let text = match compiler.preprocess_text(&unit, "the kernel's included files", user, extra) {
         Ok(ii) => {
             let mut h = Sha256::new();

@@ -155,6 +155,12 @@ impl Compiler {
             Some(cxx) => vec![cxx.split_whitespace().map(str::to_owned).collect()],
             None => ["c++", "g++", "clang++"].iter().map(|c| vec![(*c).to_owned()]).collect(),
         };
+        // A response file's flags would act on every build unseen by the kernel cache's key.
+        if let Some(arg) = candidates.iter().flatten().find(|a| a.starts_with('@')) {
+            return Err(format!(
+                "CXX names the response file `{arg}`, whose flags the kernel cache's key cannot see: give the flags themselves in CXX"
+            ));
+        }
         let mut tried = Vec::new();
         for command in candidates {
             let Some(program) = command.first() else { continue };
