@@ -558,11 +558,19 @@ print(k(np.ones(2, np.float32)).tolist())
 """
 
 
-def test_what_the_cxx_command_reads_is_part_of_the_key_and_a_response_file_is_refused(tmp_path):
+def test_what_the_cxx_command_is_and_reads_is_part_of_the_key_and_a_response_file_is_refused(tmp_path):
     header = tmp_path / "forced.h"
     env = {**os.environ, "DLBRIDGE_CACHE_DIR": str(tmp_path / "cache"), "CXX": f"c++ -include {header}"}
     for scale in (2, 3):
         header.write_text(f"#define CXX_SCALE {scale}\n")
+        r = subprocess.run([sys.executable, "-c", _CXX_CHILD], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0 and r.stdout.strip() == f"[{scale}.0, {scale}.0]", r.stdout + r.stderr[-2000:]
+    # A wrapper script: its own flags are in its bytes.
+    wrapper = tmp_path / "cxx-wrapper"
+    env["CXX"] = str(wrapper)
+    for scale in (4, 5):
+        wrapper.write_text(f'#!/bin/sh\nexec c++ -DCXX_SCALE={scale} "$@"\n')
+        wrapper.chmod(0o755)
         r = subprocess.run([sys.executable, "-c", _CXX_CHILD], env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0 and r.stdout.strip() == f"[{scale}.0, {scale}.0]", r.stdout + r.stderr[-2000:]
     (tmp_path / "flags").write_text("-DCXX_SCALE=2\n")

@@ -410,6 +410,9 @@ def test_vmap_of_an_elementwise_kernel_that_reads_its_position_matches_calls_per
         # A reference type made without `&`: a type trait, a typedef spelt with `and`.
         ("y = x + (T)((((unsigned long)(std::add_lvalue_reference_t<T[1]>)y) / sizeof(T)) % 16)", ""),
         ("typedef T A1[1]; typedef A1 and AR; y = x + (T)((((unsigned long)(AR)y) / sizeof(T)) % 16)", ""),
+        # A number made an address: of data, or of a function (never run here).
+        ("y = *(T*)(size_t)4096", ""),
+        ("y = rint(x); ((int(*)(int))4096ULL)(0x800)", ""),
         # A constructor runs without a call's name before its parentheses.
         ("R r{1}; y = x", "struct R { int v; R(int k) : v(k) { fesetround(FE_UPWARD); } };"),
     ],

@@ -168,11 +168,14 @@ impl Compiler {
                 Ok(out) if out.status.success() => {
                     let text = String::from_utf8_lossy(&out.stdout).into_owned();
                     let version = text.lines().next().unwrap_or("").trim().to_owned();
-                    let path = which(program).map_or_else(|| program.clone(), |p| p.display().to_string());
+                    let resolved = which(program);
+                    let path = resolved.as_ref().map_or_else(|| program.clone(), |p| p.display().to_string());
+                    // The bytes of the program itself: a wrapper script's flags are in them.
+                    let bytes = resolved.and_then(|p| std::fs::read(p).ok()).map_or_else(String::new, |b| hex_digest(&b));
                     let native = native_target(&command);
                     let system_dirs = system_include_dirs(&command);
                     let mut c = Compiler {
-                        identity: format!("{path}\n{}\n{text}\n-march=native: {native}", command.join(" ")),
+                        identity: format!("{path} (SHA-256 {bytes})\n{}\n{text}\n-march=native: {native}", command.join(" ")),
                         command,
                         version,
                         libmvec: false,
@@ -467,6 +470,12 @@ fn native_target(command: &[String]) -> String {
 }
 
 /// The first `program` on `PATH` (or `program` itself when it has a slash).
+/// The SHA-256 of `bytes`, in hex.
+fn hex_digest(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn which(program: &str) -> Option<PathBuf> {
     if program.contains('/') {
         return Path::new(program).canonicalize().ok();

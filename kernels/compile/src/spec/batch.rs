@@ -253,6 +253,17 @@ fn ampersands(code: &str) -> String {
     out
 }
 
+/// Whether `code` names a pointer type: a `*` that multiplies nothing, being
+/// followed by `)`, `>`, `,`, `*`, `]` or the end, or preceded by `(`.
+fn names_a_pointer_type(code: &str) -> bool {
+    let b = code.as_bytes();
+    (0..b.len()).filter(|&k| b[k] == b'*').any(|k| {
+        let next = skip_space(b, k + 1);
+        let prev = b[..k].iter().rposition(|c| !c.is_ascii_whitespace());
+        next >= b.len() || matches!(b[next], b')' | b'>' | b',' | b'*' | b']') || prev.is_none_or(|p| matches!(b[p], b'(' | b'<' | b','))
+    })
+}
+
 /// Whether `code` takes an address or names a reference type: a `&` that is
 /// not half of a `&&`, or a `&&` that ends a type (`(W&&)y`, `(T(&&)[1])y`,
 /// `static_cast<W&&>(y)`) rather than joining two conditions.
@@ -341,9 +352,10 @@ pub(crate) fn calls_only_position_blind(op: &str, pre: &str, params: &[&str], ty
     {
         return false;
     }
-    // An address taken, however spelt (`&y`, `bitand y`, `(W&&)y`), or a reference type made.
+    // An address taken, however spelt (`&y`, `bitand y`, `(W&&)y`), or a reference type made;
+    // a pointer type named (`(T*)4096`, `(int(*)(int))f`, `<T*>`), which makes an address of a number.
     let op = ampersands(op);
-    if takes_a_reference(&op) {
+    if takes_a_reference(&op) || names_a_pointer_type(&op) {
         return false;
     }
     // Every qualified name, called or not (a type in a cast, `std::add_lvalue_reference_t<T[1]>`,
@@ -409,6 +421,13 @@ mod tests {
         assert!(!blind("y = std::pointer_traits<T*>::pointer_to(y) != nullptr", ""));
         assert!(!blind("y = x + (T)(((size_t)(bitand y) / sizeof(T)) % 16)", ""));
         assert!(!blind("y = x + (T)(((size_t)&y / sizeof(T)) % 16)", ""));
+        // A number made an address.
+        assert!(!blind("y = *(T*)(size_t)4096", ""));
+        assert!(!blind("y = ((T *)(size_t)4096)[3]", ""));
+        assert!(!blind("y = rint(x); ((int(*)(int))4096ULL)(0x800)", ""));
+        assert!(!blind("y = reinterpret_cast<T*>(4096)[0]", ""));
+        assert!(!blind("y = frexp(x, (int*)0)", ""));
+        assert!(blind("y = x * x * (T)2 * -x", ""));
         assert!(!blind("y = x + (T)((((unsigned long)(T(&&)[1])y) / sizeof(T)) % 16)", ""));
         assert!(!blind("y = x + (T)(((unsigned long)(T(and)[1])y) % 16)", ""));
         assert!(!blind("y = x + (T)((unsigned long)static_cast<T(&&)[1]>(y) % 16)", ""));
