@@ -573,6 +573,14 @@ def test_what_the_cxx_command_is_and_reads_is_part_of_the_key_and_a_response_fil
         wrapper.chmod(0o755)
         r = subprocess.run([sys.executable, "-c", _CXX_CHILD], env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0 and r.stdout.strip() == f"[{scale}.0, {scale}.0]", r.stdout + r.stderr[-2000:]
+    # A file an argument names (a specs file changing code generation, not the preprocessor's text).
+    specs = tmp_path / "cxx.specs"
+    env["CXX"] = f"c++ -specs={specs}"
+    child = _CXX_CHILD.replace("x * (T)CXX_SCALE", "x * (T)0 + (T)(0.1 == 0.1f)")
+    for flag, want in (("-fsingle-precision-constant", "[1.0, 1.0]"), ("", "[0.0, 0.0]")):
+        specs.write_text(f"*cc1plus:\n+ {flag}\n\n")
+        r = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0 and r.stdout.strip() == want, r.stdout + r.stderr[-2000:]
     (tmp_path / "flags").write_text("-DCXX_SCALE=2\n")
     env["CXX"] = f"c++ @{tmp_path / 'flags'}"
     r = subprocess.run([sys.executable, "-c", _CXX_CHILD], env=env, capture_output=True, text=True, timeout=300)

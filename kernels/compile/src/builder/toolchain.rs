@@ -170,12 +170,18 @@ impl Compiler {
                     let version = text.lines().next().unwrap_or("").trim().to_owned();
                     let resolved = which(program);
                     let path = resolved.as_ref().map_or_else(|| program.clone(), |p| p.display().to_string());
-                    // The bytes of the program itself: a wrapper script's flags are in them.
+                    // The bytes of the program itself (a wrapper script's flags are in them), and of
+                    // every file an argument names (`-specs=FILE`, `-include FILE`).
                     let bytes = resolved.and_then(|p| std::fs::read(p).ok()).map_or_else(String::new, |b| hex_digest(&b));
+                    let named: String = command[1..]
+                        .iter()
+                        .filter_map(|a| named_file(a))
+                        .map(|(f, b)| format!("\n{f}: SHA-256 {}", hex_digest(&b)))
+                        .collect();
                     let native = native_target(&command);
                     let system_dirs = system_include_dirs(&command);
                     let mut c = Compiler {
-                        identity: format!("{path} (SHA-256 {bytes})\n{}\n{text}\n-march=native: {native}", command.join(" ")),
+                        identity: format!("{path} (SHA-256 {bytes})\n{}{named}\n{text}\n-march=native: {native}", command.join(" ")),
                         command,
                         version,
                         libmvec: false,
@@ -470,6 +476,17 @@ fn native_target(command: &[String]) -> String {
 }
 
 /// The first `program` on `PATH` (or `program` itself when it has a slash).
+/// The file a compiler argument names, and its bytes: the argument itself,
+/// or what follows its `=` (`-specs=FILE`), or the argument after a short
+/// option's letters (`-BDIR` names a directory, not a file: none).
+fn named_file(arg: &str) -> Option<(String, Vec<u8>)> {
+    let tail = arg.split_once('=').map(|(_, t)| t);
+    [Some(arg), tail].into_iter().flatten().find_map(|p| {
+        let path = Path::new(p);
+        path.is_file().then(|| std::fs::read(path).ok().map(|b| (p.to_owned(), b))).flatten()
+    })
+}
+
 /// The SHA-256 of `bytes`, in hex.
 fn hex_digest(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
