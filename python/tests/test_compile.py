@@ -581,6 +581,20 @@ def test_what_the_cxx_command_is_and_reads_is_part_of_the_key_and_a_response_fil
         specs.write_text(f"*cc1plus:\n+ {flag}\n\n")
         r = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0 and r.stdout.strip() == want, r.stdout + r.stderr[-2000:]
+    # A file named after a comma (`-wrapper sh,FILE`), and a program `env` finds on PATH.
+    script = tmp_path / "bin" / "cxx-on-path"
+    script.parent.mkdir()
+    for cxx in (f"c++ -wrapper sh,{script}", "env cxx-on-path"):
+        env["CXX"], env["PATH"] = cxx, f"{script.parent}{os.pathsep}{os.environ['PATH']}"
+        for flag, want in (("-fsingle-precision-constant", "[1.0, 1.0]"), ("", "[0.0, 0.0]")):
+            if cxx.startswith("env"):
+                script.write_text(f'#!/bin/sh\ncase " $* " in *" -E "*) exec c++ "$@";; esac\nexec c++ {flag} "$@"\n')
+            else:
+                script.write_text(f'case "$1" in *cc1plus) exec "$@" {flag};; esac\nexec "$@"\n')
+            script.chmod(0o755)
+            r = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=300)
+            assert r.returncode == 0 and r.stdout.strip() == want, (cxx, r.stdout + r.stderr[-2000:])
+    env["PATH"] = os.environ["PATH"]
     (tmp_path / "flags").write_text("-DCXX_SCALE=2\n")
     env["CXX"] = f"c++ @{tmp_path / 'flags'}"
     r = subprocess.run([sys.executable, "-c", _CXX_CHILD], env=env, capture_output=True, text=True, timeout=300)

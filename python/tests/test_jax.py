@@ -366,6 +366,8 @@ def test_an_exported_program_runs_the_kernel_it_was_built_for_in_another_process
         ("y = x + (T)(errno == 77); errno = 77;", ""),
         ("y = x + (T)[]{ return errno == 77; }(); []{ return errno = 77; }();", ""),
         ("int a = 0; (void)a, errno = errno; y = x + (T)(errno == 77); errno = 77;", ""),
+        # Math a vector library computes in a loop's body and the scalar one in its tail.
+        ("y = tanh(x)", ""),
         # A splice past a form feed, as GCC reads it.
         ("y = x; /* *\\\f\n/ y = x + (T)i; /* */", ""),
         # A preamble function whose own body reads the floating-point environment,
@@ -435,12 +437,14 @@ def test_vmap_of_the_addressof_spelling_libstdcxx_uses_matches_calls_per_element
 
 
 def test_only_a_kernel_naming_its_arguments_math_casts_and_control_flow_is_batched_as_one_call():
-    for operation in ("y = tanh(x) * T(2) + max(x, T(0))", "y = std::exp(x) + static_cast<T>(1)", "if (x > 0) { y = x; } else { y = -x; }"):
+    for operation in ("y = sqrt(x) * T(2) + max(x, T(0))", "y = std::fabs(x) + static_cast<T>(1)", "if (x > 0) { y = x; } else { y = -x; }"):
         k = dlbridge.ElementwiseKernel("T x", "T y", operation, f"blind_{abs(hash(operation)) % 10**6}")
         assert k.kernel.per_element, operation
     # A preamble, a local, a name from elsewhere: calls per element (always right, only slower).
     for operation, preamble in (("y = k::twice(x)", "namespace k { inline float twice(float v) { return 2 * v; } }"),
                                 ("auto t = tanh(x); y = t", ""), ("y = x + (T)[]{ return errno == 77; }()", ""),
+                                # A vector library may round tanh otherwise than the scalar one.
+                                ("y = tanh(x)", ""),
                                 ("int a = 0; (void)a, errno = errno; y = x", "")):
         k = dlbridge.ElementwiseKernel("T x", "T y", operation, f"named_{abs(hash(operation)) % 10**6}", preamble=preamble)
         assert not k.kernel.per_element, operation

@@ -477,13 +477,14 @@ fn native_target(command: &[String]) -> String {
 
 /// The first `program` on `PATH` (or `program` itself when it has a slash).
 /// The file a compiler argument names, and its bytes: the argument itself,
-/// or what follows its `=` (`-specs=FILE`), or the argument after a short
-/// option's letters (`-BDIR` names a directory, not a file: none).
+/// a program of that name on `PATH` (`env NAME`), or any part of it after a
+/// `=` or a `,` (`-specs=FILE`, `-wrapper sh,FILE`). A directory (`-BDIR`)
+/// is none.
 fn named_file(arg: &str) -> Option<(String, Vec<u8>)> {
-    let tail = arg.split_once('=').map(|(_, t)| t);
-    [Some(arg), tail].into_iter().flatten().find_map(|p| {
-        let path = Path::new(p);
-        path.is_file().then(|| std::fs::read(path).ok().map(|b| (p.to_owned(), b))).flatten()
+    let parts = std::iter::once(arg).chain(arg.split(['=', ',']).skip(1));
+    parts.filter(|p| !p.is_empty()).find_map(|p| {
+        let path = if p.contains('/') { Some(PathBuf::from(p)) } else { which(p).or_else(|| Some(PathBuf::from(p))) };
+        path.filter(|f| f.is_file()).and_then(|f| std::fs::read(&f).ok().map(|b| (f.display().to_string(), b)))
     })
 }
 
@@ -497,7 +498,11 @@ fn which(program: &str) -> Option<PathBuf> {
     if program.contains('/') {
         return Path::new(program).canonicalize().ok();
     }
-    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(program)).find(|p| p.is_file()).and_then(|p| p.canonicalize().ok())
+    // The first executable file of that name, as the exec that runs it finds it.
+    let executable = |p: &Path| {
+        p.is_file() && std::fs::metadata(p).is_ok_and(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0)
+    };
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(program)).find(|p| executable(p)).and_then(|p| p.canonicalize().ok())
 }
 
 /// Most diagnostic lines an error carries.
